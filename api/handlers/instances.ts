@@ -1,0 +1,108 @@
+// Instances and their diagnostics, scoped to the caller's customer.
+import type { FastifyRequest } from 'fastify';
+import type { ApiDeps } from '../server.js';
+import { principal } from '../auth.js';
+import { notFound } from '../../lib/errors.js';
+import { lightSql, lightReasonSql } from '../../lib/traffic-light.js';
+import { queryRows } from '../../lib/db/clickhouse.js';
+import { chStr, chInt } from '../../lib/db/clickhouse-sql.js';
+
+const iso = (d: Date | null) => (d ? d.toISOString() : null);
+
+function instanceSelect(extra = ''): string {
+  return `SELECT i.id, i.machine_id, m.slug AS machine, i.software,
+                 ${lightSql('i', '$2::float8', '$3::float8')} AS light,
+                 ${lightReasonSql('i', '$2::float8', '$3::float8')} AS light_reason,
+                 i.first_seen_at, i.last_seen_at, i.last_heartbeat_at, i.version, i.uptime_seconds, i.pid,
+                 i.ip_addresses, i.group_name, i.location, i.group_priority, i.sort_priority,
+                 i.status, i.status_message, i.status_at ${extra}
+            FROM instances i JOIN machines m ON m.id = i.machine_id`;
+}
+
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+function toInstance(r: any) {
+  return {
+    id: r.id,
+    machine_id: r.machine_id,
+    machine: r.machine,
+    software: r.software,
+    light: r.light,
+    light_reason: r.light_reason,
+    first_seen_at: iso(r.first_seen_at),
+    last_seen_at: iso(r.last_seen_at),
+    last_heartbeat_at: iso(r.last_heartbeat_at),
+    version: r.version,
+    uptime_seconds: r.uptime_seconds,
+    pid: r.pid,
+    ip_addresses: r.ip_addresses ?? [],
+    group: r.group_name,
+    location: r.location,
+    group_priority: r.group_priority,
+    sort_priority: r.sort_priority,
+    status: r.status,
+    status_message: r.status_message,
+    status_at: iso(r.status_at),
+  };
+}
+
+export function instanceHandlers(d: ApiDeps) {
+  const t = d.cfg.heartbeatTimeoutS;
+  const w = d.cfg.warningWindowS;
+
+  async function findInstance(customerId: string, id: string) {
+    const r = await d.pool.query(`${instanceSelect(', i.snapshot')} WHERE i.customer_id = $1 AND i.id = $4`, [customerId, t, w, id]);
+    if (!r.rows[0]) throw notFound('no such instance');
+    return r.rows[0];
+  }
+
+  return {
+    async list_instances(req: FastifyRequest) {
+      const p = principal(req);
+      const q = req.query as { light?: string; machine?: string; software?: string; limit?: number; offset?: number };
+      const where = ['i.customer_id = $1'];
+      const params: unknown[] = [p.customerId, t, w];
+      if (q.machine) where.push(`m.slug = $${params.push(q.machine)}`);
+      if (q.software) where.push(`i.software = $${params.push(q.software)}`);
+      const base = `SELECT * FROM (${instanceSelect()} WHERE ${where.join(' AND ')}) x ${q.light ? `WHERE x.light = $${params.push(q.light)}` : ''}`;
+      const total = await d.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM (${base}) y`, params);
+      const rows = await d.pool.query(`${base} ORDER BY x.machine, x.software LIMIT $${params.push(q.limit ?? 1000)} OFFSET $${params.push(q.offset ?? 0)}`, params);
+      return { items: rows.rows.map(toInstance), total: total.rows[0]!.n };
+    },
+
+    async get_instance(req: FastifyRequest) {
+      const p = principal(req);
+      const row = await findInstance(p.customerId, (req.params as { id: string }).id);
+      return { ...toInstance(row), snapshot: row.snapshot ?? null };
+    },
+
+    async list_instance_diagnostics(req: FastifyRequest) {
+      const p = principal(req);
+      const { id } = req.params as { id: string };
+      await findInstance(p.customerId, id);
+      const q = req.query as { from?: string; to?: string; severity?: number; limit?: number };
+      const cond = [`customer_id = ${chStr(p.customerId)}`, `instance_id = ${chStr(id)}`];
+      if (q.from) cond.push(`received_ms >= ${chInt(Date.parse(q.from))}`);
+      if (q.to) cond.push(`received_ms <= ${chInt(Date.parse(q.to))}`);
+      if (q.severity !== undefined) cond.push(`severity >= ${chInt(q.severity)}`);
+      const rows = await queryRows<Record<string, string | number>>(
+        d.ch,
+        `SELECT report_id, item, received_ms, ts_ms, code, severity, message, suppressed, rule_id
+           FROM diagnostics FINAL WHERE ${cond.join(' AND ')}
+          ORDER BY received_ms DESC, report_id, item LIMIT ${chInt(q.limit ?? 500)}`,
+      );
+      return {
+        items: rows.map((r) => ({
+          report_id: String(r.report_id),
+          item: Number(r.item),
+          received_at: new Date(Number(r.received_ms)).toISOString(),
+          ts: new Date(Number(r.ts_ms)).toISOString(),
+          code: Number(r.code),
+          severity: Number(r.severity),
+          message: String(r.message),
+          suppressed: Number(r.suppressed) === 1,
+          rule_id: r.rule_id ? String(r.rule_id) : null,
+        })),
+      };
+    },
+  };
+}

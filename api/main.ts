@@ -1,0 +1,33 @@
+// Read-API process: dashboard, auth and queries, apart from the ingest path. Reads top-down:
+// config -> Postgres, ClickHouse -> Fastify app from the route table -> listen -> graceful close.
+import { loadConfig } from '../lib/config.js';
+import { createLogger } from '../lib/log.js';
+import { createMetrics } from '../lib/metrics.js';
+import { createPool } from '../lib/db/postgres.js';
+import { createClickHouse } from '../lib/db/clickhouse.js';
+import { buildApi } from './server.js';
+
+const cfg = loadConfig();
+const log = createLogger('api', cfg.logLevel);
+const metrics = createMetrics('api');
+const pool = createPool(cfg.databaseUrl, 10, 'fleet-api');
+const ch = createClickHouse({ url: cfg.clickhouseUrl, database: cfg.clickhouseDatabase, user: cfg.clickhouseUser, password: cfg.clickhousePassword });
+
+const app = await buildApi({ cfg, log, metrics, pool, ch });
+await app.listen({ host: cfg.api.host, port: cfg.api.port });
+const addr = app.server.address();
+log.info({ host: cfg.api.host, port: typeof addr === 'object' && addr ? addr.port : cfg.api.port }, 'listening');
+
+let closing = false;
+async function shutdown(why: string): Promise<void> {
+  if (closing) return;
+  closing = true;
+  log.info({ why }, 'shutting down');
+  await app.close();
+  await Promise.allSettled([pool.end(), ch.close()]);
+  log.info('stopped');
+  process.exit(0);
+}
+process.on('SIGTERM', () => void shutdown('SIGTERM'));
+process.on('SIGINT', () => void shutdown('SIGINT'));
+if (process.env.FLEET_SUPERVISED === '1') process.stdin.on('end', () => void shutdown('supervisor gone')).resume();

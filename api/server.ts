@@ -1,0 +1,90 @@
+// The read API on Fastify: the `api` routes of lib/routes.ts, each with its TypeBox schemas for
+// params, query and body (Fastify validates them with Ajv), an auth check per the table, and one
+// error shape for everything: `{"detail": ...}`.
+import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyRequest, type FastifyReply, type FastifyError } from 'fastify';
+import type { Config } from '../lib/config.js';
+import type { Logger } from '../lib/log.js';
+import type { Metrics } from '../lib/metrics.js';
+import type { Pool } from '../lib/db/postgres.js';
+import type { ClickHouseClient } from '../lib/db/clickhouse.js';
+import { HttpError } from '../lib/errors.js';
+import { routesOf, colonPath, pathRegex, checkHandlers } from '../lib/routes.js';
+import { toFieldErrors } from '../lib/validation.js';
+import { authenticate } from './auth.js';
+import { instanceHandlers } from './handlers/instances.js';
+
+export interface ApiDeps {
+  cfg: Config;
+  log: Logger;
+  metrics: Metrics;
+  pool: Pool;
+  ch: ClickHouseClient;
+}
+
+type Handler = (req: FastifyRequest, reply: FastifyReply) => Promise<unknown> | unknown;
+
+export async function buildApi(d: ApiDeps): Promise<FastifyInstance> {
+  const app = Fastify({
+    loggerInstance: d.log as unknown as FastifyBaseLogger,
+    // One line per request would drown the useful logs; api_responses_total counts them instead.
+    logController: new LogController({ disableRequestLogging: true }),
+    bodyLimit: 1024 * 1024,
+    ajv: { customOptions: { coerceTypes: 'array', removeAdditional: false, allErrors: true } },
+  });
+
+  const handlers: Record<string, Handler> = {
+    ...instanceHandlers(d),
+    api_healthz: () => ({ ok: true }),
+    api_readyz: async (_req, reply) => {
+      try {
+        await d.pool.query('SELECT 1');
+        return { ok: true };
+      } catch {
+        return reply.code(503).send({ detail: 'not ready: Postgres unreachable' });
+      }
+    },
+    api_metrics: async (_req, reply) => reply.type(d.metrics.contentType).send(await d.metrics.text()),
+  };
+  const table = routesOf('api');
+  checkHandlers('api', handlers);
+
+  const requests = d.metrics.counter('api_responses_total', 'Read-API responses by route and status', ['route', 'status']);
+  app.addHook('onResponse', async (req, reply) => {
+    requests.labels(req.routeOptions.url ?? 'unknown', String(reply.statusCode)).inc();
+  });
+
+  for (const r of table) {
+    app.route({
+      method: r.method,
+      url: colonPath(r.path),
+      schema: Object.fromEntries(Object.entries({ params: r.params, querystring: r.query, body: r.body }).filter(([, v]) => v !== undefined)),
+      preHandler: r.auth === 'read' ? async (req) => void (req.principal = await authenticate(req, d.pool)) : undefined,
+      handler: handlers[r.operationId]!,
+    });
+  }
+
+  const patterns = table.map((r) => ({ re: pathRegex(r.path), method: r.method }));
+  app.setNotFoundHandler((req, reply) => {
+    const path = req.url.split('?')[0]!;
+    const allowed = [...new Set(patterns.filter((p) => p.re.test(path)).map((p) => p.method))];
+    if (allowed.length) return reply.code(405).header('Allow', allowed.join(', ')).send({ detail: `method ${req.method} not allowed here; use ${allowed.join(', ')}` });
+    return reply.code(404).send({ detail: `no such endpoint: ${path.slice(0, 200)}` });
+  });
+
+  app.setErrorHandler((err: FastifyError | HttpError, req, reply) => {
+    if (err instanceof HttpError) {
+      if (err.retryAfterS) reply.header('Retry-After', String(err.retryAfterS));
+      return reply.code(err.status).send(err.errors ? { detail: err.detail, errors: err.errors } : { detail: err.detail });
+    }
+    const fe = err as FastifyError;
+    if (fe.validation) {
+      const errors = toFieldErrors(fe.validation as never).map((e) => ({ ...e, path: `${fe.validationContext ?? ''}${e.path === '/' ? '' : e.path}` || '/' }));
+      return reply.code(400).send({ detail: `invalid ${fe.validationContext ?? 'request'}: ${fe.message}`, errors });
+    }
+    if (fe.statusCode && fe.statusCode < 500) return reply.code(fe.statusCode).send({ detail: fe.message });
+    req.log.error({ err }, 'request failed');
+    return reply.code(500).send({ detail: 'internal error' });
+  });
+
+  return app;
+}

@@ -1,0 +1,338 @@
+// Project-local NATS, Redis, Postgres and ClickHouse on loopback, with their data under DATA_DIR.
+// Never the machine's system services or default ports. Each server runs in its own process group
+// (so a Ctrl-C reaches the stack runner, which stops the app first and the servers last) and leaves
+// a pid file, so a server orphaned by a killed runner is stopped at the next start.
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { existsSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync, chownSync, readdirSync } from 'node:fs';
+import { connect as netConnect } from 'node:net';
+import { join } from 'node:path';
+import type { Config } from '../lib/config.js';
+
+export interface LocalServer {
+  name: string;
+  stop(): Promise<void>;
+}
+
+type Log = (msg: string) => void;
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+async function waitExit(pid: number, ms: number): Promise<boolean> {
+  const until = Date.now() + ms;
+  while (Date.now() < until) {
+    if (!alive(pid)) return true;
+    await sleep(100);
+  }
+  return !alive(pid);
+}
+
+/** Stops a server left running by an earlier runner that was killed without cleaning up. */
+async function stopStale(pidFile: string, log: Log): Promise<void> {
+  if (!existsSync(pidFile)) return;
+  const pid = Number(readFileSync(pidFile, 'utf8').split('\n')[0]);
+  if (pid > 0 && alive(pid)) {
+    log(`stopping a server left from an earlier run (pid ${pid})`);
+    process.kill(pid, 'SIGTERM');
+    if (!(await waitExit(pid, 20_000))) process.kill(pid, 'SIGKILL');
+  }
+  rmSync(pidFile, { force: true });
+}
+
+async function waitFor(name: string, probe: () => Promise<boolean>, child: ChildProcess, logFile: string, ms = 60_000): Promise<void> {
+  const until = Date.now() + ms;
+  while (Date.now() < until) {
+    if (child.exitCode !== null) {
+      throw new Error(`${name} exited with code ${child.exitCode} while starting; see ${logFile}`);
+    }
+    if (await probe().catch(() => false)) return;
+    await sleep(150);
+  }
+  throw new Error(`${name} did not become ready within ${ms} ms; see ${logFile}`);
+}
+
+function tcpProbe(port: number, expect: string | null, send?: string): Promise<boolean> {
+  return new Promise((resolve) => {
+    const sock = netConnect({ host: '127.0.0.1', port });
+    let buf = '';
+    const done = (ok: boolean) => {
+      sock.destroy();
+      resolve(ok);
+    };
+    sock.setTimeout(1000, () => done(false));
+    sock.on('error', () => done(false));
+    sock.on('connect', () => {
+      if (send) sock.write(send);
+      if (expect === null) done(true);
+    });
+    sock.on('data', (d) => {
+      buf += d.toString();
+      if (expect !== null && buf.includes(expect)) done(true);
+    });
+  });
+}
+
+function spawnServer(cmd: string, args: string[], dir: string, opts: { uid?: number; gid?: number; env?: NodeJS.ProcessEnv } = {}) {
+  const logFile = join(dir, 'server.log');
+  const out = openSync(logFile, 'a');
+  const child = spawn(cmd, args, {
+    cwd: dir,
+    detached: true,
+    stdio: ['ignore', out, out],
+    uid: opts.uid,
+    gid: opts.gid,
+    env: opts.env ?? process.env,
+  });
+  writeFileSync(join(dir, 'server.pid'), `${child.pid}\n`);
+  child.on('error', () => {});
+  return { child, logFile };
+}
+
+function stopper(name: string, child: ChildProcess, dir: string, signal: NodeJS.Signals, log: Log): () => Promise<void> {
+  return async () => {
+    if (child.exitCode === null && child.pid) {
+      child.kill(signal);
+      if (!(await waitExit(child.pid, 30_000))) {
+        log(`${name} did not stop in 30 s; killing it`);
+        child.kill('SIGKILL');
+      }
+    }
+    rmSync(join(dir, 'server.pid'), { force: true });
+  };
+}
+
+function which(cmd: string): string | null {
+  const r = spawnSync('sh', ['-c', `command -v ${cmd}`], { encoding: 'utf8' });
+  return r.status === 0 ? r.stdout.trim() : null;
+}
+
+export async function startNats(cfg: Config, log: Log): Promise<LocalServer> {
+  const dir = join(cfg.dataDir, 'nats');
+  mkdirSync(join(dir, 'jetstream'), { recursive: true });
+  await stopStale(join(dir, 'server.pid'), log);
+  // max_payload above a report's 1 MiB limit: a published batch carries several reports.
+  writeFileSync(
+    join(dir, 'nats.conf'),
+    `listen: 127.0.0.1:${cfg.ports.nats}\nmax_payload: 8MB\njetstream {\n  store_dir: "${join(dir, 'jetstream')}"\n  max_file_store: 64GB\n  max_memory_store: 256MB\n}\n`,
+  );
+  const { child, logFile } = spawnServer(which('nats-server') ?? 'nats-server', ['-c', join(dir, 'nats.conf')], dir);
+  await waitFor('nats-server', () => tcpProbe(cfg.ports.nats, 'INFO'), child, logFile);
+  log(`nats-server ready on 127.0.0.1:${cfg.ports.nats} (data ${dir})`);
+  return { name: 'nats', stop: stopper('nats-server', child, dir, 'SIGTERM', log) };
+}
+
+export async function startRedis(cfg: Config, log: Log): Promise<LocalServer> {
+  const dir = join(cfg.dataDir, 'redis');
+  mkdirSync(dir, { recursive: true });
+  await stopStale(join(dir, 'server.pid'), log);
+  // Expired-key events drive the traffic light (issue 4): the project turns them on itself.
+  // Append-only file: BullMQ jobs and heartbeat keys survive a restart of the stack.
+  const args = [
+    '--port', String(cfg.ports.redis), '--bind', '127.0.0.1', '--dir', dir,
+    '--save', '', '--appendonly', 'yes', '--appendfsync', 'everysec',
+    '--notify-keyspace-events', 'Ex', '--daemonize', 'no', '--logfile', '',
+    '--maxmemory-policy', 'noeviction',
+  ];
+  const { child, logFile } = spawnServer(which('redis-server') ?? 'redis-server', args, dir);
+  await waitFor('redis-server', () => tcpProbe(cfg.ports.redis, '+PONG', 'PING\r\n'), child, logFile);
+  log(`redis-server ready on 127.0.0.1:${cfg.ports.redis} (data ${dir})`);
+  return { name: 'redis', stop: stopper('redis-server', child, dir, 'SIGTERM', log) };
+}
+
+function postgresBin(): string {
+  const versions = existsSync('/usr/lib/postgresql') ? readdirSync('/usr/lib/postgresql').sort((a, b) => Number(b) - Number(a)) : [];
+  for (const v of versions) if (existsSync(`/usr/lib/postgresql/${v}/bin/initdb`)) return `/usr/lib/postgresql/${v}/bin`;
+  throw new Error('PostgreSQL server binaries not found under /usr/lib/postgresql (apt-get install postgresql)');
+}
+
+function postgresUser(): { uid: number; gid: number } | null {
+  if (process.getuid?.() !== 0) return null; // not root: run as ourselves
+  const r = spawnSync('id', ['-u', 'postgres'], { encoding: 'utf8' });
+  const g = spawnSync('id', ['-g', 'postgres'], { encoding: 'utf8' });
+  if (r.status !== 0) throw new Error('running as root needs the system user "postgres" (from the postgresql package)');
+  return { uid: Number(r.stdout.trim()), gid: Number(g.stdout.trim()) };
+}
+
+export async function startPostgres(cfg: Config, log: Log, opts: { fast?: boolean } = {}): Promise<LocalServer> {
+  const bin = postgresBin();
+  const user = postgresUser();
+  // initdb and postgres refuse to run as root: as root they run as the "postgres" user, which must
+  // be able to reach the data folder. A clone under a mode-700 home is out of its reach: then the
+  // cluster lives under /var/lib/fleet-ingest instead (named after DATA_DIR), and we say so.
+  let dir = join(cfg.dataDir, 'postgres');
+  mkdirSync(dir, { recursive: true });
+  if (user) {
+    chownSync(dir, user.uid, user.gid);
+    const ok = spawnSync('test', ['-w', dir, '-a', '-x', dir], { uid: user.uid, gid: user.gid }).status === 0;
+    if (!ok) {
+      const alt = join('/var/lib/fleet-ingest', createHash('sha256').update(cfg.dataDir).digest('hex').slice(0, 16), 'postgres');
+      log(`the postgres user cannot reach ${dir}; keeping the Postgres cluster in ${alt}`);
+      dir = alt;
+      mkdirSync(dir, { recursive: true });
+      chownSync(dir, user.uid, user.gid);
+    }
+  }
+  const data = join(dir, 'data');
+  const pgEnv = { ...process.env, LC_ALL: 'C.UTF-8', LANG: 'C.UTF-8', HOME: dir };
+  if (!existsSync(join(data, 'PG_VERSION'))) {
+    log('initialising the Postgres cluster');
+    const r = spawnSync(join(bin, 'initdb'), ['-D', data, '-U', 'postgres', '--auth=trust', '-E', 'UTF8', '--locale=C.UTF-8'], {
+      cwd: dir,
+      uid: user?.uid,
+      gid: user?.gid,
+      env: pgEnv,
+      encoding: 'utf8',
+    });
+    if (r.status !== 0) throw new Error(`initdb failed: ${r.stderr || r.stdout}`);
+  }
+  // A postmaster left from a killed run keeps its pid in postmaster.pid.
+  const pmPid = join(data, 'postmaster.pid');
+  if (existsSync(pmPid)) await stopStale(pmPid, log);
+  const args = [
+    '-D', data, '-p', String(cfg.ports.postgres), '-k', dir,
+    '-c', 'listen_addresses=127.0.0.1', '-c', 'max_connections=300', '-c', 'shared_buffers=256MB',
+  ];
+  // Test stacks are thrown away after the run: skip fsync there.
+  if (opts.fast) args.push('-c', 'fsync=off', '-c', 'synchronous_commit=off', '-c', 'full_page_writes=off');
+  const { child, logFile } = spawnServer(join(bin, 'postgres'), args, dir, { uid: user?.uid, gid: user?.gid, env: pgEnv });
+  await waitFor('postgres', () => pgReady(bin, cfg.ports.postgres), child, logFile);
+  // The application database.
+  const dbName = new URL(cfg.databaseUrl).pathname.slice(1) || 'fleet';
+  await createDatabaseIfMissing(cfg.ports.postgres, dbName);
+  log(`postgres ready on 127.0.0.1:${cfg.ports.postgres} (data ${data})`);
+  // SIGINT = fast shutdown: roll back open transactions and stop at once.
+  return { name: 'postgres', stop: stopper('postgres', child, dir, 'SIGINT', log) };
+}
+
+async function pgReady(bin: string, port: number): Promise<boolean> {
+  const r = spawnSync(join(bin, 'pg_isready'), ['-h', '127.0.0.1', '-p', String(port), '-q'], { stdio: 'ignore' });
+  return r.status === 0;
+}
+
+async function createDatabaseIfMissing(port: number, name: string): Promise<void> {
+  const { default: pg } = await import('pg');
+  const c = new pg.Client({ connectionString: `postgres://postgres@127.0.0.1:${port}/postgres` });
+  await c.connect();
+  try {
+    const r = await c.query('SELECT 1 FROM pg_database WHERE datname = $1', [name]);
+    if (r.rowCount === 0) await c.query(`CREATE DATABASE "${name.replace(/"/g, '')}"`);
+  } finally {
+    await c.end();
+  }
+}
+
+export async function startClickHouse(cfg: Config, log: Log): Promise<LocalServer> {
+  const dir = join(cfg.dataDir, 'clickhouse');
+  for (const sub of ['data', 'tmp', 'user_files', 'format_schemas', 'log']) mkdirSync(join(dir, sub), { recursive: true });
+  await stopStale(join(dir, 'server.pid'), log);
+  // Root element <yandex>: ClickHouse 18.16 does not know <clickhouse>. Newer releases accept both.
+  writeFileSync(
+    join(dir, 'config.xml'),
+    `<?xml version="1.0"?>
+<yandex>
+  <logger>
+    <level>warning</level>
+    <log>${dir}/log/clickhouse-server.log</log>
+    <errorlog>${dir}/log/clickhouse-server.err.log</errorlog>
+    <size>100M</size>
+    <count>3</count>
+  </logger>
+  <http_port>${cfg.ports.clickhouseHttp}</http_port>
+  <tcp_port>${cfg.ports.clickhouseTcp}</tcp_port>
+  <listen_host>127.0.0.1</listen_host>
+  <path>${dir}/data/</path>
+  <tmp_path>${dir}/tmp/</tmp_path>
+  <user_files_path>${dir}/user_files/</user_files_path>
+  <format_schema_path>${dir}/format_schemas/</format_schema_path>
+  <users_config>${dir}/users.xml</users_config>
+  <default_profile>default</default_profile>
+  <default_database>default</default_database>
+  <timezone>UTC</timezone>
+  <mark_cache_size>268435456</mark_cache_size>
+  <max_concurrent_queries>200</max_concurrent_queries>
+  <keep_alive_timeout>10</keep_alive_timeout>
+</yandex>
+`,
+  );
+  writeFileSync(
+    join(dir, 'users.xml'),
+    `<?xml version="1.0"?>
+<yandex>
+  <profiles>
+    <default>
+      <max_memory_usage>4000000000</max_memory_usage>
+      <load_balancing>random</load_balancing>
+    </default>
+  </profiles>
+  <users>
+    <default>
+      <password></password>
+      <networks><ip>127.0.0.1</ip><ip>::1</ip></networks>
+      <profile>default</profile>
+      <quota>default</quota>
+    </default>
+  </users>
+  <quotas>
+    <default>
+      <interval>
+        <duration>3600</duration>
+        <queries>0</queries>
+        <errors>0</errors>
+        <result_rows>0</result_rows>
+        <read_rows>0</read_rows>
+        <execution_time>0</execution_time>
+      </interval>
+    </default>
+  </quotas>
+</yandex>
+`,
+  );
+  const bin = which('clickhouse-server') ?? which('clickhouse');
+  if (!bin) throw new Error('clickhouse-server not found (apt-get install clickhouse-server)');
+  const args = bin.endsWith('clickhouse') ? ['server', `--config-file=${join(dir, 'config.xml')}`] : [`--config-file=${join(dir, 'config.xml')}`];
+  const { child, logFile } = spawnServer(bin, args, dir);
+  const ping = async () => {
+    const r = await fetch(`http://127.0.0.1:${cfg.ports.clickhouseHttp}/ping`, { signal: AbortSignal.timeout(1000) });
+    return (await r.text()).startsWith('Ok.');
+  };
+  await waitFor('clickhouse-server', ping, child, logFile, 120_000);
+  log(`clickhouse-server ready on 127.0.0.1:${cfg.ports.clickhouseHttp} (data ${dir})`);
+  return { name: 'clickhouse', stop: stopper('clickhouse-server', child, dir, 'SIGTERM', log) };
+}
+
+/** Starts every server the environment does not point elsewhere (NATS_URL, REDIS_URL, ...). */
+export async function startLocalServers(cfg: Config, log: Log, opts: { fast?: boolean } = {}): Promise<LocalServer[]> {
+  mkdirSync(cfg.dataDir, { recursive: true });
+  const e = process.env;
+  const starts: Promise<LocalServer>[] = [];
+  if (!e.NATS_URL) starts.push(startNats(cfg, log));
+  if (!e.REDIS_URL) starts.push(startRedis(cfg, log));
+  if (!e.DATABASE_URL) starts.push(startPostgres(cfg, log, opts));
+  if (!e.CLICKHOUSE_URL) starts.push(startClickHouse(cfg, log));
+  const results = await Promise.allSettled(starts);
+  const started = results.filter((r): r is PromiseFulfilledResult<LocalServer> => r.status === 'fulfilled').map((r) => r.value);
+  const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+  if (failed) {
+    await stopServers(started, log);
+    throw failed.reason;
+  }
+  return started;
+}
+
+export async function stopServers(servers: LocalServer[], log: Log): Promise<void> {
+  await Promise.all(
+    servers.map(async (s) => {
+      await s.stop().catch((e) => log(`stopping ${s.name}: ${(e as Error).message}`));
+      log(`${s.name} stopped`);
+    }),
+  );
+}

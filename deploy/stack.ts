@@ -1,0 +1,198 @@
+// The stack runner behind `npm start` and `npm test` (called by deploy/bootstrap.mjs after install
+// and build). Reads top-down:
+//   start    servers -> migrations -> stream -> demo seed -> gateway, workers, api -> wait for a signal
+//   test     fresh test servers -> migrations -> tap over dist/test -> "N passed, N failed"
+//   servers  only the four servers, for working on one process by hand
+import { spawn, type ChildProcess } from 'node:child_process';
+import { existsSync, mkdirSync, writeFileSync, rmSync } from 'node:fs';
+import { join, dirname } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { loadConfig, type Config } from '../lib/config.js';
+import { migrate } from '../lib/db/migrate.js';
+import { connectNats, ensureStreams } from '../lib/db/nats.js';
+import { createPool } from '../lib/db/postgres.js';
+import { createCustomer, createToken, findCustomer } from '../lib/admin.js';
+import { startLocalServers, stopServers, type LocalServer } from './local-servers.js';
+import { runTests } from './test-runner.js';
+
+const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
+const log = (msg: string) => process.stderr.write(`[stack] ${msg}\n`);
+
+/** Test stacks get their own data folder and ports, so `npm test` can run beside `npm start`. */
+function useTestDefaults(): void {
+  const defaults: Record<string, string> = {
+    DATA_DIR: '.data/test',
+    NATS_PORT: '24222',
+    REDIS_PORT: '26379',
+    PG_PORT: '25432',
+    CLICKHOUSE_HTTP_PORT: '28123',
+    CLICKHOUSE_TCP_PORT: '29000',
+  };
+  for (const [k, v] of Object.entries(defaults)) if (!process.env[k]) process.env[k] = v;
+}
+
+async function prepare(cfg: Config): Promise<void> {
+  await migrate(cfg, log);
+  const nc = await connectNats(cfg.natsUrl, 'fleet-stack');
+  try {
+    await ensureStreams(await nc.jetstreamManager(), cfg);
+  } finally {
+    await nc.close();
+  }
+}
+
+/** First start: the demo customer and a token with both scopes, printed once and saved (mode 600). */
+async function seedDemo(cfg: Config): Promise<void> {
+  const pool = createPool(cfg.databaseUrl, 1, 'fleet-seed');
+  try {
+    const tokenFile = join(cfg.dataDir, 'demo-token');
+    if (await findCustomer(pool, 'demo')) {
+      if (existsSync(tokenFile)) log(`demo customer exists; its token is in ${tokenFile}`);
+      return;
+    }
+    const customer = await createCustomer(pool, 'demo', 'Demo customer');
+    const { token } = await createToken(pool, customer.id, 'demo token', ['ingest', 'read']);
+    writeFileSync(tokenFile, token + '\n', { mode: 0o600 });
+    const g = `http://${cfg.gateway.host}:${cfg.gateway.port}`;
+    const a = `http://${cfg.api.host}:${cfg.api.port}`;
+    process.stdout.write(
+      [
+        '',
+        'Seeded customer "demo". Its API token (shown once; saved to ' + tokenFile + ', mode 600):',
+        '',
+        `  ${token}`,
+        '',
+        'Try it:',
+        `  curl -H "Authorization: Bearer $(cat ${tokenFile})" -H 'Content-Type: application/json' -d '{}' \\`,
+        `    ${g}/api/ingest/demo/m1/agent/heartbeat`,
+        `  curl -H "Authorization: Bearer $(cat ${tokenFile})" ${a}/api/instances`,
+        '',
+      ].join('\n'),
+    );
+  } finally {
+    await pool.end();
+  }
+}
+
+interface Managed {
+  name: string;
+  script: string;
+  env: NodeJS.ProcessEnv;
+  child?: ChildProcess;
+  stopping?: boolean;
+}
+
+function launch(m: Managed): void {
+  // stdin is a pipe the child watches: if this runner dies, the child sees EOF and shuts down.
+  const child = spawn(process.execPath, ['--enable-source-maps', join(root, 'dist', m.script)], {
+    cwd: root,
+    env: { ...process.env, ...m.env, FLEET_SUPERVISED: '1' },
+    stdio: ['pipe', 'inherit', 'inherit'],
+    detached: true,
+  });
+  m.child = child;
+  child.on('exit', (code, signal) => {
+    if (m.stopping) return;
+    log(`${m.name} exited (${code ?? signal}); restarting in 1 s`);
+    setTimeout(() => !m.stopping && launch(m), 1000);
+  });
+}
+
+async function stop(m: Managed, ms: number): Promise<void> {
+  m.stopping = true;
+  const child = m.child;
+  if (!child || child.exitCode !== null || child.signalCode !== null) return;
+  await new Promise<void>((resolve) => {
+    const t = setTimeout(() => {
+      log(`${m.name} did not stop in ${ms} ms; killing it`);
+      child.kill('SIGKILL');
+    }, ms);
+    child.once('exit', () => {
+      clearTimeout(t);
+      resolve();
+    });
+    child.kill('SIGTERM');
+  });
+}
+
+async function start(): Promise<void> {
+  const cfg = loadConfig();
+  mkdirSync(cfg.dataDir, { recursive: true });
+  const servers = await startLocalServers(cfg, log);
+  let apps: Managed[] = [];
+  let shuttingDown = false;
+  const shutdown = async (why: string) => {
+    if (shuttingDown) return;
+    shuttingDown = true;
+    log(`${why}: stopping`);
+    // Front doors first (no new work), then the workers finish their batches, then the servers.
+    await Promise.all(apps.filter((a) => a.name !== 'worker').map((a) => stop(a, cfg.gateway.shutdownGraceMs + 5000)));
+    await Promise.all(apps.filter((a) => a.name === 'worker').map((a) => stop(a, 30_000)));
+    await stopServers(servers, log);
+    log('stopped');
+    process.exit(0);
+  };
+  for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) process.on(sig, () => void shutdown(sig));
+  try {
+    await prepare(cfg);
+    await seedDemo(cfg);
+  } catch (e) {
+    log(`start-up failed: ${(e as Error).stack ?? e}`);
+    await stopServers(servers, log);
+    process.exit(1);
+  }
+  const workers = Math.max(1, Number(process.env.WORKERS ?? 1));
+  apps = [
+    { name: 'gateway', script: 'gateway/main.js', env: {} },
+    ...Array.from({ length: workers }, (_, i) => ({
+      name: 'worker',
+      script: 'workers/main.js',
+      env: i === 0 ? { WORKER_HTTP_PORT: process.env.WORKER_HTTP_PORT ?? '8082' } : {},
+    })),
+    { name: 'api', script: 'api/main.js', env: {} },
+  ];
+  if (shuttingDown) return;
+  for (const a of apps) launch(a);
+  log(`gateway http://${cfg.gateway.host}:${cfg.gateway.port}  api http://${cfg.api.host}:${cfg.api.port}  (Ctrl-C stops everything)`);
+}
+
+async function test(args: string[]): Promise<void> {
+  useTestDefaults();
+  const cfg = loadConfig();
+  // A test stack starts empty every run.
+  for (const sub of ['nats', 'redis', 'postgres', 'clickhouse']) rmSync(join(cfg.dataDir, sub), { recursive: true, force: true });
+  mkdirSync(cfg.dataDir, { recursive: true });
+  const servers = await startLocalServers(cfg, log, { fast: true });
+  let code = 1;
+  const onSignal = () => void stopServers(servers, log).then(() => process.exit(130));
+  process.on('SIGINT', onSignal);
+  process.on('SIGTERM', onSignal);
+  try {
+    code = await runTests(cfg, root, args);
+  } finally {
+    await stopServers(servers, log);
+  }
+  process.exit(code);
+}
+
+async function serversOnly(): Promise<void> {
+  const cfg = loadConfig();
+  const servers: LocalServer[] = await startLocalServers(cfg, log);
+  await prepare(cfg);
+  log('servers up; Ctrl-C stops them');
+  const bye = () => void stopServers(servers, log).then(() => process.exit(0));
+  process.on('SIGINT', bye);
+  process.on('SIGTERM', bye);
+}
+
+const [mode, ...args] = process.argv.slice(2);
+const modes: Record<string, (a: string[]) => Promise<void>> = { start, test, servers: serversOnly };
+const fn = modes[mode ?? 'start'];
+if (!fn) {
+  log(`unknown mode ${mode}; use one of ${Object.keys(modes).join(', ')}`);
+  process.exit(2);
+}
+fn(args).catch((e) => {
+  log(`failed: ${(e as Error).stack ?? e}`);
+  process.exit(1);
+});

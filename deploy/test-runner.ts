@@ -1,0 +1,84 @@
+// Runs the tap suite (compiled to dist/test) against the test stack's servers and ends with the
+// plain line `N passed, N failed`: N counts the named tests (t.test blocks) of every file; a file
+// that fails outside any named test counts as one failed test.
+import { spawn } from 'node:child_process';
+import { readdirSync, statSync } from 'node:fs';
+import { join, relative } from 'node:path';
+import type { Config } from '../lib/config.js';
+
+function findTests(dir: string): string[] {
+  const out: string[] = [];
+  for (const e of readdirSync(dir)) {
+    const p = join(dir, e);
+    if (statSync(p).isDirectory()) out.push(...findTests(p));
+    else if (e.endsWith('.test.js')) out.push(p);
+  }
+  return out.sort();
+}
+
+export interface TapCounts {
+  passed: number;
+  failed: number;
+}
+
+/** Counts test points one level inside each file (named tests); a failing file with none counts once. */
+export function countTap(output: string): TapCounts {
+  let passed = 0;
+  let failed = 0;
+  let fileFailuresInside = 0;
+  for (const line of output.split('\n')) {
+    const inner = /^ {4}(not )?ok \d+ - /.exec(line);
+    if (inner) {
+      if (inner[1]) {
+        failed++;
+        fileFailuresInside++;
+      } else passed++;
+      continue;
+    }
+    const top = /^(not )?ok \d+ - /.exec(line);
+    if (top) {
+      if (top[1] && fileFailuresInside === 0) failed++;
+      fileFailuresInside = 0;
+    }
+  }
+  return { passed, failed };
+}
+
+export async function runTests(cfg: Config, root: string, filters: string[]): Promise<number> {
+  const all = findTests(join(root, 'dist', 'test'));
+  const files = filters.length ? all.filter((f) => filters.some((x) => f.includes(x.replace(/\.ts$/, '')))) : all;
+  if (files.length === 0) {
+    process.stdout.write('no test files matched\n0 passed, 0 failed\n');
+    return 1;
+  }
+  const env = {
+    ...process.env,
+    NATS_URL: cfg.natsUrl,
+    REDIS_URL: cfg.redisUrl,
+    DATABASE_URL: cfg.databaseUrl,
+    CLICKHOUSE_URL: cfg.clickhouseUrl,
+    FLEET_ROOT: root,
+    NODE_OPTIONS: '--enable-source-maps',
+    LOG_LEVEL: process.env.LOG_LEVEL ?? 'warn',
+  };
+  const args = [
+    join(root, 'node_modules', 'tap', 'dist', 'esm', 'run.mjs'),
+    '--disable-coverage',
+    '--allow-empty-coverage',
+    '-R', 'tap',
+    '--timeout', process.env.TEST_TIMEOUT_S ?? '600',
+    '--jobs', process.env.TEST_JOBS ?? '2',
+    ...files.map((f) => relative(root, f)),
+  ];
+  const child = spawn(process.execPath, args, { cwd: root, env, stdio: ['ignore', 'pipe', 'inherit'] });
+  let output = '';
+  child.stdout.on('data', (d: Buffer) => {
+    output += d.toString();
+    process.stdout.write(d);
+  });
+  const code: number = await new Promise((resolve) => child.on('close', (c) => resolve(c ?? 1)));
+  const counts = countTap(output);
+  if (code !== 0 && counts.failed === 0) counts.failed = 1; // tap failed outside any test (crash, timeout)
+  process.stdout.write(`\n${counts.passed} passed, ${counts.failed} failed\n`);
+  return counts.failed === 0 && code === 0 ? 0 : 1;
+}

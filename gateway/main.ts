@@ -1,0 +1,137 @@
+// Gateway process: token + payload validation in front of NATS JetStream. Reads top-down:
+// config -> uWS (native or refuse) -> Postgres (tokens) -> NATS (stream) -> routes -> listen ->
+// graceful shutdown (stop accepting, settle every report in flight, drain NATS, exit).
+import { Events } from 'nats';
+import { loadConfig } from '../lib/config.js';
+import { createLogger } from '../lib/log.js';
+import { createMetrics } from '../lib/metrics.js';
+import { createPool } from '../lib/db/postgres.js';
+import { connectNats, ensureStreams } from '../lib/db/nats.js';
+import { subjects } from '../lib/messages.js';
+import { loadUws, UwsFallbackError, type us_listen_socket } from './uws.js';
+import { TokenCache } from './token-cache.js';
+import { BatchPublisher } from './publisher.js';
+import { RejectionLog } from './rejection-log.js';
+import { registerRoutes } from './server.js';
+
+const cfg = loadConfig();
+const log = createLogger('gateway', cfg.logLevel);
+
+let uwsLoaded;
+try {
+  uwsLoaded = loadUws(cfg.gateway.allowUwsFallback);
+} catch (e) {
+  if (e instanceof UwsFallbackError) {
+    log.fatal(e.message);
+    process.exit(78); // EX_CONFIG
+  }
+  throw e;
+}
+const { uws, native } = uwsLoaded;
+if (!native) log.warn('running on the pure-JS uWS fallback (UWS_ALLOW_FALLBACK=1): expect a fraction of the native throughput');
+
+const metrics = createMetrics('gateway');
+const pool = createPool(cfg.databaseUrl, 4, 'fleet-gateway');
+const tokens = new TokenCache(pool, cfg.cacheRefreshMs, (e) => log.warn({ err: e }, 'token refresh failed'));
+await tokens.start();
+
+const subj = subjects(cfg.subjectPrefix);
+const nc = await connectNats(cfg.natsUrl, `gateway-${process.pid}`);
+const js = nc.jetstream();
+let streamOk = false;
+async function checkStream(): Promise<void> {
+  try {
+    await ensureStreams(await nc.jetstreamManager(), cfg);
+    streamOk = true;
+  } catch (e) {
+    streamOk = false;
+    log.error({ err: e }, 'stream check failed');
+  }
+}
+await checkStream();
+
+const publishHist = metrics.histogram('gateway_publish_seconds', 'JetStream publish round trip per group', [0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5]);
+const groupHist = metrics.histogram('gateway_publish_group_reports', 'Reports per JetStream publish', [1, 2, 5, 10, 20, 50, 100, 200, 500]);
+const publishFailed = metrics.counter('gateway_publish_failed_reports_total', 'Reports refused with 503 because the publish failed');
+const publisher = new BatchPublisher(
+  nc,
+  js,
+  {
+    subject: subj.reports,
+    streamName: cfg.streamName,
+    timeoutMs: cfg.gateway.publishTimeoutMs,
+    maxReports: cfg.gateway.publishMaxReports,
+    maxBytes: cfg.gateway.publishMaxBytes,
+    maxInflight: cfg.gateway.publishMaxInflight,
+  },
+  {
+    published: (n, _bytes, ms) => {
+      publishHist.observe(ms / 1000);
+      groupHist.observe(n);
+    },
+    failed: (n, reason) => {
+      publishFailed.inc(n);
+      log.warn({ reports: n, reason }, 'publish failed');
+    },
+  },
+);
+publisher.connected = !nc.isClosed();
+
+void (async () => {
+  for await (const s of nc.status()) {
+    if (s.type === Events.Disconnect) {
+      publisher.connected = false;
+      log.warn('NATS disconnected: answering 503 until it is back');
+    } else if (s.type === Events.Reconnect) {
+      publisher.connected = true;
+      log.info('NATS reconnected');
+      void checkStream();
+    }
+  }
+})();
+
+const rejections = new RejectionLog(nc, subj.rejections, cfg.gateway.rejectionLogRate, cfg.gateway.rejectionLogBurst, () => publisher.connected);
+const rejectionsDropped = metrics.gauge('gateway_rejection_log_dropped_total', 'Rejections counted but not written (log rate limit)');
+const readyGauge = metrics.gauge('gateway_ready', '1 while NATS is connected and the stream exists');
+setInterval(() => {
+  rejectionsDropped.set(rejections.droppedTotal);
+  readyGauge.set(publisher.connected && streamOk ? 1 : 0);
+}, 1000).unref();
+
+let closing = false;
+const app = uws.App();
+registerRoutes(app, {
+  cfg,
+  log,
+  metrics,
+  tokens,
+  publisher,
+  rejections,
+  isReady: () => publisher.connected && streamOk && !closing,
+  isClosing: () => closing,
+});
+
+const listenSocket: us_listen_socket = await new Promise((resolve, reject) =>
+  app.listen(cfg.gateway.host, cfg.gateway.port, (s) => (s ? resolve(s) : reject(new Error(`cannot listen on ${cfg.gateway.host}:${cfg.gateway.port}`)))),
+);
+const port = uws.us_socket_local_port(listenSocket as never);
+log.info({ host: cfg.gateway.host, port, native }, 'listening');
+
+async function shutdown(why: string): Promise<void> {
+  if (closing) return;
+  closing = true;
+  log.info({ why, outstanding: publisher.outstanding }, 'shutting down: no new connections, settling reports in flight');
+  uws.us_listen_socket_close(listenSocket);
+  const grace = new Promise((r) => setTimeout(r, cfg.gateway.shutdownGraceMs).unref());
+  await Promise.race([publisher.idle(), grace]);
+  rejections.close();
+  tokens.stop();
+  await nc.drain().catch(() => {});
+  await pool.end().catch(() => {});
+  log.info('stopped');
+  process.exit(0);
+}
+process.on('SIGTERM', () => void shutdown('SIGTERM'));
+process.on('SIGINT', () => void shutdown('SIGINT'));
+// Supervised by the stack runner: its death closes our stdin.
+if (process.env.FLEET_SUPERVISED === '1') process.stdin.on('end', () => void shutdown('supervisor gone')).resume();

@@ -1,0 +1,276 @@
+// The gateway's HTTP surface: the ingest routes of lib/routes.ts on uWS. Per request, in order:
+// path slugs (400), bearer token (403), per-token rate (429), Content-Type (415), size (413), body,
+// JSON (400), schema (422), then one report handed to the publisher and answered when JetStream has
+// stored it (200), or 503. Every refusal is answered `{"detail"}` and goes to the rejection log.
+import { randomUUID } from 'node:crypto';
+import type { TemplatedApp, HttpResponse, HttpRequest } from './uws.js';
+import type { Config } from '../lib/config.js';
+import type { Logger } from '../lib/log.js';
+import type { Metrics } from '../lib/metrics.js';
+import { HttpError, badRequest, forbidden, unprocessable, statusLine } from '../lib/errors.js';
+import { isSlug, uuidFromName } from '../lib/ids.js';
+import { encodeReport } from '../lib/messages.js';
+import { routesOf, colonPath, pathRegex, checkHandlers, type RouteSpec } from '../lib/routes.js';
+import { compile, type Validator } from '../lib/validation.js';
+import { Heartbeat, Status, diagnosticsSchema, SNAPSHOT_MAX_BYTES, SNAPSHOT_MAX_DEPTH, type ReportKind } from '../lib/schemas/ingest.js';
+import { Ctx, readBody } from './request.js';
+import type { TokenCache, TokenInfo } from './token-cache.js';
+import type { BatchPublisher } from './publisher.js';
+import type { RejectionLog } from './rejection-log.js';
+import { RateLimiter } from './rate-limiter.js';
+
+export interface GatewayDeps {
+  cfg: Config;
+  log: Logger;
+  metrics: Metrics;
+  tokens: TokenCache;
+  publisher: BatchPublisher;
+  rejections: RejectionLog;
+  isReady(): boolean;
+  isClosing(): boolean;
+}
+
+type Handler = (res: HttpResponse, req: HttpRequest) => void;
+
+const OK = '{"ok":true}';
+
+export function registerRoutes(app: TemplatedApp, d: GatewayDeps): void {
+  const { cfg, metrics } = d;
+  const limiter = new RateLimiter(cfg.gateway.rateLimit, cfg.gateway.rateBurst);
+  const responses = metrics.counter('gateway_responses_total', 'Ingest responses by kind and status', ['kind', 'status']);
+  const accepted = Object.fromEntries(['heartbeat', 'diagnostics', 'status'].map((k) => [k, responses.labels(k, '200')]));
+  const pendingBodies = new Set<Ctx>();
+
+  function reject(ctx: Ctx, kind: string, err: HttpError, token?: TokenInfo, customer = ''): void {
+    responses.labels(kind, String(err.status)).inc();
+    d.rejections.record({
+      at: Date.now(),
+      customer_id: token?.customerId ?? '',
+      customer: token?.customer ?? customer,
+      token_id: token?.id ?? '',
+      method: ctx.method,
+      path: ctx.path,
+      status: err.status,
+      detail: err.detail,
+      body_size: ctx.bodySize,
+      remote: ctx.remote(),
+    });
+    ctx.sendError(err);
+  }
+
+  // Slow clients: a body that has not fully arrived BODY_TIMEOUT_MS after the headers gets 408.
+  const sweep = setInterval(() => {
+    const now = Date.now();
+    for (const ctx of pendingBodies) {
+      if (ctx.done || ctx.aborted) pendingBodies.delete(ctx);
+      else if (now > ctx.bodyDeadline) {
+        pendingBodies.delete(ctx);
+        reject(ctx, 'timeout', new HttpError(408, `the request body did not arrive within ${cfg.gateway.bodyTimeoutMs} ms`));
+      }
+    }
+  }, 1000);
+  sweep.unref();
+
+  function rateLimited(t: TokenInfo): HttpError | null {
+    if (limiter.take(t.id)) return null;
+    return new HttpError(429, `over the rate limit of ${cfg.gateway.rateLimit} requests/s for this token`, { retryAfterS: limiter.retryAfterS() });
+  }
+
+  const validators: Record<ReportKind, Validator<unknown>> = {
+    heartbeat: compile(Heartbeat),
+    diagnostics: compile(diagnosticsSchema(cfg.gateway.maxItems)),
+    status: compile(Status),
+  };
+
+  /** Checks beyond what JSON Schema can say (sizes of nested trees). */
+  function extraChecks(kind: ReportKind, body: Record<string, unknown>, rawSize: number): HttpError | null {
+    if (kind === 'status' && body.snapshot !== undefined) {
+      if (rawSize > SNAPSHOT_MAX_BYTES && Buffer.byteLength(JSON.stringify(body.snapshot)) > SNAPSHOT_MAX_BYTES) {
+        return new HttpError(413, `snapshot larger than ${SNAPSHOT_MAX_BYTES} bytes`);
+      }
+      if (depthOver(body.snapshot, SNAPSHOT_MAX_DEPTH)) {
+        return unprocessable(`snapshot nested deeper than ${SNAPSHOT_MAX_DEPTH} levels`, [{ path: '/snapshot', message: `depth over ${SNAPSHOT_MAX_DEPTH}` }]);
+      }
+    }
+    return null;
+  }
+
+  function ingestReport(kind: ReportKind): Handler {
+    const validate = validators[kind];
+    return (res, req) => {
+      // Copy what we need from req now: uWS reuses it once this function returns.
+      const ctx = new Ctx(res, 'POST', req.getUrl(), cfg.gateway.trustProxy ? req.getHeader('x-forwarded-for') : '');
+      const customer = req.getParameter(0)!;
+      const machine = req.getParameter(1)!;
+      const software = req.getParameter(2)!;
+      const authorization = req.getHeader('authorization');
+      const contentType = req.getHeader('content-type');
+      const contentLength = req.getHeader('content-length');
+      const idemKey = req.getHeader('idempotency-key');
+
+      if (d.isClosing()) return reject(ctx, kind, new HttpError(503, 'gateway shutting down; retry', { retryAfterS: 1 }));
+      for (const [name, value] of [['customer', customer], ['machine', machine], ['software', software]] as const) {
+        if (!isSlug(value)) {
+          return reject(ctx, kind, badRequest(`invalid ${name} slug ${JSON.stringify(value.slice(0, 80))}: must match ^[a-z0-9][a-z0-9-]*$ (1 to 64 characters)`), undefined, isSlug(customer) ? customer : '');
+        }
+      }
+      const bearer = parseBearer(authorization);
+      if (bearer === null) return reject(ctx, kind, forbidden('missing bearer token: send Authorization: Bearer <API token>'), undefined, customer);
+      const known = d.tokens.peek(bearer);
+      if (known !== undefined) {
+        const err = authorise(known, customer) ?? rateLimited(known);
+        if (err) return reject(ctx, kind, err, known, customer);
+      }
+      if (!isJson(contentType)) {
+        return reject(ctx, kind, new HttpError(415, `Content-Type must be application/json, got ${JSON.stringify(contentType.slice(0, 100))}`), known, customer);
+      }
+      if (idemKey.length > 256) return reject(ctx, kind, badRequest('Idempotency-Key longer than 256 characters'), known, customer);
+      const limit = cfg.gateway.bodyLimit;
+      if (contentLength !== '' && Number(contentLength) > limit) {
+        return reject(ctx, kind, new HttpError(413, `body of ${contentLength} bytes is over the limit of ${limit} bytes`), known, customer);
+      }
+
+      // The token is usually known; when it is not, look it up while the body arrives.
+      let token: TokenInfo | undefined | null = known ?? null;
+      let body: Buffer | null = null;
+      if (known === undefined) {
+        d.tokens.lookup(bearer).then(
+          (t) => {
+            const err = t ? (authorise(t, customer) ?? rateLimited(t)) : forbidden('invalid token');
+            if (err) return reject(ctx, kind, err, t, customer);
+            token = t;
+            if (body !== null) accept(ctx, token!, body);
+          },
+          (e) => {
+            d.log.warn({ err: e }, 'token lookup failed');
+            reject(ctx, kind, new HttpError(503, 'token check unavailable; retry', { retryAfterS: 2 }), undefined, customer);
+          },
+        );
+      }
+      ctx.bodyDeadline = Date.now() + cfg.gateway.bodyTimeoutMs;
+      pendingBodies.add(ctx);
+      readBody(
+        ctx,
+        limit,
+        (b) => {
+          pendingBodies.delete(ctx);
+          body = b;
+          if (token) accept(ctx, token, body);
+        },
+        () => {
+          pendingBodies.delete(ctx);
+          reject(ctx, kind, new HttpError(413, `body over the limit of ${limit} bytes`), token ?? undefined, customer);
+        },
+      );
+
+      function accept(ctx: Ctx, tok: TokenInfo, raw: Buffer): void {
+        if (ctx.done) return;
+        let data: unknown = {};
+        if (raw.length > 0) {
+          try {
+            data = JSON.parse(raw.toString('utf8'));
+          } catch (e) {
+            return reject(ctx, kind, badRequest(`malformed JSON: ${(e as Error).message}`), tok);
+          }
+        }
+        if (data === null || typeof data !== 'object' || Array.isArray(data)) {
+          return reject(ctx, kind, unprocessable('the body must be a JSON object', [{ path: '/', message: 'must be object' }]), tok);
+        }
+        if (!validate(data)) {
+          const errors = validate.errorsOf(data);
+          return reject(ctx, kind, unprocessable(`schema violation: ${errors.map((e) => `${e.path} ${e.message}`).join('; ')}`, errors), tok);
+        }
+        const extra = extraChecks(kind, data as Record<string, unknown>, raw.length);
+        if (extra) return reject(ctx, kind, extra, tok);
+
+        const id = idemKey ? uuidFromName(tok.customerId, idemKey) : randomUUID();
+        const report = encodeReport(
+          { id, k: kind, c: tok.customerId, cs: tok.customer, m: machine, s: software, t: tok.id, at: Date.now(), ik: idemKey || undefined },
+          raw,
+        );
+        if (report.length > d.publisher.maxReportBytes) {
+          return reject(ctx, kind, new HttpError(413, `report of ${report.length} bytes is over the queue's message limit`), tok);
+        }
+        d.publisher.add(report, (err) => {
+          if (err) return reject(ctx, kind, err, tok);
+          accepted[kind]!.inc();
+          ctx.send(200, OK);
+        });
+      }
+    };
+  }
+
+  const handlers: Record<string, Handler> = {
+    ingest_heartbeat: ingestReport('heartbeat'),
+    ingest_diagnostics: ingestReport('diagnostics'),
+    ingest_status: ingestReport('status'),
+    gateway_healthz: (res) => plain(res, 200, OK),
+    gateway_readyz: (res) =>
+      d.isReady() ? plain(res, 200, OK) : plain(res, 503, JSON.stringify({ detail: 'not ready: NATS not connected or stream missing' })),
+    gateway_metrics: (res) => {
+      let aborted = false;
+      res.onAborted(() => (aborted = true));
+      void metrics.text().then((text) => {
+        if (!aborted) res.cork(() => res.writeHeader('Content-Type', metrics.contentType).end(text));
+      });
+    },
+  };
+
+  const table = routesOf('gateway');
+  checkHandlers('gateway', handlers);
+  for (const r of table) {
+    const h = handlers[r.operationId]!;
+    const path = colonPath(r.path);
+    if (r.method === 'GET') app.get(path, h);
+    else if (r.method === 'POST') app.post(path, h);
+    else if (r.method === 'PUT') app.put(path, h);
+    else app.del(path, h);
+  }
+  app.any('/*', notFoundOrMethod(table, (ctx, err) => (ctx.path.startsWith('/api/ingest') ? reject(ctx, 'unknown', err) : ctx.sendError(err))));
+}
+
+/** 404 for an unknown path, 405 (with Allow) for a known path and the wrong method. */
+function notFoundOrMethod(table: RouteSpec[], respond: (ctx: Ctx, err: HttpError) => void): Handler {
+  const patterns = table.map((r) => ({ re: pathRegex(r.path), method: r.method }));
+  return (res, req) => {
+    const ctx = new Ctx(res, req.getCaseSensitiveMethod(), req.getUrl(), '');
+    const allowed = patterns.filter((p) => p.re.test(ctx.path)).map((p) => p.method);
+    if (allowed.length === 0) return respond(ctx, new HttpError(404, `no such endpoint: ${ctx.path.slice(0, 200)}`));
+    const err = new HttpError(405, `method ${ctx.method} not allowed here; use ${[...new Set(allowed)].join(', ')}`);
+    respond(ctx, err);
+  };
+}
+
+function plain(res: HttpResponse, status: number, body: string): void {
+  res.cork(() => res.writeStatus(statusLine(status)).writeHeader('Content-Type', 'application/json').end(body));
+}
+
+function parseBearer(h: string): string | null {
+  if (h.length < 8 || h.slice(0, 7).toLowerCase() !== 'bearer ') return null;
+  const t = h.slice(7).trim();
+  return t.length > 0 && t.length <= 512 ? t : null;
+}
+
+function isJson(ct: string): boolean {
+  if (ct === 'application/json') return true;
+  const semi = ct.indexOf(';');
+  return (semi === -1 ? ct : ct.slice(0, semi)).trim().toLowerCase() === 'application/json';
+}
+
+function authorise(t: TokenInfo, customer: string): HttpError | null {
+  if (t.revoked) return forbidden('token revoked');
+  if (!t.scopes.includes('ingest')) return forbidden('token lacks the ingest scope');
+  if (t.customer !== customer) return forbidden(`token not authorised for customer ${customer}`);
+  return null;
+}
+
+function depthOver(v: unknown, max: number): boolean {
+  const stack: [unknown, number][] = [[v, 1]];
+  while (stack.length) {
+    const [x, d] = stack.pop()!;
+    if (x === null || typeof x !== 'object') continue;
+    if (d > max) return true;
+    for (const c of Array.isArray(x) ? x : Object.values(x)) if (c !== null && typeof c === 'object') stack.push([c, d + 1]);
+  }
+  return false;
+}

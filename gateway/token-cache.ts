@@ -1,0 +1,106 @@
+// Every API token (hash, customer, scopes, revoked) in memory: the ingest hot path authorises
+// without a query. Refreshed every CACHE_REFRESH_MS, so a revocation is effective on every replica
+// within about a second. A token unknown to the copy (created a moment ago on another replica)
+// is looked up once, under a global budget, so a flood of random tokens cannot reach Postgres.
+import { hashToken } from '../lib/ids.js';
+import type { Pool } from '../lib/db/postgres.js';
+import { SyncedMap } from '../lib/synced-map.js';
+import { RateLimiter } from './rate-limiter.js';
+
+export interface TokenInfo {
+  id: string;
+  customerId: string;
+  customer: string;
+  scopes: string[];
+  revoked: boolean;
+}
+
+interface Row {
+  id: string;
+  customer_id: string;
+  customer: string;
+  token_hash: string;
+  scopes: string[];
+  revoked_at: Date | null;
+  updated_at: Date;
+}
+
+const SELECT = `SELECT t.id, t.customer_id, c.slug AS customer, t.token_hash, t.scopes, t.revoked_at,
+                       GREATEST(t.updated_at, c.updated_at) AS updated_at
+                  FROM api_tokens t JOIN customers c ON c.id = t.customer_id`;
+
+export class TokenCache {
+  private readonly map: SyncedMap<Row, TokenInfo>;
+  /** Bearer string -> hash, so the hot path hashes each distinct token once. */
+  private hashes = new Map<string, string>();
+  private misses = new Map<string, number>();
+  private missBudget = new RateLimiter(50, 100);
+
+  constructor(
+    private readonly pool: Pool,
+    intervalMs: number,
+    onError: (e: unknown) => void,
+  ) {
+    this.map = new SyncedMap<Row, TokenInfo>({
+      pool,
+      fullQuery: SELECT,
+      deltaQuery: `${SELECT} WHERE t.updated_at > $1 OR c.updated_at > $1`,
+      key: (r) => r.token_hash,
+      value: toInfo,
+      intervalMs,
+      onError,
+    });
+  }
+
+  start(): Promise<void> {
+    return this.map.start();
+  }
+
+  stop(): void {
+    this.map.stop();
+  }
+
+  get lastRefresh(): number {
+    return this.map.lastRefresh;
+  }
+
+  private hashOf(bearer: string): string {
+    let h = this.hashes.get(bearer);
+    if (h === undefined) {
+      h = hashToken(bearer);
+      if (this.hashes.size > 100_000) this.hashes.clear();
+      this.hashes.set(bearer, h);
+    }
+    return h;
+  }
+
+  /** Synchronous answer from the copy: the token, or undefined when the copy does not know it. */
+  peek(bearer: string): TokenInfo | undefined {
+    return this.map.get(this.hashOf(bearer));
+  }
+
+  /** The slow path for a token the copy does not know: one query, within the global budget. */
+  async lookup(bearer: string): Promise<TokenInfo | undefined> {
+    const hash = this.hashOf(bearer);
+    const known = this.map.get(hash);
+    if (known) return known;
+    const now = Date.now();
+    const missedAt = this.misses.get(hash);
+    if (missedAt !== undefined && now - missedAt < 2000) return undefined;
+    if (!this.missBudget.take('all', now)) return undefined;
+    const r = await this.pool.query<Row>(`${SELECT} WHERE t.token_hash = $1`, [hash]);
+    const row = r.rows[0];
+    if (!row) {
+      if (this.misses.size > 10_000) this.misses.clear();
+      this.misses.set(hash, now);
+      return undefined;
+    }
+    const info = toInfo(row);
+    this.map.set(hash, info);
+    return info;
+  }
+}
+
+function toInfo(r: Row): TokenInfo {
+  return { id: r.id, customerId: r.customer_id, customer: r.customer, scopes: r.scopes, revoked: r.revoked_at !== null };
+}

@@ -1,0 +1,80 @@
+// `fleet`: the operator's command line (commander for parsing: subcommands, help and errors for free).
+// Reads the same environment as the services (lib/config.ts): DATABASE_URL, CLICKHOUSE_URL, ...
+import { Command } from 'commander';
+import { loadConfig } from '../config.js';
+import { migrate } from '../db/migrate.js';
+import { createPool } from '../db/postgres.js';
+import { createCustomer, createToken, findCustomer, listTokens, revokeToken, type Scope } from '../admin.js';
+
+const cfg = loadConfig();
+const program = new Command('fleet').description('Fleet ingest service administration').showHelpAfterError();
+
+function fail(msg: string): never {
+  process.stderr.write(`fleet: ${msg}\n`);
+  process.exit(1);
+}
+
+async function withPool<T>(fn: (pool: ReturnType<typeof createPool>) => Promise<T>): Promise<T> {
+  const pool = createPool(cfg.databaseUrl, 2, 'fleet-cli');
+  try {
+    return await fn(pool);
+  } finally {
+    await pool.end();
+  }
+}
+
+program
+  .command('migrate')
+  .description('apply the Postgres and ClickHouse schema (lib/db/schema.ts)')
+  .action(async () => {
+    const applied = await migrate(cfg, (m) => process.stdout.write(`${m}\n`));
+    if (applied.length === 0) process.stdout.write('schema up to date\n');
+  });
+
+const customer = program.command('customer').description('customers');
+customer
+  .command('create <slug>')
+  .option('--name <name>', 'display name')
+  .description('create a customer')
+  .action(async (slug: string, o: { name?: string }) => {
+    const c = await withPool((p) => createCustomer(p, slug, o.name)).catch((e) => fail((e as Error).message));
+    process.stdout.write(`${c.id}\t${c.slug}\n`);
+  });
+
+const token = program.command('token').description('API tokens');
+token
+  .command('create <customer>')
+  .option('--name <name>', 'a name to recognise the token by', '')
+  .option('--scopes <scopes>', 'comma-separated: ingest, read', 'ingest,read')
+  .description('create a token; it is printed once and stored only as a hash')
+  .action(async (slug: string, o: { name: string; scopes: string }) => {
+    const t = await withPool(async (p) => {
+      const c = await findCustomer(p, slug);
+      if (!c) fail(`no customer ${slug}`);
+      return createToken(p, c.id, o.name, o.scopes.split(',').map((s) => s.trim()) as Scope[]);
+    }).catch((e) => fail((e as Error).message));
+    process.stderr.write(`token ${t.id} created; it is shown only now:\n`);
+    process.stdout.write(`${t.token}\n`);
+  });
+token
+  .command('list [customer]')
+  .description('list tokens (never their values)')
+  .action(async (slug?: string) => {
+    const rows = await withPool((p) => listTokens(p, slug));
+    for (const r of rows) {
+      process.stdout.write(
+        [r.id, r.customer, r.prefix + '…', r.scopes.join(','), r.name || '-', r.created_at.toISOString(), r.revoked_at ? `revoked ${r.revoked_at.toISOString()}` : 'active'].join('\t') + '\n',
+      );
+    }
+  });
+token
+  .command('revoke <id>')
+  .description('revoke a token: every gateway refuses it within CACHE_REFRESH_MS')
+  .action(async (id: string) => {
+    if (!/^[0-9a-f-]{36}$/.test(id)) fail('token id must be a UUID (see fleet token list)');
+    const ok = await withPool((p) => revokeToken(p, id));
+    if (!ok) fail(`no active token ${id}`);
+    process.stdout.write(`revoked ${id}\n`);
+  });
+
+await program.parseAsync(process.argv).catch((e) => fail((e as Error).message));

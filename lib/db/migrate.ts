@@ -1,0 +1,70 @@
+// Applies lib/db/schema.ts to Postgres and ClickHouse. Safe to run from several processes at once:
+// a Postgres advisory lock serialises them, and each migration is recorded once it is applied.
+import { createClickHouse, chIdent } from './clickhouse.js';
+import { createPool } from './postgres.js';
+import { postgresMigrations, clickhouseMigrations } from './schema.js';
+
+const LOCK_KEY = 7_401_133; // any constant; identifies "fleet migrations" among advisory locks
+
+export interface MigrateTarget {
+  databaseUrl: string;
+  clickhouseUrl: string;
+  clickhouseDatabase: string;
+  clickhouseUser?: string;
+  clickhousePassword?: string;
+}
+
+export async function migrate(t: MigrateTarget, log: (msg: string) => void = () => {}): Promise<string[]> {
+  const applied: string[] = [];
+  const pool = createPool(t.databaseUrl, 2, 'fleet-migrate');
+  const client = await pool.connect();
+  try {
+    await client.query('SELECT pg_advisory_lock($1)', [LOCK_KEY]);
+    await client.query(`CREATE TABLE IF NOT EXISTS schema_migrations (id text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`);
+    const done = new Set((await client.query<{ id: string }>('SELECT id FROM schema_migrations')).rows.map((r) => r.id));
+    for (const m of postgresMigrations) {
+      if (done.has(m.id)) continue;
+      await client.query('BEGIN');
+      try {
+        for (const sql of m.sql) await client.query(sql);
+        await client.query('INSERT INTO schema_migrations (id) VALUES ($1)', [m.id]);
+        await client.query('COMMIT');
+      } catch (e) {
+        await client.query('ROLLBACK');
+        throw new Error(`postgres migration ${m.id} failed: ${(e as Error).message}`);
+      }
+      applied.push(`postgres ${m.id}`);
+      log(`postgres migration ${m.id} applied`);
+    }
+
+    // ClickHouse has no transactions; every statement is IF NOT EXISTS, so a half-applied
+    // migration is simply applied again.
+    const db = chIdent(t.clickhouseDatabase);
+    const root = createClickHouse({ url: t.clickhouseUrl, user: t.clickhouseUser, password: t.clickhousePassword });
+    try {
+      await root.command({ query: `CREATE DATABASE IF NOT EXISTS ${db}` });
+    } finally {
+      await root.close();
+    }
+    const ch = createClickHouse({ url: t.clickhouseUrl, database: db, user: t.clickhouseUser, password: t.clickhousePassword });
+    try {
+      await ch.command({ query: `CREATE TABLE IF NOT EXISTS schema_migrations (id String, applied_at DateTime) ENGINE = Log` });
+      const rs = await ch.query({ query: 'SELECT id FROM schema_migrations', format: 'JSONEachRow' });
+      const chDone = new Set(((await rs.json()) as { id: string }[]).map((r) => r.id));
+      for (const m of clickhouseMigrations) {
+        if (chDone.has(m.id)) continue;
+        for (const sql of m.sql) await ch.command({ query: sql });
+        await ch.insert({ table: 'schema_migrations', values: [{ id: m.id, applied_at: Math.floor(Date.now() / 1000) }], format: 'JSONEachRow' });
+        applied.push(`clickhouse ${m.id}`);
+        log(`clickhouse migration ${m.id} applied`);
+      }
+    } finally {
+      await ch.close();
+    }
+  } finally {
+    await client.query('SELECT pg_advisory_unlock($1)', [LOCK_KEY]).catch(() => {});
+    client.release();
+    await pool.end();
+  }
+  return applied;
+}

@@ -1,0 +1,127 @@
+// The message format on the queue, in one place.
+//
+// Stream `${STREAM_NAME}` (work-queue retention, file storage) holds two subjects:
+//
+//   `${SUBJECT_PREFIX}.reports`     one message = a batch of accepted reports: {"v":1,"r":[Report, …]}.
+//                                  The gateway groups the reports that arrive together into one
+//                                  publish (one PubAck for many requests: see bench/README.md), and
+//                                  answers each request only after that PubAck. Nats-Msg-Id is the
+//                                  batch id, so a retried publish is deduplicated by JetStream.
+//   `${SUBJECT_PREFIX}.rejections`  one message = one rejection-log record (RejectionRecord).
+//
+// Stream `${STREAM_NAME}_DLQ` holds `${SUBJECT_PREFIX}-dlq.reports`: a batch a worker could not apply
+// after WORKER_MAX_DELIVER deliveries, byte for byte, with the error in the `Fleet-Error` header.
+//
+// Core NATS (not stored) `${SUBJECT_PREFIX}.control.<topic>`: hints that control data changed, so
+// replicas refresh their caches at once instead of at the next poll.
+import type { ReportKind } from './schemas/ingest.js';
+
+export const MESSAGE_VERSION = 1;
+
+/** One accepted report. `b` is the request body exactly as the agent sent it (validated JSON). */
+export interface Report {
+  /** Report id (UUID): the key that makes every write idempotent. Derived from Idempotency-Key when given. */
+  id: string;
+  k: ReportKind;
+  /** Customer id (UUID) and slug, as authorised by the token. */
+  c: string;
+  cs: string;
+  /** Machine and software slugs from the path. */
+  m: string;
+  s: string;
+  /** API token id (UUID). */
+  t: string;
+  /** Gateway receive time, ms since the epoch: the traffic light uses this, never the agent's clock. */
+  at: number;
+  /** Idempotency-Key header, when the client sent one. */
+  ik?: string;
+  b: unknown;
+}
+
+export interface ReportBatch {
+  v: number;
+  r: Report[];
+}
+
+export interface RejectionRecord {
+  id: string;
+  at: number;
+  customer_id: string;
+  customer: string;
+  token_id: string;
+  method: string;
+  path: string;
+  status: number;
+  detail: string;
+  body_size: number;
+  remote: string;
+  /** Rejections from the same source that were counted but not written (rate limit of the log). */
+  dropped: number;
+}
+
+export function subjects(prefix: string) {
+  return {
+    reports: `${prefix}.reports`,
+    rejections: `${prefix}.rejections`,
+    deadLetter: `${prefix}-dlq.reports`,
+    control: (topic: string) => `${prefix}.control.${topic}`,
+  };
+}
+
+export function deadLetterStream(streamName: string): string {
+  return `${streamName}_DLQ`;
+}
+
+const enc = new TextEncoder();
+
+/**
+ * The bytes of one report without re-serialising the body: the gateway has the validated raw body
+ * and only wraps it. Slugs and ids are validated to [a-z0-9-], so they need no escaping.
+ */
+export function encodeReport(r: Omit<Report, 'b'>, rawBody: Uint8Array | null): Buffer {
+  const head =
+    `{"id":"${r.id}","k":"${r.k}","c":"${r.c}","cs":"${r.cs}","m":"${r.m}","s":"${r.s}","t":"${r.t}","at":${r.at}` +
+    (r.ik === undefined ? '' : `,"ik":${JSON.stringify(r.ik)}`) +
+    ',"b":';
+  if (rawBody === null || rawBody.length === 0) return Buffer.from(head + '{}}');
+  return Buffer.concat([Buffer.from(head), rawBody, CLOSE]);
+}
+const CLOSE = Buffer.from('}');
+const BATCH_OPEN = Buffer.from(`{"v":${MESSAGE_VERSION},"r":[`);
+const BATCH_CLOSE = Buffer.from(']}');
+const COMMA = Buffer.from(',');
+
+export function encodeBatch(reports: Buffer[]): Buffer {
+  const parts: Buffer[] = [BATCH_OPEN];
+  for (let i = 0; i < reports.length; i++) {
+    if (i > 0) parts.push(COMMA);
+    parts.push(reports[i]!);
+  }
+  parts.push(BATCH_CLOSE);
+  return Buffer.concat(parts);
+}
+
+export class DecodeError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'DecodeError';
+  }
+}
+
+export function decodeBatch(data: Uint8Array): ReportBatch {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(Buffer.from(data.buffer, data.byteOffset, data.byteLength).toString('utf8'));
+  } catch (e) {
+    throw new DecodeError(`report batch is not JSON: ${(e as Error).message}`);
+  }
+  const b = parsed as ReportBatch;
+  if (!b || typeof b !== 'object' || b.v !== MESSAGE_VERSION || !Array.isArray(b.r)) {
+    throw new DecodeError('report batch has an unknown shape or version');
+  }
+  return b;
+}
+
+export function encodeJson(value: unknown): Uint8Array {
+  return enc.encode(JSON.stringify(value));
+}

@@ -1,0 +1,169 @@
+// The route table: every endpoint of both HTTP processes, in one place. The gateway and the api
+// register exactly these (each refuses to start if it lacks a handler for one of its routes, or has
+// a handler for a route that is not here), and the OpenAPI document is generated from this list.
+import { Type, type TSchema } from '@sinclair/typebox';
+import { ErrorBody, Ok, Slug } from './schemas/common.js';
+import { Heartbeat, Diagnostics, Status } from './schemas/ingest.js';
+import { InstanceList, InstanceListQuery, InstanceDetail, DiagnosticList, DiagnosticsQuery, IdParams } from './schemas/api.js';
+
+export type Service = 'gateway' | 'api';
+export type Method = 'GET' | 'POST' | 'PUT' | 'DELETE';
+export type Auth = 'ingest-token' | 'read' | 'none';
+
+export interface Response {
+  description: string;
+  schema?: TSchema;
+  contentType?: string;
+}
+
+export interface RouteSpec {
+  service: Service;
+  method: Method;
+  /** OpenAPI form: `{name}` for a path parameter. */
+  path: string;
+  operationId: string;
+  summary: string;
+  tags: string[];
+  auth: Auth;
+  params?: TSchema;
+  query?: TSchema;
+  body?: TSchema;
+  bodyContentType?: string;
+  responses: Record<number, Response>;
+}
+
+const err = (description: string): Response => ({ description, schema: ErrorBody });
+
+const ingestParams = Type.Object({ customer: Slug, machine: Slug, software: Slug });
+
+/** Answers every ingest endpoint shares. */
+const ingestErrors: Record<number, Response> = {
+  400: err('malformed path slug, malformed JSON or a bad Idempotency-Key'),
+  403: err('token missing, unknown or revoked, without the ingest scope, or for another customer'),
+  408: err('the body did not arrive in time'),
+  413: err('body over the limit (1 MiB by default)'),
+  415: err('Content-Type is not application/json'),
+  422: err('schema violation; `errors` lists the failing paths'),
+  429: err('over the per-token rate; see Retry-After'),
+  503: err('the queue did not durably accept the report; retry after Retry-After'),
+};
+
+function ingest(kind: string, summary: string, body: TSchema, ok: Record<number, Response>): RouteSpec {
+  return {
+    service: 'gateway',
+    method: 'POST',
+    path: `/api/ingest/{customer}/{machine}/{software}/${kind}`,
+    operationId: `ingest_${kind}`,
+    summary,
+    tags: ['ingest'],
+    auth: 'ingest-token',
+    params: ingestParams,
+    body,
+    responses: { ...ok, ...ingestErrors },
+  };
+}
+
+const ops = (service: Service): RouteSpec[] => [
+  {
+    service,
+    method: 'GET',
+    path: '/healthz',
+    operationId: `${service}_healthz`,
+    summary: 'Liveness: the process runs',
+    tags: ['operations'],
+    auth: 'none',
+    responses: { 200: { description: 'alive', schema: Ok } },
+  },
+  {
+    service,
+    method: 'GET',
+    path: '/readyz',
+    operationId: `${service}_readyz`,
+    summary: service === 'gateway' ? 'Readiness: NATS connected and the stream reachable' : 'Readiness: Postgres reachable',
+    tags: ['operations'],
+    auth: 'none',
+    responses: { 200: { description: 'ready', schema: Ok }, 503: err('not ready') },
+  },
+  {
+    service,
+    method: 'GET',
+    path: '/metrics',
+    operationId: `${service}_metrics`,
+    summary: 'Prometheus metrics',
+    tags: ['operations'],
+    auth: 'none',
+    responses: { 200: { description: 'Prometheus text format', contentType: 'text/plain' } },
+  },
+];
+
+export const routes: RouteSpec[] = [
+  ingest('heartbeat', 'Report liveness (spec 2.2)', Heartbeat, {
+    200: { description: 'accepted (durably queued)', schema: Ok },
+  }),
+  ingest('diagnostics', 'Report coded diagnostics (spec 2.3)', Diagnostics, {
+    200: { description: 'accepted (durably queued)', schema: Ok },
+  }),
+  ingest('status', 'Report operational status and snapshot (spec 2.4)', Status, {
+    200: { description: 'accepted (durably queued)', schema: Ok },
+  }),
+  ...ops('gateway'),
+
+  {
+    service: 'api',
+    method: 'GET',
+    path: '/api/instances',
+    operationId: 'list_instances',
+    summary: "The customer's instances (software on a machine) with their traffic light",
+    tags: ['instances'],
+    auth: 'read',
+    query: InstanceListQuery,
+    responses: { 200: { description: 'instances', schema: InstanceList }, 400: err('bad query'), 403: err('not authorised') },
+  },
+  {
+    service: 'api',
+    method: 'GET',
+    path: '/api/instances/{id}',
+    operationId: 'get_instance',
+    summary: 'One instance with its latest status snapshot',
+    tags: ['instances'],
+    auth: 'read',
+    params: IdParams,
+    responses: { 200: { description: 'the instance', schema: InstanceDetail }, 400: err('ill-formed id'), 403: err('not authorised'), 404: err('no such instance') },
+  },
+  {
+    service: 'api',
+    method: 'GET',
+    path: '/api/instances/{id}/diagnostics',
+    operationId: 'list_instance_diagnostics',
+    summary: 'Diagnostics of one instance, newest first',
+    tags: ['diagnostics'],
+    auth: 'read',
+    params: IdParams,
+    query: DiagnosticsQuery,
+    responses: { 200: { description: 'diagnostics', schema: DiagnosticList }, 400: err('bad query or id'), 403: err('not authorised'), 404: err('no such instance') },
+  },
+  ...ops('api'),
+];
+
+export function routesOf(service: Service): RouteSpec[] {
+  return routes.filter((r) => r.service === service);
+}
+
+/** `/api/x/{id}` -> `/api/x/:id` (uWS and Fastify syntax). */
+export function colonPath(path: string): string {
+  return path.replace(/\{(\w+)\}/g, ':$1');
+}
+
+/** A matcher for a path template, for telling 404 (unknown path) from 405 (wrong method). */
+export function pathRegex(path: string): RegExp {
+  return new RegExp('^' + path.replace(/[.*+?^$()|[\]\\]/g, '\\$&').replace(/\{\w+\}/g, '[^/]+') + '/?$');
+}
+
+export function checkHandlers(service: Service, handlers: Record<string, unknown>): void {
+  const wanted = new Set(routesOf(service).map((r) => r.operationId));
+  const missing = [...wanted].filter((id) => !(id in handlers));
+  const extra = Object.keys(handlers).filter((id) => !wanted.has(id));
+  if (missing.length || extra.length) {
+    throw new Error(`${service} handlers do not match lib/routes.ts: missing [${missing.join(', ')}], not in the table [${extra.join(', ')}]`);
+  }
+}

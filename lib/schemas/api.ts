@@ -1,0 +1,80 @@
+// Read-API models: what the api process returns. The same schemas document the responses in the
+// OpenAPI description.
+import { Type, type Static } from '@sinclair/typebox';
+
+const Nullable = <T extends ReturnType<typeof Type.String>>(t: T) => Type.Union([t, Type.Null()]);
+const NString = Nullable(Type.String());
+const NTime = Type.Union([Type.String({ format: 'date-time' }), Type.Null()]);
+const NInt = Type.Union([Type.Integer(), Type.Null()]);
+
+export const Light = Type.Union([Type.Literal('green'), Type.Literal('yellow'), Type.Literal('red'), Type.Literal('grey')], {
+  description: 'traffic light, derived from the last receive time, the latest status and recent warnings',
+});
+export type Light = Static<typeof Light>;
+
+export const Instance = Type.Object(
+  {
+    id: Type.String({ format: 'uuid' }),
+    machine_id: Type.String({ format: 'uuid' }),
+    machine: Type.String(),
+    software: Type.String(),
+    light: Light,
+    light_reason: Type.String(),
+    first_seen_at: Type.String({ format: 'date-time' }),
+    last_seen_at: Type.String({ format: 'date-time' }),
+    last_heartbeat_at: NTime,
+    version: NString,
+    uptime_seconds: NInt,
+    pid: NInt,
+    ip_addresses: Type.Array(Type.String()),
+    group: NString,
+    location: NString,
+    group_priority: NInt,
+    sort_priority: NInt,
+    status: NString,
+    status_message: NString,
+    status_at: NTime,
+  },
+  { $id: 'Instance' },
+);
+export type Instance = Static<typeof Instance>;
+
+export const InstanceDetail = Type.Composite([Instance, Type.Object({ snapshot: Type.Union([Type.Record(Type.String(), Type.Unknown()), Type.Null()]) })], {
+  $id: 'InstanceDetail',
+});
+
+export const InstanceList = Type.Object({ items: Type.Array(Instance), total: Type.Integer() }, { $id: 'InstanceList' });
+
+export const InstanceListQuery = Type.Object({
+  light: Type.Optional(Light),
+  machine: Type.Optional(Type.String()),
+  software: Type.Optional(Type.String()),
+  limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 10000, default: 1000 })),
+  offset: Type.Optional(Type.Integer({ minimum: 0, default: 0 })),
+});
+
+export const Diagnostic = Type.Object(
+  {
+    report_id: Type.String(),
+    item: Type.Integer(),
+    received_at: Type.String({ format: 'date-time' }),
+    ts: Type.String({ format: 'date-time' }),
+    code: Type.Integer(),
+    severity: Type.Integer(),
+    message: Type.String(),
+    suppressed: Type.Boolean(),
+    rule_id: NString,
+  },
+  { $id: 'Diagnostic' },
+);
+
+export const DiagnosticList = Type.Object({ items: Type.Array(Diagnostic) }, { $id: 'DiagnosticList' });
+
+export const DiagnosticsQuery = Type.Object({
+  from: Type.Optional(Type.String({ format: 'date-time' })),
+  to: Type.Optional(Type.String({ format: 'date-time' })),
+  severity: Type.Optional(Type.Integer({ minimum: 0, maximum: 2, description: 'minimum severity' })),
+  limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 10000, default: 500 })),
+});
+
+export const IdParams = Type.Object({ id: Type.String({ format: 'uuid' }) });

@@ -1,0 +1,70 @@
+// Ingest payloads (spec part 2, decisions.md "Ingest"). One source: Ajv compiles these for the
+// gateway, TypeScript derives the types the workers use, and the OpenAPI document embeds them.
+// Unknown top-level fields are allowed everywhere (older and newer agents keep working).
+import { Type, type Static } from '@sinclair/typebox';
+import { IsoTime } from './common.js';
+
+/** An integer, or an integer written as a numeric string (decisions: group_priority, sort_priority). */
+export const IntegerLike = Type.Union([Type.Integer(), Type.String({ pattern: '^-?[0-9]{1,15}$' })]);
+
+export const Heartbeat = Type.Object(
+  {
+    ts: Type.Optional({ ...IsoTime, description: 'agent time; the server records its own receive time too' }),
+    version: Type.Optional(Type.String({ maxLength: 256 })),
+    uptime_seconds: Type.Optional(Type.Integer({ minimum: 0 })),
+    pid: Type.Optional(Type.Integer({ minimum: 0 })),
+    ip_addresses: Type.Optional(Type.Array(Type.String({ maxLength: 64 }), { maxItems: 256 })),
+    group: Type.Optional(Type.String({ maxLength: 256, description: 'since 5.7.0' })),
+    location: Type.Optional(Type.String({ maxLength: 256, description: 'since 5.7.0' })),
+    group_priority: Type.Optional({ ...IntegerLike, description: 'since 5.7.0' }),
+    sort_priority: Type.Optional({ ...IntegerLike, description: 'since 5.7.0' }),
+  },
+  { $id: 'Heartbeat', description: 'Liveness report; every field optional, an empty body counts as {}' },
+);
+export type Heartbeat = Static<typeof Heartbeat>;
+
+export const Severity = Type.Integer({ minimum: 0, maximum: 2, description: '0 info, 1 warning, 2 error' });
+
+export const DiagnosticItem = Type.Object(
+  {
+    code: Type.Integer({ minimum: -2147483648, maximum: 2147483647 }),
+    message: Type.Optional(Type.String({ maxLength: 8192 })),
+    severity: Severity,
+  },
+  { $id: 'DiagnosticItem' },
+);
+export type DiagnosticItem = Static<typeof DiagnosticItem>;
+
+export function diagnosticsSchema(maxItems: number) {
+  return Type.Object(
+    { items: Type.Array(DiagnosticItem, { minItems: 1, maxItems }) },
+    { $id: 'Diagnostics', description: `Coded messages with severity; 1 to ${maxItems} items` },
+  );
+}
+export const Diagnostics = diagnosticsSchema(1000);
+export type Diagnostics = Static<typeof Diagnostics>;
+
+export const StatusValue = Type.Union(
+  [Type.Literal('running'), Type.Literal('degraded'), Type.Literal('error'), Type.Literal('stopped')],
+  { description: 'running, degraded, error or stopped' },
+);
+
+export const SNAPSHOT_MAX_BYTES = 256 * 1024;
+export const SNAPSHOT_MAX_DEPTH = 32;
+
+export const Status = Type.Object(
+  {
+    status: StatusValue,
+    message: Type.Optional(Type.String({ maxLength: 8192 })),
+    snapshot: Type.Optional(
+      Type.Record(Type.String(), Type.Unknown(), {
+        description: 'Free tree (≤ 256 KiB JSON, depth ≤ 32). Since 5.10.0 a leaf may be {value, type, unit?, label?, hint?}',
+      }),
+    ),
+  },
+  { $id: 'Status' },
+);
+export type Status = Static<typeof Status>;
+
+export const ReportKinds = ['heartbeat', 'diagnostics', 'status'] as const;
+export type ReportKind = (typeof ReportKinds)[number];

@@ -1,0 +1,242 @@
+// Applies one batch of reports: Postgres (race-safe upserts of machines and instances, newest wins),
+// then ClickHouse rows and Redis heartbeat keys. Every effect is idempotent, so a batch applied
+// twice (a worker died before acking) leaves the same state as once:
+//   Postgres    upserts with GREATEST / newest-wins comparisons on receive times;
+//   ClickHouse  ReplacingMergeTree rows keyed by report id (and item number);
+//   Redis       keys whose expiry is an absolute time (receive time + timeout), only ever extended.
+import type { Report, RejectionRecord } from '../lib/messages.js';
+import type { Pool, PoolClient } from '../lib/db/postgres.js';
+import { withTx } from '../lib/db/postgres.js';
+import type { ClickHouseClient } from '../lib/db/clickhouse.js';
+import { insertRows } from '../lib/db/clickhouse.js';
+import type { Redis } from '../lib/db/redis.js';
+import { redisKeys } from '../lib/db/redis.js';
+import type { Heartbeat, Diagnostics, Status } from '../lib/schemas/ingest.js';
+import { summarise, instanceKey, machineKey, chTime, parseTs, toInt, pgText, pgJson, type InstanceUpdate } from './reports.js';
+
+export interface ApplyDeps {
+  pool: Pool;
+  ch: ClickHouseClient;
+  redis: Redis;
+  redisPrefix: string;
+  heartbeatTimeoutMs: number;
+  idempotencyTtlS: number;
+}
+
+export interface Resolved {
+  machineId: string;
+  instanceId: string;
+}
+
+export async function applyBatch(d: ApplyDeps, reports: Report[], rejections: RejectionRecord[]): Promise<Map<string, Resolved>> {
+  await settleIdempotencyKeys(d, reports);
+  const updates = summarise(reports);
+  const ids = updates.size > 0 ? await withTx(d.pool, (c) => upsertInstances(c, [...updates.values()])) : new Map<string, Resolved>();
+  await Promise.all([writeClickHouse(d, reports, rejections, ids), writeHeartbeatKeys(d, updates, ids)]);
+  return ids;
+}
+
+/**
+ * A report sent again with the same Idempotency-Key (within IDEMPOTENCY_TTL_S) has the same id;
+ * here it also takes the first copy's receive time, so every row it produces is identical to the
+ * first copy's rows and collapses into them. The key is written before the effects, so a crash
+ * in between still gives the retry the same receive time.
+ */
+async function settleIdempotencyKeys(d: ApplyDeps, reports: Report[]): Promise<void> {
+  const keyed = reports.filter((r) => r.ik !== undefined);
+  if (keyed.length === 0) return;
+  const keys = redisKeys(d.redisPrefix);
+  const pipe = d.redis.pipeline();
+  for (const r of keyed) pipe.set(keys.idempotency(r.id), String(r.at), 'EX', d.idempotencyTtlS, 'NX', 'GET');
+  const results = await pipe.exec();
+  keyed.forEach((r, i) => {
+    const [err, prev] = results![i]!;
+    if (err) throw err;
+    if (typeof prev === 'string' && Number(prev) > 0) r.at = Number(prev);
+  });
+  // Two copies in this very batch: both now carry the first receive time; the rows collapse.
+}
+
+const ms = (v: number | null | undefined) => (v === null || v === undefined ? null : v);
+
+/** Machines then instances, in key order (consistent lock order across concurrent workers). */
+async function upsertInstances(c: PoolClient, updates: InstanceUpdate[]): Promise<Map<string, Resolved>> {
+  const machines = new Map<string, { customerId: string; slug: string; first: number; last: number }>();
+  for (const u of updates) {
+    const k = machineKey(u.customerId, u.machine);
+    const m = machines.get(k);
+    if (!m) machines.set(k, { customerId: u.customerId, slug: u.machine, first: u.firstSeen, last: u.lastSeen });
+    else {
+      m.first = Math.min(m.first, u.firstSeen);
+      m.last = Math.max(m.last, u.lastSeen);
+    }
+  }
+  const ms_ = [...machines.values()].sort((a, b) => (a.customerId + a.slug < b.customerId + b.slug ? -1 : 1));
+  const mres = await c.query<{ id: string; customer_id: string; slug: string }>(
+    `INSERT INTO machines (customer_id, slug, first_seen_at, last_seen_at)
+     SELECT c, s, to_timestamp(f / 1000.0), to_timestamp(l / 1000.0)
+       FROM unnest($1::uuid[], $2::text[], $3::float8[], $4::float8[]) WITH ORDINALITY AS t(c, s, f, l, n) ORDER BY n
+     ON CONFLICT (customer_id, slug) DO UPDATE
+        SET first_seen_at = LEAST(machines.first_seen_at, EXCLUDED.first_seen_at),
+            last_seen_at = GREATEST(machines.last_seen_at, EXCLUDED.last_seen_at)
+     RETURNING id, customer_id, slug`,
+    [ms_.map((m) => m.customerId), ms_.map((m) => m.slug), ms_.map((m) => m.first), ms_.map((m) => m.last)],
+  );
+  const machineIds = new Map(mres.rows.map((r) => [machineKey(r.customer_id, r.slug), r.id]));
+
+  const rows = updates
+    .map((u) => ({ u, machineId: machineIds.get(machineKey(u.customerId, u.machine))! }))
+    .sort((a, b) => (a.machineId + a.u.software < b.machineId + b.u.software ? -1 : 1));
+  const col = <T>(f: (u: InstanceUpdate) => T) => rows.map((r) => f(r.u));
+  const hb = (u: InstanceUpdate) => u.heartbeat?.body as Heartbeat | undefined;
+  const st = (u: InstanceUpdate) => u.status?.body as Status | undefined;
+  const ires = await c.query<{ id: string; machine_id: string; software: string }>(
+    `INSERT INTO instances (customer_id, machine_id, software, first_seen_at, last_seen_at, last_heartbeat_at, agent_ts,
+                            version, uptime_seconds, pid, ip_addresses, group_name, location, group_priority, sort_priority,
+                            status, status_message, status_at, snapshot, last_warning_at)
+     SELECT customer_id, machine_id, software, to_timestamp(first_ms / 1000.0), to_timestamp(last_ms / 1000.0),
+            to_timestamp(hb_ms / 1000.0), to_timestamp(agent_ms / 1000.0),
+            version, uptime_seconds, pid, (SELECT array_agg(x) FROM jsonb_array_elements_text(ips::jsonb) x),
+            group_name, location, group_priority, sort_priority,
+            status, status_message, to_timestamp(status_ms / 1000.0), snapshot::jsonb, to_timestamp(warn_ms / 1000.0)
+       FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::float8[], $5::float8[], $6::float8[], $7::float8[],
+                   $8::text[], $9::bigint[], $10::bigint[], $11::text[], $12::text[], $13::text[], $14::bigint[], $15::bigint[],
+                   $16::text[], $17::text[], $18::float8[], $19::text[], $20::float8[]) WITH ORDINALITY
+            AS t(customer_id, machine_id, software, first_ms, last_ms, hb_ms, agent_ms, version, uptime_seconds, pid, ips,
+                 group_name, location, group_priority, sort_priority, status, status_message, status_ms, snapshot, warn_ms, n)
+      ORDER BY n
+     ON CONFLICT (machine_id, software) DO UPDATE SET
+        first_seen_at = LEAST(instances.first_seen_at, EXCLUDED.first_seen_at),
+        last_seen_at = GREATEST(instances.last_seen_at, EXCLUDED.last_seen_at),
+        last_heartbeat_at = GREATEST(instances.last_heartbeat_at, EXCLUDED.last_heartbeat_at),
+        ${newest('last_heartbeat_at', ['agent_ts', 'version', 'uptime_seconds', 'pid', 'ip_addresses', 'group_name', 'location', 'group_priority', 'sort_priority'])},
+        status_at = GREATEST(instances.status_at, EXCLUDED.status_at),
+        ${newest('status_at', ['status', 'status_message', 'snapshot'], false)},
+        last_warning_at = GREATEST(instances.last_warning_at, EXCLUDED.last_warning_at)
+     RETURNING id, machine_id, software`,
+    [
+      col((u) => u.customerId),
+      rows.map((r) => r.machineId),
+      col((u) => u.software),
+      col((u) => u.firstSeen),
+      col((u) => u.lastSeen),
+      col((u) => ms(u.heartbeat?.at)),
+      col((u) => ms(u.heartbeat?.agentTs)),
+      col((u) => pgText(hb(u)?.version)),
+      col((u) => hb(u)?.uptime_seconds ?? null),
+      col((u) => hb(u)?.pid ?? null),
+      col((u) => (hb(u)?.ip_addresses ? pgJson(hb(u)!.ip_addresses) : null)),
+      col((u) => pgText(hb(u)?.group)),
+      col((u) => pgText(hb(u)?.location)),
+      col((u) => toInt(hb(u)?.group_priority)),
+      col((u) => toInt(hb(u)?.sort_priority)),
+      col((u) => st(u)?.status ?? null),
+      col((u) => (u.status ? pgText(st(u)!.message ?? '') : null)),
+      col((u) => ms(u.status?.at)),
+      col((u) => (st(u)?.snapshot !== undefined ? pgJson(st(u)!.snapshot) : null)),
+      col((u) => u.lastWarning),
+    ],
+  );
+  const out = new Map<string, Resolved>();
+  const byMachine = new Map(rows.map((r) => [`${r.machineId}|${r.u.software}`, r.u.key]));
+  for (const r of ires.rows) out.set(byMachine.get(`${r.machine_id}|${r.software}`)!, { machineId: r.machine_id, instanceId: r.id });
+  return out;
+}
+
+/**
+ * SET clauses for fields that belong to one kind of report: take the incoming value when that
+ * report is at least as new as the stored one. `keepOld`: a field the newest report leaves out
+ * keeps its stored value (heartbeat fields); otherwise the newest report replaces all (status).
+ */
+function newest(timeCol: string, fields: string[], keepOld = true): string {
+  const newer = `EXCLUDED.${timeCol} IS NOT NULL AND (instances.${timeCol} IS NULL OR EXCLUDED.${timeCol} >= instances.${timeCol})`;
+  return fields
+    .map((f) => `${f} = CASE WHEN ${newer} THEN ${keepOld ? `COALESCE(EXCLUDED.${f}, instances.${f})` : `EXCLUDED.${f}`} ELSE instances.${f} END`)
+    .join(',\n        ');
+}
+
+async function writeClickHouse(d: ApplyDeps, reports: Report[], rejections: RejectionRecord[], ids: Map<string, Resolved>): Promise<void> {
+  const heartbeats: object[] = [];
+  const diagnostics: object[] = [];
+  const statuses: object[] = [];
+  for (const r of reports) {
+    const id = ids.get(instanceKey(r));
+    if (!id) continue;
+    const base = {
+      received_at: chTime(r.at),
+      received_ms: r.at,
+      customer_id: r.c,
+      customer: r.cs,
+      machine_id: id.machineId,
+      machine: r.m,
+      software: r.s,
+      instance_id: id.instanceId,
+      report_id: r.id,
+    };
+    if (r.k === 'heartbeat') {
+      const b = r.b as Heartbeat;
+      heartbeats.push({
+        ...base,
+        ts_ms: parseTs(b.ts) ?? r.at,
+        version: b.version ?? '',
+        uptime_seconds: b.uptime_seconds ?? null,
+        pid: b.pid ?? null,
+        ip_addresses: b.ip_addresses ?? [],
+        group_name: b.group ?? '',
+        location: b.location ?? '',
+        group_priority: toInt(b.group_priority),
+        sort_priority: toInt(b.sort_priority),
+      });
+    } else if (r.k === 'diagnostics') {
+      (r.b as Diagnostics).items.forEach((it, i) =>
+        diagnostics.push({ ...base, ts_ms: r.at, item: i, code: it.code, severity: it.severity, message: it.message ?? '', suppressed: 0, rule_id: '' }),
+      );
+    } else if (r.k === 'status') {
+      const b = r.b as Status;
+      statuses.push({ ...base, status: b.status, message: b.message ?? '', snapshot: b.snapshot === undefined ? '' : JSON.stringify(b.snapshot) });
+    }
+  }
+  const rej = rejections.map((x) => ({
+    received_at: chTime(x.at),
+    received_ms: x.at,
+    id: x.id,
+    customer_id: x.customer_id,
+    customer: x.customer,
+    token_id: x.token_id,
+    method: x.method,
+    path: x.path,
+    status: x.status,
+    detail: x.detail,
+    body_size: x.body_size,
+    remote: x.remote,
+    dropped: x.dropped,
+  }));
+  await Promise.all([
+    insertRows(d.ch, 'heartbeats', heartbeats),
+    insertRows(d.ch, 'diagnostics', diagnostics),
+    insertRows(d.ch, 'status_history', statuses),
+    insertRows(d.ch, 'ingest_rejections', rej),
+  ]);
+}
+
+/** Heartbeat keys expire at receive time + timeout; an older report never shortens a newer key. */
+async function writeHeartbeatKeys(d: ApplyDeps, updates: Map<string, InstanceUpdate>, ids: Map<string, Resolved>): Promise<void> {
+  const keys = redisKeys(d.redisPrefix);
+  const now = Date.now();
+  const pipe = d.redis.pipeline();
+  let n = 0;
+  for (const u of updates.values()) {
+    if (!u.heartbeat) continue;
+    const id = ids.get(u.key);
+    if (!id) continue;
+    const expireAt = u.heartbeat.at + d.heartbeatTimeoutMs;
+    if (expireAt <= now) continue; // already silent for longer than the timeout
+    const key = keys.heartbeat(id.instanceId);
+    pipe.set(key, u.customerId, 'PXAT', expireAt, 'NX');
+    pipe.pexpireat(key, expireAt, 'GT');
+    n++;
+  }
+  if (n === 0) return;
+  const results = await pipe.exec();
+  for (const [err] of results ?? []) if (err) throw err;
+}

@@ -1,0 +1,78 @@
+// Turns the reports of a batch into what gets written: one entry per instance for Postgres (the
+// newest of everything the batch says about it), and rows for ClickHouse. Pure functions; the
+// effects live in apply-batch.ts.
+import type { Report } from '../lib/messages.js';
+import type { Heartbeat, Diagnostics, Status } from '../lib/schemas/ingest.js';
+
+export interface InstanceUpdate {
+  key: string;
+  customerId: string;
+  customer: string;
+  machine: string;
+  software: string;
+  firstSeen: number;
+  lastSeen: number;
+  heartbeat: { at: number; agentTs: number | null; body: Heartbeat } | null;
+  status: { at: number; body: Status } | null;
+  lastWarning: number | null;
+}
+
+export const instanceKey = (r: Pick<Report, 'c' | 'm' | 's'>) => `${r.c}|${r.m}|${r.s}`;
+export const machineKey = (customerId: string, machine: string) => `${customerId}|${machine}`;
+
+/** ISO 8601 -> ms; null when absent or unreadable (the gateway already checked the format). */
+export function parseTs(ts: unknown): number | null {
+  if (typeof ts !== 'string') return null;
+  const ms = Date.parse(ts);
+  return Number.isFinite(ms) ? ms : null;
+}
+
+export function toInt(v: unknown): number | null {
+  if (typeof v === 'number' && Number.isInteger(v)) return v;
+  if (typeof v === 'string' && /^-?[0-9]{1,15}$/.test(v)) return Number(v);
+  return null;
+}
+
+export function summarise(reports: Report[]): Map<string, InstanceUpdate> {
+  const out = new Map<string, InstanceUpdate>();
+  for (const r of reports) {
+    const key = instanceKey(r);
+    let u = out.get(key);
+    if (!u) {
+      u = { key, customerId: r.c, customer: r.cs, machine: r.m, software: r.s, firstSeen: r.at, lastSeen: r.at, heartbeat: null, status: null, lastWarning: null };
+      out.set(key, u);
+    }
+    if (r.at < u.firstSeen) u.firstSeen = r.at;
+    if (r.at > u.lastSeen) u.lastSeen = r.at;
+    if (r.k === 'heartbeat') {
+      const b = r.b as Heartbeat;
+      if (!u.heartbeat || r.at >= u.heartbeat.at) u.heartbeat = { at: r.at, agentTs: parseTs(b.ts), body: b };
+    } else if (r.k === 'status') {
+      if (!u.status || r.at >= u.status.at) u.status = { at: r.at, body: r.b as Status };
+    } else if (r.k === 'diagnostics') {
+      const items = (r.b as Diagnostics).items;
+      if (items.some((i) => i.severity >= 1) && (u.lastWarning === null || r.at > u.lastWarning)) u.lastWarning = r.at;
+    }
+  }
+  return out;
+}
+
+export function chTime(ms: number): string {
+  return new Date(ms).toISOString().slice(0, 19).replace('T', ' ');
+}
+
+/**
+ * Postgres text and jsonb refuse NUL characters, and jsonb refuses lone UTF-16 surrogates; both are
+ * valid in JSON, so an accepted report may carry them. Strip NULs and replace lone surrogates
+ * (U+FFFD) rather than fail the batch: an accepted report is never lost over a character.
+ */
+export function pgText(s: string | null | undefined): string | null {
+  if (s === null || s === undefined) return null;
+  return s.includes('\u0000') ? s.replace(/\u0000/g, '').toWellFormed() : s.toWellFormed();
+}
+
+export function pgJson(v: unknown): string {
+  const json = JSON.stringify(v);
+  if (!/\\u0000|\\ud[89a-f]/i.test(json)) return json;
+  return JSON.stringify(v, (_k, x) => (typeof x === 'string' ? pgText(x) : x)).replace(/\\u0000/g, '');
+}
