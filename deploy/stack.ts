@@ -163,16 +163,17 @@ async function test(args: string[]): Promise<void> {
   for (const sub of ['nats', 'redis', 'postgres', 'clickhouse']) rmSync(join(cfg.dataDir, sub), { recursive: true, force: true });
   mkdirSync(cfg.dataDir, { recursive: true });
   const servers = await startLocalServers(cfg, log, { fast: true });
-  let code = 1;
+  let counts = { passed: 0, failed: 1 };
   const onSignal = () => void stopServers(servers, log).then(() => process.exit(130));
   process.on('SIGINT', onSignal);
   process.on('SIGTERM', onSignal);
   try {
-    code = await runTests(cfg, root, args);
+    counts = await runTests(cfg, root, args);
   } finally {
     await stopServers(servers, log);
   }
-  process.exit(code);
+  process.stdout.write(`\n${counts.passed} passed, ${counts.failed} failed\n`);
+  process.exit(counts.failed === 0 ? 0 : 1);
 }
 
 async function serversOnly(): Promise<void> {

@@ -1,5 +1,5 @@
 // Runs the tap suite (compiled to dist/test) against the test stack's servers and ends with the
-// plain line `N passed, N failed`: N counts the named tests (t.test blocks) of every file; a file
+// plain line `N passed, N failed` (printed by deploy/stack.ts once the servers are stopped): N counts the named tests (t.test blocks) of every file; a file
 // that fails outside any named test counts as one failed test.
 import { spawn } from 'node:child_process';
 import { readdirSync, statSync } from 'node:fs';
@@ -44,12 +44,12 @@ export function countTap(output: string): TapCounts {
   return { passed, failed };
 }
 
-export async function runTests(cfg: Config, root: string, filters: string[]): Promise<number> {
+export async function runTests(cfg: Config, root: string, filters: string[]): Promise<TapCounts> {
   const all = findTests(join(root, 'dist', 'test'));
   const files = filters.length ? all.filter((f) => filters.some((x) => f.includes(x.replace(/\.ts$/, '')))) : all;
   if (files.length === 0) {
-    process.stdout.write('no test files matched\n0 passed, 0 failed\n');
-    return 1;
+    process.stdout.write('no test files matched\n');
+    return { passed: 0, failed: 1 };
   }
   const env = {
     ...process.env,
@@ -79,6 +79,5 @@ export async function runTests(cfg: Config, root: string, filters: string[]): Pr
   const code: number = await new Promise((resolve) => child.on('close', (c) => resolve(c ?? 1)));
   const counts = countTap(output);
   if (code !== 0 && counts.failed === 0) counts.failed = 1; // tap failed outside any test (crash, timeout)
-  process.stdout.write(`\n${counts.passed} passed, ${counts.failed} failed\n`);
-  return counts.failed === 0 && code === 0 ? 0 : 1;
+  return counts;
 }

@@ -1,0 +1,92 @@
+// A service process under test: spawned from dist/, its JSON log lines kept for assertions.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { join } from 'node:path';
+
+export const ROOT = process.env.FLEET_ROOT ?? join(import.meta.dirname, '..', '..', '..');
+
+export interface LogLine {
+  msg?: string;
+  level?: number;
+  port?: number;
+  [k: string]: unknown;
+}
+
+export class Proc {
+  readonly child: ChildProcess;
+  readonly lines: LogLine[] = [];
+  output = '';
+  private waiters: { pred: (l: LogLine) => boolean; resolve: (l: LogLine) => void }[] = [];
+  readonly exited: Promise<number | null>;
+
+  constructor(
+    readonly name: string,
+    script: string,
+    env: Record<string, string>,
+  ) {
+    this.child = spawn(process.execPath, ['--enable-source-maps', join(ROOT, 'dist', script)], {
+      cwd: ROOT,
+      env: { ...process.env, LOG_LEVEL: 'info', ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let buf = '';
+    const onData = (d: Buffer) => {
+      this.output += d.toString();
+      buf += d.toString();
+      let i: number;
+      while ((i = buf.indexOf('\n')) >= 0) {
+        const line = buf.slice(0, i);
+        buf = buf.slice(i + 1);
+        let parsed: LogLine;
+        try {
+          parsed = JSON.parse(line);
+        } catch {
+          parsed = { msg: line };
+        }
+        this.lines.push(parsed);
+        for (const w of [...this.waiters]) {
+          if (w.pred(parsed)) {
+            this.waiters.splice(this.waiters.indexOf(w), 1);
+            w.resolve(parsed);
+          }
+        }
+      }
+    };
+    this.child.stdout!.on('data', onData);
+    this.child.stderr!.on('data', onData);
+    this.exited = new Promise((resolve) => this.child.on('exit', (code) => resolve(code)));
+  }
+
+  waitFor(pred: (l: LogLine) => boolean, ms = 30_000): Promise<LogLine> {
+    const hit = this.lines.find(pred);
+    if (hit) return Promise.resolve(hit);
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`${this.name}: no matching log line in ${ms} ms; output:\n${this.output.slice(-4000)}`)), ms);
+      const w = {
+        pred,
+        resolve: (l: LogLine) => {
+          clearTimeout(timer);
+          resolve(l);
+        },
+      };
+      this.waiters.push(w);
+      void this.exited.then((code) => {
+        if (this.waiters.includes(w)) {
+          clearTimeout(timer);
+          reject(new Error(`${this.name} exited (${code}) before the expected log line; output:\n${this.output.slice(-4000)}`));
+        }
+      });
+    });
+  }
+
+  get running(): boolean {
+    return this.child.exitCode === null && this.child.signalCode === null;
+  }
+
+  async stop(signal: NodeJS.Signals = 'SIGTERM', ms = 15_000): Promise<void> {
+    if (!this.running) return;
+    this.child.kill(signal);
+    const t = setTimeout(() => this.child.kill('SIGKILL'), ms);
+    await this.exited;
+    clearTimeout(t);
+  }
+}

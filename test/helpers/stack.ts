@@ -1,0 +1,215 @@
+// An isolated slice of the test servers for one test file: its own Postgres database, ClickHouse
+// database, JetStream stream and subjects, and Redis key prefix; plus the service processes it
+// asks for, and a customer with a token. Everything is removed again at teardown.
+import { randomBytes } from 'node:crypto';
+import type { Test } from 'tap';
+import pg from 'pg';
+import { createClickHouse, type ClickHouseClient } from '../../lib/db/clickhouse.js';
+import { createPool, type Pool } from '../../lib/db/postgres.js';
+import { createRedis, type Redis } from '../../lib/db/redis.js';
+import { connectNats, ensureStreams, type NatsConnection } from '../../lib/db/nats.js';
+import { deadLetterStream } from '../../lib/messages.js';
+import { migrate } from '../../lib/db/migrate.js';
+import { createCustomer, createToken, type Customer } from '../../lib/admin.js';
+import { Proc } from './proc.js';
+
+export interface StackOptions {
+  gateway?: boolean;
+  worker?: boolean;
+  api?: boolean;
+  /** Extra environment for every process (HEARTBEAT_TIMEOUT_S, ...). */
+  env?: Record<string, string>;
+  /** A NATS server of the test's own (outage tests), instead of the shared one. */
+  natsUrl?: string;
+}
+
+export interface TestStack {
+  id: string;
+  env: Record<string, string>;
+  pool: Pool;
+  ch: ClickHouseClient;
+  redis: Redis;
+  nc: NatsConnection;
+  customer: Customer;
+  token: string;
+  procs: Proc[];
+  gatewayUrl: string;
+  apiUrl: string;
+  startGateway(env?: Record<string, string>): Promise<{ proc: Proc; url: string }>;
+  startWorker(env?: Record<string, string>): Promise<Proc>;
+  startApi(env?: Record<string, string>): Promise<{ proc: Proc; url: string }>;
+  newCustomer(slug: string): Promise<{ customer: Customer; token: string }>;
+}
+
+const base = {
+  nats: process.env.NATS_URL ?? 'nats://127.0.0.1:24222',
+  pg: process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:25432/fleet',
+  redis: process.env.REDIS_URL ?? 'redis://127.0.0.1:26379/0',
+  ch: process.env.CLICKHOUSE_URL ?? 'http://127.0.0.1:28123',
+};
+
+export function dbUrl(name: string): string {
+  const u = new URL(base.pg);
+  u.pathname = `/${name}`;
+  return u.toString();
+}
+
+async function adminQuery(sql: string): Promise<void> {
+  const c = new pg.Client({ connectionString: dbUrl('postgres') });
+  await c.connect();
+  try {
+    await c.query(sql);
+  } finally {
+    await c.end();
+  }
+}
+
+export async function testStack(t: Test, name: string, opts: StackOptions = {}): Promise<TestStack> {
+  const id = `${name.replace(/[^a-z0-9]/g, '')}${randomBytes(3).toString('hex')}`;
+  const natsUrl = opts.natsUrl ?? base.nats;
+  const env: Record<string, string> = {
+    NATS_URL: natsUrl,
+    DATABASE_URL: dbUrl(`t_${id}`),
+    REDIS_URL: base.redis,
+    CLICKHOUSE_URL: base.ch,
+    CLICKHOUSE_DB: `t_${id}`,
+    STREAM_NAME: `T_${id.toUpperCase()}`,
+    SUBJECT_PREFIX: `t.${id}`,
+    REDIS_PREFIX: `t:${id}:`,
+    GATEWAY_PORT: '0',
+    API_PORT: '0',
+    CACHE_REFRESH_MS: '500',
+    WORKER_BATCH_WAIT_MS: '20',
+    LOG_LEVEL: 'info',
+    ...opts.env,
+  };
+  await adminQuery(`CREATE DATABASE "t_${id}"`);
+  await migrate({ databaseUrl: env.DATABASE_URL!, clickhouseUrl: base.ch, clickhouseDatabase: env.CLICKHOUSE_DB! });
+  const pool = createPool(env.DATABASE_URL!, 5, 'fleet-test');
+  const ch = createClickHouse({ url: base.ch, database: env.CLICKHOUSE_DB });
+  const redis = createRedis(base.redis);
+  const nc = await connectNats(natsUrl, `test-${id}`);
+  await ensureStreams(await nc.jetstreamManager(), {
+    streamName: env.STREAM_NAME!,
+    subjectPrefix: env.SUBJECT_PREFIX!,
+    streamMaxBytes: Number(env.STREAM_MAX_BYTES ?? 1024 ** 3),
+    streamReplicas: 1,
+  });
+  const customer = await createCustomer(pool, `c-${id}`);
+  const { token } = await createToken(pool, customer.id, 'test');
+
+  const procs: Proc[] = [];
+  const stack: TestStack = {
+    id,
+    env,
+    pool,
+    ch,
+    redis,
+    nc,
+    customer,
+    token,
+    procs,
+    gatewayUrl: '',
+    apiUrl: '',
+    async startGateway(extra = {}) {
+      const proc = new Proc('gateway', 'gateway/main.js', { ...env, ...extra });
+      procs.push(proc);
+      const l = await proc.waitFor((l) => l.msg === 'listening');
+      return { proc, url: `http://127.0.0.1:${l.port}` };
+    },
+    async startWorker(extra = {}) {
+      const proc = new Proc('worker', 'workers/main.js', { ...env, ...extra });
+      procs.push(proc);
+      await proc.waitFor((l) => l.msg === 'consuming');
+      return proc;
+    },
+    async startApi(extra = {}) {
+      const proc = new Proc('api', 'api/main.js', { ...env, ...extra });
+      procs.push(proc);
+      const l = await proc.waitFor((l) => l.msg === 'listening' && typeof l.port === 'number');
+      return { proc, url: `http://127.0.0.1:${l.port}` };
+    },
+    async newCustomer(slug: string) {
+      const c = await createCustomer(pool, `${slug}-${id}`);
+      const { token } = await createToken(pool, c.id, 'test');
+      return { customer: c, token };
+    },
+  };
+
+  t.teardown(async () => {
+    await Promise.all(procs.map((p) => p.stop('SIGKILL')));
+    const jsm = await nc.jetstreamManager();
+    await jsm.streams.delete(env.STREAM_NAME!).catch(() => {});
+    await jsm.streams.delete(deadLetterStream(env.STREAM_NAME!)).catch(() => {});
+    await nc.close();
+    let cursor = '0';
+    do {
+      const [next, keys] = await redis.scan(cursor, 'MATCH', `${env.REDIS_PREFIX}*`, 'COUNT', 1000);
+      cursor = next;
+      if (keys.length) await redis.del(...keys);
+    } while (cursor !== '0');
+    await redis.quit();
+    await pool.end();
+    await ch.command({ query: `DROP DATABASE IF EXISTS t_${id}` }).catch(() => {});
+    await ch.close();
+    await adminQuery(`DROP DATABASE IF EXISTS "t_${id}" WITH (FORCE)`).catch(() => {});
+  });
+
+  const [g, a] = await Promise.all([
+    opts.gateway === false ? null : stack.startGateway(),
+    opts.api === false ? null : stack.startApi(),
+    opts.worker === false ? null : stack.startWorker(),
+  ]);
+  if (g) stack.gatewayUrl = g.url;
+  if (a) stack.apiUrl = a.url;
+  return stack;
+}
+
+/** Polls `fn` until it returns a truthy value, or fails after `ms`. */
+export async function eventually<T>(fn: () => Promise<T | null | undefined | false | 0 | "">, ms = 10_000, what = "condition"): Promise<T> {
+  const until = Date.now() + ms;
+  let last: unknown;
+  while (Date.now() < until) {
+    try {
+      const v = await fn();
+      if (v) return v as T;
+    } catch (e) {
+      last = e;
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`${what} not reached within ${ms} ms${last ? `: ${(last as Error).message}` : ''}`);
+}
+
+export async function post(url: string, token: string | null, body: unknown, headers: Record<string, string> = {}): Promise<{ status: number; body: any; headers: Headers }> {
+  const r = await fetch(url, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json', ...(token ? { Authorization: `Bearer ${token}` } : {}), ...headers },
+    body: typeof body === 'string' ? body : JSON.stringify(body),
+  });
+  const text = await r.text();
+  let parsed: unknown = text;
+  try {
+    parsed = JSON.parse(text);
+  } catch {
+    /* not JSON */
+  }
+  return { status: r.status, body: parsed, headers: r.headers };
+}
+
+export async function get(url: string, token: string | null): Promise<{ status: number; body: any; headers: Headers }> {
+  const r = await fetch(url, { headers: token ? { Authorization: `Bearer ${token}` } : {} });
+  const text = await r.text();
+  let parsed: unknown = text;
+  try {
+    parsed = JSON.parse(text);
+  } catch {
+    /* not JSON */
+  }
+  return { status: r.status, body: parsed, headers: r.headers };
+}
+
+export async function chRows<T = Record<string, unknown>>(ch: ClickHouseClient, query: string): Promise<T[]> {
+  const rs = await ch.query({ query, format: 'JSONEachRow' });
+  return (await rs.json()) as T[];
+}
