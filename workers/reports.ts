@@ -74,5 +74,11 @@ export function pgText(s: string | null | undefined): string | null {
 export function pgJson(v: unknown): string {
   const json = JSON.stringify(v);
   if (!/\\u0000|\\ud[89a-f]/i.test(json)) return json;
-  return JSON.stringify(v, (_k, x) => (typeof x === 'string' ? pgText(x) : x)).replace(/\\u0000/g, '');
+  return JSON.stringify(v, (_k, x) => {
+    if (typeof x === 'string') return pgText(x);
+    if (x && typeof x === 'object' && !Array.isArray(x) && Object.keys(x).some((k) => k !== pgText(k))) {
+      return Object.fromEntries(Object.entries(x).map(([k, y]) => [pgText(k), y]));
+    }
+    return x;
+  });
 }

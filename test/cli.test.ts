@@ -1,0 +1,49 @@
+// The `fleet` command line against the real Postgres and ClickHouse.
+import t from 'tap';
+import { spawnSync } from 'node:child_process';
+import { join } from 'node:path';
+import { testStack, post, eventually } from './helpers/stack.js';
+import { ROOT } from './helpers/proc.js';
+
+const s = await testStack(t, 'cli', { worker: false, api: false });
+
+function fleet(...args: string[]) {
+  const r = spawnSync(process.execPath, [join(ROOT, 'bin', 'fleet.js'), ...args], { env: { ...process.env, ...s.env }, encoding: 'utf8' });
+  return { code: r.status, out: r.stdout, err: r.stderr };
+}
+
+t.test('migrate is idempotent', async (t) => {
+  const r = fleet('migrate');
+  t.equal(r.code, 0, r.err);
+  t.match(r.out, /schema up to date/);
+});
+
+t.test('customer create, token create/list/revoke', async (t) => {
+  const slug = `acme-${s.id}`;
+  const c = fleet('customer', 'create', slug, '--name', 'ACME');
+  t.equal(c.code, 0, c.err);
+  t.match(c.out, new RegExp(`\\t${slug}`));
+  t.equal(fleet('customer', 'create', slug).code, 1, 'a second customer with the slug is refused');
+  t.match(fleet('customer', 'create', 'Bad Slug').err, /invalid customer slug/);
+
+  const tok = fleet('token', 'create', slug, '--name', 'line 1');
+  t.equal(tok.code, 0, tok.err);
+  const token = tok.out.trim();
+  t.match(token, /^fk_[A-Za-z0-9_-]{43}$/, 'the token is printed once');
+  t.match(tok.err, /shown only now/);
+
+  const list = fleet('token', 'list', slug);
+  t.equal(list.code, 0);
+  t.notMatch(list.out, token, 'listing never shows the token');
+  t.match(list.out, /line 1/);
+  const id = list.out.split('\t')[0]!;
+
+  const url = `${s.gatewayUrl}/api/ingest/${slug}/m/agent/heartbeat`;
+  await eventually(async () => (await post(url, token, {})).status === 200, 5000, 'new token accepted');
+  const rev = fleet('token', 'revoke', id);
+  t.equal(rev.code, 0, rev.err);
+  await eventually(async () => (await post(url, token, {})).status === 403, 5000, 'revoked token refused');
+  t.match(fleet('token', 'list', slug).out, /revoked/);
+  t.equal(fleet('token', 'revoke', id).code, 1, 'revoking twice says so');
+  t.equal(fleet('token', 'create', 'no-such-customer').code, 1);
+});
