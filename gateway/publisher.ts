@@ -148,7 +148,10 @@ function isRetryable(e: unknown): boolean {
 }
 
 function classify(e: unknown): QueueUnavailableError {
-  const m = messageOf(e);
+  // JetStream API errors carry the reason in api_error (the message is just the code).
+  const api = (e as { api_error?: { err_code?: number; description?: string } }).api_error;
+  const m = api?.description ?? messageOf(e);
+  // 10077 maximum bytes, 10047 insufficient storage, 10028 maximum messages per subject, ...
   if (/maximum (bytes|messages)|storage|insufficient resources/i.test(m)) {
     return new QueueUnavailableError('queue full: the stream is at its limit; retry later', 5);
   }

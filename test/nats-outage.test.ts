@@ -35,3 +35,26 @@ t.test('503 while NATS is down, 200 again when it is back', async (t) => {
   const all = await chRows<{ n: string }>(s.ch, `SELECT count() AS n FROM heartbeats FINAL`);
   t.ok(Number(all[0]!.n) >= 2, 'reports from before and after the outage are stored');
 });
+
+t.test('stream full: 503 "queue full" with Retry-After, never 200; accepted reports kept', async (t) => {
+  const small = await testStack(t, 'full', { worker: false, api: false, env: { STREAM_MAX_BYTES: '20000' } });
+  const u = `${small.gatewayUrl}/api/ingest/${small.customer.slug}/m1/agent/status`;
+  let accepted = 0;
+  let full: Awaited<ReturnType<typeof post>> | null = null;
+  for (let i = 0; i < 200 && !full; i++) {
+    const r = await post(u, small.token, { status: 'running', message: 'x'.repeat(500) });
+    if (r.status === 200) accepted++;
+    else full = r;
+  }
+  t.ok(full, 'refused once the stream is full');
+  t.equal(full!.status, 503);
+  t.match(full!.body.detail, /queue full/);
+  t.ok(Number(full!.headers.get('retry-after')) >= 1);
+  t.ok(accepted > 0, `${accepted} accepted before it filled up`);
+  await small.startWorker();
+  await eventually(async () => {
+    const r = await chRows<{ n: string }>(small.ch, `SELECT count() AS n FROM status_history FINAL`);
+    return Number(r[0]!.n) === accepted;
+  }, 20_000, 'every accepted report stored once a worker runs');
+  await eventually(async () => (await post(u, small.token, { status: 'running' })).status === 200, 10_000, 'accepting again once drained');
+});
