@@ -77,7 +77,9 @@ function ensureNodeModules() {
   const pkg = join(root, 'package.json');
   if (existsSync(stamp) && mtime(stamp) >= mtime(lock) && mtime(stamp) >= mtime(pkg)) return;
   log('installing npm dependencies');
-  run('npm', existsSync(lock) ? ['ci', '--no-audit', '--no-fund'] : ['install', '--no-audit', '--no-fund']);
+  // `npm install` rather than `npm ci`: it installs the locked versions all the same, and npm 11
+  // records only this platform's optional binaries in the lock, which `npm ci` then calls out of sync.
+  run('npm', ['install', '--no-audit', '--no-fund']);
 }
 
 function newestSource(dir, newest = 0) {
