@@ -1,15 +1,28 @@
-// Who is calling the read API. For now an API token with the `read` scope, for its own customer
-// (scripts, Grafana); dashboard users with JWTs come with the accounts issue.
+// Who is calling the read API, and may they. Two kinds of caller:
+//   - a dashboard user: JWT in `Authorization: Bearer` or the session cookie; their role in the
+//     active customer comes from Postgres on every request (a removed membership takes effect at
+//     once); a system admin acts as owner in any customer;
+//   - an API token with the `read` scope (scripts, Grafana): viewer rights in its own customer.
+// Routes declare the level they need in lib/routes.ts; api/server.ts enforces it before the handler.
+// Not authenticated: 401. Authenticated but not allowed: 403.
 import type { FastifyRequest } from 'fastify';
 import type { Pool } from '../lib/db/postgres.js';
-import { forbidden } from '../lib/errors.js';
+import { HttpError, forbidden } from '../lib/errors.js';
 import { hashToken } from '../lib/ids.js';
+import { ROLE_RANK, type Role } from '../lib/accounts.js';
+import type { Auth } from '../lib/routes.js';
+import { SESSION_COOKIE, type Sessions } from './session.js';
 
 export interface Principal {
-  customerId: string;
-  customer: string;
-  tokenId: string;
-  scopes: string[];
+  kind: 'user' | 'token';
+  /** Active customer; null for a user who belongs to none yet. */
+  customerId: string | null;
+  customer: string | null;
+  role: Role | null;
+  isSystemAdmin: boolean;
+  userId?: string;
+  email?: string;
+  tokenId?: string;
 }
 
 declare module 'fastify' {
@@ -18,23 +31,82 @@ declare module 'fastify' {
   }
 }
 
-export async function authenticate(req: FastifyRequest, pool: Pool): Promise<Principal> {
+export const unauthenticated = (detail: string) => new HttpError(401, detail);
+
+function credentials(req: FastifyRequest): { bearer: string | null; cookie: string | null } {
   const h = req.headers.authorization ?? '';
-  if (!/^bearer /i.test(h)) throw forbidden('missing bearer token: send Authorization: Bearer <API token>');
-  const token = h.slice(7).trim();
+  const bearer = /^bearer /i.test(h) ? h.slice(7).trim() : null;
+  const cookie = (req.cookies as Record<string, string | undefined> | undefined)?.[SESSION_COOKIE] ?? null;
+  return { bearer, cookie };
+}
+
+export async function resolvePrincipal(req: FastifyRequest, pool: Pool, sessions: Sessions): Promise<Principal> {
+  const { bearer, cookie } = credentials(req);
+  if (bearer !== null && bearer.startsWith('fk_')) return tokenPrincipal(pool, bearer);
+  const jwt = bearer ?? cookie;
+  if (!jwt) throw unauthenticated('not authenticated: log in, or send Authorization: Bearer <API token or session token>');
+  const claims = await sessions.verify(jwt);
+  if (!claims) throw unauthenticated('session invalid or expired: log in again');
+  const r = await pool.query<{ email: string; is_system_admin: boolean; role: Role | null; slug: string | null; cust: string | null }>(
+    `SELECT u.email, u.is_system_admin, m.role, c.slug, c.id AS cust
+       FROM users u
+       LEFT JOIN customers c ON c.id = $2::uuid
+       LEFT JOIN memberships m ON m.user_id = u.id AND m.customer_id = c.id
+      WHERE u.id = $1`,
+    [claims.sub, claims.cid],
+  );
+  const u = r.rows[0];
+  if (!u) throw unauthenticated('the account of this session no longer exists');
+  let role = u.role;
+  if (u.cust && !role && u.is_system_admin) role = 'owner';
+  const member = u.cust !== null && role !== null;
+  return {
+    kind: 'user',
+    userId: claims.sub,
+    email: u.email,
+    isSystemAdmin: u.is_system_admin,
+    customerId: member ? u.cust : null,
+    customer: member ? u.slug : null,
+    role: member ? role : null,
+  };
+}
+
+async function tokenPrincipal(pool: Pool, token: string): Promise<Principal> {
   const r = await pool.query<{ id: string; customer_id: string; customer: string; scopes: string[]; revoked_at: Date | null }>(
     `SELECT t.id, t.customer_id, c.slug AS customer, t.scopes, t.revoked_at
        FROM api_tokens t JOIN customers c ON c.id = t.customer_id WHERE t.token_hash = $1`,
     [hashToken(token)],
   );
   const row = r.rows[0];
-  if (!row) throw forbidden('invalid token');
-  if (row.revoked_at) throw forbidden('token revoked');
+  if (!row) throw unauthenticated('invalid token');
+  if (row.revoked_at) throw unauthenticated('token revoked');
   if (!row.scopes.includes('read')) throw forbidden('token lacks the read scope');
-  return { customerId: row.customer_id, customer: row.customer, tokenId: row.id, scopes: row.scopes };
+  return { kind: 'token', tokenId: row.id, customerId: row.customer_id, customer: row.customer, role: 'viewer', isSystemAdmin: false };
 }
 
-export function principal(req: FastifyRequest): Principal {
-  if (!req.principal) throw forbidden('not authenticated');
+/** Checks a principal against a route's level (lib/routes.ts). */
+export function authorise(p: Principal, level: Auth): void {
+  if (level === 'none' || level === 'ingest-token') return;
+  if (level === 'user') {
+    if (p.kind !== 'user') throw forbidden('this endpoint is for dashboard users, not API tokens');
+    return;
+  }
+  if (level === 'system-admin') {
+    if (!p.isSystemAdmin) throw forbidden('system administrators only');
+    return;
+  }
+  if (!p.customerId || !p.role) throw forbidden('no active customer: you are not a member of any customer');
+  if (ROLE_RANK[p.role] < ROLE_RANK[level]) throw forbidden(`needs the ${level} role in ${p.customer} (you are ${p.role})`);
+}
+
+export function principal(req: FastifyRequest): Principal & { customerId: string; customer: string } {
+  const p = req.principal;
+  if (!p) throw unauthenticated('not authenticated');
+  if (!p.customerId || !p.customer) throw forbidden('no active customer');
+  return p as Principal & { customerId: string; customer: string };
+}
+
+export function anyPrincipal(req: FastifyRequest): Principal {
+  if (!req.principal) throw unauthenticated('not authenticated');
   return req.principal;
 }

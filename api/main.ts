@@ -5,6 +5,8 @@ import { createLogger } from '../lib/log.js';
 import { createMetrics } from '../lib/metrics.js';
 import { createPool } from '../lib/db/postgres.js';
 import { createClickHouse } from '../lib/db/clickhouse.js';
+import { createRedis } from '../lib/db/redis.js';
+import { Sessions } from './session.js';
 import { buildApi } from './server.js';
 
 const cfg = loadConfig();
@@ -13,7 +15,12 @@ const metrics = createMetrics('api');
 const pool = createPool(cfg.databaseUrl, 10, 'fleet-api');
 const ch = createClickHouse({ url: cfg.clickhouseUrl, database: cfg.clickhouseDatabase, user: cfg.clickhouseUser, password: cfg.clickhousePassword });
 
-const app = await buildApi({ cfg, log, metrics, pool, ch });
+const redis = createRedis(cfg.redisUrl);
+redis.on('error', (e) => log.warn({ err: e }, 'redis error'));
+const sessions = new Sessions(cfg.api.jwtSecret, cfg.api.jwtTtlS);
+if (sessions.ephemeral) log.warn('JWT_SECRET not set: sessions are signed with a random key of this process only (they end with it, and other replicas reject them)');
+
+const app = await buildApi({ cfg, log, metrics, pool, ch, redis, sessions });
 await app.listen({ host: cfg.api.host, port: cfg.api.port });
 const addr = app.server.address();
 log.info({ host: cfg.api.host, port: typeof addr === 'object' && addr ? addr.port : cfg.api.port }, 'listening');
@@ -24,7 +31,7 @@ async function shutdown(why: string): Promise<void> {
   closing = true;
   log.info({ why }, 'shutting down');
   await app.close();
-  await Promise.allSettled([pool.end(), ch.close()]);
+  await Promise.allSettled([pool.end(), ch.close(), redis.quit()]);
   log.info('stopped');
   process.exit(0);
 }

@@ -7,11 +7,15 @@ import type { Logger } from '../lib/log.js';
 import type { Metrics } from '../lib/metrics.js';
 import type { Pool } from '../lib/db/postgres.js';
 import type { ClickHouseClient } from '../lib/db/clickhouse.js';
+import type { Redis } from '../lib/db/redis.js';
+import cookie from '@fastify/cookie';
 import { HttpError } from '../lib/errors.js';
 import { routesOf, colonPath, pathRegex, checkHandlers } from '../lib/routes.js';
 import { toFieldErrors } from '../lib/validation.js';
-import { authenticate } from './auth.js';
+import { resolvePrincipal, authorise } from './auth.js';
+import type { Sessions } from './session.js';
 import { instanceHandlers } from './handlers/instances.js';
+import { authHandlers } from './handlers/auth.js';
 
 export interface ApiDeps {
   cfg: Config;
@@ -19,6 +23,8 @@ export interface ApiDeps {
   metrics: Metrics;
   pool: Pool;
   ch: ClickHouseClient;
+  redis: Redis;
+  sessions: Sessions;
 }
 
 type Handler = (req: FastifyRequest, reply: FastifyReply) => Promise<unknown> | unknown;
@@ -29,10 +35,14 @@ export async function buildApi(d: ApiDeps): Promise<FastifyInstance> {
     // One line per request would drown the useful logs; api_responses_total counts them instead.
     logController: new LogController({ disableRequestLogging: true }),
     bodyLimit: 1024 * 1024,
+    trustProxy: d.cfg.api.trustProxy,
     ajv: { customOptions: { coerceTypes: 'array', removeAdditional: false, allErrors: true } },
   });
 
+  await app.register(cookie);
+
   const handlers: Record<string, Handler> = {
+    ...authHandlers(d),
     ...instanceHandlers(d),
     api_healthz: () => ({ ok: true }),
     api_readyz: async (_req, reply) => {
@@ -58,7 +68,14 @@ export async function buildApi(d: ApiDeps): Promise<FastifyInstance> {
       method: r.method,
       url: colonPath(r.path),
       schema: Object.fromEntries(Object.entries({ params: r.params, querystring: r.query, body: r.body }).filter(([, v]) => v !== undefined)),
-      preHandler: r.auth === 'read' ? async (req) => void (req.principal = await authenticate(req, d.pool)) : undefined,
+      preHandler:
+        r.auth === 'none'
+          ? undefined
+          : async (req) => {
+              const p = await resolvePrincipal(req, d.pool, d.sessions);
+              authorise(p, r.auth);
+              req.principal = p;
+            },
       handler: handlers[r.operationId]!,
     });
   }

@@ -12,6 +12,9 @@ import { migrate } from '../lib/db/migrate.js';
 import { connectNats, ensureStreams } from '../lib/db/nats.js';
 import { createPool } from '../lib/db/postgres.js';
 import { createCustomer, createToken, findCustomer } from '../lib/admin.js';
+import { createUser, addMembership, findUserByLogin, newPassword } from '../lib/accounts.js';
+import { randomBytes } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import { startLocalServers, stopServers, type LocalServer } from './local-servers.js';
 import { runTests } from './test-runner.js';
 
@@ -41,27 +44,37 @@ async function prepare(cfg: Config): Promise<void> {
   }
 }
 
-/** First start: the demo customer and a token with both scopes, printed once and saved (mode 600). */
+/**
+ * First start: the demo customer with a token of both scopes, and the user demo@example.com, owner
+ * of it. The token and the password are printed once and saved under DATA_DIR (mode 600).
+ */
 async function seedDemo(cfg: Config): Promise<void> {
   const pool = createPool(cfg.databaseUrl, 1, 'fleet-seed');
   try {
     const tokenFile = join(cfg.dataDir, 'demo-token');
-    if (await findCustomer(pool, 'demo')) {
-      if (existsSync(tokenFile)) log(`demo customer exists; its token is in ${tokenFile}`);
-      return;
+    const passwordFile = join(cfg.dataDir, 'demo-password');
+    const lines: string[] = [];
+    let customer = await findCustomer(pool, 'demo');
+    if (!customer) {
+      customer = await createCustomer(pool, 'demo', 'Demo customer');
+      const { token } = await createToken(pool, customer.id, 'demo token', ['ingest', 'read']);
+      writeFileSync(tokenFile, token + '\n', { mode: 0o600 });
+      lines.push(`Seeded customer "demo". Its API token (shown once; saved to ${tokenFile}, mode 600):`, '', `  ${token}`, '');
+    } else if (existsSync(tokenFile)) log(`demo customer exists; its token is in ${tokenFile}`);
+    if (!(await findUserByLogin(pool, 'demo@example.com'))) {
+      const password = newPassword();
+      const user = await createUser(pool, { email: 'demo@example.com', username: 'demo', password });
+      await addMembership(pool, user.id, customer.id, 'owner');
+      writeFileSync(passwordFile, password + '\n', { mode: 0o600 });
+      lines.push(`Seeded dashboard user demo@example.com (owner of demo). Password (shown once; saved to ${passwordFile}, mode 600):`, '', `  ${password}`, '');
     }
-    const customer = await createCustomer(pool, 'demo', 'Demo customer');
-    const { token } = await createToken(pool, customer.id, 'demo token', ['ingest', 'read']);
-    writeFileSync(tokenFile, token + '\n', { mode: 0o600 });
+    if (lines.length === 0) return;
     const g = `http://${cfg.gateway.host}:${cfg.gateway.port}`;
     const a = `http://${cfg.api.host}:${cfg.api.port}`;
     process.stdout.write(
       [
         '',
-        'Seeded customer "demo". Its API token (shown once; saved to ' + tokenFile + ', mode 600):',
-        '',
-        `  ${token}`,
-        '',
+        ...lines,
         'Try it:',
         `  curl -H "Authorization: Bearer $(cat ${tokenFile})" -H 'Content-Type: application/json' -d '{}' \\`,
         `    ${g}/api/ingest/demo/m1/agent/heartbeat`,
@@ -72,6 +85,14 @@ async function seedDemo(cfg: Config): Promise<void> {
   } finally {
     await pool.end();
   }
+}
+
+/** The api's session key: JWT_SECRET, or one generated once into DATA_DIR (mode 600). */
+function jwtSecret(cfg: Config): string {
+  if (cfg.api.jwtSecret) return cfg.api.jwtSecret;
+  const file = join(cfg.dataDir, 'jwt-secret');
+  if (!existsSync(file)) writeFileSync(file, randomBytes(32).toString('hex') + '\n', { mode: 0o600 });
+  return readFileSync(file, 'utf8').trim();
 }
 
 interface Managed {
@@ -149,7 +170,7 @@ async function start(): Promise<void> {
       script: 'workers/main.js',
       env: i === 0 ? { WORKER_HTTP_PORT: process.env.WORKER_HTTP_PORT ?? '8082' } : {},
     })),
-    { name: 'api', script: 'api/main.js', env: {} },
+    { name: 'api', script: 'api/main.js', env: { JWT_SECRET: jwtSecret(cfg) } },
   ];
   if (shuttingDown) return;
   for (const a of apps) launch(a);

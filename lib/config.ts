@@ -80,6 +80,17 @@ export function loadConfig() {
     api: {
       host: str('API_HOST', '127.0.0.1'),
       port: num('API_PORT', 8081),
+      // HS256 key for dashboard sessions. Every api replica needs the same one; `npm start`
+      // generates one into $DATA_DIR/jwt-secret. Unset elsewhere: a random key per process.
+      jwtSecret: str('JWT_SECRET', ''),
+      jwtTtlS: num('JWT_TTL_S', 12 * 3600),
+      // Mark the session cookie Secure (set it when TLS terminates in front of the api).
+      cookieSecure: bool('COOKIE_SECURE', false),
+      trustProxy: bool('TRUST_PROXY', false),
+      // Failed logins before 429: per account, and per client address, within the window.
+      loginMaxFailuresPerAccount: num('LOGIN_MAX_FAILURES_PER_ACCOUNT', 5),
+      loginMaxFailuresPerAddress: num('LOGIN_MAX_FAILURES_PER_ADDRESS', 20),
+      loginWindowS: num('LOGIN_WINDOW_S', 900),
     },
     // How often the gateways re-read tokens and other control data from Postgres: a revocation is
     // effective on every replica within this interval (plus one query).

@@ -4,11 +4,16 @@
 import { Type, type TSchema } from '@sinclair/typebox';
 import { ErrorBody, Ok, Slug } from './schemas/common.js';
 import { Heartbeat, Diagnostics, Status } from './schemas/ingest.js';
-import { InstanceList, InstanceListQuery, InstanceDetail, DiagnosticList, DiagnosticsQuery, IdParams } from './schemas/api.js';
+import { InstanceList, InstanceListQuery, InstanceDetail, DiagnosticList, DiagnosticsQuery, IdParams, LoginBody, Session } from './schemas/api.js';
 
 export type Service = 'gateway' | 'api';
 export type Method = 'GET' | 'POST' | 'PUT' | 'DELETE';
-export type Auth = 'ingest-token' | 'read' | 'none';
+/**
+ * Who may call a route. `ingest-token`: an API token with the ingest scope, for the path's customer
+ * (gateway). `user`: a logged-in dashboard user. `viewer` / `admin` / `owner`: at least that role in
+ * the active customer (an API token with the read scope counts as viewer). `system-admin`.
+ */
+export type Auth = 'none' | 'ingest-token' | 'user' | 'viewer' | 'admin' | 'owner' | 'system-admin';
 
 export interface Response {
   description: string;
@@ -33,6 +38,12 @@ export interface RouteSpec {
 }
 
 const err = (description: string): Response => ({ description, schema: ErrorBody });
+
+/** Answers of every authenticated read-API route. */
+const authErrors: Record<number, Response> = {
+  401: err('not authenticated: no, an invalid or an expired session or token'),
+  403: err('authenticated, but not allowed (role, scope or customer)'),
+};
 
 const ingestParams = Type.Object({ customer: Slug, machine: Slug, software: Slug });
 
@@ -110,14 +121,40 @@ export const routes: RouteSpec[] = [
 
   {
     service: 'api',
+    method: 'POST',
+    path: '/auth/login',
+    operationId: 'auth_login',
+    summary: 'Log in with e-mail (or user name) and password; returns a JWT and sets the session cookie',
+    tags: ['auth'],
+    auth: 'none',
+    body: LoginBody,
+    responses: {
+      200: { description: 'logged in', schema: Session },
+      400: err('no login given'),
+      401: err('wrong e-mail address, user name or password'),
+      429: err('too many failed logins for this account or address; see Retry-After'),
+    },
+  },
+  {
+    service: 'api',
+    method: 'POST',
+    path: '/auth/logout',
+    operationId: 'auth_logout',
+    summary: 'Clear the session cookie',
+    tags: ['auth'],
+    auth: 'none',
+    responses: { 200: { description: 'logged out', schema: Ok } },
+  },
+  {
+    service: 'api',
     method: 'GET',
     path: '/api/instances',
     operationId: 'list_instances',
     summary: "The customer's instances (software on a machine) with their traffic light",
     tags: ['instances'],
-    auth: 'read',
+    auth: 'viewer',
     query: InstanceListQuery,
-    responses: { 200: { description: 'instances', schema: InstanceList }, 400: err('bad query'), 403: err('not authorised') },
+    responses: { 200: { description: 'instances', schema: InstanceList }, 400: err('bad query'), ...authErrors },
   },
   {
     service: 'api',
@@ -126,9 +163,9 @@ export const routes: RouteSpec[] = [
     operationId: 'get_instance',
     summary: 'One instance with its latest status snapshot',
     tags: ['instances'],
-    auth: 'read',
+    auth: 'viewer',
     params: IdParams,
-    responses: { 200: { description: 'the instance', schema: InstanceDetail }, 400: err('ill-formed id'), 403: err('not authorised'), 404: err('no such instance') },
+    responses: { 200: { description: 'the instance', schema: InstanceDetail }, 400: err('ill-formed id'), ...authErrors, 404: err('no such instance') },
   },
   {
     service: 'api',
@@ -137,10 +174,10 @@ export const routes: RouteSpec[] = [
     operationId: 'list_instance_diagnostics',
     summary: 'Diagnostics of one instance, newest first',
     tags: ['diagnostics'],
-    auth: 'read',
+    auth: 'viewer',
     params: IdParams,
     query: DiagnosticsQuery,
-    responses: { 200: { description: 'diagnostics', schema: DiagnosticList }, 400: err('bad query or id'), 403: err('not authorised'), 404: err('no such instance') },
+    responses: { 200: { description: 'diagnostics', schema: DiagnosticList }, 400: err('bad query or id'), ...authErrors, 404: err('no such instance') },
   },
   ...ops('api'),
 ];

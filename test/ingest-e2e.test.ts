@@ -138,13 +138,13 @@ t.test('Idempotency-Key: the same report sent again is acknowledged and stored o
   t.equal(Number(r[0]!.u), 2);
 });
 
-t.test('read API: unknown instance 404, ill-formed id 400, no token 403', async (t) => {
+t.test('read API: unknown instance 404, ill-formed id 400, no credentials 401', async (t) => {
   t.equal((await get(`${s.apiUrl}/api/instances/00000000-0000-4000-8000-000000000000`, s.token)).status, 404);
   const bad = await get(`${s.apiUrl}/api/instances/not-a-uuid`, s.token);
   t.equal(bad.status, 400);
   t.type(bad.body.detail, 'string');
   const none = await get(`${s.apiUrl}/api/instances`, null);
-  t.equal(none.status, 403);
+  t.equal(none.status, 401);
   t.type(none.body.detail, 'string');
   const unknown = await get(`${s.apiUrl}/api/nothing-here`, s.token);
   t.equal(unknown.status, 404);

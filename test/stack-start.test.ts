@@ -72,6 +72,12 @@ t.test('first start: servers, demo seed, the README example works, clean stop', 
   t.match(item, { machine: 'm1', software: 'agent', light: 'green' });
   t.ok(item.last_seen_at);
   t.equal((await get(`http://127.0.0.1:${ports.WORKER_HTTP_PORT}/healthz`, null)).status, 200, 'worker health endpoint');
+  const password = readFileSync(join(dataDir, 'demo-password'), 'utf8').trim();
+  t.equal(statSync(join(dataDir, 'demo-password')).mode & 0o777, 0o600, 'password file mode 600');
+  t.ok(out.includes(password), 'the password is printed once');
+  const session = await post(`${api}/auth/login`, null, { email: 'demo@example.com', password });
+  t.equal(session.status, 200, 'the demo user logs in');
+  t.match(session.body.customer, { slug: 'demo', role: 'owner' });
 
   st.child.kill('SIGTERM');
   t.equal(await st.exited, 0, 'exit 0 on SIGTERM');
@@ -82,7 +88,7 @@ t.test('first start: servers, demo seed, the README example works, clean stop', 
 t.test('second start reuses the data: no new seed, the saved token still works', async (t) => {
   const st = startStack();
   await eventually(async () => /api http:\/\/127\.0\.0\.1/.test(st.output()), 120_000, 'stack up again');
-  t.notMatch(st.output(), /Seeded customer/);
+  t.notMatch(st.output(), /Seeded/);
   t.match(st.output(), /demo customer exists/);
   const token = readFileSync(join(dataDir, 'demo-token'), 'utf8').trim();
   const list = await eventually(async () => {

@@ -5,6 +5,7 @@ import { loadConfig } from '../config.js';
 import { migrate } from '../db/migrate.js';
 import { createPool } from '../db/postgres.js';
 import { createCustomer, createToken, findCustomer, listTokens, revokeToken, type Scope } from '../admin.js';
+import { createUser, addMembership, findUserByLogin, newPassword, ROLES, type Role } from '../accounts.js';
 
 const cfg = loadConfig();
 const program = new Command('fleet').description('Fleet ingest service administration').showHelpAfterError();
@@ -75,6 +76,38 @@ token
     const ok = await withPool((p) => revokeToken(p, id));
     if (!ok) fail(`no active token ${id}`);
     process.stdout.write(`revoked ${id}\n`);
+  });
+
+const user = program.command('user').description('dashboard users');
+user
+  .command('create')
+  .requiredOption('--email <email>', 'e-mail address (the login; unique, case-insensitive)')
+  .option('--username <name>', 'optional user name, also accepted at login')
+  .option('--password <password>', 'at least 8 characters; generated and printed once when omitted')
+  .option('--system-admin', 'may act in every customer')
+  .description('create a dashboard user')
+  .action(async (o: { email: string; username?: string; password?: string; systemAdmin?: boolean }) => {
+    const password = o.password ?? newPassword();
+    const u = await withPool((p) => createUser(p, { email: o.email, username: o.username, password, isSystemAdmin: !!o.systemAdmin })).catch((e) =>
+      fail((e as Error).message),
+    );
+    process.stdout.write(`${u.id}\t${u.email}\n`);
+    if (!o.password) process.stderr.write(`password (shown only now): ${password}\n`);
+  });
+user
+  .command('add-to-customer <login> <customer>')
+  .option('--role <role>', `one of ${ROLES.join(', ')}`, 'viewer')
+  .description('give a user a role in a customer (or change it)')
+  .action(async (login: string, slug: string, o: { role: string }) => {
+    if (!ROLES.includes(o.role as Role)) fail(`unknown role ${o.role}: use ${ROLES.join(', ')}`);
+    await withPool(async (p) => {
+      const u = await findUserByLogin(p, login);
+      if (!u) fail(`no user ${login}`);
+      const c = await findCustomer(p, slug);
+      if (!c) fail(`no customer ${slug}`);
+      await addMembership(p, u.id, c.id, o.role as Role);
+    });
+    process.stdout.write(`${login} is ${o.role} of ${slug}\n`);
   });
 
 await program.parseAsync(process.argv).catch((e) => fail((e as Error).message));

@@ -77,6 +77,33 @@ export const postgresMigrations: Migration[] = [
       `CREATE INDEX instances_customer ON instances (customer_id)`,
     ],
   },
+  {
+    id: '0002-accounts',
+    sql: [
+      // Dashboard users. E-mail is required and unique case-insensitively; a user name is optional
+      // (older accounts log in with it). Passwords: scrypt (lib/accounts.ts).
+      `CREATE TABLE users (
+         id uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+         email text NOT NULL CHECK (email ~ '^[^@\\s]+@[^@\\s]+$'),
+         username text CHECK (username IS NULL OR username ~ '^[A-Za-z0-9._-]{1,64}$'),
+         password_hash text NOT NULL,
+         is_system_admin boolean NOT NULL DEFAULT false,
+         created_at timestamptz NOT NULL DEFAULT now(),
+         updated_at timestamptz NOT NULL DEFAULT clock_timestamp()
+       )`,
+      `CREATE UNIQUE INDEX users_email_ci ON users (lower(email))`,
+      `CREATE UNIQUE INDEX users_username_ci ON users (lower(username)) WHERE username IS NOT NULL`,
+      `CREATE TRIGGER users_touch BEFORE UPDATE ON users FOR EACH ROW EXECUTE FUNCTION touch_updated_at()`,
+      `CREATE TABLE memberships (
+         user_id uuid NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+         customer_id uuid NOT NULL REFERENCES customers(id) ON DELETE CASCADE,
+         role text NOT NULL CHECK (role IN ('owner', 'admin', 'viewer')),
+         created_at timestamptz NOT NULL DEFAULT now(),
+         PRIMARY KEY (user_id, customer_id)
+       )`,
+      `CREATE INDEX memberships_customer ON memberships (customer_id)`,
+    ],
+  },
 ];
 
 const ENGINE = (orderBy: string, partition = 'toYYYYMM(received_at)') =>

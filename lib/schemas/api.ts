@@ -78,3 +78,36 @@ export const DiagnosticsQuery = Type.Object({
 });
 
 export const IdParams = Type.Object({ id: Type.String({ format: 'uuid' }) });
+
+export const LoginBody = Type.Object(
+  {
+    email: Type.Optional(Type.String({ maxLength: 320, description: 'e-mail address (or, for older accounts, the user name)' })),
+    username: Type.Optional(Type.String({ maxLength: 64, description: 'user name, still accepted' })),
+    login: Type.Optional(Type.String({ maxLength: 320, description: 'e-mail address or user name' })),
+    password: Type.String({ minLength: 1, maxLength: 1024 }),
+  },
+  { $id: 'LoginBody' },
+);
+
+export const SessionUser = Type.Object({
+  id: Type.String({ format: 'uuid' }),
+  email: Type.String(),
+  username: Type.Union([Type.String(), Type.Null()]),
+  is_system_admin: Type.Boolean(),
+});
+
+export const ActiveCustomer = Type.Union([
+  Type.Object({ id: Type.String({ format: 'uuid' }), slug: Type.String(), role: Type.String() }),
+  Type.Null(),
+]);
+
+export const Session = Type.Object(
+  {
+    token: Type.String({ description: 'JWT; also set as the HttpOnly cookie fleet_session' }),
+    token_type: Type.Literal('Bearer'),
+    expires_at: Type.String({ format: 'date-time' }),
+    user: SessionUser,
+    customer: ActiveCustomer,
+  },
+  { $id: 'Session' },
+);

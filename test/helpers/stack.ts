@@ -11,6 +11,7 @@ import { connectNats, ensureStreams, type NatsConnection } from '../../lib/db/na
 import { deadLetterStream } from '../../lib/messages.js';
 import { migrate } from '../../lib/db/migrate.js';
 import { createCustomer, createToken, type Customer } from '../../lib/admin.js';
+import { createUser, addMembership, type Role } from '../../lib/accounts.js';
 import { Proc } from './proc.js';
 
 export interface StackOptions {
@@ -39,6 +40,16 @@ export interface TestStack {
   startWorker(env?: Record<string, string>): Promise<Proc>;
   startApi(env?: Record<string, string>): Promise<{ proc: Proc; url: string }>;
   newCustomer(slug: string): Promise<{ customer: Customer; token: string }>;
+  /** A dashboard user with `role` in `customer` (default: the stack's), logged in through the api. */
+  newUser(role: Role | null, opts?: { customer?: Customer; systemAdmin?: boolean; username?: string }): Promise<TestUser>;
+}
+
+export interface TestUser {
+  id: string;
+  email: string;
+  password: string;
+  /** The session JWT, for `Authorization: Bearer`. */
+  jwt: string;
 }
 
 const base = {
@@ -79,6 +90,7 @@ export async function testStack(t: Test, name: string, opts: StackOptions = {}):
     GATEWAY_PORT: '0',
     API_PORT: '0',
     CACHE_REFRESH_MS: '500',
+    JWT_SECRET: randomBytes(32).toString('hex'),
     WORKER_BATCH_WAIT_MS: '20',
     LOG_LEVEL: 'info',
     ...opts.env,
@@ -134,7 +146,18 @@ export async function testStack(t: Test, name: string, opts: StackOptions = {}):
       const { token } = await createToken(pool, c.id, 'test');
       return { customer: c, token };
     },
+    async newUser(role, o = {}) {
+      const n = ++users;
+      const email = `user${n}-${id}@example.com`;
+      const password = `pw-${randomBytes(6).toString('hex')}`;
+      const u = await createUser(pool, { email, username: o.username, password, isSystemAdmin: o.systemAdmin });
+      if (role) await addMembership(pool, u.id, (o.customer ?? customer).id, role);
+      const r = await post(`${stack.apiUrl}/auth/login`, null, { email, password });
+      if (r.status !== 200) throw new Error(`login failed: ${r.status} ${JSON.stringify(r.body)}`);
+      return { id: u.id, email, password, jwt: r.body.token };
+    },
   };
+  let users = 0;
 
   t.teardown(async () => {
     await Promise.all(procs.map((p) => p.stop('SIGKILL')));

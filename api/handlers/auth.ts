@@ -1,0 +1,68 @@
+// Login and logout. Failed logins are counted in Redis per account and per client address (so the
+// limit holds across api replicas); over the limit: 429 with Retry-After, even for the right
+// password, until the window has passed.
+import type { FastifyReply, FastifyRequest } from 'fastify';
+import type { ApiDeps } from '../server.js';
+import { HttpError, badRequest } from '../../lib/errors.js';
+import { findUserByLogin, verifyPassword, defaultCustomer, DUMMY_HASH } from '../../lib/accounts.js';
+import { SESSION_COOKIE } from '../session.js';
+
+export function authHandlers(d: ApiDeps) {
+  const cfg = d.cfg.api;
+  const key = (kind: string, v: string) => `${d.cfg.redisPrefix}login:${kind}:${v}`;
+
+  async function limited(keys: [string, number][]): Promise<number> {
+    const counts = await d.redis.mget(...keys.map(([k]) => k));
+    for (let i = 0; i < keys.length; i++) {
+      if (Number(counts[i] ?? 0) >= keys[i]![1]) return Math.max(1, await d.redis.ttl(keys[i]![0]));
+    }
+    return 0;
+  }
+
+  async function fail(keys: [string, number][]): Promise<void> {
+    const m = d.redis.multi();
+    for (const [k] of keys) m.incr(k).expire(k, cfg.loginWindowS, 'NX');
+    await m.exec();
+  }
+
+  return {
+    async auth_login(req: FastifyRequest, reply: FastifyReply) {
+      const b = req.body as { email?: string; username?: string; login?: string; password: string };
+      const login = (b.login ?? b.email ?? b.username ?? '').trim();
+      if (!login) throw badRequest('send email (or username) and password');
+      const keys: [string, number][] = [
+        [key('acct', login.toLowerCase()), cfg.loginMaxFailuresPerAccount],
+        [key('addr', req.ip), cfg.loginMaxFailuresPerAddress],
+      ];
+      const wait = await limited(keys);
+      if (wait > 0) throw new HttpError(429, `too many failed logins; try again in ${wait} s`, { retryAfterS: wait });
+      const user = await findUserByLogin(d.pool, login);
+      // Verify against a dummy hash for unknown accounts: same time, same answer.
+      const ok = await verifyPassword(b.password, user?.password_hash ?? DUMMY_HASH);
+      if (!user || !ok) {
+        await fail(keys);
+        throw new HttpError(401, 'wrong e-mail address, user name or password');
+      }
+      await d.redis.del(keys[0]![0]);
+      const customer = await defaultCustomer(d.pool, user.id);
+      const { token, expiresAt } = await d.sessions.issue({ sub: user.id, email: user.email, is_system_admin: user.is_system_admin, cid: customer?.id ?? null });
+      setSessionCookie(reply, token, d.sessions.ttlS, cfg.cookieSecure);
+      return {
+        token,
+        token_type: 'Bearer',
+        expires_at: expiresAt.toISOString(),
+        user: { id: user.id, email: user.email, username: user.username, is_system_admin: user.is_system_admin },
+        customer,
+      };
+    },
+
+    async auth_logout(_req: FastifyRequest, reply: FastifyReply) {
+      reply.clearCookie(SESSION_COOKIE, { path: '/' });
+      return { ok: true };
+    },
+  };
+}
+
+export function setSessionCookie(reply: FastifyReply, token: string, ttlS: number, secure: boolean): void {
+  reply.setCookie(SESSION_COOKIE, token, { path: '/', httpOnly: true, sameSite: 'lax', secure, maxAge: ttlS });
+}
