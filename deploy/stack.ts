@@ -2,6 +2,7 @@
 // and build). Reads top-down:
 //   start    servers -> migrations -> stream -> demo seed -> gateway, workers, api -> wait for a signal
 //   test     fresh test servers -> migrations -> tap over dist/test -> "N passed, N failed"
+//   bench    fresh bench servers -> bench/run.ts (bench/README.md)
 //   servers  only the four servers, for working on one process by hand
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdirSync, writeFileSync, rmSync } from 'node:fs';
@@ -17,21 +18,35 @@ import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { startLocalServers, stopServers, type LocalServer } from './local-servers.js';
 import { runTests } from './test-runner.js';
+import { runBench } from '../bench/run.js';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const log = (msg: string) => process.stderr.write(`[stack] ${msg}\n`);
 
-/** Test stacks get their own data folder and ports, so `npm test` can run beside `npm start`. */
-function useTestDefaults(): void {
+/** Test and bench stacks get their own data folder and ports, so they can run beside `npm start`. */
+function useDefaults(kind: 'test' | 'bench'): void {
+  const base = kind === 'test' ? 20_000 : 40_000;
   const defaults: Record<string, string> = {
-    DATA_DIR: '.data/test',
-    NATS_PORT: '24222',
-    REDIS_PORT: '26379',
-    PG_PORT: '25432',
-    CLICKHOUSE_HTTP_PORT: '28123',
-    CLICKHOUSE_TCP_PORT: '29000',
+    DATA_DIR: `.data/${kind}`,
+    NATS_PORT: String(base + 4222),
+    REDIS_PORT: String(base + 6379),
+    PG_PORT: String(base + 5432),
+    CLICKHOUSE_HTTP_PORT: String(base + 8123),
+    CLICKHOUSE_TCP_PORT: String(base + 9000),
   };
   for (const [k, v] of Object.entries(defaults)) if (!process.env[k]) process.env[k] = v;
+}
+
+/** A throw-away stack: the four servers started empty under DATA_DIR. */
+async function freshServers(fast: boolean): Promise<{ cfg: Config; servers: LocalServer[] }> {
+  const cfg = loadConfig();
+  for (const sub of ['nats', 'redis', 'postgres', 'clickhouse']) rmSync(join(cfg.dataDir, sub), { recursive: true, force: true });
+  mkdirSync(cfg.dataDir, { recursive: true });
+  const servers = await startLocalServers(cfg, log, { fast });
+  const onSignal = () => void stopServers(servers, log).then(() => process.exit(130));
+  process.on('SIGINT', onSignal);
+  process.on('SIGTERM', onSignal);
+  return { cfg, servers };
 }
 
 async function prepare(cfg: Config): Promise<void> {
@@ -178,16 +193,9 @@ async function start(): Promise<void> {
 }
 
 async function test(args: string[]): Promise<void> {
-  useTestDefaults();
-  const cfg = loadConfig();
-  // A test stack starts empty every run.
-  for (const sub of ['nats', 'redis', 'postgres', 'clickhouse']) rmSync(join(cfg.dataDir, sub), { recursive: true, force: true });
-  mkdirSync(cfg.dataDir, { recursive: true });
-  const servers = await startLocalServers(cfg, log, { fast: true });
+  useDefaults('test');
+  const { cfg, servers } = await freshServers(true);
   let counts = { passed: 0, failed: 1 };
-  const onSignal = () => void stopServers(servers, log).then(() => process.exit(130));
-  process.on('SIGINT', onSignal);
-  process.on('SIGTERM', onSignal);
   try {
     counts = await runTests(cfg, root, args);
   } finally {
@@ -195,6 +203,22 @@ async function test(args: string[]): Promise<void> {
   }
   process.stdout.write(`\n${counts.passed} passed, ${counts.failed} failed\n`);
   process.exit(counts.failed === 0 ? 0 : 1);
+}
+
+/** Benchmarks on servers with their normal durability settings (fsync on), started empty. */
+async function bench(args: string[]): Promise<void> {
+  useDefaults('bench');
+  const { cfg, servers } = await freshServers(false);
+  let code = 0;
+  try {
+    await runBench(cfg, root, args);
+  } catch (e) {
+    log(`bench failed: ${(e as Error).stack ?? e}`);
+    code = 1;
+  } finally {
+    await stopServers(servers, log);
+  }
+  process.exit(code);
 }
 
 async function serversOnly(): Promise<void> {
@@ -208,7 +232,7 @@ async function serversOnly(): Promise<void> {
 }
 
 const [mode, ...args] = process.argv.slice(2);
-const modes: Record<string, (a: string[]) => Promise<void>> = { start, test, servers: serversOnly };
+const modes: Record<string, (a: string[]) => Promise<void>> = { start, test, bench, servers: serversOnly };
 const fn = modes[mode ?? 'start'];
 if (!fn) {
   log(`unknown mode ${mode}; use one of ${Object.keys(modes).join(', ')}`);

@@ -3,7 +3,7 @@ import t from 'tap';
 import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
 import { testStack, post, eventually } from './helpers/stack.js';
-import { ROOT } from './helpers/proc.js';
+import { ROOT } from '../lib/service-process.js';
 
 const s = await testStack(t, 'cli', { worker: false, api: false });
 

@@ -12,7 +12,7 @@ import { deadLetterStream } from '../../lib/messages.js';
 import { migrate } from '../../lib/db/migrate.js';
 import { createCustomer, createToken, type Customer } from '../../lib/admin.js';
 import { createUser, addMembership, type Role } from '../../lib/accounts.js';
-import { Proc } from './proc.js';
+import { Proc } from '../../lib/service-process.js';
 
 export interface StackOptions {
   gateway?: boolean;

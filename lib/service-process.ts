@@ -1,8 +1,10 @@
-// A service process under test: spawned from dist/, its JSON log lines kept for assertions.
+// A service process (gateway, worker, api) spawned from dist/ by tests and benchmarks, its JSON log
+// lines kept so callers can wait for one ("listening") or assert on them.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { join } from 'node:path';
 
-export const ROOT = process.env.FLEET_ROOT ?? join(import.meta.dirname, '..', '..', '..');
+/** The project root (dist/lib/service-process.js -> ../..). */
+export const ROOT = process.env.FLEET_ROOT ?? join(import.meta.dirname, '..', '..');
 
 export interface LogLine {
   msg?: string;

@@ -1,0 +1,56 @@
+// What the load looks like: many customers, each with its own token, many machines per customer,
+// and the three report bodies (heartbeat; diagnostics with 10 items; status with a 4 KiB snapshot).
+import { writeFileSync, mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import type { Pool } from '../lib/db/postgres.js';
+import { createCustomer, createToken } from '../lib/admin.js';
+
+export interface Fixtures {
+  customers: { id: string; slug: string; token: string }[];
+  dir: string;
+  /** `path<TAB>token` per line, for one report kind. */
+  targets(kind: string, software?: string): string;
+  body(kind: 'heartbeat' | 'diagnostics' | 'status'): string;
+}
+
+export const BODIES = {
+  heartbeat: JSON.stringify({ version: '5.10.2', uptime_seconds: 86_400, pid: 4242, ip_addresses: ['10.0.0.7'] }),
+  diagnostics: JSON.stringify({
+    items: Array.from({ length: 10 }, (_, i) => ({ code: 1000 + i, message: `check ${i}: value within limits (sensor ${i})`, severity: i % 3 === 0 ? 1 : 0 })),
+  }),
+  status: (() => {
+    const snapshot: Record<string, unknown> = { modules: {} };
+    for (let i = 0; JSON.stringify(snapshot).length < 4000; i++) {
+      (snapshot.modules as Record<string, unknown>)[`module-${i}`] = { state: 'ok', version: `1.${i}.0`, queue: i * 7, cpu: { value: 12.5, type: 'percent' } };
+    }
+    return JSON.stringify({ status: 'running', message: 'all modules up', snapshot });
+  })(),
+};
+
+export async function createFixtures(pool: Pool, dir: string, customers: number, machinesPerCustomer: number): Promise<Fixtures> {
+  mkdirSync(dir, { recursive: true });
+  const cs: Fixtures['customers'] = [];
+  for (let i = 0; i < customers; i++) {
+    const c = await createCustomer(pool, `bench-${i}-${Date.now().toString(36)}`);
+    const { token } = await createToken(pool, c.id, 'bench');
+    cs.push({ id: c.id, slug: c.slug, token });
+  }
+  for (const [kind, body] of Object.entries(BODIES)) writeFileSync(join(dir, `${kind}.json`), body);
+  return {
+    customers: cs,
+    dir,
+    targets(kind: string, software = 'agent') {
+      const file = join(dir, `targets-${kind}-${software}.tsv`);
+      const lines: string[] = [];
+      // Interleave customers so consecutive requests hit different tokens and machines.
+      for (let m = 0; m < machinesPerCustomer; m++) {
+        for (const c of cs) lines.push(`/api/ingest/${c.slug}/m-${m}/${software}/${kind}\t${c.token}`);
+      }
+      writeFileSync(file, lines.join('\n') + '\n');
+      return file;
+    },
+    body(kind) {
+      return join(dir, `${kind}.json`);
+    },
+  };
+}

@@ -1,0 +1,70 @@
+// Renders a bench result into the table of bench/README.md (between the results markers).
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+
+const START = '<!-- results:start -->';
+const END = '<!-- results:end -->';
+
+type R = Record<string, any>;
+
+export function renderTable(r: R): string {
+  const t = r.throughput ?? {};
+  const row = (name: string, key: string) =>
+    t[key] ? `| ${name} | ${t[key].requests_per_s.toLocaleString('en')} | ${t[key].p50_ms} | ${t[key].p99_ms} | ${t[key].non_2xx + t[key].socket_errors} |` : null;
+  const lines = [
+    `Run: ${r.mode} mode, ${r.started_at}, ${r.machine.cores} cores (${r.machine.cpu}), ${r.machine.memory_gib} GiB, Node ${r.machine.node}.`,
+    `Load: ${r.load.customers} customers with one token each, ${r.load.machines.toLocaleString('en')} machines; wrk ${r.load.wrk.threads} thread, ${r.load.wrk.connections} connections, ${r.load.wrk.seconds} s after a warm-up.`,
+    '',
+    '| Throughput | requests/s | p50 ms | p99 ms | errors |',
+    '|---|---:|---:|---:|---:|',
+    row('Ceiling: bare uWS, answers {"ok":true}', 'ceiling_bare_uws'),
+    row('Usual alternative: Fastify + token SELECT + INSERT per request', 'alternative_fastify_pg'),
+    row('Gateway: heartbeat (durable JetStream ack)', 'gateway_heartbeat'),
+    row('Gateway: diagnostics, 10 items', 'gateway_diagnostics'),
+    row('Gateway: status, 4 KiB snapshot', 'gateway_status'),
+  ].filter((x) => x !== null) as string[];
+  if (r.ratios) {
+    lines.push('', '| Ratio (heartbeat) | value | target |', '|---|---:|---:|');
+    lines.push(`| gateway / ceiling | ${r.ratios.gateway_vs_ceiling ?? 'n/a'} | ≥ 0.5 |`);
+    lines.push(`| gateway / usual alternative | ${r.ratios.gateway_vs_alternative ?? 'n/a'} | ≥ 5 |`);
+  }
+  if (r.e2e) {
+    const e = r.e2e;
+    lines.push(
+      '',
+      '| End to end (200 → row queryable in ClickHouse) | value | target |',
+      '|---|---:|---:|',
+      `| offered / achieved rate | ${e.offered_rate.toLocaleString('en')} / ${e.achieved_rate.toLocaleString('en')} reports/s | |`,
+      `| lag p50 | ${e.lag_ms.p50} ms | |`,
+      `| lag p99 | ${e.lag_ms.p99} ms | ≤ 1000 ms |`,
+      `| lag max | ${e.lag_ms.max} ms | |`,
+      `| acknowledged but not found | ${e.missing} | 0 |`,
+    );
+  }
+  if (r.drain) {
+    const d = r.drain;
+    lines.push(
+      '',
+      `| Worker drain (${d.one_worker.reports.toLocaleString('en')} reports queued, ${d.instances.toLocaleString('en')} instances) | reports/s | target |`,
+      '|---|---:|---:|',
+      `| one worker | ${d.one_worker.reports_per_s.toLocaleString('en')} | ≥ 100,000 |`,
+      `| two workers | ${d.two_workers.reports_per_s.toLocaleString('en')} | > one worker |`,
+    );
+  }
+  if (r.peak_rss_mb && Object.keys(r.peak_rss_mb).length) {
+    lines.push('', '| Peak RSS | MB |', '|---|---:|');
+    for (const [k, v] of Object.entries(r.peak_rss_mb)) lines.push(`| ${k.replace(/_mb$/, '').replace(/_/g, ' ')} | ${v} |`);
+  }
+  for (const extra of ['traffic_light', 'commands']) {
+    if (r[extra]) lines.push('', `${extra.replace('_', ' ')}:`, '', '```json', JSON.stringify(r[extra], null, 2), '```');
+  }
+  return lines.join('\n');
+}
+
+export function writeReport(readme: string, r: R): void {
+  const table = `${START}\n${renderTable(r)}\n${END}`;
+  let text = existsSync(readme) ? readFileSync(readme, 'utf8') : `# Benchmarks\n\n${START}\n${END}\n`;
+  if (text.includes(START) && text.includes(END)) {
+    text = text.slice(0, text.indexOf(START)) + table + text.slice(text.indexOf(END) + END.length);
+  } else text += `\n${table}\n`;
+  writeFileSync(readme, text);
+}

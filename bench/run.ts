@@ -1,0 +1,279 @@
+// `npm run bench [-- --quick] [-- --only a,b]`: measures, in one run on one machine, the ceiling
+// (bare uWS), the usual alternative (Fastify + one Postgres INSERT per request), our gateway
+// (heartbeat, diagnostics, status, with durable JetStream acks), end-to-end lag at a fixed offered
+// rate, worker drain with one and two workers, and peak RSS. Load comes from generators in their
+// own processes (wrk; a paced undici client for the fixed rate). Results: bench/results/*.json and
+// the table in bench/README.md. Called by deploy/stack.ts, which started fresh servers.
+import { fork, spawnSync } from 'node:child_process';
+import { readFileSync, writeFileSync, mkdirSync } from 'node:fs';
+import { cpus, totalmem } from 'node:os';
+import { join } from 'node:path';
+import { randomUUID } from 'node:crypto';
+import type { Config } from '../lib/config.js';
+import { createPool } from '../lib/db/postgres.js';
+import { createClickHouse } from '../lib/db/clickhouse.js';
+import { connectNats, ensureStreams, ensureConsumer } from '../lib/db/nats.js';
+import { encodeBatch, encodeReport, subjects } from '../lib/messages.js';
+import { migrate } from '../lib/db/migrate.js';
+import { Proc } from '../lib/service-process.js';
+import { createFixtures } from './fixtures.js';
+import { wrk, type WrkResult } from './wrk.js';
+import { writeReport, renderTable } from './report.js';
+
+const log = (m: string) => process.stderr.write(`[bench] ${m}\n`);
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+function peakRssMb(pid: number | undefined): number {
+  if (!pid) return 0;
+  try {
+    const kb = /VmHWM:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1];
+    return kb ? Math.round(Number(kb) / 1024) : 0;
+  } catch {
+    return 0;
+  }
+}
+
+function quantile(sorted: number[], q: number): number {
+  if (sorted.length === 0) return NaN;
+  return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))]!;
+}
+
+export interface BenchOptions {
+  quick: boolean;
+  only: Set<string> | null;
+  e2eRate: number;
+}
+
+export async function runBench(cfg: Config, root: string, args: string[]): Promise<void> {
+  const opt: BenchOptions = {
+    quick: args.includes('--quick'),
+    only: args.includes('--only') ? new Set(args[args.indexOf('--only') + 1]!.split(',')) : null,
+    e2eRate: Number(args.includes('--rate') ? args[args.indexOf('--rate') + 1] : 10_000),
+  };
+  const want = (s: string) => !opt.only || opt.only.has(s);
+  const D = opt.quick
+    ? { wrkS: 4, warmS: 1, e2eS: 8, drain: 100_000, customers: 50, machines: 40 }
+    : { wrkS: 15, warmS: 3, e2eS: 30, drain: 1_000_000, customers: 100, machines: 100 };
+
+  await migrate(cfg);
+  const pool = createPool(cfg.databaseUrl, 4, 'bench');
+  const ch = createClickHouse({ url: cfg.clickhouseUrl, database: cfg.clickhouseDatabase });
+  const nc = await connectNats(cfg.natsUrl, 'bench');
+  const jsm = await nc.jetstreamManager();
+  await ensureStreams(jsm, cfg);
+  await ensureConsumer(jsm, cfg.streamName, cfg.worker.consumerName, cfg.worker.ackWaitS);
+  const purge = () => jsm.streams.purge(cfg.streamName);
+  const fx = await createFixtures(pool, join(cfg.dataDir, 'fixtures'), D.customers, D.machines);
+  const env: Record<string, string> = { LOG_LEVEL: 'warn', GATEWAY_PORT: '0', API_PORT: '0' };
+  const started: Proc[] = [];
+  const startProc = async (name: string, script: string, extra: Record<string, string> = {}, ready = 'listening') => {
+    const p = new Proc(name, script, { ...env, ...extra, LOG_LEVEL: 'info' });
+    started.push(p);
+    const l = await p.waitFor((x) => x.msg === ready, 60_000);
+    return { p, port: Number(l.port ?? 0) };
+  };
+
+  const results: Record<string, unknown> = {
+    started_at: new Date().toISOString(),
+    mode: opt.quick ? 'quick' : 'full',
+    machine: { cores: cpus().length, cpu: cpus()[0]?.model ?? '', memory_gib: Math.round(totalmem() / 1024 ** 3), node: process.version },
+    load: { customers: D.customers, machines: D.customers * D.machines, wrk: { threads: 1, connections: 64, seconds: D.wrkS } },
+  };
+  const throughput: Record<string, WrkResult> = {};
+  const rss: Record<string, number> = {};
+
+  const load = async (name: string, port: number, kind: 'heartbeat' | 'diagnostics' | 'status') => {
+    const url = `http://127.0.0.1:${port}`;
+    const targets = fx.targets(kind);
+    await wrk({ url, targetsFile: targets, bodyFile: fx.body(kind), seconds: D.warmS, root }); // warm-up (JIT, caches)
+    const r = await wrk({ url, targetsFile: targets, bodyFile: fx.body(kind), seconds: D.wrkS, root });
+    throughput[name] = r;
+    log(`${name}: ${Math.round(r.requestsPerS)} req/s, p50 ${r.latencyP50Ms} ms, p99 ${r.latencyP99Ms} ms, non-2xx ${r.non2xx}, socket errors ${r.socketErrors}`);
+    return r;
+  };
+
+  try {
+    if (want('ceiling')) {
+      const s = await startProc('bare-uws', 'bench/baselines/bare-uws.js');
+      await load('ceiling_bare_uws', s.port, 'heartbeat');
+      await s.p.stop();
+    }
+    if (want('alternative')) {
+      const s = await startProc('fastify-pg', 'bench/baselines/fastify-pg.js', { DATABASE_URL: cfg.databaseUrl });
+      await load('alternative_fastify_pg', s.port, 'heartbeat');
+      await s.p.stop();
+    }
+    if (want('gateway')) {
+      // Workers stopped: this measures the gateway with durable JetStream acks; the stream absorbs.
+      const g = await startProc('gateway', 'gateway/main.js');
+      for (const kind of ['heartbeat', 'diagnostics', 'status'] as const) {
+        await load(`gateway_${kind}`, g.port, kind);
+        await purge();
+      }
+      rss.gateway_mb = peakRssMb(g.p.child.pid);
+      await g.p.stop();
+    }
+    if (want('e2e')) results.e2e = await e2e();
+    if (want('drain')) results.drain = await drain();
+    for (const extra of ['traffic-light', 'commands']) {
+      if (!want(extra)) continue;
+      results[extra.replace('-', '_')] = runScript(extra);
+    }
+  } finally {
+    await Promise.all(started.map((p) => p.stop()));
+    await nc.close();
+    await pool.end();
+    await ch.close();
+  }
+
+  const ratio = (a?: WrkResult, b?: WrkResult) => (a && b && b.requestsPerS > 0 ? Math.round((a.requestsPerS / b.requestsPerS) * 100) / 100 : null);
+  results.throughput = Object.fromEntries(
+    Object.entries(throughput).map(([k, v]) => [k, { requests_per_s: Math.round(v.requestsPerS), p50_ms: v.latencyP50Ms, p99_ms: v.latencyP99Ms, non_2xx: v.non2xx, socket_errors: v.socketErrors }]),
+  );
+  results.ratios = {
+    gateway_vs_ceiling: ratio(throughput.gateway_heartbeat, throughput.ceiling_bare_uws),
+    gateway_vs_alternative: ratio(throughput.gateway_heartbeat, throughput.alternative_fastify_pg),
+  };
+  results.peak_rss_mb = rss;
+  results.finished_at = new Date().toISOString();
+
+  mkdirSync(join(root, 'bench', 'results'), { recursive: true });
+  const stamp = new Date().toISOString().replace(/[:.]/g, '-');
+  const json = JSON.stringify(results, null, 2) + '\n';
+  writeFileSync(join(root, 'bench', 'results', `${stamp}-${opt.quick ? 'quick' : 'full'}.json`), json);
+  writeFileSync(join(root, 'bench', 'results', `latest-${opt.quick ? 'quick' : 'full'}.json`), json);
+  // A quick run is a check, not a measurement to publish: only full runs rewrite bench/README.md.
+  if (!opt.quick) writeReport(join(root, 'bench', 'README.md'), results);
+  process.stdout.write(json);
+  process.stderr.write(`\n${renderTable(results)}\n`);
+
+  /** Fixed offered rate through the gateway with one worker; lag from each 200 to its row in ClickHouse. */
+  async function e2e() {
+    await purge();
+    const w = await startProc('worker', 'workers/main.js', {}, 'consuming');
+    const g = await startProc('gateway', 'gateway/main.js');
+    const targets = fx.targets('heartbeat', 'e2e');
+    // Instances exist before the clock starts (first reports create rows; that is not steady state).
+    await wrk({ url: `http://127.0.0.1:${g.port}`, targetsFile: targets, bodyFile: fx.body('heartbeat'), seconds: 2, root });
+    await sleep(2000);
+    const acked = new Map<number, number>(); // seq -> ack time
+    const visible = new Map<number, number>(); // seq -> first poll that saw it
+    let unseenMinSent = Infinity;
+    const sentAt = new Map<number, number>();
+    let done: { sent: number; ok: number; failed: number; seconds: number } | null = null;
+    const gen = fork(join(root, 'dist', 'bench', 'load', 'paced.js'), [`http://127.0.0.1:${g.port}`, targets, String(opt.e2eRate), String(D.e2eS), '64'], {
+      stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+    });
+    gen.on('message', (m: { type: string; acks?: [number, number, number, number][]; sent?: number; ok?: number; failed?: number; seconds?: number }) => {
+      if (m.type === 'acks') for (const [seq, sent, ack, status] of m.acks!) if (status === 200) (acked.set(seq, ack), sentAt.set(seq, sent));
+      if (m.type === 'done') done = m as typeof done;
+    });
+    const t0 = Date.now();
+    // Poll ClickHouse for newly visible reports: every row whose receive time is at or after the
+    // earliest send time of a report not seen yet.
+    while (!done || visible.size < acked.size) {
+      const pollAt = Date.now();
+      unseenMinSent = Infinity;
+      for (const [seq, s] of sentAt) if (!visible.has(seq) && s < unseenMinSent) unseenMinSent = s;
+      const from = Number.isFinite(unseenMinSent) ? unseenMinSent - 1000 : pollAt - 1000;
+      const rs = await ch.query({ query: `SELECT version FROM heartbeats WHERE received_ms >= ${from} AND software = 'e2e' AND version LIKE 'e2e-%'`, format: 'JSONEachRow' });
+      for (const { version: v } of (await rs.json()) as { version: string }[]) {
+        const seq = Number(v.slice(4));
+        if (!visible.has(seq)) visible.set(seq, pollAt);
+      }
+      if (done && Date.now() - t0 > (D.e2eS + 60) * 1000) break; // give up on stragglers after a minute
+      await sleep(50);
+    }
+    const lags = [...acked].filter(([s]) => visible.has(s)).map(([s, ack]) => Math.max(0, visible.get(s)! - ack)).sort((a, b) => a - b);
+    const d = done as unknown as { sent: number; ok: number; failed: number; seconds: number };
+    const out = {
+      offered_rate: opt.e2eRate,
+      achieved_rate: Math.round(d.ok / d.seconds),
+      seconds: D.e2eS,
+      sent: d.sent,
+      ok: d.ok,
+      failed: d.failed,
+      visible: lags.length,
+      missing: acked.size - lags.length,
+      lag_ms: { p50: quantile(lags, 0.5), p99: quantile(lags, 0.99), max: lags[lags.length - 1] ?? NaN },
+      poll_interval_ms: 50,
+    };
+    log(`e2e at ${opt.e2eRate}/s: achieved ${out.achieved_rate}/s, lag p50 ${out.lag_ms.p50} ms, p99 ${out.lag_ms.p99} ms, max ${out.lag_ms.max} ms, missing ${out.missing}`);
+    rss.worker_e2e_mb = peakRssMb(w.p.child.pid);
+    rss.gateway_e2e_mb = peakRssMb(g.p.child.pid);
+    await g.p.stop();
+    await w.p.stop();
+    return out;
+  }
+
+  /** With the workers stopped, fill the stream; then one worker, then two, drain it. */
+  async function drain() {
+    const js = nc.jetstream();
+    const subj = subjects(cfg.subjectPrefix);
+    const perMsg = 500;
+    const instances = fx.customers.flatMap((c) => Array.from({ length: D.machines }, (_, m) => ({ c, m: `d-${m}` })));
+    const fill = async (n: number) => {
+      await purge();
+      let pending: Promise<unknown>[] = [];
+      for (let i = 0; i < n; i += perMsg) {
+        const reports: Buffer[] = [];
+        for (let j = i; j < Math.min(n, i + perMsg); j++) {
+          const inst = instances[j % instances.length]!;
+          const at = Date.now();
+          reports.push(encodeReport({ id: randomUUID(), k: 'heartbeat', c: inst.c.id, cs: inst.c.slug, m: inst.m, s: 'agent', t: randomUUID(), at }, Buffer.from(`{"version":"d-${j}","uptime_seconds":${j}}`)));
+        }
+        pending.push(js.publish(subj.reports, encodeBatch(reports)));
+        if (pending.length >= 64) {
+          await Promise.all(pending);
+          pending = [];
+        }
+      }
+      await Promise.all(pending);
+    };
+    const drained = async () => {
+      const i = await jsm.consumers.info(cfg.streamName, cfg.worker.consumerName);
+      return i.num_pending + i.num_ack_pending === 0;
+    };
+    const run = async (workers: number) => {
+      const t = Date.now();
+      await fill(D.drain);
+      log(`filled ${D.drain} reports in ${Date.now() - t} ms`);
+      const ws = await Promise.all(Array.from({ length: workers }, () => startProc('worker', 'workers/main.js', {}, 'consuming')));
+      const t0 = Date.now();
+      while (!(await drained())) await sleep(100);
+      const s = (Date.now() - t0) / 1000;
+      for (const w of ws) rss[`worker_drain_${workers}_mb`] = Math.max(rss[`worker_drain_${workers}_mb`] ?? 0, peakRssMb(w.p.child.pid));
+      await Promise.all(ws.map((w) => w.p.stop()));
+      const rate = Math.round(D.drain / s);
+      log(`drain with ${workers} worker(s): ${D.drain} reports in ${s.toFixed(1)} s = ${rate} reports/s`);
+      return { reports: D.drain, seconds: s, reports_per_s: rate };
+    };
+    // Create the instances first, so both measured runs update existing rows (steady state).
+    const warm = await startProc('worker', 'workers/main.js', {}, 'consuming');
+    await fill(instances.length);
+    while (!(await drained())) await sleep(100);
+    await warm.p.stop();
+    const one = await run(1);
+    const two = await run(2);
+    return { one_worker: one, two_workers: two, reports_per_message: perMsg, instances: instances.length };
+  }
+
+  /** A scenario living in its own script (bench/<name>.ts) that prints one JSON object. */
+  function runScript(name: string): unknown {
+    log(`running bench/${name}`);
+    const r = spawnSync(process.execPath, [join(root, 'dist', 'bench', `${name}.js`), ...(opt.quick ? ['--quick'] : [])], {
+      cwd: root,
+      env: { ...process.env },
+      encoding: 'utf8',
+      stdio: ['ignore', 'pipe', 'inherit'],
+      timeout: 30 * 60_000,
+    });
+    if (r.status !== 0) return { error: `exit ${r.status}` };
+    const lastLine = r.stdout.trim().split('\n').pop() ?? '{}';
+    try {
+      return JSON.parse(lastLine);
+    } catch {
+      return { error: 'no JSON result', output: r.stdout.slice(-2000) };
+    }
+  }
+}
