@@ -155,7 +155,6 @@ export function openApiDocument(o: OpenApiOptions): Json {
   const tagNames = [...new Set(table.flatMap((r) => r.tags))];
   return {
     openapi: '3.1.0',
-    jsonSchemaDialect: 'https://json-schema.org/draft/2020-12/schema',
     info: {
       title: 'fleet-ingest',
       version: o.version,
