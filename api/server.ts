@@ -16,6 +16,11 @@ import { resolvePrincipal, authorise } from './auth.js';
 import type { Sessions } from './session.js';
 import { instanceHandlers } from './handlers/instances.js';
 import { authHandlers } from './handlers/auth.js';
+import { whitelistHandlers } from './handlers/whitelist.js';
+import { helpHandlers } from './handlers/help.js';
+import { rejectionHandlers } from './handlers/rejections.js';
+import { statusHandlers } from './handlers/status.js';
+import { docsHandlers } from './handlers/docs.js';
 
 export interface ApiDeps {
   cfg: Config;
@@ -44,6 +49,11 @@ export async function buildApi(d: ApiDeps): Promise<FastifyInstance> {
   const handlers: Record<string, Handler> = {
     ...authHandlers(d),
     ...instanceHandlers(d),
+    ...whitelistHandlers(d),
+    ...helpHandlers(d),
+    ...rejectionHandlers(d),
+    ...statusHandlers(d),
+    ...docsHandlers(d),
     api_healthz: () => ({ ok: true }),
     api_readyz: async (_req, reply) => {
       try {

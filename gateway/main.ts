@@ -13,6 +13,7 @@ import { TokenCache } from './token-cache.js';
 import { BatchPublisher } from './publisher.js';
 import { RejectionLog } from './rejection-log.js';
 import { registerRoutes } from './server.js';
+import { HelpCoverage } from './help-coverage.js';
 
 const cfg = loadConfig();
 const log = createLogger('gateway', cfg.logLevel);
@@ -34,6 +35,8 @@ const metrics = createMetrics('gateway');
 const pool = createPool(cfg.databaseUrl, 4, 'fleet-gateway');
 const tokens = new TokenCache(pool, cfg.cacheRefreshMs, (e) => log.warn({ err: e }, 'token refresh failed'));
 await tokens.start();
+const help = new HelpCoverage(pool, cfg.cacheRefreshMs, (e) => log.warn({ err: e }, 'help-text coverage refresh failed'));
+await help.start();
 
 const subj = subjects(cfg.subjectPrefix);
 const nc = await connectNats(cfg.natsUrl, `gateway-${process.pid}`);
@@ -107,6 +110,7 @@ registerRoutes(app, {
   tokens,
   publisher,
   rejections,
+  help,
   isReady: () => publisher.connected && streamOk && !closing,
   isClosing: () => closing,
 });
@@ -126,6 +130,7 @@ async function shutdown(why: string): Promise<void> {
   await Promise.race([publisher.idle(), grace]);
   rejections.close();
   tokens.stop();
+  help.stop();
   await nc.drain().catch(() => {});
   await pool.end().catch(() => {});
   log.info('stopped');

@@ -12,12 +12,14 @@ import { isSlug, uuidFromName } from '../lib/ids.js';
 import { encodeReport } from '../lib/messages.js';
 import { routesOf, colonPath, pathRegex, checkHandlers, type RouteSpec } from '../lib/routes.js';
 import { compile, type Validator } from '../lib/validation.js';
-import { Heartbeat, Status, diagnosticsSchema, SNAPSHOT_MAX_BYTES, SNAPSHOT_MAX_DEPTH, type ReportKind } from '../lib/schemas/ingest.js';
+import { Heartbeat, Status, diagnosticsSchema, helpSchema, SNAPSHOT_MAX_BYTES, SNAPSHOT_MAX_DEPTH, type ReportKind } from '../lib/schemas/ingest.js';
+import { checkSnapshot } from '../lib/snapshot.js';
 import { Ctx, readBody } from './request.js';
 import type { TokenCache, TokenInfo } from './token-cache.js';
 import type { BatchPublisher } from './publisher.js';
 import type { RejectionLog } from './rejection-log.js';
 import { RateLimiter } from './rate-limiter.js';
+import { acceptedAnswer, type HelpCoverage } from './help-coverage.js';
 
 export interface GatewayDeps {
   cfg: Config;
@@ -26,6 +28,7 @@ export interface GatewayDeps {
   tokens: TokenCache;
   publisher: BatchPublisher;
   rejections: RejectionLog;
+  help: HelpCoverage;
   isReady(): boolean;
   isClosing(): boolean;
 }
@@ -38,7 +41,7 @@ export function registerRoutes(app: TemplatedApp, d: GatewayDeps): void {
   const { cfg, metrics } = d;
   const limiter = new RateLimiter(cfg.gateway.rateLimit, cfg.gateway.rateBurst);
   const responses = metrics.counter('gateway_responses_total', 'Ingest responses by kind and status', ['kind', 'status']);
-  const accepted = Object.fromEntries(['heartbeat', 'diagnostics', 'status'].map((k) => [k, responses.labels(k, '200')]));
+  const accepted = Object.fromEntries(['heartbeat', 'diagnostics', 'status', 'help'].map((k) => [k, responses.labels(k, '200')]));
   const pendingBodies = new Set<Ctx>();
 
   function reject(ctx: Ctx, kind: string, err: HttpError, token?: TokenInfo, customer = ''): void {
@@ -80,6 +83,7 @@ export function registerRoutes(app: TemplatedApp, d: GatewayDeps): void {
     heartbeat: compile(Heartbeat),
     diagnostics: compile(diagnosticsSchema(cfg.gateway.maxItems)),
     status: compile(Status),
+    help: compile(helpSchema(cfg.gateway.maxItems)),
   };
 
   /** Checks beyond what JSON Schema can say (sizes of nested trees). */
@@ -91,6 +95,9 @@ export function registerRoutes(app: TemplatedApp, d: GatewayDeps): void {
       if (depthOver(body.snapshot, SNAPSHOT_MAX_DEPTH)) {
         return unprocessable(`snapshot nested deeper than ${SNAPSHOT_MAX_DEPTH} levels`, [{ path: '/snapshot', message: `depth over ${SNAPSHOT_MAX_DEPTH}` }]);
       }
+      // Typed leaves (5.10.0) of a known type must fit it (lib/snapshot.ts).
+      const typed = checkSnapshot(body.snapshot);
+      if (typed.length) return unprocessable(`typed snapshot leaf does not fit its type: ${typed.map((e) => `${e.path} ${e.message}`).join('; ')}`, typed);
     }
     return null;
   }
@@ -191,10 +198,12 @@ export function registerRoutes(app: TemplatedApp, d: GatewayDeps): void {
         if (report.length > d.publisher.maxReportBytes) {
           return reject(ctx, kind, new HttpError(413, `report of ${report.length} bytes is over the queue's message limit`), tok);
         }
+        const answer = acceptedAnswer(kind, data, tok.customerId, software, d.help);
         d.publisher.add(report, (err) => {
           if (err) return reject(ctx, kind, err, tok);
-          accepted[kind]!.inc();
-          ctx.send(200, OK);
+          if (answer.status === 200) accepted[kind]!.inc();
+          else responses.labels(kind, String(answer.status)).inc();
+          ctx.send(answer.status, answer.body);
         });
       }
     };
@@ -204,6 +213,7 @@ export function registerRoutes(app: TemplatedApp, d: GatewayDeps): void {
     ingest_heartbeat: ingestReport('heartbeat'),
     ingest_diagnostics: ingestReport('diagnostics'),
     ingest_status: ingestReport('status'),
+    ingest_help: ingestReport('help'),
     gateway_healthz: (res) => plain(res, 200, OK),
     gateway_readyz: (res) =>
       d.isReady() ? plain(res, 200, OK) : plain(res, 503, JSON.stringify({ detail: 'not ready: NATS not connected or stream missing' })),

@@ -91,6 +91,12 @@ export function loadConfig() {
       loginMaxFailuresPerAccount: num('LOGIN_MAX_FAILURES_PER_ACCOUNT', 5),
       loginMaxFailuresPerAddress: num('LOGIN_MAX_FAILURES_PER_ADDRESS', 20),
       loginWindowS: num('LOGIN_WINDOW_S', 900),
+      // Base URLs the OpenAPI document (/openapi.json) names as servers. PUBLIC_API_URL `/` means
+      // "where the document came from"; set both to what clients use behind the proxy.
+      publicApiUrl: str('PUBLIC_API_URL', '/'),
+      publicGatewayUrl: str('PUBLIC_GATEWAY_URL', `http://${str('GATEWAY_HOST', '127.0.0.1')}:${num('GATEWAY_PORT', 8080)}`),
+      // Whitelist rules per customer (each diagnostic is checked against its customer's rules).
+      whitelistMaxRules: num('WHITELIST_MAX_RULES', 1000),
     },
     // How often the gateways re-read tokens and other control data from Postgres: a revocation is
     // effective on every replica within this interval (plus one query).

@@ -3,8 +3,13 @@
 // a handler for a route that is not here), and the OpenAPI document is generated from this list.
 import { Type, type TSchema } from '@sinclair/typebox';
 import { ErrorBody, Ok, Slug } from './schemas/common.js';
-import { Heartbeat, Diagnostics, Status } from './schemas/ingest.js';
+import { Heartbeat, Diagnostics, Status, HelpUpload } from './schemas/ingest.js';
 import { InstanceList, InstanceListQuery, InstanceDetail, DiagnosticList, DiagnosticsQuery, IdParams, LoginBody, Session } from './schemas/api.js';
+import { WhitelistRuleInput, WhitelistRule, WhitelistRuleList } from './schemas/whitelist.js';
+import { HelpQuery, HelpText, HelpMissing, MissingHelp, HelpStored } from './schemas/help.js';
+import { RejectionQuery, AdminRejectionQuery, RejectionList } from './schemas/rejections.js';
+import { InstanceStatus, StatusHistoryQuery, StatusHistory } from './schemas/status.js';
+import { DocsFileParams } from './schemas/docs.js';
 
 export type Service = 'gateway' | 'api';
 export type Method = 'GET' | 'POST' | 'PUT' | 'DELETE';
@@ -112,10 +117,14 @@ export const routes: RouteSpec[] = [
     200: { description: 'accepted (durably queued)', schema: Ok },
   }),
   ingest('diagnostics', 'Report coded diagnostics (spec 2.3)', Diagnostics, {
+    200: { description: 'accepted (durably queued); every reported code has a DE and an EN help text', schema: Ok },
+    202: { description: 'accepted (durably queued); `missing_help` lists the codes that lack a DE or EN help text', schema: MissingHelp },
+  }),
+  ingest('status', 'Report operational status and snapshot (spec 2.4; typed leaves since 5.10.0)', Status, {
     200: { description: 'accepted (durably queued)', schema: Ok },
   }),
-  ingest('status', 'Report operational status and snapshot (spec 2.4)', Status, {
-    200: { description: 'accepted (durably queued)', schema: Ok },
+  ingest('help', 'Upload diagnostic help texts (DE and EN) for this software', HelpUpload, {
+    200: { description: 'accepted (durably queued); stored by the workers, honoured by every gateway within seconds', schema: HelpStored },
   }),
   ...ops('gateway'),
 
@@ -179,8 +188,166 @@ export const routes: RouteSpec[] = [
     query: DiagnosticsQuery,
     responses: { 200: { description: 'diagnostics', schema: DiagnosticList }, 400: err('bad query or id'), ...authErrors, 404: err('no such instance') },
   },
+  {
+    service: 'api',
+    method: 'GET',
+    path: '/api/instances/{id}/status',
+    operationId: 'get_instance_status',
+    summary: 'Latest status and full snapshot of one instance, typed leaves (5.10.0) resolved',
+    tags: ['status'],
+    auth: 'viewer',
+    params: IdParams,
+    responses: { 200: { description: 'latest status (all null before the first status report)', schema: InstanceStatus }, 400: err('ill-formed id'), ...authErrors, 404: err('no such instance') },
+  },
+  {
+    service: 'api',
+    method: 'GET',
+    path: '/api/instances/{id}/status/history',
+    operationId: 'list_instance_status_history',
+    summary: 'Status reports of one instance with their snapshots, newest first',
+    tags: ['status'],
+    auth: 'viewer',
+    params: IdParams,
+    query: StatusHistoryQuery,
+    responses: { 200: { description: 'status history', schema: StatusHistory }, 400: err('bad query or id'), ...authErrors, 404: err('no such instance') },
+  },
+  ...helpRoutes('/api/instances/{id}/help', 'get_instance_help'),
+  ...helpRoutes('/instances/{id}/help', 'get_instance_help_short'),
+  {
+    service: 'api',
+    method: 'GET',
+    path: '/api/whitelist',
+    operationId: 'list_whitelist_rules',
+    summary: "The customer's diagnostics whitelist rules, oldest first (the order they are tried in)",
+    tags: ['whitelist'],
+    auth: 'viewer',
+    responses: { 200: { description: 'rules', schema: WhitelistRuleList }, ...authErrors },
+  },
+  {
+    service: 'api',
+    method: 'POST',
+    path: '/api/whitelist',
+    operationId: 'create_whitelist_rule',
+    summary: 'Add a whitelist rule; diagnostics it matches are stored suppressed from then on (every worker within seconds)',
+    tags: ['whitelist'],
+    auth: 'admin',
+    body: WhitelistRuleInput,
+    responses: { 201: { description: 'the new rule', schema: WhitelistRule }, 400: err('invalid rule'), ...authErrors, 409: err('the customer has the maximum number of rules') },
+  },
+  {
+    service: 'api',
+    method: 'GET',
+    path: '/api/whitelist/{id}',
+    operationId: 'get_whitelist_rule',
+    summary: 'One whitelist rule',
+    tags: ['whitelist'],
+    auth: 'viewer',
+    params: IdParams,
+    responses: { 200: { description: 'the rule', schema: WhitelistRule }, 400: err('ill-formed id'), ...authErrors, 404: err('no such rule') },
+  },
+  {
+    service: 'api',
+    method: 'PUT',
+    path: '/api/whitelist/{id}',
+    operationId: 'update_whitelist_rule',
+    summary: 'Replace a whitelist rule (fields left out take their defaults)',
+    tags: ['whitelist'],
+    auth: 'admin',
+    params: IdParams,
+    body: WhitelistRuleInput,
+    responses: { 200: { description: 'the rule', schema: WhitelistRule }, 400: err('invalid rule or id'), ...authErrors, 404: err('no such rule') },
+  },
+  {
+    service: 'api',
+    method: 'DELETE',
+    path: '/api/whitelist/{id}',
+    operationId: 'delete_whitelist_rule',
+    summary: 'Delete a whitelist rule; rows already stored stay as they are',
+    tags: ['whitelist'],
+    auth: 'admin',
+    params: IdParams,
+    responses: { 204: { description: 'deleted' }, 400: err('ill-formed id'), ...authErrors, 404: err('no such rule') },
+  },
+  {
+    service: 'api',
+    method: 'GET',
+    path: '/api/ingest-rejections',
+    operationId: 'list_ingest_rejections',
+    summary: "Rejected ingest requests of the customer, newest first (the log is rate-limited per source; see `dropped`)",
+    tags: ['rejections'],
+    auth: 'viewer',
+    query: RejectionQuery,
+    responses: { 200: { description: 'rejections', schema: RejectionList }, 400: err('bad query'), ...authErrors },
+  },
+  {
+    service: 'api',
+    method: 'GET',
+    path: '/api/admin/ingest-rejections',
+    operationId: 'list_unattributed_ingest_rejections',
+    summary: 'Rejected ingest requests with no known customer (missing or unknown token, unknown path), newest first',
+    tags: ['rejections', 'admin'],
+    auth: 'system-admin',
+    query: AdminRejectionQuery,
+    responses: { 200: { description: 'rejections', schema: RejectionList }, 400: err('bad query'), ...authErrors },
+  },
+  {
+    service: 'api',
+    method: 'GET',
+    path: '/openapi.json',
+    operationId: 'openapi_document',
+    summary: 'This OpenAPI 3.1 document (gateway and api routes)',
+    tags: ['docs'],
+    auth: 'none',
+    responses: { 200: { description: 'OpenAPI 3.1 document', schema: Type.Record(Type.String(), Type.Unknown()) } },
+  },
+  {
+    service: 'api',
+    method: 'GET',
+    path: '/docs',
+    operationId: 'docs_page',
+    summary: 'The OpenAPI document as a readable page (Swagger UI, served locally)',
+    tags: ['docs'],
+    auth: 'none',
+    responses: { 200: { description: 'HTML page', contentType: 'text/html' } },
+  },
+  {
+    service: 'api',
+    method: 'GET',
+    path: '/docs/{file}',
+    operationId: 'docs_asset',
+    summary: "The docs page's scripts and styles",
+    tags: ['docs'],
+    auth: 'none',
+    params: DocsFileParams,
+    responses: { 200: { description: 'the file', contentType: 'application/octet-stream' }, 404: err('no such file') },
+  },
   ...ops('api'),
 ];
+
+function helpRoutes(path: string, operationId: string): RouteSpec[] {
+  return [
+    {
+      service: 'api',
+      method: 'GET',
+      path,
+      operationId,
+      summary:
+        path.startsWith('/api')
+          ? 'Help text for a diagnostic code of this instance\'s software, in DE or EN'
+          : 'Help text for a diagnostic code (spec 4.2 path; the same as /api/instances/{id}/help)',
+      tags: ['help'],
+      auth: 'viewer',
+      params: IdParams,
+      query: HelpQuery,
+      responses: {
+        200: { description: 'the text', schema: HelpText },
+        400: err('ill-formed id, missing or bad code or lang'),
+        ...authErrors,
+        404: { description: 'no such instance, or no text for this code in this language (`available` lists the languages there are)', schema: HelpMissing },
+      },
+    },
+  ];
+}
 
 export function routesOf(service: Service): RouteSpec[] {
   return routes.filter((r) => r.service === service);

@@ -60,8 +60,8 @@ t.test('diagnostics are stored and listed newest first; a warning turns the ligh
   ];
   t.equal((await post(ingest('m4', 'agent', 'heartbeat'), s.token, {})).status, 200);
   const r = await post(ingest('m4', 'agent', 'diagnostics'), s.token, { items });
-  t.equal(r.status, 200);
-  t.same(r.body, { ok: true });
+  t.equal(r.status, 202, 'accepted; no help texts for these codes yet');
+  t.same(r.body, { ok: true, missing_help: [{ code: 100, langs: ['de', 'en'] }, { code: 200, langs: ['de', 'en'] }] });
   const inst = await eventually(async () => {
     const l = await get(`${s.apiUrl}/api/instances?machine=m4`, s.token);
     return l.body.items?.[0]?.light === 'yellow' ? l.body.items[0] : null;
@@ -122,11 +122,11 @@ t.test('Idempotency-Key: the same report sent again is acknowledged and stored o
   const body = { items: [{ code: 1, message: 'once', severity: 0 }] };
   for (let i = 0; i < 3; i++) {
     const r = await post(url, s.token, body, { 'Idempotency-Key': 'retry-42' });
-    t.equal(r.status, 200);
+    t.equal(r.status, 202, 'accepted (202: no help text for code 1)');
   }
   // Concurrent copies too.
   const rs = await Promise.all([1, 2, 3].map(() => post(url, s.token, body, { 'Idempotency-Key': 'retry-43' })));
-  t.same(rs.map((r) => r.status), [200, 200, 200]);
+  t.same(rs.map((r) => r.status), [202, 202, 202]);
   await eventually(async () => {
     const r = await chRows<{ n: string }>(s.ch, `SELECT count() AS n FROM diagnostics FINAL WHERE machine = 'm7'`);
     return Number(r[0]!.n) === 2;

@@ -13,6 +13,8 @@ import type { Redis } from '../lib/db/redis.js';
 import { redisKeys } from '../lib/db/redis.js';
 import type { Heartbeat, Diagnostics, Status } from '../lib/schemas/ingest.js';
 import { summarise, instanceKey, machineKey, chTime, parseTs, toInt, pgText, pgJson, type InstanceUpdate } from './reports.js';
+import { applyHelpTexts } from './help-texts.js';
+import type { WhitelistCache, Suppression } from './whitelist-cache.js';
 
 export interface ApplyDeps {
   pool: Pool;
@@ -21,6 +23,8 @@ export interface ApplyDeps {
   redisPrefix: string;
   heartbeatTimeoutMs: number;
   idempotencyTtlS: number;
+  /** Diagnostics whitelist; without it nothing is suppressed. */
+  whitelist?: WhitelistCache;
 }
 
 export interface Resolved {
@@ -28,11 +32,18 @@ export interface Resolved {
   instanceId: string;
 }
 
-export async function applyBatch(d: ApplyDeps, reports: Report[], rejections: RejectionRecord[]): Promise<Map<string, Resolved>> {
-  await settleIdempotencyKeys(d, reports);
-  const updates = summarise(reports);
+export async function applyBatch(d: ApplyDeps, all: Report[], rejections: RejectionRecord[]): Promise<Map<string, Resolved>> {
+  await settleIdempotencyKeys(d, all);
+  // Help uploads describe a software, not an instance: their own table (workers/help-texts.ts).
+  const reports = all.filter((r) => r.k !== 'help');
+  const suppressed: Suppression = d.whitelist ? d.whitelist.classify(reports) : new Map();
+  const updates = summarise(reports, suppressed);
   const ids = updates.size > 0 ? await withTx(d.pool, (c) => upsertInstances(c, [...updates.values()])) : new Map<string, Resolved>();
-  await Promise.all([writeClickHouse(d, reports, rejections, ids), writeHeartbeatKeys(d, updates, ids)]);
+  await Promise.all([
+    writeClickHouse(d, reports, rejections, ids, suppressed),
+    writeHeartbeatKeys(d, updates, ids),
+    reports.length < all.length ? applyHelpTexts(d.pool, all) : null,
+  ]);
   return ids;
 }
 
@@ -155,7 +166,7 @@ function newest(timeCol: string, fields: string[], keepOld = true): string {
     .join(',\n        ');
 }
 
-async function writeClickHouse(d: ApplyDeps, reports: Report[], rejections: RejectionRecord[], ids: Map<string, Resolved>): Promise<void> {
+async function writeClickHouse(d: ApplyDeps, reports: Report[], rejections: RejectionRecord[], ids: Map<string, Resolved>, suppressed: Suppression): Promise<void> {
   const heartbeats: object[] = [];
   const diagnostics: object[] = [];
   const statuses: object[] = [];
@@ -188,9 +199,11 @@ async function writeClickHouse(d: ApplyDeps, reports: Report[], rejections: Reje
         sort_priority: toInt(b.sort_priority),
       });
     } else if (r.k === 'diagnostics') {
-      (r.b as Diagnostics).items.forEach((it, i) =>
-        diagnostics.push({ ...base, ts_ms: r.at, item: i, code: it.code, severity: it.severity, message: it.message ?? '', suppressed: 0, rule_id: '' }),
-      );
+      const rules = suppressed.get(r);
+      (r.b as Diagnostics).items.forEach((it, i) => {
+        const rule = rules?.[i] ?? null;
+        diagnostics.push({ ...base, ts_ms: r.at, item: i, code: it.code, severity: it.severity, message: it.message ?? '', suppressed: rule ? 1 : 0, rule_id: rule ?? '' });
+      });
     } else if (r.k === 'status') {
       const b = r.b as Status;
       statuses.push({ ...base, status: b.status, message: b.message ?? '', snapshot: b.snapshot === undefined ? '' : JSON.stringify(b.snapshot) });

@@ -11,6 +11,7 @@ import { createRedis } from '../lib/db/redis.js';
 import { connectNats, ensureStreams, ensureConsumer } from '../lib/db/nats.js';
 import { subjects } from '../lib/messages.js';
 import { IngestConsumer } from './ingest-consumer.js';
+import { WhitelistCache } from './whitelist-cache.js';
 
 const cfg = loadConfig();
 const log = createLogger('worker', cfg.logLevel);
@@ -26,11 +27,13 @@ await ensureStreams(jsm, cfg);
 await ensureConsumer(jsm, cfg.streamName, cfg.worker.consumerName, cfg.worker.ackWaitS);
 const js = nc.jetstream();
 const subj = subjects(cfg.subjectPrefix);
+const whitelist = new WhitelistCache(pool, cfg.cacheRefreshMs, (e) => log.warn({ err: e }, 'whitelist refresh failed'));
+await whitelist.start();
 
 const consumer = new IngestConsumer(
   await js.consumers.get(cfg.streamName, cfg.worker.consumerName),
   js,
-  { pool, ch, redis, redisPrefix: cfg.redisPrefix, heartbeatTimeoutMs: cfg.heartbeatTimeoutS * 1000, idempotencyTtlS: cfg.idempotencyTtlS },
+  { pool, ch, redis, redisPrefix: cfg.redisPrefix, heartbeatTimeoutMs: cfg.heartbeatTimeoutS * 1000, idempotencyTtlS: cfg.idempotencyTtlS, whitelist },
   {
     reportsSubject: subj.reports,
     rejectionsSubject: subj.rejections,
@@ -62,6 +65,7 @@ async function shutdown(why: string): Promise<void> {
   closing = true;
   log.info({ why }, 'shutting down: finishing the batch in hand');
   await consumer.stop();
+  whitelist.stop();
   server?.close();
   await nc.drain().catch(() => {});
   await Promise.allSettled([pool.end(), ch.close(), redis.quit()]);

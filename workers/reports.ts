@@ -33,7 +33,11 @@ export function toInt(v: unknown): number | null {
   return null;
 }
 
-export function summarise(reports: Report[]): Map<string, InstanceUpdate> {
+/**
+ * `suppressed`: per diagnostics report, the whitelist rule (or null) of each item; a suppressed
+ * item never sets last_warning_at, so it does not colour the traffic light.
+ */
+export function summarise(reports: Report[], suppressed?: Map<Report, (string | null)[]>): Map<string, InstanceUpdate> {
   const out = new Map<string, InstanceUpdate>();
   for (const r of reports) {
     const key = instanceKey(r);
@@ -51,7 +55,8 @@ export function summarise(reports: Report[]): Map<string, InstanceUpdate> {
       if (!u.status || r.at >= u.status.at) u.status = { at: r.at, body: r.b as Status };
     } else if (r.k === 'diagnostics') {
       const items = (r.b as Diagnostics).items;
-      if (items.some((i) => i.severity >= 1) && (u.lastWarning === null || r.at > u.lastWarning)) u.lastWarning = r.at;
+      const rules = suppressed?.get(r);
+      if (items.some((it, i) => it.severity >= 1 && !rules?.[i]) && (u.lastWarning === null || r.at > u.lastWarning)) u.lastWarning = r.at;
     }
   }
   return out;

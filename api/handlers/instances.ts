@@ -6,6 +6,7 @@ import { notFound } from '../../lib/errors.js';
 import { lightSql, lightReasonSql } from '../../lib/traffic-light.js';
 import { queryRows } from '../../lib/db/clickhouse.js';
 import { chStr, chInt } from '../../lib/db/clickhouse-sql.js';
+import { instanceOrderBy, groupInstances, type GroupKey } from '../instance-order.js';
 
 const iso = (d: Date | null) => (d ? d.toISOString() : null);
 
@@ -58,15 +59,18 @@ export function instanceHandlers(d: ApiDeps) {
   return {
     async list_instances(req: FastifyRequest) {
       const p = principal(req);
-      const q = req.query as { light?: string; machine?: string; software?: string; limit?: number; offset?: number };
+      const q = req.query as { light?: string; machine?: string; software?: string; group?: string; location?: string; sort?: string; group_by?: GroupKey; limit?: number; offset?: number };
       const where = ['i.customer_id = $1'];
       const params: unknown[] = [p.customerId, t, w];
       if (q.machine) where.push(`m.slug = $${params.push(q.machine)}`);
       if (q.software) where.push(`i.software = $${params.push(q.software)}`);
+      if (q.group) where.push(`i.group_name = $${params.push(q.group)}`);
+      if (q.location) where.push(`i.location = $${params.push(q.location)}`);
       const base = `SELECT * FROM (${instanceSelect()} WHERE ${where.join(' AND ')}) x ${q.light ? `WHERE x.light = $${params.push(q.light)}` : ''}`;
       const total = await d.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM (${base}) y`, params);
-      const rows = await d.pool.query(`${base} ORDER BY x.machine, x.software LIMIT $${params.push(q.limit ?? 1000)} OFFSET $${params.push(q.offset ?? 0)}`, params);
-      return { items: rows.rows.map(toInstance), total: total.rows[0]!.n };
+      const rows = await d.pool.query(`${base} ${instanceOrderBy(q.sort, q.group_by)} LIMIT $${params.push(q.limit ?? 1000)} OFFSET $${params.push(q.offset ?? 0)}`, params);
+      const items = rows.rows.map(toInstance);
+      return q.group_by ? { items, total: total.rows[0]!.n, groups: groupInstances(items, q.group_by) } : { items, total: total.rows[0]!.n };
     },
 
     async get_instance(req: FastifyRequest) {
@@ -79,8 +83,12 @@ export function instanceHandlers(d: ApiDeps) {
       const p = principal(req);
       const { id } = req.params as { id: string };
       await findInstance(p.customerId, id);
-      const q = req.query as { from?: string; to?: string; severity?: number; limit?: number };
+      const q = req.query as { from?: string; to?: string; severity?: number; code?: number; suppressed?: 'exclude' | 'include' | 'only'; limit?: number };
       const cond = [`customer_id = ${chStr(p.customerId)}`, `instance_id = ${chStr(id)}`];
+      // Suppressed (whitelisted) diagnostics are kept, but hidden unless asked for.
+      if ((q.suppressed ?? 'exclude') === 'exclude') cond.push('suppressed = 0');
+      else if (q.suppressed === 'only') cond.push('suppressed = 1');
+      if (q.code !== undefined) cond.push(`code = ${chInt(q.code)}`);
       if (q.from) cond.push(`received_ms >= ${chInt(Date.parse(q.from))}`);
       if (q.to) cond.push(`received_ms <= ${chInt(Date.parse(q.to))}`);
       if (q.severity !== undefined) cond.push(`severity >= ${chInt(q.severity)}`);

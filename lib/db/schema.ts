@@ -104,6 +104,52 @@ export const postgresMigrations: Migration[] = [
       `CREATE INDEX memberships_customer ON memberships (customer_id)`,
     ],
   },
+  {
+    id: '0004-diagnostics-suite',
+    sql: [
+      // Diagnostics whitelist (decisions.md): per customer, optional machine / software / message
+      // patterns (`*` and `?` only, lib/whitelist.ts) and a code range (a single code is from = to).
+      // Deleting a rule sets deleted_at (and so updated_at), so the workers' polled copies see the
+      // deletion in their next delta; soft-deleted rows are never listed.
+      `CREATE TABLE whitelist_rules (
+         id uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+         customer_id uuid NOT NULL REFERENCES customers(id) ON DELETE CASCADE,
+         machine_pattern text,
+         software_pattern text,
+         code_from integer NOT NULL,
+         code_to integer NOT NULL,
+         message_pattern text,
+         note text NOT NULL DEFAULT '',
+         enabled boolean NOT NULL DEFAULT true,
+         created_by uuid,
+         created_at timestamptz NOT NULL DEFAULT now(),
+         updated_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+         deleted_at timestamptz,
+         CHECK (code_from <= code_to)
+       )`,
+      `CREATE INDEX whitelist_rules_customer ON whitelist_rules (customer_id, created_at) WHERE deleted_at IS NULL`,
+      `CREATE INDEX whitelist_rules_updated ON whitelist_rules (updated_at)`,
+      `CREATE TRIGGER whitelist_rules_touch BEFORE UPDATE ON whitelist_rules FOR EACH ROW EXECUTE FUNCTION touch_updated_at()`,
+      // Diagnostic help texts per customer, software, code and language, from the help ingest.
+      // The newest upload (receive time, then report id) wins; `machine` is where it came from.
+      `CREATE TABLE help_texts (
+         customer_id uuid NOT NULL REFERENCES customers(id) ON DELETE CASCADE,
+         software text NOT NULL,
+         code integer NOT NULL,
+         lang text NOT NULL CHECK (lang IN ('de', 'en')),
+         title text NOT NULL DEFAULT '',
+         text text NOT NULL,
+         machine text NOT NULL DEFAULT '',
+         received_at timestamptz NOT NULL,
+         report_id uuid NOT NULL,
+         created_at timestamptz NOT NULL DEFAULT now(),
+         updated_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+         PRIMARY KEY (customer_id, software, code, lang)
+       )`,
+      `CREATE INDEX help_texts_updated ON help_texts (updated_at)`,
+      `CREATE TRIGGER help_texts_touch BEFORE UPDATE ON help_texts FOR EACH ROW EXECUTE FUNCTION touch_updated_at()`,
+    ],
+  },
 ];
 
 const ENGINE = (orderBy: string, partition = 'toYYYYMM(received_at)') =>

@@ -43,12 +43,46 @@ export const InstanceDetail = Type.Composite([Instance, Type.Object({ snapshot: 
   $id: 'InstanceDetail',
 });
 
-export const InstanceList = Type.Object({ items: Type.Array(Instance), total: Type.Integer() }, { $id: 'InstanceList' });
+/** Keys `GET /api/instances?sort=` understands (api/instance-order.ts); `-key` sorts descending. */
+export const INSTANCE_SORT_KEYS = ['group', 'group_priority', 'sort_priority', 'location', 'machine', 'software', 'light', 'status', 'last_seen', 'first_seen'] as const;
+export const INSTANCE_GROUP_KEYS = ['group', 'location', 'machine', 'software'] as const;
+const sortKey = `-?(${INSTANCE_SORT_KEYS.join('|')})`;
+
+export const InstanceGroup = Type.Object({
+  key: Type.Union([Type.String(), Type.Null()], { description: 'the group (or location, machine, software); null: instances without one' }),
+  count: Type.Integer({ description: 'instances of this group on this page' }),
+  items: Type.Array(Instance),
+});
+
+export const InstanceList = Type.Object(
+  {
+    items: Type.Array(Instance, { description: 'the page, in the requested order' }),
+    total: Type.Integer(),
+    groups: Type.Optional(Type.Array(InstanceGroup, { description: 'with group_by: the same page, split into groups in order' })),
+  },
+  { $id: 'InstanceList' },
+);
 
 export const InstanceListQuery = Type.Object({
   light: Type.Optional(Light),
   machine: Type.Optional(Type.String()),
   software: Type.Optional(Type.String()),
+  group: Type.Optional(Type.String({ description: 'only instances of this heartbeat group' })),
+  location: Type.Optional(Type.String({ description: 'only instances at this location' })),
+  sort: Type.Optional(
+    Type.String({
+      pattern: `^${sortKey}(,${sortKey}){0,9}$`,
+      description:
+        `comma-separated sort keys (${INSTANCE_SORT_KEYS.join(', ')}), \`-\` before a key for descending; missing values last; ` +
+        'default machine,software; e.g. group,group_priority,sort_priority,location,machine',
+    }),
+  ),
+  group_by: Type.Optional(
+    Type.Union(
+      INSTANCE_GROUP_KEYS.map((k) => Type.Literal(k)),
+      { description: 'also return the page split into groups (`groups`); rows are ordered by group first (groups by lowest group_priority, then name), then by `sort`' },
+    ),
+  ),
   limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 10000, default: 1000 })),
   offset: Type.Optional(Type.Integer({ minimum: 0, default: 0 })),
 });
@@ -74,6 +108,12 @@ export const DiagnosticsQuery = Type.Object({
   from: Type.Optional(Type.String({ format: 'date-time' })),
   to: Type.Optional(Type.String({ format: 'date-time' })),
   severity: Type.Optional(Type.Integer({ minimum: 0, maximum: 2, description: 'minimum severity' })),
+  suppressed: Type.Optional(
+    Type.Union([Type.Literal('exclude'), Type.Literal('include'), Type.Literal('only')], {
+      description: 'diagnostics suppressed by a whitelist rule: exclude (default), include, or only those',
+    }),
+  ),
+  code: Type.Optional(Type.Integer({ description: 'only this code' })),
   limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 10000, default: 500 })),
 });
 

@@ -58,7 +58,10 @@ export const Status = Type.Object(
     message: Type.Optional(Type.String({ maxLength: 8192 })),
     snapshot: Type.Optional(
       Type.Record(Type.String(), Type.Unknown(), {
-        description: 'Free tree (≤ 256 KiB JSON, depth ≤ 32). Since 5.10.0 a leaf may be {value, type, unit?, label?, hint?}',
+        description:
+          'Free tree (≤ 256 KiB JSON, depth ≤ 32). Since 5.10.0 a leaf may be {value, type, unit?, label?, hint?}: known types ' +
+          '(string, number, integer, boolean, percent, bytes, duration_s, timestamp, enum) are checked (422 when the value does not fit); ' +
+          'unknown types and untyped leaves are kept as sent',
       }),
     ),
   },
@@ -66,5 +69,28 @@ export const Status = Type.Object(
 );
 export type Status = Static<typeof Status>;
 
-export const ReportKinds = ['heartbeat', 'diagnostics', 'status'] as const;
+export const HelpLang = Type.Union([Type.Literal('de'), Type.Literal('en')], { description: 'language: de or en' });
+
+export const HelpItem = Type.Object(
+  {
+    code: Type.Integer({ minimum: -2147483648, maximum: 2147483647, description: 'diagnostic code' }),
+    lang: HelpLang,
+    title: Type.Optional(Type.String({ maxLength: 256 })),
+    text: Type.String({ minLength: 1, maxLength: 65536 }),
+  },
+  { $id: 'HelpItem' },
+);
+export type HelpItem = Static<typeof HelpItem>;
+
+/** Help-text upload (decisions.md): per customer (the token's) and software (the path's). */
+export function helpSchema(maxItems: number) {
+  return Type.Object(
+    { items: Type.Array(HelpItem, { minItems: 1, maxItems }) },
+    { $id: 'HelpUpload', description: `Diagnostic help texts, 1 to ${maxItems} items; a later upload of the same code and language replaces the text` },
+  );
+}
+export const HelpUpload = helpSchema(1000);
+export type HelpUpload = Static<typeof HelpUpload>;
+
+export const ReportKinds = ['heartbeat', 'diagnostics', 'status', 'help'] as const;
 export type ReportKind = (typeof ReportKinds)[number];

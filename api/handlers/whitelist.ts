@@ -1,0 +1,114 @@
+// Diagnostics whitelist rules of the active customer (decisions.md "Diagnostics whitelist").
+// Viewers list and read; admins create, replace and delete. A deletion is soft (deleted_at) so that
+// the workers' polled copies (workers/whitelist-cache.ts) learn of it in their next delta.
+import type { FastifyReply, FastifyRequest } from 'fastify';
+import type { ApiDeps } from '../server.js';
+import { principal } from '../auth.js';
+import { HttpError, badRequest, notFound } from '../../lib/errors.js';
+import type { WhitelistRuleInput } from '../../lib/schemas/whitelist.js';
+
+interface Row {
+  id: string;
+  machine_pattern: string | null;
+  software_pattern: string | null;
+  code_from: number;
+  code_to: number;
+  message_pattern: string | null;
+  note: string;
+  enabled: boolean;
+  created_at: Date;
+  updated_at: Date;
+}
+
+const COLS = 'id, machine_pattern, software_pattern, code_from, code_to, message_pattern, note, enabled, created_at, updated_at';
+
+function toRule(r: Row) {
+  return {
+    id: r.id,
+    machine: r.machine_pattern,
+    software: r.software_pattern,
+    code_from: r.code_from,
+    code_to: r.code_to,
+    message: r.message_pattern,
+    note: r.note,
+    enabled: r.enabled,
+    created_at: r.created_at.toISOString(),
+    updated_at: r.updated_at.toISOString(),
+  };
+}
+
+/** The rule's columns from a request body, or 400. */
+function columns(b: WhitelistRuleInput): unknown[] {
+  const single = b.code !== undefined;
+  const range = b.code_from !== undefined || b.code_to !== undefined;
+  if (single && range) throw badRequest('give either code, or code_from and code_to, not both');
+  if (!single && !range) throw badRequest('a rule needs a code, or a code range (code_from and code_to)');
+  if (range && (b.code_from === undefined || b.code_to === undefined)) throw badRequest('a code range needs both code_from and code_to');
+  const from = single ? b.code! : b.code_from!;
+  const to = single ? b.code! : b.code_to!;
+  if (from > to) throw badRequest(`code_from (${from}) is greater than code_to (${to})`);
+  return [b.machine ?? null, b.software ?? null, from, to, b.message ?? null, b.note ?? '', b.enabled ?? true];
+}
+
+export function whitelistHandlers(d: ApiDeps) {
+  const max = d.cfg.api.whitelistMaxRules;
+
+  async function one(customerId: string, id: string): Promise<Row> {
+    const r = await d.pool.query<Row>(`SELECT ${COLS} FROM whitelist_rules WHERE customer_id = $1 AND id = $2 AND deleted_at IS NULL`, [customerId, id]);
+    if (!r.rows[0]) throw notFound('no such whitelist rule');
+    return r.rows[0];
+  }
+
+  return {
+    async list_whitelist_rules(req: FastifyRequest) {
+      const p = principal(req);
+      const r = await d.pool.query<Row>(`SELECT ${COLS} FROM whitelist_rules WHERE customer_id = $1 AND deleted_at IS NULL ORDER BY created_at, id`, [p.customerId]);
+      return { items: r.rows.map(toRule) };
+    },
+
+    async create_whitelist_rule(req: FastifyRequest, reply: FastifyReply) {
+      const p = principal(req);
+      const cols = columns(req.body as WhitelistRuleInput);
+      // The count and the insert in one statement: concurrent creates cannot pass the limit by much
+      // (the limit bounds matching work, it is not a billing quota).
+      const r = await d.pool.query<Row>(
+        `INSERT INTO whitelist_rules (customer_id, machine_pattern, software_pattern, code_from, code_to, message_pattern, note, enabled, created_by)
+         SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9
+          WHERE (SELECT count(*) FROM whitelist_rules WHERE customer_id = $1 AND deleted_at IS NULL) < $10
+         RETURNING ${COLS}`,
+        [p.customerId, ...cols, p.userId ?? null, max],
+      );
+      if (!r.rows[0]) throw new HttpError(409, `the customer already has ${max} whitelist rules (WHITELIST_MAX_RULES); delete one first`);
+      return reply.code(201).send(toRule(r.rows[0]));
+    },
+
+    async get_whitelist_rule(req: FastifyRequest) {
+      const p = principal(req);
+      return toRule(await one(p.customerId, (req.params as { id: string }).id));
+    },
+
+    async update_whitelist_rule(req: FastifyRequest) {
+      const p = principal(req);
+      const cols = columns(req.body as WhitelistRuleInput);
+      const r = await d.pool.query<Row>(
+        `UPDATE whitelist_rules
+            SET machine_pattern = $3, software_pattern = $4, code_from = $5, code_to = $6, message_pattern = $7, note = $8, enabled = $9
+          WHERE customer_id = $1 AND id = $2 AND deleted_at IS NULL
+         RETURNING ${COLS}`,
+        [p.customerId, (req.params as { id: string }).id, ...cols],
+      );
+      if (!r.rows[0]) throw notFound('no such whitelist rule');
+      return toRule(r.rows[0]);
+    },
+
+    async delete_whitelist_rule(req: FastifyRequest, reply: FastifyReply) {
+      const p = principal(req);
+      const r = await d.pool.query(`UPDATE whitelist_rules SET deleted_at = now() WHERE customer_id = $1 AND id = $2 AND deleted_at IS NULL`, [
+        p.customerId,
+        (req.params as { id: string }).id,
+      ]);
+      if (!r.rowCount) throw notFound('no such whitelist rule');
+      return reply.code(204).send();
+    },
+  };
+}
