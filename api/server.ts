@@ -16,6 +16,9 @@ import { resolvePrincipal, authorise } from './auth.js';
 import type { Sessions } from './session.js';
 import { instanceHandlers } from './handlers/instances.js';
 import { authHandlers } from './handlers/auth.js';
+import { accountHandlers } from './handlers/accounts.js';
+import { tokenHandlers } from './handlers/tokens.js';
+import { licenceHandlers } from './handlers/licences.js';
 
 export interface ApiDeps {
   cfg: Config;
@@ -44,6 +47,9 @@ export async function buildApi(d: ApiDeps): Promise<FastifyInstance> {
   const handlers: Record<string, Handler> = {
     ...authHandlers(d),
     ...instanceHandlers(d),
+    ...accountHandlers(d),
+    ...tokenHandlers(d),
+    ...licenceHandlers(d),
     api_healthz: () => ({ ok: true }),
     api_readyz: async (_req, reply) => {
       try {

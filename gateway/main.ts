@@ -10,6 +10,7 @@ import { connectNats, ensureStreams } from '../lib/db/nats.js';
 import { subjects } from '../lib/messages.js';
 import { loadUws, UwsFallbackError, type us_listen_socket } from './uws.js';
 import { TokenCache } from './token-cache.js';
+import { LicenceGate } from './licence-gate.js';
 import { BatchPublisher } from './publisher.js';
 import { RejectionLog } from './rejection-log.js';
 import { registerRoutes } from './server.js';
@@ -34,6 +35,8 @@ const metrics = createMetrics('gateway');
 const pool = createPool(cfg.databaseUrl, 4, 'fleet-gateway');
 const tokens = new TokenCache(pool, cfg.cacheRefreshMs, (e) => log.warn({ err: e }, 'token refresh failed'));
 await tokens.start();
+const licences = new LicenceGate(pool, cfg.cacheRefreshMs, (e) => log.warn({ err: e }, 'licence refresh failed'));
+await licences.start();
 
 const subj = subjects(cfg.subjectPrefix);
 const nc = await connectNats(cfg.natsUrl, `gateway-${process.pid}`);
@@ -107,6 +110,7 @@ registerRoutes(app, {
   tokens,
   publisher,
   rejections,
+  licences,
   isReady: () => publisher.connected && streamOk && !closing,
   isClosing: () => closing,
 });
@@ -126,6 +130,7 @@ async function shutdown(why: string): Promise<void> {
   await Promise.race([publisher.idle(), grace]);
   rejections.close();
   tokens.stop();
+  licences.stop();
   await nc.drain().catch(() => {});
   await pool.end().catch(() => {});
   log.info('stopped');

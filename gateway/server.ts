@@ -17,6 +17,7 @@ import { Ctx, readBody } from './request.js';
 import type { TokenCache, TokenInfo } from './token-cache.js';
 import type { BatchPublisher } from './publisher.js';
 import type { RejectionLog } from './rejection-log.js';
+import type { LicenceGate } from './licence-gate.js';
 import { RateLimiter } from './rate-limiter.js';
 
 export interface GatewayDeps {
@@ -26,6 +27,8 @@ export interface GatewayDeps {
   tokens: TokenCache;
   publisher: BatchPublisher;
   rejections: RejectionLog;
+  /** Refuses machines new to a customer past its licence grace period (in memory, no query). */
+  licences: LicenceGate;
   isReady(): boolean;
   isClosing(): boolean;
 }
@@ -180,7 +183,7 @@ export function registerRoutes(app: TemplatedApp, d: GatewayDeps): void {
           const errors = validate.errorsOf(data);
           return reject(ctx, kind, unprocessable(`schema violation: ${errors.map((e) => `${e.path} ${e.message}`).join('; ')}`, errors), tok);
         }
-        const extra = extraChecks(kind, data as Record<string, unknown>, raw.length);
+        const extra = extraChecks(kind, data as Record<string, unknown>, raw.length) ?? d.licences.check(tok.customerId, machine);
         if (extra) return reject(ctx, kind, extra, tok);
 
         const id = idemKey ? uuidFromName(tok.customerId, idemKey) : randomUUID();
