@@ -101,6 +101,11 @@ export class LicenceGate {
       const due = new Map<string, Licence>();
       for (const l of this.licences.values()) if (l.graceEndsMs !== null && now >= l.graceEndsMs) due.set(l.customerId, l);
 
+      if (due.size === 0) {
+        this.enforced = new Map();
+        this.machinesSince = null;
+        return;
+      }
       const next = new Map<string, Enforced>();
       const keep = [...due.keys()].filter((id) => this.enforced.has(id));
       const fresh = [...due.keys()].filter((id) => !this.enforced.has(id));
