@@ -21,6 +21,9 @@ import { helpHandlers } from './handlers/help.js';
 import { rejectionHandlers } from './handlers/rejections.js';
 import { statusHandlers } from './handlers/status.js';
 import { docsHandlers } from './handlers/docs.js';
+import { accountHandlers } from './handlers/accounts.js';
+import { tokenHandlers } from './handlers/tokens.js';
+import { licenceHandlers } from './handlers/licences.js';
 
 export interface ApiDeps {
   cfg: Config;
@@ -54,6 +57,9 @@ export async function buildApi(d: ApiDeps): Promise<FastifyInstance> {
     ...rejectionHandlers(d),
     ...statusHandlers(d),
     ...docsHandlers(d),
+    ...accountHandlers(d),
+    ...tokenHandlers(d),
+    ...licenceHandlers(d),
     api_healthz: () => ({ ok: true }),
     api_readyz: async (_req, reply) => {
       try {

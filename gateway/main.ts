@@ -10,6 +10,7 @@ import { connectNats, ensureStreams } from '../lib/db/nats.js';
 import { subjects } from '../lib/messages.js';
 import { loadUws, UwsFallbackError, type us_listen_socket } from './uws.js';
 import { TokenCache } from './token-cache.js';
+import { LicenceGate } from './licence-gate.js';
 import { BatchPublisher } from './publisher.js';
 import { RejectionLog } from './rejection-log.js';
 import { registerRoutes } from './server.js';
@@ -37,6 +38,8 @@ const tokens = new TokenCache(pool, cfg.cacheRefreshMs, (e) => log.warn({ err: e
 await tokens.start();
 const help = new HelpCoverage(pool, cfg.cacheRefreshMs, (e) => log.warn({ err: e }, 'help-text coverage refresh failed'));
 await help.start();
+const licences = new LicenceGate(pool, cfg.cacheRefreshMs, (e) => log.warn({ err: e }, 'licence refresh failed'));
+await licences.start();
 
 const subj = subjects(cfg.subjectPrefix);
 const nc = await connectNats(cfg.natsUrl, `gateway-${process.pid}`);
@@ -111,6 +114,7 @@ registerRoutes(app, {
   publisher,
   rejections,
   help,
+  licences,
   isReady: () => publisher.connected && streamOk && !closing,
   isClosing: () => closing,
 });
@@ -131,6 +135,7 @@ async function shutdown(why: string): Promise<void> {
   rejections.close();
   tokens.stop();
   help.stop();
+  licences.stop();
   await nc.drain().catch(() => {});
   await pool.end().catch(() => {});
   log.info('stopped');

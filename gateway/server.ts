@@ -18,6 +18,7 @@ import { Ctx, readBody } from './request.js';
 import type { TokenCache, TokenInfo } from './token-cache.js';
 import type { BatchPublisher } from './publisher.js';
 import type { RejectionLog } from './rejection-log.js';
+import type { LicenceGate } from './licence-gate.js';
 import { RateLimiter } from './rate-limiter.js';
 import { acceptedAnswer, type HelpCoverage } from './help-coverage.js';
 
@@ -29,6 +30,8 @@ export interface GatewayDeps {
   publisher: BatchPublisher;
   rejections: RejectionLog;
   help: HelpCoverage;
+  /** Refuses machines new to a customer past its licence grace period (in memory, no query). */
+  licences: LicenceGate;
   isReady(): boolean;
   isClosing(): boolean;
 }
@@ -187,7 +190,8 @@ export function registerRoutes(app: TemplatedApp, d: GatewayDeps): void {
           const errors = validate.errorsOf(data);
           return reject(ctx, kind, unprocessable(`schema violation: ${errors.map((e) => `${e.path} ${e.message}`).join('; ')}`, errors), tok);
         }
-        const extra = extraChecks(kind, data as Record<string, unknown>, raw.length);
+        // Help uploads describe a software and create no machine: the device limit does not apply.
+        const extra = extraChecks(kind, data as Record<string, unknown>, raw.length) ?? (kind === 'help' ? null : d.licences.check(tok.customerId, machine));
         if (extra) return reject(ctx, kind, extra, tok);
 
         const id = idemKey ? uuidFromName(tok.customerId, idemKey) : randomUUID();

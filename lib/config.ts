@@ -101,6 +101,22 @@ export function loadConfig() {
     // How often the gateways re-read tokens and other control data from Postgres: a revocation is
     // effective on every replica within this interval (plus one query).
     cacheRefreshMs: num('CACHE_REFRESH_MS', 1000),
+    licence: {
+      // How often one worker re-checks every customer's device count against its limit (starts and
+      // ends grace periods when machines age out of the 30-day window or come back).
+      sweepMs: num('LICENCE_SWEEP_MS', 60_000),
+    },
+    // Support contacts by licence tier (GET /api/support-info): free = community and e-mail; paid
+    // also phone and a named contact.
+    support: {
+      communityUrl: str('SUPPORT_COMMUNITY_URL', 'https://community.example.com/fleet'),
+      email: str('SUPPORT_EMAIL', 'support@example.com'),
+      phone: str('SUPPORT_PHONE', '+49 30 1234567'),
+      phoneHours: str('SUPPORT_PHONE_HOURS', 'Mon-Fri 08:00-18:00 CET'),
+      contactName: str('SUPPORT_CONTACT_NAME', 'Customer Success Team'),
+      contactEmail: str('SUPPORT_CONTACT_EMAIL', 'success@example.com'),
+      contactPhone: str('SUPPORT_CONTACT_PHONE', ''),
+    },
     heartbeatTimeoutS: num('HEARTBEAT_TIMEOUT_S', 300),
     warningWindowS: num('WARNING_WINDOW_S', 900),
     idempotencyTtlS: num('IDEMPOTENCY_TTL_S', 86_400),

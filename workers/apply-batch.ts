@@ -15,6 +15,8 @@ import type { Heartbeat, Diagnostics, Status } from '../lib/schemas/ingest.js';
 import { summarise, instanceKey, machineKey, chTime, parseTs, toInt, pgText, pgJson, type InstanceUpdate } from './reports.js';
 import { applyHelpTexts } from './help-texts.js';
 import type { WhitelistCache, Suppression } from './whitelist-cache.js';
+import { noteNewMachines } from './licences.js';
+import { recordMilestones } from './onboarding.js';
 
 export interface ApplyDeps {
   pool: Pool;
@@ -43,6 +45,7 @@ export async function applyBatch(d: ApplyDeps, all: Report[], rejections: Reject
     writeClickHouse(d, reports, rejections, ids, suppressed),
     writeHeartbeatKeys(d, updates, ids),
     reports.length < all.length ? applyHelpTexts(d.pool, all) : null,
+    recordMilestones(d.pool, all),
   ]);
   return ids;
 }
@@ -83,16 +86,18 @@ async function upsertInstances(c: PoolClient, updates: InstanceUpdate[]): Promis
     }
   }
   const ms_ = [...machines.values()].sort((a, b) => (a.customerId + a.slug < b.customerId + b.slug ? -1 : 1));
-  const mres = await c.query<{ id: string; customer_id: string; slug: string }>(
+  const mres = await c.query<{ id: string; customer_id: string; slug: string; inserted: boolean }>(
     `INSERT INTO machines (customer_id, slug, first_seen_at, last_seen_at)
      SELECT c, s, to_timestamp(f / 1000.0), to_timestamp(l / 1000.0)
        FROM unnest($1::uuid[], $2::text[], $3::float8[], $4::float8[]) WITH ORDINALITY AS t(c, s, f, l, n) ORDER BY n
      ON CONFLICT (customer_id, slug) DO UPDATE
         SET first_seen_at = LEAST(machines.first_seen_at, EXCLUDED.first_seen_at),
             last_seen_at = GREATEST(machines.last_seen_at, EXCLUDED.last_seen_at)
-     RETURNING id, customer_id, slug`,
+     RETURNING id, customer_id, slug, (xmax = 0) AS inserted`,
     [ms_.map((m) => m.customerId), ms_.map((m) => m.slug), ms_.map((m) => m.first), ms_.map((m) => m.last)],
   );
+  // Licence limits, grace period and first-device conversions (workers/licences.ts).
+  await noteNewMachines(c, mres.rows.filter((r) => r.inserted));
   const machineIds = new Map(mres.rows.map((r) => [machineKey(r.customer_id, r.slug), r.id]));
 
   const rows = updates

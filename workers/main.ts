@@ -12,6 +12,7 @@ import { connectNats, ensureStreams, ensureConsumer } from '../lib/db/nats.js';
 import { subjects } from '../lib/messages.js';
 import { IngestConsumer } from './ingest-consumer.js';
 import { WhitelistCache } from './whitelist-cache.js';
+import { startLicenceSweep } from './licence-sweep.js';
 
 const cfg = loadConfig();
 const log = createLogger('worker', cfg.logLevel);
@@ -46,6 +47,7 @@ const consumer = new IngestConsumer(
   metrics,
 );
 consumer.start();
+const stopLicenceSweep = await startLicenceSweep({ redisUrl: cfg.redisUrl, redisPrefix: cfg.redisPrefix, everyMs: cfg.licence.sweepMs, pool, log });
 
 let server: ReturnType<typeof createServer> | null = null;
 if (cfg.worker.httpPort > 0) {
@@ -66,6 +68,7 @@ async function shutdown(why: string): Promise<void> {
   log.info({ why }, 'shutting down: finishing the batch in hand');
   await consumer.stop();
   whitelist.stop();
+  await stopLicenceSweep().catch(() => {});
   server?.close();
   await nc.drain().catch(() => {});
   await Promise.allSettled([pool.end(), ch.close(), redis.quit()]);

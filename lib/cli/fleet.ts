@@ -6,6 +6,8 @@ import { migrate } from '../db/migrate.js';
 import { createPool } from '../db/postgres.js';
 import { createCustomer, createToken, findCustomer, listTokens, revokeToken, type Scope } from '../admin.js';
 import { createUser, addMembership, findUserByLogin, newPassword, ROLES, type Role } from '../accounts.js';
+import { withTx } from '../db/postgres.js';
+import { getLicence, deviceCount, licenceView, setLicence, TIERS, type LicenceChange, type Tier } from '../licences.js';
 
 const cfg = loadConfig();
 const program = new Command('fleet').description('Fleet ingest service administration').showHelpAfterError();
@@ -108,6 +110,47 @@ user
       await addMembership(p, u.id, c.id, o.role as Role);
     });
     process.stdout.write(`${login} is ${o.role} of ${slug}\n`);
+  });
+
+const licence = program.command('licence').alias('license').description('licences: device limit, tier, grace period');
+licence
+  .command('show <customer>')
+  .description("a customer's licence, device count, limit status and grace period (JSON)")
+  .action(async (slug: string) => {
+    const out = await withPool(async (p) => {
+      const c = await findCustomer(p, slug);
+      if (!c) fail(`no customer ${slug}`);
+      const l = (await getLicence(p, c.id))!;
+      return { license_key: l.licence_key, ...licenceView(l, await deviceCount(p, c.id)) };
+    });
+    process.stdout.write(JSON.stringify(out, null, 2) + '\n');
+  });
+licence
+  .command('set <customer>')
+  .option('--limit <n>', 'device limit (machines seen in the last 30 days)')
+  .option('--tier <tier>', `one of ${TIERS.join(', ')}`)
+  .option('--grace-days <n>', 'days new machines are still accepted after the limit is first exceeded')
+  .description('change a licence; every gateway applies it within CACHE_REFRESH_MS')
+  .action(async (slug: string, o: { limit?: string; tier?: string; graceDays?: string }) => {
+    const change: LicenceChange = {};
+    const int = (v: string, what: string) => {
+      if (!/^[0-9]+$/.test(v)) fail(`${what} must be a whole number >= 0`);
+      return Number(v);
+    };
+    if (o.limit !== undefined) change.device_limit = int(o.limit, '--limit');
+    if (o.graceDays !== undefined) change.grace_days = int(o.graceDays, '--grace-days');
+    if (o.tier !== undefined) {
+      if (!TIERS.includes(o.tier as Tier)) fail(`unknown tier ${o.tier}: use ${TIERS.join(', ')}`);
+      change.tier = o.tier as Tier;
+    }
+    if (Object.keys(change).length === 0) fail('nothing to change: give --limit, --tier and/or --grace-days');
+    const out = await withPool(async (p) => {
+      const c = await findCustomer(p, slug);
+      if (!c) fail(`no customer ${slug}`);
+      const l = await withTx(p, (tx) => setLicence(tx, c.id, change));
+      return { license_key: l.licence_key, ...licenceView(l, await deviceCount(p, c.id)) };
+    }).catch((e) => fail((e as Error).message));
+    process.stdout.write(JSON.stringify(out, null, 2) + '\n');
   });
 
 await program.parseAsync(process.argv).catch((e) => fail((e as Error).message));

@@ -150,6 +150,72 @@ export const postgresMigrations: Migration[] = [
       `CREATE TRIGGER help_texts_touch BEFORE UPDATE ON help_texts FOR EACH ROW EXECUTE FUNCTION touch_updated_at()`,
     ],
   },
+  {
+    id: '0007-accounts-licences',
+    sql: [
+      // Licences: one per customer, created with the customer (trigger), free start of 5 devices.
+      // over_limit_since: when the device count (machines seen in the last 30 days) first went over
+      // the limit in the current excess; cleared when the customer is back within the limit (a
+      // bigger licence, or machines unseen for 30 days). grace ends over_limit_since + grace_days;
+      // after it, gateways refuse machines new to the customer (gateway/licence-gate.ts).
+      `CREATE FUNCTION new_licence_key() RETURNS text LANGUAGE sql VOLATILE AS $$
+         SELECT 'FLT-' || upper(substr(h, 1, 5) || '-' || substr(h, 6, 5) || '-' || substr(h, 11, 5) || '-' || substr(h, 16, 5))
+           FROM (SELECT replace(gen_random_uuid()::text, '-', '') AS h) x $$`,
+      `CREATE TABLE licences (
+         customer_id uuid PRIMARY KEY REFERENCES customers(id) ON DELETE CASCADE,
+         licence_key text NOT NULL UNIQUE DEFAULT new_licence_key(),
+         tier text NOT NULL DEFAULT 'free' CHECK (tier IN ('free', 'paid')),
+         device_limit integer NOT NULL DEFAULT 5 CHECK (device_limit >= 0),
+         grace_days integer NOT NULL DEFAULT 14 CHECK (grace_days >= 0),
+         over_limit_since timestamptz,
+         created_at timestamptz NOT NULL DEFAULT now(),
+         updated_at timestamptz NOT NULL DEFAULT clock_timestamp()
+       )`,
+      `CREATE INDEX licences_updated ON licences (updated_at)`,
+      `CREATE TRIGGER licences_touch BEFORE UPDATE ON licences FOR EACH ROW EXECUTE FUNCTION touch_updated_at()`,
+      `CREATE FUNCTION customers_licence() RETURNS trigger LANGUAGE plpgsql AS $$
+       BEGIN INSERT INTO licences (customer_id) VALUES (NEW.id) ON CONFLICT DO NOTHING; RETURN NEW; END $$`,
+      `CREATE TRIGGER customers_licence AFTER INSERT ON customers FOR EACH ROW EXECUTE FUNCTION customers_licence()`,
+      `INSERT INTO licences (customer_id) SELECT id FROM customers ON CONFLICT DO NOTHING`,
+      // When a machine row was made (gateways poll new machines of customers past their grace
+      // period), and when it arrived while its customer was over the device limit (flagged).
+      `ALTER TABLE machines ADD COLUMN created_at timestamptz NOT NULL DEFAULT clock_timestamp()`,
+      `ALTER TABLE machines ADD COLUMN over_limit_at timestamptz`,
+      `CREATE INDEX machines_customer_seen ON machines (customer_id, last_seen_at)`,
+      `CREATE INDEX machines_customer_created ON machines (customer_id, created_at)`,
+      // Server-side conversion events (signup, first_device, licence_activated) that the dashboard
+      // reports to its analytics once and acknowledges. dedup_key makes each event happen once.
+      `CREATE TABLE conversions (
+         id uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+         kind text NOT NULL,
+         user_id uuid REFERENCES users(id) ON DELETE CASCADE,
+         customer_id uuid REFERENCES customers(id) ON DELETE CASCADE,
+         dedup_key text NOT NULL UNIQUE,
+         value jsonb NOT NULL DEFAULT '{}',
+         created_at timestamptz NOT NULL DEFAULT now(),
+         acked_at timestamptz,
+         acked_by uuid REFERENCES users(id) ON DELETE SET NULL,
+         CHECK (user_id IS NOT NULL OR customer_id IS NOT NULL)
+       )`,
+      `CREATE INDEX conversions_user_pending ON conversions (user_id) WHERE acked_at IS NULL`,
+      `CREATE INDEX conversions_customer_pending ON conversions (customer_id) WHERE acked_at IS NULL`,
+      `CREATE FUNCTION users_signup() RETURNS trigger LANGUAGE plpgsql AS $$
+       BEGIN INSERT INTO conversions (kind, user_id, dedup_key) VALUES ('signup', NEW.id, 'signup:' || NEW.id) ON CONFLICT DO NOTHING; RETURN NEW; END $$`,
+      `CREATE TRIGGER users_signup AFTER INSERT ON users FOR EACH ROW EXECUTE FUNCTION users_signup()`,
+      // Onboarding: the first report of each kind per customer (receive time), recorded by workers.
+      `CREATE TABLE onboarding_milestones (
+         customer_id uuid NOT NULL REFERENCES customers(id) ON DELETE CASCADE,
+         step text NOT NULL,
+         done_at timestamptz NOT NULL,
+         PRIMARY KEY (customer_id, step)
+       )`,
+      `INSERT INTO onboarding_milestones (customer_id, step, done_at)
+         SELECT customer_id, 'heartbeat', min(first_seen_at) FROM instances WHERE last_heartbeat_at IS NOT NULL GROUP BY customer_id
+         UNION ALL
+         SELECT customer_id, 'status', min(first_seen_at) FROM instances WHERE status_at IS NOT NULL GROUP BY customer_id
+       ON CONFLICT DO NOTHING`,
+    ],
+  },
 ];
 
 const ENGINE = (orderBy: string, partition = 'toYYYYMM(received_at)') =>

@@ -1,0 +1,200 @@
+// The logged-in user (/auth/me, conversions), their customers (list, switch) and the members of the
+// active customer (owners manage them).
+import { createHash } from 'node:crypto';
+import type { FastifyReply, FastifyRequest } from 'fastify';
+import type { ApiDeps } from '../server.js';
+import { anyPrincipal, principal, type Principal } from '../auth.js';
+import { HttpError, badRequest, forbidden, notFound } from '../../lib/errors.js';
+import { createUser, normaliseEmail, newPassword, EMAIL_RE, DuplicateUserError, type Role } from '../../lib/accounts.js';
+import { withTx } from '../../lib/db/postgres.js';
+import { setSessionCookie } from './auth.js';
+
+const iso = (d: Date | null) => (d ? d.toISOString() : null);
+const conflict = (detail: string) => new HttpError(409, detail);
+
+export const emailSha256 = (email: string) => createHash('sha256').update(normaliseEmail(email)).digest('hex');
+
+interface CustomerRef {
+  id: string;
+  slug: string;
+  name: string;
+  role: Role;
+  member: boolean;
+}
+
+export function accountHandlers(d: ApiDeps) {
+  const { pool } = d;
+
+  async function user(id: string) {
+    const r = await pool.query<{ id: string; email: string; username: string | null; is_system_admin: boolean }>(
+      'SELECT id, email, username, is_system_admin FROM users WHERE id = $1',
+      [id],
+    );
+    if (!r.rows[0]) throw new HttpError(401, 'the account of this session no longer exists');
+    return r.rows[0];
+  }
+
+  /** Memberships; for a system administrator also every other customer (owner rights, member false). */
+  async function customersOf(userId: string, isSystemAdmin: boolean): Promise<CustomerRef[]> {
+    const r = await pool.query<CustomerRef>(
+      `SELECT c.id, c.slug, c.name, m.role, true AS member
+         FROM memberships m JOIN customers c ON c.id = m.customer_id WHERE m.user_id = $1
+       UNION ALL
+       SELECT c.id, c.slug, c.name, 'owner', false FROM customers c
+        WHERE $2 AND NOT EXISTS (SELECT 1 FROM memberships m WHERE m.user_id = $1 AND m.customer_id = c.id)
+       ORDER BY 2`,
+      [userId, isSystemAdmin],
+    );
+    return r.rows;
+  }
+
+  function activeOf(p: Principal, list: CustomerRef[]): CustomerRef | null {
+    if (!p.customerId || !p.role) return null;
+    return list.find((c) => c.id === p.customerId) ?? null;
+  }
+
+  return {
+    async auth_me(req: FastifyRequest) {
+      const p = anyPrincipal(req);
+      const u = await user(p.userId!);
+      const customers = await customersOf(u.id, u.is_system_admin);
+      const conv = await pool.query<{ id: string; kind: string; customer_id: string | null; customer: string | null; created_at: Date; value: Record<string, unknown> }>(
+        `SELECT v.id, v.kind, v.customer_id, c.slug AS customer, v.created_at, v.value
+           FROM conversions v LEFT JOIN customers c ON c.id = v.customer_id
+          WHERE v.acked_at IS NULL
+            AND (v.user_id = $1 OR v.customer_id IN (SELECT customer_id FROM memberships WHERE user_id = $1))
+          ORDER BY v.created_at, v.id`,
+        [u.id],
+      );
+      return {
+        user: u,
+        email_sha256: emailSha256(u.email),
+        is_system_admin: u.is_system_admin,
+        customers: customers.filter((c) => c.member),
+        active_customer: activeOf(p, customers),
+        pending_conversions: conv.rows.map((r) => ({ ...r, created_at: r.created_at.toISOString() })),
+      };
+    },
+
+    async auth_conversions_ack(req: FastifyRequest) {
+      const p = anyPrincipal(req);
+      const { ids } = req.body as { ids: string[] };
+      // Only the user's own events and those of their customers; others (and repeats) are ignored.
+      const r = await pool.query(
+        `UPDATE conversions SET acked_at = now(), acked_by = $1
+          WHERE id = ANY($2::uuid[]) AND acked_at IS NULL
+            AND (user_id = $1 OR customer_id IN (SELECT customer_id FROM memberships WHERE user_id = $1))`,
+        [p.userId, ids],
+      );
+      return { ok: true, acked: r.rowCount ?? 0 };
+    },
+
+    async my_customers(req: FastifyRequest) {
+      const p = anyPrincipal(req);
+      const items = await customersOf(p.userId!, p.isSystemAdmin);
+      return { items, active_customer_id: activeOf(p, items)?.id ?? null };
+    },
+
+    async switch_customer(req: FastifyRequest, reply: FastifyReply) {
+      const p = anyPrincipal(req);
+      const b = req.body as { customer_id?: string; customer?: string };
+      if (!b.customer_id && !b.customer) throw badRequest('send customer_id or customer (slug)');
+      const u = await user(p.userId!);
+      const r = await pool.query<{ id: string; slug: string; role: Role | null }>(
+        `SELECT c.id, c.slug, m.role FROM customers c LEFT JOIN memberships m ON m.customer_id = c.id AND m.user_id = $1
+          WHERE ${b.customer_id ? 'c.id = $2::uuid' : 'c.slug = $2'}`,
+        [u.id, b.customer_id ?? b.customer],
+      );
+      const c = r.rows[0];
+      const refused = forbidden('you are not a member of that customer');
+      if (!c) throw u.is_system_admin ? notFound('no such customer') : refused;
+      const role: Role | null = c.role ?? (u.is_system_admin ? 'owner' : null);
+      if (!role) throw refused;
+      const { token, expiresAt } = await d.sessions.issue({ sub: u.id, email: u.email, is_system_admin: u.is_system_admin, cid: c.id });
+      setSessionCookie(reply, token, d.sessions.ttlS, d.cfg.api.cookieSecure);
+      return { token, token_type: 'Bearer', expires_at: expiresAt.toISOString(), user: u, customer: { id: c.id, slug: c.slug, role } };
+    },
+
+    async list_members(req: FastifyRequest) {
+      const p = principal(req);
+      const r = await pool.query(
+        `SELECT u.id AS user_id, u.email, u.username, m.role, m.created_at
+           FROM memberships m JOIN users u ON u.id = m.user_id
+          WHERE m.customer_id = $1 ORDER BY m.created_at, u.email`,
+        [p.customerId],
+      );
+      return { items: r.rows.map((m) => ({ ...m, created_at: iso(m.created_at) })) };
+    },
+
+    async add_member(req: FastifyRequest, reply: FastifyReply) {
+      const p = principal(req);
+      const b = req.body as { email: string; role: Role; username?: string };
+      const email = b.email.trim();
+      if (!EMAIL_RE.test(email)) throw badRequest(`invalid e-mail address ${JSON.stringify(email.slice(0, 100))}`);
+      let created = false;
+      let password: string | undefined;
+      let u = (await pool.query<{ id: string }>('SELECT id FROM users WHERE lower(email) = $1', [normaliseEmail(email)])).rows[0];
+      if (!u) {
+        password = newPassword();
+        try {
+          u = await createUser(pool, { email, username: b.username ?? null, password });
+          created = true;
+        } catch (e) {
+          if (e instanceof DuplicateUserError) throw conflict(e.message);
+          throw e;
+        }
+      }
+      const ins = await pool.query(
+        `INSERT INTO memberships (user_id, customer_id, role) VALUES ($1, $2, $3) ON CONFLICT (user_id, customer_id) DO NOTHING`,
+        [u.id, p.customerId, b.role],
+      );
+      if (!ins.rowCount) throw conflict(`${email} is already a member of ${p.customer}; change the role with PUT /api/members/{user_id}`);
+      const m = await member(p.customerId, u.id);
+      reply.code(201);
+      return { member: m, created_user: created, ...(password ? { initial_password: password } : {}) };
+    },
+
+    async update_member(req: FastifyRequest) {
+      const p = principal(req);
+      const { user_id } = req.params as { user_id: string };
+      const { role } = req.body as { role: Role };
+      await withTx(pool, async (c) => {
+        const owners = await lockMembers(c, p.customerId);
+        const current = owners.all.get(user_id);
+        if (!current) throw notFound('no such member');
+        if (current === 'owner' && role !== 'owner' && owners.owners === 1) throw conflict('the last owner cannot be demoted: make another member owner first');
+        await c.query('UPDATE memberships SET role = $3 WHERE customer_id = $1 AND user_id = $2', [p.customerId, user_id, role]);
+      });
+      return member(p.customerId, user_id);
+    },
+
+    async remove_member(req: FastifyRequest) {
+      const p = principal(req);
+      const { user_id } = req.params as { user_id: string };
+      await withTx(pool, async (c) => {
+        const owners = await lockMembers(c, p.customerId);
+        const current = owners.all.get(user_id);
+        if (!current) throw notFound('no such member');
+        if (current === 'owner' && owners.owners === 1) throw conflict('the last owner cannot be removed: make another member owner first');
+        await c.query('DELETE FROM memberships WHERE customer_id = $1 AND user_id = $2', [p.customerId, user_id]);
+      });
+      return { ok: true };
+    },
+  };
+
+  async function member(customerId: string, userId: string) {
+    const r = await pool.query(
+      `SELECT u.id AS user_id, u.email, u.username, m.role, m.created_at
+         FROM memberships m JOIN users u ON u.id = m.user_id WHERE m.customer_id = $1 AND m.user_id = $2`,
+      [customerId, userId],
+    );
+    if (!r.rows[0]) throw notFound('no such member');
+    return { ...r.rows[0], created_at: iso(r.rows[0].created_at) };
+  }
+}
+
+/** Locks the customer's memberships (so two owners cannot demote each other at once). */
+async function lockMembers(c: import('../../lib/db/postgres.js').PoolClient, customerId: string) {
+  const r = await c.query<{ user_id: string; role: Role }>('SELECT user_id, role FROM memberships WHERE customer_id = $1 ORDER BY user_id FOR UPDATE', [customerId]);
+  return { all: new Map(r.rows.map((m) => [m.user_id, m.role])), owners: r.rows.filter((m) => m.role === 'owner').length };
+}

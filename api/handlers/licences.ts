@@ -1,0 +1,149 @@
+// Licence status and key, licence changes (system administrators), onboarding progress and support
+// contacts, all for the active customer (a system administrator may read or change any licence).
+import type { FastifyRequest } from 'fastify';
+import type { ApiDeps } from '../server.js';
+import { principal } from '../auth.js';
+import { badRequest, notFound } from '../../lib/errors.js';
+import { withTx, type Pool } from '../../lib/db/postgres.js';
+import { getLicence, deviceCount, licenceView, setLicence, type LicenceChange, type LicenceRow } from '../../lib/licences.js';
+
+const iso = (d: Date | null | undefined) => (d ? d.toISOString() : null);
+
+async function licenceKey(pool: Pool, l: LicenceRow) {
+  const [count, flagged] = await Promise.all([
+    deviceCount(pool, l.customer_id),
+    pool.query<{ slug: string; first_seen_at: Date; last_seen_at: Date; over_limit_at: Date }>(
+      `SELECT slug, first_seen_at, last_seen_at, over_limit_at FROM machines
+        WHERE customer_id = $1 AND over_limit_at IS NOT NULL ORDER BY over_limit_at DESC, slug LIMIT 100`,
+      [l.customer_id],
+    ),
+  ]);
+  return {
+    license_key: l.licence_key,
+    ...licenceView(l, count),
+    flagged_machines: flagged.rows.map((m) => ({
+      machine: m.slug,
+      first_seen_at: m.first_seen_at.toISOString(),
+      last_seen_at: m.last_seen_at.toISOString(),
+      flagged_at: m.over_limit_at.toISOString(),
+    })),
+    created_at: l.created_at.toISOString(),
+    updated_at: l.updated_at.toISOString(),
+  };
+}
+
+/** The onboarding steps, in order. */
+const STEPS = [
+  { key: 'token_created', title: 'Create an API token', hint: 'Settings -> Tokens: create a token with the ingest scope for your agents.' },
+  { key: 'first_heartbeat', title: 'Send the first heartbeat', hint: 'POST /api/ingest/{customer}/{machine}/{software}/heartbeat with the token.' },
+  { key: 'first_diagnostics', title: 'Send the first diagnostics', hint: 'POST …/diagnostics with {items:[{code, message, severity}]}.' },
+  { key: 'first_status', title: 'Send the first status', hint: 'POST …/status with {status, message?, snapshot?}.' },
+  { key: 'help_texts', title: 'Upload help texts', hint: 'POST …/help with DE and EN texts for your diagnostic codes.' },
+  { key: 'teammate_invited', title: 'Invite a teammate', hint: 'Settings -> Members: add a colleague by e-mail.' },
+] as const;
+
+export function licenceHandlers(d: ApiDeps) {
+  const { pool } = d;
+
+  /** The licence of customer `id` for this caller: the active customer, or any for a system admin. */
+  async function visibleLicence(req: FastifyRequest): Promise<LicenceRow> {
+    const p = principal(req);
+    const { id } = req.params as { id: string };
+    if (id !== p.customerId && !p.isSystemAdmin) throw notFound('no such customer');
+    const l = await getLicence(pool, id);
+    if (!l) throw notFound('no such customer');
+    return l;
+  }
+
+  /**
+   * When help texts were first uploaded: the `help` report milestone, or the help-text table when it
+   * exists (it belongs to the diagnostics suite; this works with and without it, and whatever its
+   * time column is called).
+   */
+  async function helpTextsAt(customerId: string, milestone: Date | null): Promise<{ done: boolean; at: Date | null }> {
+    const cols = await pool.query<{ column_name: string }>(
+      `SELECT column_name FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = 'help_texts'`,
+    );
+    const names = new Set(cols.rows.map((c) => c.column_name));
+    if (!names.has('customer_id')) return { done: milestone !== null, at: milestone };
+    const timeCol = ['created_at', 'updated_at', 'stored_at', 'received_at'].find((c) => names.has(c));
+    try {
+      const r = await pool.query<{ n: number; at: Date | null }>(
+        `SELECT count(*)::int AS n, ${timeCol ? `min(${timeCol})` : 'NULL::timestamptz'} AS at FROM (SELECT * FROM help_texts WHERE customer_id = $1 LIMIT 100000) h`,
+        [customerId],
+      );
+      const row = r.rows[0]!;
+      if (row.n === 0) return { done: milestone !== null, at: milestone };
+      const at = [row.at, milestone].filter((x): x is Date => x instanceof Date).sort((a, b) => a.getTime() - b.getTime())[0] ?? null;
+      return { done: true, at };
+    } catch {
+      return { done: milestone !== null, at: milestone };
+    }
+  }
+
+  return {
+    async license_status(req: FastifyRequest) {
+      const p = principal(req);
+      const l = await getLicence(pool, p.customerId);
+      if (!l) throw notFound('no such customer');
+      return licenceView(l, await deviceCount(pool, p.customerId));
+    },
+
+    async license_key(req: FastifyRequest) {
+      return licenceKey(pool, await visibleLicence(req));
+    },
+
+    async set_license(req: FastifyRequest) {
+      const { id } = req.params as { id: string };
+      const body = req.body as LicenceChange;
+      const exists = await pool.query('SELECT 1 FROM customers WHERE id = $1', [id]);
+      if (!exists.rowCount) throw notFound('no such customer');
+      let l: LicenceRow;
+      try {
+        l = await withTx(pool, (c) => setLicence(c, id, body));
+      } catch (e) {
+        if (e instanceof Error && /must be|unknown tier/.test(e.message)) throw badRequest(e.message);
+        throw e;
+      }
+      req.log.info({ customer: l.customer, change: body, by: req.principal?.email }, 'licence changed');
+      return licenceKey(pool, l);
+    },
+
+    async onboarding_status(req: FastifyRequest) {
+      const p = principal(req);
+      const [tok, ms, mates] = await Promise.all([
+        pool.query<{ at: Date | null }>('SELECT min(created_at) AS at FROM api_tokens WHERE customer_id = $1', [p.customerId]),
+        pool.query<{ step: string; done_at: Date }>('SELECT step, done_at FROM onboarding_milestones WHERE customer_id = $1', [p.customerId]),
+        // A teammate: any membership after the customer's first one.
+        pool.query<{ at: Date }>('SELECT created_at AS at FROM memberships WHERE customer_id = $1 ORDER BY created_at, user_id OFFSET 1 LIMIT 1', [p.customerId]),
+      ]);
+      const milestone = new Map(ms.rows.map((r) => [r.step, r.done_at]));
+      const help = await helpTextsAt(p.customerId, milestone.get('help') ?? null);
+      const at: Record<(typeof STEPS)[number]['key'], { done: boolean; at: Date | null }> = {
+        token_created: { done: tok.rows[0]!.at !== null, at: tok.rows[0]!.at },
+        first_heartbeat: { done: milestone.has('heartbeat'), at: milestone.get('heartbeat') ?? null },
+        first_diagnostics: { done: milestone.has('diagnostics'), at: milestone.get('diagnostics') ?? null },
+        first_status: { done: milestone.has('status'), at: milestone.get('status') ?? null },
+        help_texts: help,
+        teammate_invited: { done: mates.rows.length > 0, at: mates.rows[0]?.at ?? null },
+      };
+      const steps = STEPS.map((s) => ({ ...s, done: at[s.key].done, done_at: iso(at[s.key].at) }));
+      const done = steps.filter((s) => s.done).length;
+      return { steps, done, total: steps.length, progress: done / steps.length, percent: Math.round((done / steps.length) * 100), complete: done === steps.length };
+    },
+
+    async support_info(req: FastifyRequest) {
+      const p = principal(req);
+      const l = await getLicence(pool, p.customerId);
+      const tier = l?.tier ?? 'free';
+      const s = d.cfg.support;
+      const channels: { kind: 'community' | 'email' | 'phone'; label: string; value: string; hours?: string }[] = [
+        { kind: 'community', label: 'Community forum', value: s.communityUrl },
+        { kind: 'email', label: 'E-mail support', value: s.email },
+      ];
+      if (tier === 'free') return { tier, channels, contact: null };
+      channels.push({ kind: 'phone', label: 'Phone support', value: s.phone, hours: s.phoneHours });
+      return { tier, channels, contact: { name: s.contactName, email: s.contactEmail, phone: s.contactPhone || s.phone } };
+    },
+  };
+}

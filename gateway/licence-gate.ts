@@ -1,0 +1,141 @@
+// The licence check on the ingest hot path, without a query per request. Every gateway keeps
+//   - a copy of every customer's licence state (lib/synced-map.ts over `licences`, refreshed every
+//     CACHE_REFRESH_MS: a licence change is effective on every replica within about a second), and
+//   - only for customers past their grace period, the set of their known machine slugs (loaded once
+//     when the customer's grace period ends, then topped up with machines created since, by
+//     `machines.created_at`).
+// A report for a machine that is not in the set of a customer past its grace period is refused
+// with 403. Everyone else passes: known machines keep reporting, customers within their limit or
+// their grace period are not affected. Workers start the grace period (workers/licences.ts); the
+// licence sweep and licence changes end it (lib/licences.ts).
+import type { Pool } from '../lib/db/postgres.js';
+import { SyncedMap } from '../lib/synced-map.js';
+import { forbidden, type HttpError } from '../lib/errors.js';
+
+interface Row {
+  customer_id: string;
+  device_limit: number;
+  grace_days: number;
+  over_limit_since: Date | null;
+  updated_at: Date;
+}
+
+interface Licence {
+  customerId: string;
+  limit: number;
+  graceEndsMs: number | null;
+  overSince: Date | null;
+}
+
+interface Enforced {
+  limit: number;
+  overSince: Date;
+  graceEnds: Date;
+  known: Set<string>;
+}
+
+const SELECT = `SELECT customer_id, device_limit, grace_days, over_limit_since, updated_at FROM licences`;
+const DAY_MS = 86_400_000;
+const OVERLAP_MS = 10_000;
+
+export class LicenceGate {
+  private readonly licences: SyncedMap<Row, Licence>;
+  private enforced = new Map<string, Enforced>();
+  private machinesSince: Date | null = null;
+  private timer: NodeJS.Timeout | null = null;
+  private running = false;
+
+  constructor(
+    private readonly pool: Pool,
+    private readonly intervalMs: number,
+    private readonly onError: (e: unknown) => void,
+  ) {
+    this.licences = new SyncedMap<Row, Licence>({
+      pool,
+      fullQuery: SELECT,
+      deltaQuery: `${SELECT} WHERE updated_at > $1`,
+      key: (r) => r.customer_id,
+      value: (r) => ({
+        customerId: r.customer_id,
+        limit: r.device_limit,
+        overSince: r.over_limit_since,
+        graceEndsMs: r.over_limit_since ? r.over_limit_since.getTime() + r.grace_days * DAY_MS : null,
+      }),
+      intervalMs,
+    });
+  }
+
+  async start(): Promise<void> {
+    await this.refresh();
+    this.timer = setInterval(() => void this.refresh().catch(this.onError), this.intervalMs);
+    this.timer.unref();
+  }
+
+  stop(): void {
+    if (this.timer) clearInterval(this.timer);
+    this.timer = null;
+  }
+
+  /** Synchronous: null to let the report through, or the 403 to answer. */
+  check(customerId: string, machine: string): HttpError | null {
+    const e = this.enforced.get(customerId);
+    if (e === undefined || e.known.has(machine)) return null;
+    return forbidden(
+      `licence limit reached: this customer has had more than ${e.limit} devices since ${e.overSince.toISOString()} and the grace period ended ` +
+        `${e.graceEnds.toISOString()}, so the new machine ${JSON.stringify(machine)} is refused (machines already known keep reporting). ` +
+        'Raise the licence\'s device limit, or let unused machines age out (30 days without a report).',
+    );
+  }
+
+  /** Customers whose new machines are refused now (for metrics and tests). */
+  get enforcedCustomers(): number {
+    return this.enforced.size;
+  }
+
+  async refresh(): Promise<void> {
+    if (this.running) return;
+    this.running = true;
+    try {
+      await this.licences.refresh();
+      const now = Date.now();
+      const due = new Map<string, Licence>();
+      for (const l of this.licences.values()) if (l.graceEndsMs !== null && now >= l.graceEndsMs) due.set(l.customerId, l);
+
+      if (due.size === 0) {
+        this.enforced = new Map();
+        this.machinesSince = null;
+        return;
+      }
+      const next = new Map<string, Enforced>();
+      const keep = [...due.keys()].filter((id) => this.enforced.has(id));
+      const fresh = [...due.keys()].filter((id) => !this.enforced.has(id));
+      const dbNow = (await this.pool.query<{ now: Date }>('SELECT clock_timestamp() AS now')).rows[0]!.now;
+      const entry = (l: Licence, known: Set<string>): Enforced => ({
+        limit: l.limit,
+        overSince: l.overSince!,
+        graceEnds: new Date(l.graceEndsMs!),
+        known,
+      });
+      for (const id of keep) next.set(id, entry(due.get(id)!, this.enforced.get(id)!.known));
+      if (keep.length && this.machinesSince) {
+        // Machines created since the last look (accepted before this gateway's copy knew, or by
+        // another replica a moment before the grace period ended): they are known now.
+        const r = await this.pool.query<{ customer_id: string; slug: string }>(
+          'SELECT customer_id, slug FROM machines WHERE customer_id = ANY($1::uuid[]) AND created_at > $2',
+          [keep, new Date(this.machinesSince.getTime() - OVERLAP_MS)],
+        );
+        for (const m of r.rows) next.get(m.customer_id)?.known.add(m.slug);
+      }
+      if (fresh.length) {
+        const sets = new Map(fresh.map((id) => [id, new Set<string>()]));
+        const r = await this.pool.query<{ customer_id: string; slug: string }>('SELECT customer_id, slug FROM machines WHERE customer_id = ANY($1::uuid[])', [fresh]);
+        for (const m of r.rows) sets.get(m.customer_id)!.add(m.slug);
+        for (const id of fresh) next.set(id, entry(due.get(id)!, sets.get(id)!));
+      }
+      this.enforced = next;
+      this.machinesSince = dbNow;
+    } finally {
+      this.running = false;
+    }
+  }
+}

@@ -1,0 +1,28 @@
+// Onboarding milestones: the first report of each kind (heartbeat, diagnostics, status, and any kind
+// added later, such as help) per customer, with its receive time. GET /api/onboarding/status reads
+// them. Each worker remembers what it has recorded, so a customer's steady traffic costs no write.
+import type { Pool } from '../lib/db/postgres.js';
+import type { Report } from '../lib/messages.js';
+
+const recorded = new Set<string>();
+
+export async function recordMilestones(pool: Pool, reports: Report[]): Promise<void> {
+  const first = new Map<string, { c: string; k: string; at: number }>();
+  for (const r of reports) {
+    const key = `${r.c}|${r.k}`;
+    if (recorded.has(key)) continue;
+    const f = first.get(key);
+    if (!f || r.at < f.at) first.set(key, { c: r.c, k: r.k, at: r.at });
+  }
+  if (first.size === 0) return;
+  const rows = [...first.values()].sort((a, b) => (a.c + a.k < b.c + b.k ? -1 : 1));
+  await pool.query(
+    `INSERT INTO onboarding_milestones (customer_id, step, done_at)
+     SELECT c, k, to_timestamp(at / 1000.0) FROM unnest($1::uuid[], $2::text[], $3::float8[]) AS t(c, k, at)
+     ON CONFLICT (customer_id, step) DO UPDATE SET done_at = EXCLUDED.done_at
+      WHERE EXCLUDED.done_at < onboarding_milestones.done_at`,
+    [rows.map((r) => r.c), rows.map((r) => r.k), rows.map((r) => r.at)],
+  );
+  if (recorded.size > 1_000_000) recorded.clear();
+  for (const k of first.keys()) recorded.add(k);
+}
