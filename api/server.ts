@@ -16,6 +16,9 @@ import { resolvePrincipal, authorise } from './auth.js';
 import type { Sessions } from './session.js';
 import { instanceHandlers } from './handlers/instances.js';
 import { authHandlers } from './handlers/auth.js';
+import { metricHandlers } from './handlers/metrics.js';
+import { artifactHandlers } from './handlers/artifacts.js';
+import type { ArtifactStore } from '../lib/artifacts.js';
 
 export interface ApiDeps {
   cfg: Config;
@@ -25,6 +28,8 @@ export interface ApiDeps {
   ch: ClickHouseClient;
   redis: Redis;
   sessions: Sessions;
+  /** Artifact chunks in NATS; null until the api has connected to NATS (downloads answer 503). */
+  artifacts: () => ArtifactStore | null;
 }
 
 type Handler = (req: FastifyRequest, reply: FastifyReply) => Promise<unknown> | unknown;
@@ -44,6 +49,8 @@ export async function buildApi(d: ApiDeps): Promise<FastifyInstance> {
   const handlers: Record<string, Handler> = {
     ...authHandlers(d),
     ...instanceHandlers(d),
+    ...metricHandlers(d),
+    ...artifactHandlers(d),
     api_healthz: () => ({ ok: true }),
     api_readyz: async (_req, reply) => {
       try {

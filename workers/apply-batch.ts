@@ -12,6 +12,8 @@ import { insertRows } from '../lib/db/clickhouse.js';
 import type { Redis } from '../lib/db/redis.js';
 import { redisKeys } from '../lib/db/redis.js';
 import type { Heartbeat, Diagnostics, Status } from '../lib/schemas/ingest.js';
+import { writeMetrics } from './metrics.js';
+import { writeArtifacts } from './artifacts.js';
 import { summarise, instanceKey, machineKey, chTime, parseTs, toInt, pgText, pgJson, type InstanceUpdate } from './reports.js';
 
 export interface ApplyDeps {
@@ -32,7 +34,12 @@ export async function applyBatch(d: ApplyDeps, reports: Report[], rejections: Re
   await settleIdempotencyKeys(d, reports);
   const updates = summarise(reports);
   const ids = updates.size > 0 ? await withTx(d.pool, (c) => upsertInstances(c, [...updates.values()])) : new Map<string, Resolved>();
-  await Promise.all([writeClickHouse(d, reports, rejections, ids), writeHeartbeatKeys(d, updates, ids)]);
+  await Promise.all([
+    writeClickHouse(d, reports, rejections, ids),
+    writeHeartbeatKeys(d, updates, ids),
+    writeMetrics(d.ch, reports, ids),
+    writeArtifacts(d.pool, reports, ids),
+  ]);
   return ids;
 }
 

@@ -11,6 +11,8 @@ import { createRedis } from '../lib/db/redis.js';
 import { connectNats, ensureStreams, ensureConsumer } from '../lib/db/nats.js';
 import { subjects } from '../lib/messages.js';
 import { IngestConsumer } from './ingest-consumer.js';
+import { ArtifactStore } from '../lib/artifacts.js';
+import { startArtifactExpiry } from './artifact-expiry.js';
 
 const cfg = loadConfig();
 const log = createLogger('worker', cfg.logLevel);
@@ -43,6 +45,8 @@ const consumer = new IngestConsumer(
   metrics,
 );
 consumer.start();
+// Incomplete artifact uploads expire (BullMQ job scheduler; one replica runs each sweep).
+const artifactExpiry = await startArtifactExpiry(cfg, await ArtifactStore.open(nc, cfg), pool, log);
 
 let server: ReturnType<typeof createServer> | null = null;
 if (cfg.worker.httpPort > 0) {
@@ -62,6 +66,7 @@ async function shutdown(why: string): Promise<void> {
   closing = true;
   log.info({ why }, 'shutting down: finishing the batch in hand');
   await consumer.stop();
+  await artifactExpiry.close();
   server?.close();
   await nc.drain().catch(() => {});
   await Promise.allSettled([pool.end(), ch.close(), redis.quit()]);

@@ -66,5 +66,7 @@ export const Status = Type.Object(
 );
 export type Status = Static<typeof Status>;
 
-export const ReportKinds = ['heartbeat', 'diagnostics', 'status'] as const;
+// 'metrics': host-metrics records (body {items}); 'artifact': a completed artifact upload (body
+// ArtifactReport, published by the gateway at artifact-complete). See lib/messages.ts.
+export const ReportKinds = ['heartbeat', 'diagnostics', 'status', 'metrics', 'artifact'] as const;
 export type ReportKind = (typeof ReportKinds)[number];
