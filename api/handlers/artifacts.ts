@@ -100,7 +100,9 @@ export function artifactHandlers(d: ApiDeps) {
       reply.header('Content-Type', a.content_type);
       reply.header('Content-Disposition', contentDisposition(a.filename));
       reply.header('Content-Length', String(length));
-      if (length === 0 || req.method === 'HEAD') return reply.send('');
+      if (length === 0) return reply.send('');
+      // HEAD: Fastify's HEAD route keeps our Content-Length only when the payload is a stream.
+      if (req.method === 'HEAD') return reply.send(Readable.from([]));
       const body = Readable.from(artifactBytes(store, a.upload_id, a.chunk_size, start, end), { objectMode: false, highWaterMark: a.chunk_size });
       body.on('error', (e) => req.log.warn({ err: e, artifact: a.id }, 'artifact download failed mid-stream'));
       return reply.send(body);
