@@ -13,7 +13,7 @@
 // a worker writes its Postgres row.
 import { createHash, randomUUID } from 'node:crypto';
 import type { Handler, JsonRoute, Kit, IngestPath } from './server.js';
-import { Ctx, readBody } from './request.js';
+import { Ctx } from './request.js';
 import type { TokenInfo } from './token-cache.js';
 import { compile } from '../lib/validation.js';
 import { ArtifactInit } from '../lib/schemas/artifacts.js';
@@ -40,6 +40,35 @@ export class ByteBudget {
 
 const storeUnavailable = (what: string) => new HttpError(503, `${what}: the artifact store (NATS JetStream) did not answer; retry`, { retryAfterS: 2 });
 const iso = (ms: number) => new Date(ms).toISOString();
+
+/**
+ * readBody (gateway/request.ts) for chunk bodies: with a Content-Length the body is copied once,
+ * straight into a buffer of that size (no list of pieces, no concat); without one, pieces are
+ * collected up to `limit`. Same callbacks and rules as readBody.
+ */
+export function readChunkBody(ctx: Ctx, limit: number, declared: number | null, onBody: (b: Buffer) => void, onTooLarge: () => void): void {
+  const into = declared !== null && declared <= limit ? Buffer.allocUnsafe(declared) : null;
+  let pieces: Buffer[] | null = into ? null : [];
+  let finished = false;
+  ctx.res.onData((ab, isLast) => {
+    if (finished) return;
+    const at = ctx.bodySize;
+    ctx.bodySize += ab.byteLength;
+    if (ctx.bodySize > limit || (into && ctx.bodySize > into.length)) {
+      finished = true;
+      pieces = null;
+      return onTooLarge();
+    }
+    if (into) Buffer.from(ab).copy(into, at);
+    else if (ab.byteLength > 0) pieces!.push(Buffer.from(ab.slice(0)));
+    if (isLast) {
+      finished = true;
+      const body = into ? into.subarray(0, ctx.bodySize) : Buffer.concat(pieces!);
+      pieces = null;
+      onBody(body);
+    }
+  });
+}
 
 /** The artifact id of an upload: derived, so that every replica completing it names it the same. */
 export const artifactIdOf = (uploadId: string) => uuidFromName('artifact', uploadId);
@@ -181,9 +210,10 @@ export function artifactRoutes(k: Kit) {
     };
     ctx.bodyDeadline = Date.now() + cfg.gateway.bodyTimeoutMs;
     k.pendingBodies.add(ctx);
-    readBody(
+    readChunkBody(
       ctx,
       limit,
+      contentLength !== '' && /^[0-9]+$/.test(contentLength) ? Number(contentLength) : null,
       (b) => {
         k.pendingBodies.delete(ctx);
         bodyDone(b);

@@ -1,6 +1,6 @@
 // Artifacts of the caller's customer: the list per machine (filter by software since 5.8.0) and the
-// download, streamed chunk by chunk from the JetStream object store: the api holds at most one
-// chunk (ARTIFACT_CHUNK_BYTES, 1 MiB) of an artifact at a time, whatever its size. One byte range
+// download, streamed chunk by chunk from the JetStream object store: the api holds at most two
+// chunks (2 × ARTIFACT_CHUNK_BYTES, 2 MiB) of a download at a time, whatever the artifact's size. One byte range
 // per request is served (206); a range past the end is 416; several ranges get the whole file.
 import { Readable } from 'node:stream';
 import type { FastifyReply, FastifyRequest } from 'fastify';
@@ -43,11 +43,29 @@ const toArtifact = (r: Row) => ({
   download: `/api/artifacts/${r.id}/download`,
 });
 
-/** Bytes start..end (inclusive) of an artifact, chunk by chunk, message by message. */
+/**
+ * Bytes start..end (inclusive) of an artifact, chunk by chunk. The next chunk is fetched while the
+ * current one is written out: at most two chunks (2 × ARTIFACT_CHUNK_BYTES) in hand.
+ */
 export async function* artifactBytes(store: ArtifactStore, uploadId: string, chunkSize: number, start: number, end: number): AsyncGenerator<Buffer> {
-  for (let n = Math.floor(start / chunkSize); n <= Math.floor(end / chunkSize); n++) {
+  const fetchChunk = async (n: number) => {
+    const parts: Uint8Array[] = [];
+    for await (const part of store.readChunk(uploadId, n)) parts.push(part);
+    return parts;
+  };
+  const ahead = (n: number) => {
+    const p = fetchChunk(n);
+    p.catch(() => {}); // awaited below; this only keeps an abandoned prefetch from being "unhandled"
+    return p;
+  };
+  const first = Math.floor(start / chunkSize);
+  const last = Math.floor(end / chunkSize);
+  let pending = ahead(first);
+  for (let n = first; n <= last; n++) {
+    const parts = await pending;
+    if (n < last) pending = ahead(n + 1);
     let off = n * chunkSize;
-    for await (const part of store.readChunk(uploadId, n)) {
+    for (const part of parts) {
       const lo = Math.max(start, off) - off;
       const hi = Math.min(end + 1, off + part.length) - off;
       if (hi > lo) yield Buffer.from(part.buffer, part.byteOffset + lo, hi - lo);
