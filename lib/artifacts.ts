@@ -160,7 +160,9 @@ export class ArtifactStore {
         return next;
       } catch (e) {
         if (!isWrongLastSeq(e) || attempt >= 50) throw e;
-        // Another replica changed it in between: read again and re-apply.
+        // Another replica changed it in between: read again and re-apply (with jitter, so that
+        // many parallel chunk PUTs of one upload do not keep colliding).
+        await new Promise((r) => setTimeout(r, Math.random() * Math.min(50, 2 ** attempt)));
       }
     }
   }

@@ -45,9 +45,10 @@ export function metricHandlers(d: ApiDeps) {
       const cond = [
         `customer_id = ${chStr(p.customerId)}`,
         `machine_id = ${chStr(id)}`,
-        // The partition key is the month of ts: these two let ClickHouse skip other months.
-        `ts >= toDateTime(${chInt(Math.max(0, Math.floor(from / 1000)))})`,
-        `ts <= toDateTime(${chInt(Math.min(4_294_967_295, Math.ceil(to / 1000)))})`,
+        // The partition key is the month of ts: these two let ClickHouse skip other months (a day
+        // wider than the range, in case the server's time zone is not UTC; ts_ms is exact).
+        `ts >= toDateTime(${chInt(Math.max(0, Math.floor(from / 1000) - 86_400))})`,
+        `ts <= toDateTime(${chInt(Math.min(4_294_967_295, Math.ceil(to / 1000) + 86_400))})`,
         `ts_ms >= ${chInt(Math.max(0, from))}`,
         `ts_ms < ${chInt(Math.max(0, to))}`,
       ];
