@@ -8,6 +8,8 @@ import { createClickHouse } from '../lib/db/clickhouse.js';
 import { createRedis } from '../lib/db/redis.js';
 import { Sessions } from './session.js';
 import { buildApi } from './server.js';
+import { connectNats, type NatsConnection } from '../lib/db/nats.js';
+import { ArtifactStore } from '../lib/artifacts.js';
 
 const cfg = loadConfig();
 const log = createLogger('api', cfg.logLevel);
@@ -20,7 +22,24 @@ redis.on('error', (e) => log.warn({ err: e }, 'redis error'));
 const sessions = new Sessions(cfg.api.jwtSecret, cfg.api.jwtTtlS);
 if (sessions.ephemeral) log.warn('JWT_SECRET not set: sessions are signed with a random key of this process only (they end with it, and other replicas reject them)');
 
-const app = await buildApi({ cfg, log, metrics, pool, ch, redis, sessions });
+// NATS only for artifact downloads: connected in the background, so the api starts (and serves
+// everything else) while NATS is away; downloads answer 503 until it is there.
+let nc: NatsConnection | null = null;
+let artifacts: ArtifactStore | null = null;
+void (async () => {
+  nc = await connectNats(cfg.natsUrl, `api-${process.pid}`);
+  for (;;) {
+    try {
+      artifacts = await ArtifactStore.open(nc, cfg);
+      return;
+    } catch (e) {
+      log.warn({ err: e }, 'artifact store not reachable; retrying in 2 s');
+      await new Promise((r) => setTimeout(r, 2000));
+    }
+  }
+})().catch((e) => log.error({ err: e }, 'NATS connection failed'));
+
+const app = await buildApi({ cfg, log, metrics, pool, ch, redis, sessions, artifacts: () => artifacts });
 await app.listen({ host: cfg.api.host, port: cfg.api.port });
 const addr = app.server.address();
 log.info({ host: cfg.api.host, port: typeof addr === 'object' && addr ? addr.port : cfg.api.port }, 'listening');
@@ -31,6 +50,7 @@ async function shutdown(why: string): Promise<void> {
   closing = true;
   log.info({ why }, 'shutting down');
   await app.close();
+  await (nc as NatsConnection | null)?.drain().catch(() => {});
   await Promise.allSettled([pool.end(), ch.close(), redis.quit()]);
   log.info('stopped');
   process.exit(0);

@@ -24,6 +24,9 @@ import { docsHandlers } from './handlers/docs.js';
 import { accountHandlers } from './handlers/accounts.js';
 import { tokenHandlers } from './handlers/tokens.js';
 import { licenceHandlers } from './handlers/licences.js';
+import { metricHandlers } from './handlers/metrics.js';
+import { artifactHandlers } from './handlers/artifacts.js';
+import type { ArtifactStore } from '../lib/artifacts.js';
 
 export interface ApiDeps {
   cfg: Config;
@@ -33,6 +36,8 @@ export interface ApiDeps {
   ch: ClickHouseClient;
   redis: Redis;
   sessions: Sessions;
+  /** Artifact chunks in NATS; null until the api has connected to NATS (downloads answer 503). */
+  artifacts: () => ArtifactStore | null;
 }
 
 type Handler = (req: FastifyRequest, reply: FastifyReply) => Promise<unknown> | unknown;
@@ -60,6 +65,8 @@ export async function buildApi(d: ApiDeps): Promise<FastifyInstance> {
     ...accountHandlers(d),
     ...tokenHandlers(d),
     ...licenceHandlers(d),
+    ...metricHandlers(d),
+    ...artifactHandlers(d),
     api_healthz: () => ({ ok: true }),
     api_readyz: async (_req, reply) => {
       try {

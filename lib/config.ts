@@ -120,6 +120,26 @@ export function loadConfig() {
     heartbeatTimeoutS: num('HEARTBEAT_TIMEOUT_S', 300),
     warningWindowS: num('WARNING_WINDOW_S', 900),
     idempotencyTtlS: num('IDEMPOTENCY_TTL_S', 86_400),
+    // Host metrics: how long the gateway remembers a client_metric_id for exact duplicate counts
+    // (storage is idempotent forever; see docs/api.md).
+    metricDedupTtlS: num('METRIC_DEDUP_TTL_S', 86_400),
+    // Chunked artifact uploads (lib/artifacts.ts): chunks live in the JetStream object store
+    // `${STREAM_NAME}_ARTIFACTS`, upload records in the KV bucket `${STREAM_NAME}_UPLOADS`.
+    artifacts: {
+      chunkSize: num('ARTIFACT_CHUNK_BYTES', 1024 * 1024),
+      maxSize: num('ARTIFACT_MAX_BYTES', 2 * 1024 ** 3),
+      // An upload not completed this long after its init expires; its chunks are deleted.
+      uploadTtlS: num('ARTIFACT_UPLOAD_TTL_S', 86_400),
+      // How often the expiry job (BullMQ, in the workers) looks for expired uploads.
+      sweepMs: num('ARTIFACT_SWEEP_MS', 60_000),
+      // Chunks are deleted this long after the upload expired (a complete that started just
+      // before the expiry has this long to finish).
+      expiryGraceS: num('ARTIFACT_EXPIRY_GRACE_S', 600),
+      // Object-store size limit (0: bounded only by the NATS server's storage).
+      storeMaxBytes: num('ARTIFACT_STORE_MAX_BYTES', 0),
+      // Chunk bodies one gateway holds in memory at once; past that a chunk gets 503 Retry-After.
+      maxInflightBytes: num('ARTIFACT_INFLIGHT_BYTES', 64 * 1024 * 1024),
+    },
     logLevel: str('LOG_LEVEL', 'info'),
   };
 }

@@ -11,6 +11,10 @@ import { RejectionQuery, AdminRejectionQuery, RejectionList } from './schemas/re
 import { InstanceStatus, StatusHistoryQuery, StatusHistory } from './schemas/status.js';
 import { DocsFileParams } from './schemas/docs.js';
 import * as A from './schemas/accounts.js';
+import { MetricsBody, MetricsAnswer, MetricsQuery, MetricNames, MetricSeries } from './schemas/metrics.js';
+import {
+  ArtifactInit, ArtifactInitAnswer, UploadParams, ChunkParams, ChunkAnswer, UploadStatus, CompleteAnswer, ArtifactList, ArtifactListQuery,
+} from './schemas/artifacts.js';
 
 export type Service = 'gateway' | 'api';
 export type Method = 'GET' | 'POST' | 'PUT' | 'DELETE';
@@ -127,6 +131,92 @@ export const routes: RouteSpec[] = [
   ingest('help', 'Upload diagnostic help texts (DE and EN) for this software', HelpUpload, {
     200: { description: 'accepted (durably queued); stored by the workers, honoured by every gateway within seconds', schema: HelpStored },
   }),
+  {
+    service: 'gateway',
+    method: 'POST',
+    path: '/api/ingest/{customer}/{machine}/logcollector/metrics',
+    operationId: 'ingest_metrics',
+    summary: 'Report host metrics: one record or {items}; idempotent by client_metric_id (per customer and machine, forever)',
+    tags: ['ingest', 'metrics'],
+    auth: 'ingest-token',
+    params: Type.Object({ customer: Slug, machine: Slug }),
+    body: MetricsBody,
+    responses: {
+      200: { description: 'stored (durably queued); `accepted` new records, `duplicates` records already received', schema: MetricsAnswer },
+      ...ingestErrors,
+      503: err('the queue or the duplicate register did not answer; retry after Retry-After (nothing is stored twice)'),
+    },
+  },
+  {
+    ...ingest('artifact-init', 'Start a chunked, resumable artifact upload', ArtifactInit, {}),
+    operationId: 'ingest_artifact_init',
+    tags: ['ingest', 'artifacts'],
+    responses: {
+      201: { description: 'upload started: send chunks 0 … chunks-1, then complete', schema: ArtifactInitAnswer },
+      ...ingestErrors,
+      409: err('Idempotency-Key already used for a different upload'),
+      413: err('body over 1 MiB, or `size` over ARTIFACT_MAX_BYTES (2 GiB)'),
+      503: err('the upload store did not durably accept the upload; retry after Retry-After'),
+    },
+  },
+  {
+    service: 'gateway',
+    method: 'PUT',
+    path: '/api/ingest/{customer}/{machine}/{software}/artifact-chunk/{upload_id}/{n}',
+    operationId: 'ingest_artifact_chunk',
+    summary: 'Upload chunk n (raw bytes): any order, any gateway, the same chunk again is a no-op',
+    tags: ['ingest', 'artifacts'],
+    auth: 'ingest-token',
+    params: ChunkParams,
+    bodyContentType: 'application/octet-stream',
+    responses: {
+      200: { description: 'stored (or already there); `received` lists every chunk the upload has', schema: ChunkAnswer },
+      ...ingestErrors,
+      400: err('malformed slug, upload id or chunk number'),
+      404: err('no such upload for this customer, machine and software (or it expired)'),
+      413: err('chunk over the chunk size'),
+      415: err('Content-Type is not application/octet-stream'),
+      422: err('chunk number out of range, or the chunk does not have the length it must have'),
+      503: err('the store did not accept the chunk, or this gateway holds too many chunk bodies; retry after Retry-After'),
+    },
+  },
+  {
+    service: 'gateway',
+    method: 'GET',
+    path: '/api/ingest/{customer}/{machine}/{software}/artifact-status/{upload_id}',
+    operationId: 'ingest_artifact_status',
+    summary: 'Which chunks an upload has and which it lacks (to resume)',
+    tags: ['ingest', 'artifacts'],
+    auth: 'ingest-token',
+    params: UploadParams,
+    responses: {
+      200: { description: 'the upload', schema: UploadStatus },
+      400: err('malformed slug or upload id'),
+      403: err('token missing, unknown or revoked, without the ingest scope, or for another customer'),
+      404: err('no such upload for this customer, machine and software (or it expired)'),
+      429: err('over the per-token rate'),
+      503: err('the upload store did not answer; retry'),
+    },
+  },
+  {
+    service: 'gateway',
+    method: 'POST',
+    path: '/api/ingest/{customer}/{machine}/{software}/artifact-complete/{upload_id}',
+    operationId: 'ingest_artifact_complete',
+    summary: 'Finish an upload: every chunk must be there and the sha256 (when given at init) must match',
+    tags: ['ingest', 'artifacts'],
+    auth: 'ingest-token',
+    params: UploadParams,
+    responses: {
+      200: { description: 'the artifact (completing again answers the same id)', schema: CompleteAnswer },
+      400: err('malformed slug or upload id'),
+      403: err('token missing, unknown or revoked, without the ingest scope, or for another customer'),
+      404: err('no such upload for this customer, machine and software (or it expired)'),
+      409: err('chunks are missing (listed in the detail), or the sha256 of the chunks differs from the one given at init'),
+      429: err('over the per-token rate'),
+      503: err('the store or the queue did not answer; retry'),
+    },
+  },
   ...ops('gateway'),
 
   {
@@ -188,6 +278,54 @@ export const routes: RouteSpec[] = [
     params: IdParams,
     query: DiagnosticsQuery,
     responses: { 200: { description: 'diagnostics', schema: DiagnosticList }, 400: err('bad query or id'), ...authErrors, 404: err('no such instance') },
+  },
+  {
+    service: 'api',
+    method: 'GET',
+    path: '/api/machines/{id}/metrics',
+    operationId: 'get_machine_metrics',
+    summary: 'Host metrics of a machine: one series (avg, min, max per step) when `name` is given, else the metric names',
+    tags: ['metrics'],
+    auth: 'viewer',
+    params: IdParams,
+    query: MetricsQuery,
+    responses: {
+      200: { description: 'a series (with `name`) or the names (without)', schema: Type.Union([MetricSeries, MetricNames]) },
+      400: err('ill-formed id or query (from after to, too many steps)'),
+      ...authErrors,
+      404: err('no such machine'),
+    },
+  },
+  {
+    service: 'api',
+    method: 'GET',
+    path: '/api/machines/{id}/artifacts',
+    operationId: 'list_machine_artifacts',
+    summary: 'Artifacts uploaded from a machine, newest first; `software` filters per service (5.8.0)',
+    tags: ['artifacts'],
+    auth: 'viewer',
+    params: IdParams,
+    query: ArtifactListQuery,
+    responses: { 200: { description: 'artifacts', schema: ArtifactList }, 400: err('ill-formed id or query'), ...authErrors, 404: err('no such machine') },
+  },
+  {
+    service: 'api',
+    method: 'GET',
+    path: '/api/artifacts/{id}/download',
+    operationId: 'download_artifact',
+    summary: 'The bytes of an artifact, streamed; supports one Range (206, 416)',
+    tags: ['artifacts'],
+    auth: 'viewer',
+    params: IdParams,
+    responses: {
+      200: { description: 'the whole artifact (Content-Length, Content-Disposition, Accept-Ranges)', contentType: 'application/octet-stream' },
+      206: { description: 'the requested range (Content-Range)', contentType: 'application/octet-stream' },
+      400: err('ill-formed id'),
+      ...authErrors,
+      404: err('no such artifact'),
+      416: err('range not satisfiable (Content-Range: bytes */size)'),
+      503: err('the artifact store is not reachable; retry'),
+    },
   },
   {
     service: 'api',

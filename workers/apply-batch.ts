@@ -12,6 +12,8 @@ import { insertRows } from '../lib/db/clickhouse.js';
 import type { Redis } from '../lib/db/redis.js';
 import { redisKeys } from '../lib/db/redis.js';
 import type { Heartbeat, Diagnostics, Status } from '../lib/schemas/ingest.js';
+import { writeMetrics } from './metrics.js';
+import { writeArtifacts } from './artifacts.js';
 import { summarise, instanceKey, machineKey, chTime, parseTs, toInt, pgText, pgJson, type InstanceUpdate } from './reports.js';
 import { applyHelpTexts } from './help-texts.js';
 import type { WhitelistCache, Suppression } from './whitelist-cache.js';
@@ -46,6 +48,8 @@ export async function applyBatch(d: ApplyDeps, all: Report[], rejections: Reject
     writeHeartbeatKeys(d, updates, ids),
     reports.length < all.length ? applyHelpTexts(d.pool, all) : null,
     recordMilestones(d.pool, all),
+    writeMetrics(d.ch, reports, ids),
+    writeArtifacts(d.pool, reports, ids),
   ]);
   return ids;
 }

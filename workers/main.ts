@@ -13,6 +13,8 @@ import { subjects } from '../lib/messages.js';
 import { IngestConsumer } from './ingest-consumer.js';
 import { WhitelistCache } from './whitelist-cache.js';
 import { startLicenceSweep } from './licence-sweep.js';
+import { ArtifactStore } from '../lib/artifacts.js';
+import { startArtifactExpiry } from './artifact-expiry.js';
 
 const cfg = loadConfig();
 const log = createLogger('worker', cfg.logLevel);
@@ -48,6 +50,8 @@ const consumer = new IngestConsumer(
 );
 consumer.start();
 const stopLicenceSweep = await startLicenceSweep({ redisUrl: cfg.redisUrl, redisPrefix: cfg.redisPrefix, everyMs: cfg.licence.sweepMs, pool, log });
+// Incomplete artifact uploads expire (BullMQ job scheduler; one replica runs each sweep).
+const artifactExpiry = await startArtifactExpiry(cfg, await ArtifactStore.open(nc, cfg), pool, log);
 
 let server: ReturnType<typeof createServer> | null = null;
 if (cfg.worker.httpPort > 0) {
@@ -69,6 +73,7 @@ async function shutdown(why: string): Promise<void> {
   await consumer.stop();
   whitelist.stop();
   await stopLicenceSweep().catch(() => {});
+  await artifactExpiry.close();
   server?.close();
   await nc.drain().catch(() => {});
   await Promise.allSettled([pool.end(), ch.close(), redis.quit()]);

@@ -105,6 +105,31 @@ export const postgresMigrations: Migration[] = [
     ],
   },
   {
+    id: '0005-metrics-artifacts',
+    sql: [
+      // A completed artifact upload (issue 6). The bytes stay in the JetStream object store as the
+      // upload's chunks (lib/artifacts.ts); this row is written by a worker from the queue message
+      // the gateway publishes at artifact-complete (the gateway never writes to Postgres).
+      `CREATE TABLE artifacts (
+         id uuid PRIMARY KEY,
+         customer_id uuid NOT NULL REFERENCES customers(id) ON DELETE CASCADE,
+         machine_id uuid NOT NULL REFERENCES machines(id) ON DELETE CASCADE,
+         instance_id uuid NOT NULL REFERENCES instances(id) ON DELETE CASCADE,
+         software text NOT NULL,
+         upload_id uuid NOT NULL UNIQUE,
+         filename text NOT NULL,
+         size bigint NOT NULL CHECK (size >= 0),
+         sha256 text CHECK (sha256 IS NULL OR sha256 ~ '^[0-9a-f]{64}$'),
+         content_type text NOT NULL,
+         chunk_size integer NOT NULL CHECK (chunk_size > 0),
+         chunks integer NOT NULL CHECK (chunks >= 0),
+         uploaded_at timestamptz NOT NULL,
+         created_at timestamptz NOT NULL DEFAULT now()
+       )`,
+      `CREATE INDEX artifacts_machine ON artifacts (customer_id, machine_id, software, uploaded_at DESC)`,
+    ],
+  },
+  {
     id: '0004-diagnostics-suite',
     sql: [
       // Diagnostics whitelist (decisions.md): per customer, optional machine / software / message
@@ -297,6 +322,33 @@ export const clickhouseMigrations: Migration[] = [
       `CREATE VIEW IF NOT EXISTS diagnostics_v AS SELECT * FROM diagnostics FINAL`,
       `CREATE VIEW IF NOT EXISTS status_history_v AS SELECT * FROM status_history FINAL`,
       `CREATE VIEW IF NOT EXISTS ingest_rejections_v AS SELECT * FROM ingest_rejections FINAL`,
+    ],
+  },
+  {
+    id: '0004-metrics',
+    sql: [
+      // Host metrics (issue 6): one row per record and value name. Idempotent by client_metric_id,
+      // forever: the sorting key is (customer, machine, name, client_metric_id), so every copy of
+      // a record collapses into one row; `ver` makes the FIRST copy the one kept (a copy sent
+      // again without ts would carry a later receive time). Reads group by client_metric_id
+      // (argMax by ver), which is exact even before merges and across partitions.
+      `CREATE TABLE IF NOT EXISTS host_metrics (
+         ts DateTime,
+         ts_ms UInt64,
+         received_ms UInt64,
+         customer_id String,
+         customer String,
+         machine_id String,
+         machine String,
+         client_metric_id String,
+         name String,
+         value Float64,
+         label_keys Array(String),
+         label_values Array(String),
+         report_id String,
+         ver UInt64
+       ) ENGINE = ReplacingMergeTree(ver) PARTITION BY toYYYYMM(ts) ORDER BY (customer_id, machine_id, name, client_metric_id)`,
+      `CREATE VIEW IF NOT EXISTS host_metrics_v AS SELECT * FROM host_metrics FINAL`,
     ],
   },
 ];
