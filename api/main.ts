@@ -7,9 +7,12 @@ import { createPool } from '../lib/db/postgres.js';
 import { createClickHouse } from '../lib/db/clickhouse.js';
 import { createRedis } from '../lib/db/redis.js';
 import { Sessions } from './session.js';
+import { connectNats, type NatsConnection } from '../lib/db/nats.js';
+import { LightHub } from './light-stream.js';
 import { buildApi } from './server.js';
 
 const cfg = loadConfig();
+let closing = false;
 const log = createLogger('api', cfg.logLevel);
 const metrics = createMetrics('api');
 const pool = createPool(cfg.databaseUrl, 10, 'fleet-api');
@@ -20,18 +23,30 @@ redis.on('error', (e) => log.warn({ err: e }, 'redis error'));
 const sessions = new Sessions(cfg.api.jwtSecret, cfg.api.jwtTtlS);
 if (sessions.ephemeral) log.warn('JWT_SECRET not set: sessions are signed with a random key of this process only (they end with it, and other replicas reject them)');
 
-const app = await buildApi({ cfg, log, metrics, pool, ch, redis, sessions });
+// NATS feeds the live stream of traffic-light changes (one subscription per process). The api
+// serves everything else without it, so it connects in the background and keeps retrying.
+const sseEvents = metrics.counter('api_light_stream_events_total', 'Traffic-light events written to live streams');
+const lights = new LightHub(log, cfg.api.sseKeepaliveS, cfg.api.sseMaxClients, (n) => sseEvents.inc(n));
+let nc: NatsConnection | null = null;
+void connectNats(cfg.natsUrl, `api-${process.pid}`)
+  .then((c) => {
+    nc = c;
+    if (closing) return void c.close();
+    lights.attach(c, cfg.subjectPrefix);
+  })
+  .catch((e) => log.error({ err: e }, 'NATS connection failed: no live traffic-light stream'));
+
+const app = await buildApi({ cfg, log, metrics, pool, ch, redis, sessions, lights });
 await app.listen({ host: cfg.api.host, port: cfg.api.port });
 const addr = app.server.address();
 log.info({ host: cfg.api.host, port: typeof addr === 'object' && addr ? addr.port : cfg.api.port }, 'listening');
 
-let closing = false;
 async function shutdown(why: string): Promise<void> {
   if (closing) return;
   closing = true;
   log.info({ why }, 'shutting down');
   await app.close();
-  await Promise.allSettled([pool.end(), ch.close(), redis.quit()]);
+  await Promise.allSettled([pool.end(), ch.close(), redis.quit(), (nc as NatsConnection | null)?.close()]);
   log.info('stopped');
   process.exit(0);
 }

@@ -16,6 +16,9 @@ import { resolvePrincipal, authorise } from './auth.js';
 import type { Sessions } from './session.js';
 import { instanceHandlers } from './handlers/instances.js';
 import { authHandlers } from './handlers/auth.js';
+import { trafficLightHandlers } from './handlers/traffic-light.js';
+import { webhookHandlers } from './handlers/webhooks.js';
+import type { LightHub } from './light-stream.js';
 
 export interface ApiDeps {
   cfg: Config;
@@ -25,6 +28,8 @@ export interface ApiDeps {
   ch: ClickHouseClient;
   redis: Redis;
   sessions: Sessions;
+  /** The live stream of traffic-light changes (fed from NATS). */
+  lights: LightHub;
 }
 
 type Handler = (req: FastifyRequest, reply: FastifyReply) => Promise<unknown> | unknown;
@@ -40,10 +45,14 @@ export async function buildApi(d: ApiDeps): Promise<FastifyInstance> {
   });
 
   await app.register(cookie);
+  // Open live streams end before the server closes, or close would wait for them.
+  app.addHook('preClose', async () => d.lights.close());
 
   const handlers: Record<string, Handler> = {
     ...authHandlers(d),
     ...instanceHandlers(d),
+    ...trafficLightHandlers(d),
+    ...webhookHandlers(d),
     api_healthz: () => ({ ok: true }),
     api_readyz: async (_req, reply) => {
       try {

@@ -12,6 +12,8 @@ import { insertRows } from '../lib/db/clickhouse.js';
 import type { Redis } from '../lib/db/redis.js';
 import { redisKeys } from '../lib/db/redis.js';
 import type { Heartbeat, Diagnostics, Status } from '../lib/schemas/ingest.js';
+import type { LightEvent } from '../lib/traffic-light.js';
+import type { ReportLights } from './traffic-light.js';
 import { summarise, instanceKey, machineKey, chTime, parseTs, toInt, pgText, pgJson, type InstanceUpdate } from './reports.js';
 
 export interface ApplyDeps {
@@ -21,6 +23,8 @@ export interface ApplyDeps {
   redisPrefix: string;
   heartbeatTimeoutMs: number;
   idempotencyTtlS: number;
+  /** Traffic light: changes of colour caused by the batch (workers/traffic-light.ts). */
+  lights?: ReportLights;
 }
 
 export interface Resolved {
@@ -31,8 +35,21 @@ export interface Resolved {
 export async function applyBatch(d: ApplyDeps, reports: Report[], rejections: RejectionRecord[]): Promise<Map<string, Resolved>> {
   await settleIdempotencyKeys(d, reports);
   const updates = summarise(reports);
-  const ids = updates.size > 0 ? await withTx(d.pool, (c) => upsertInstances(c, [...updates.values()])) : new Map<string, Resolved>();
-  await Promise.all([writeClickHouse(d, reports, rejections, ids), writeHeartbeatKeys(d, updates, ids)]);
+  let lightEvents: LightEvent[] = [];
+  const ids =
+    updates.size > 0
+      ? await withTx(d.pool, async (c) => {
+          const ids = await upsertInstances(c, [...updates.values()]);
+          if (d.lights) lightEvents = await d.lights.inTransaction(c, [...ids.values()].map((x) => x.instanceId));
+          return ids;
+        })
+      : new Map<string, Resolved>();
+  try {
+    await Promise.all([writeClickHouse(d, reports, rejections, ids), writeHeartbeatKeys(d, updates, ids)]);
+  } finally {
+    // Committed changes of colour go out even if the rest of the batch is retried.
+    await d.lights?.afterCommit(lightEvents);
+  }
   return ids;
 }
 

@@ -11,6 +11,11 @@ import { createRedis } from '../lib/db/redis.js';
 import { connectNats, ensureStreams, ensureConsumer } from '../lib/db/nats.js';
 import { subjects } from '../lib/messages.js';
 import { IngestConsumer } from './ingest-consumer.js';
+import { LightEventSink, ReportLights } from './traffic-light.js';
+import { ExpiryListener, ensureExpiryEvents } from './light-expiry.js';
+import { LightSweep } from './light-sweep.js';
+import { Webhooks } from './webhooks.js';
+import type { LightEvent } from '../lib/traffic-light.js';
 
 const cfg = loadConfig();
 const log = createLogger('worker', cfg.logLevel);
@@ -27,10 +32,39 @@ await ensureConsumer(jsm, cfg.streamName, cfg.worker.consumerName, cfg.worker.ac
 const js = nc.jetstream();
 const subj = subjects(cfg.subjectPrefix);
 
+// Traffic light (docs/architecture.md "Traffic light"): changes recorded by reports, by Redis
+// expiry events and by the sweep; delivered to ClickHouse, NATS (live stream) and webhooks.
+const lightParams = { heartbeatTimeoutS: cfg.heartbeatTimeoutS, warningWindowS: cfg.warningWindowS };
+const lightChanges = metrics.counter('worker_light_changes_total', 'Traffic-light changes this worker recorded', ['cause', 'to']);
+const countLights = (events: LightEvent[]) => events.forEach((e) => lightChanges.labels(e.cause, e.to).inc());
+const bull = createRedis(cfg.redisUrl, { bullmq: true });
+bull.on('error', (e) => log.warn({ err: e }, 'redis (jobs) error'));
+const webhooks = new Webhooks(bull, cfg.redisPrefix, pool, cfg.webhooks, log);
+await webhooks.start();
+const sink = new LightEventSink(pool, ch, nc, cfg.subjectPrefix, webhooks, log);
+const sweep = new LightSweep(bull, cfg.redisPrefix, pool, sink, lightParams, { intervalMs: cfg.light.sweepIntervalMs, batch: cfg.light.sweepBatch }, log, countLights);
+await sweep.start();
+let expiry: ExpiryListener | null = null;
+if (cfg.light.expiryListener) {
+  await ensureExpiryEvents(redis, log);
+  expiry = new ExpiryListener(cfg.redisUrl, cfg.redisPrefix, pool, sink, lightParams, cfg.light.sweepBatch, log, countLights);
+  await expiry.start();
+} else {
+  log.info('expiry listener off (LIGHT_EXPIRY_LISTENER=0): the sweep alone turns silent instances red');
+}
+
 const consumer = new IngestConsumer(
   await js.consumers.get(cfg.streamName, cfg.worker.consumerName),
   js,
-  { pool, ch, redis, redisPrefix: cfg.redisPrefix, heartbeatTimeoutMs: cfg.heartbeatTimeoutS * 1000, idempotencyTtlS: cfg.idempotencyTtlS },
+  {
+    pool,
+    ch,
+    redis,
+    redisPrefix: cfg.redisPrefix,
+    heartbeatTimeoutMs: cfg.heartbeatTimeoutS * 1000,
+    idempotencyTtlS: cfg.idempotencyTtlS,
+    lights: new ReportLights(sink, lightParams, countLights),
+  },
   {
     reportsSubject: subj.reports,
     rejectionsSubject: subj.rejections,
@@ -62,9 +96,10 @@ async function shutdown(why: string): Promise<void> {
   closing = true;
   log.info({ why }, 'shutting down: finishing the batch in hand');
   await consumer.stop();
+  await Promise.allSettled([expiry?.stop(), sweep.stop(), webhooks.stop()]);
   server?.close();
   await nc.drain().catch(() => {});
-  await Promise.allSettled([pool.end(), ch.close(), redis.quit()]);
+  await Promise.allSettled([pool.end(), ch.close(), redis.quit(), bull.quit()]);
   log.info('stopped');
   process.exit(0);
 }

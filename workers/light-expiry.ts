@@ -1,0 +1,126 @@
+// The fast path to red: a heartbeat key (`${REDIS_PREFIX}hb:<instance id>`, expiring at the last
+// heartbeat's receive time + HEARTBEAT_TIMEOUT_S) expired, so Redis publishes
+// `__keyevent@<db>__:expired` with the key name. Every worker listens; each recomputes the colour
+// of the instances whose keys expired, and the conditional UPDATE in recordTransitions lets
+// exactly one of them record each change. Expiry events are fire-and-forget (none while no
+// listener is connected, and Redis expires lazily and by sampling, so they may come late): the
+// sweep (workers/light-sweep.ts) repairs whatever is missed here.
+import type { Redis } from '../lib/db/redis.js';
+import { createRedis, redisKeys } from '../lib/db/redis.js';
+import type { Pool } from '../lib/db/postgres.js';
+import type { Logger } from '../lib/log.js';
+import type { LightEvent } from '../lib/traffic-light.js';
+import { recordTransitionsTx, type LightEventSink, type LightParams } from './traffic-light.js';
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+/** Expiry events that arrive together are handled together, after this short wait. */
+const GATHER_MS = 10;
+
+/**
+ * The `notify-keyspace-events` flags with expired-key events added: `E` (keyevent channel) and `x`
+ * (expired), unless already covered (`A` includes `x`). Returns null when nothing is missing.
+ */
+export function withExpiredEvents(flags: string): string | null {
+  const hasE = flags.includes('E');
+  const hasX = flags.includes('x') || flags.includes('A');
+  if (hasE && hasX) return null;
+  return flags + (hasE ? '' : 'E') + (hasX ? '' : 'x');
+}
+
+/**
+ * Makes sure Redis publishes expired-key events. The project's own Redis starts with them on; an
+ * external one may not, and may refuse CONFIG (managed services): then only the sweep makes red.
+ */
+export async function ensureExpiryEvents(redis: Redis, log: Logger): Promise<boolean> {
+  try {
+    const got = (await redis.config('GET', 'notify-keyspace-events')) as string[];
+    const current = got[1] ?? '';
+    const wanted = withExpiredEvents(current);
+    if (wanted === null) return true;
+    await redis.config('SET', 'notify-keyspace-events', wanted);
+    log.info({ from: current, to: wanted }, 'enabled Redis expired-key events (notify-keyspace-events)');
+    return true;
+  } catch (e) {
+    log.warn(
+      { err: e },
+      'cannot read or set notify-keyspace-events (Redis refuses CONFIG): unless it includes "Ex", only the sweep turns silent instances red, every LIGHT_SWEEP_INTERVAL_MS',
+    );
+    return false;
+  }
+}
+
+export class ExpiryListener {
+  private sub: Redis | null = null;
+  private readonly pending = new Set<string>();
+  private timer: NodeJS.Timeout | null = null;
+  private running: Promise<void> | null = null;
+  private stopped = false;
+  private readonly hbPrefix: string;
+
+  constructor(
+    private readonly redisUrl: string,
+    redisPrefix: string,
+    private readonly pool: Pool,
+    private readonly sink: LightEventSink,
+    private readonly params: LightParams,
+    private readonly batch: number,
+    private readonly log: Logger,
+    private readonly onEvents: (events: LightEvent[]) => void = () => {},
+  ) {
+    this.hbPrefix = redisKeys(redisPrefix).heartbeatPrefix;
+  }
+
+  async start(): Promise<void> {
+    const sub = createRedis(this.redisUrl);
+    this.sub = sub;
+    sub.on('error', (e) => this.log.warn({ err: e }, 'redis (expiry listener) error'));
+    const channel = `__keyevent@${sub.options.db ?? 0}__:expired`;
+    // ioredis subscribes again by itself after a reconnect; what expired meanwhile is the sweep's.
+    sub.on('message', (_ch: string, key: string) => this.onExpired(key));
+    await sub.subscribe(channel);
+    this.log.info({ channel }, 'listening for expired heartbeat keys');
+  }
+
+  private onExpired(key: string): void {
+    if (this.stopped || !key.startsWith(this.hbPrefix)) return;
+    const id = key.slice(this.hbPrefix.length);
+    if (!UUID.test(id)) return;
+    this.pending.add(id);
+    if (!this.timer && !this.running) this.timer = setTimeout(() => this.kick(), GATHER_MS);
+  }
+
+  private kick(): void {
+    this.timer = null;
+    if (this.running) return;
+    this.running = this.drain().finally(() => {
+      this.running = null;
+      if (this.pending.size && !this.stopped) this.timer = setTimeout(() => this.kick(), GATHER_MS);
+    });
+  }
+
+  private async drain(): Promise<void> {
+    while (this.pending.size && !this.stopped) {
+      const ids: string[] = [];
+      for (const id of this.pending) {
+        ids.push(id);
+        this.pending.delete(id);
+        if (ids.length >= this.batch) break;
+      }
+      try {
+        const events = await recordTransitionsTx(this.pool, ids, 'expiry', this.params);
+        this.onEvents(events);
+        await this.sink.deliverOrLeave(events);
+      } catch (e) {
+        // Postgres away: these instances are left to the sweep, which finds them by their times.
+        this.log.warn({ err: e, instances: ids.length }, 'expired heartbeats not recorded; the sweep will');
+      }
+    }
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    if (this.timer) clearTimeout(this.timer);
+    await this.running;
+    await this.sub?.quit().catch(() => {});
+  }
+}
