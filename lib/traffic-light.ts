@@ -32,9 +32,10 @@ export function lightReasonSql(alias: string, timeoutParam: string, windowParam:
 
 /**
  * SQL for when the colour of row `i` changed to `newLight` (an expression), given that the stored
- * colour `i.light` differs: a silence turned red at last heartbeat + timeout; a warning that ran
- * out turned yellow into green at its end; anything else changed with the newest report. Never
- * before the stored colour's own start, never in the future.
+ * colour `i.light` differs: a silence turned red at last heartbeat + timeout; yellow turned green
+ * when the last warning ran out or the status that ended `degraded` arrived, whichever is later;
+ * anything else changed with the newest report. Never before the stored colour's own start, never
+ * in the future.
  */
 export function lightAtSql(alias: string, newLight: string, timeoutParam: string, windowParam: string): string {
   const i = alias;
@@ -42,7 +43,7 @@ export function lightAtSql(alias: string, newLight: string, timeoutParam: string
   const window = `make_interval(secs => ${windowParam})`;
   return `GREATEST(${i}.light_since, LEAST(now(), CASE
     WHEN ${newLight} = 'red' AND ${i}.last_heartbeat_at < now() - ${timeout} THEN ${i}.last_heartbeat_at + ${timeout}
-    WHEN ${newLight} = 'green' AND ${i}.light = 'yellow' THEN GREATEST(${i}.last_warning_at + ${window}, ${i}.last_seen_at)
+    WHEN ${newLight} = 'green' AND ${i}.light = 'yellow' THEN GREATEST(${i}.last_warning_at + ${window}, ${i}.status_at)
     ELSE ${i}.last_seen_at END))`;
 }
 

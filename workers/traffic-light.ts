@@ -79,7 +79,7 @@ const TRANSITION_SQL = `
     SELECT i.id, i.customer_id, c.slug AS customer, i.machine_id, m.slug AS machine, i.software,
            i.light AS old_light, ${lightSql('i', '$2::float8', '$3::float8')} AS new_light,
            ${lightReasonSql('i', '$2::float8', '$3::float8')} AS reason,
-           i.light_since, i.last_heartbeat_at, i.last_warning_at, i.last_seen_at, i.light
+           i.light_since, i.last_heartbeat_at, i.last_warning_at, i.last_seen_at, i.status_at, i.light
       FROM instances i JOIN machines m ON m.id = i.machine_id JOIN customers c ON c.id = i.customer_id
      WHERE i.id = ANY($1::uuid[])
   ), chg AS (
