@@ -7,26 +7,31 @@
 //   yellow  latest status `degraded`, or an unsuppressed warning/error within WARNING_WINDOW_S
 //   green   otherwise
 
-/** SQL for the colour of `instances` row alias `i`; $timeout and $window are interval parameters in seconds. */
-export function lightSql(alias: string, timeoutParam: string, windowParam: string): string {
+/**
+ * SQL for the colour of `instances` row alias `i`; $timeout and $window are interval parameters in
+ * seconds. `now`: the time to judge silence and warnings at; the workers pass their horizon (the
+ * receive time up to which every report has been applied: workers/traffic-light.ts), so that a
+ * backlog in the queue is never taken for silence.
+ */
+export function lightSql(alias: string, timeoutParam: string, windowParam: string, now = 'now()'): string {
   const i = alias;
   return `CASE
     WHEN ${i}.last_heartbeat_at IS NULL OR ${i}.status = 'stopped' THEN 'grey'
-    WHEN ${i}.last_heartbeat_at < now() - make_interval(secs => ${timeoutParam}) OR ${i}.status = 'error' THEN 'red'
-    WHEN ${i}.status = 'degraded' OR ${i}.last_warning_at > now() - make_interval(secs => ${windowParam}) THEN 'yellow'
+    WHEN ${i}.last_heartbeat_at < ${now} - make_interval(secs => ${timeoutParam}) OR ${i}.status = 'error' THEN 'red'
+    WHEN ${i}.status = 'degraded' OR ${i}.last_warning_at > ${now} - make_interval(secs => ${windowParam}) THEN 'yellow'
     ELSE 'green' END`;
 }
 
 /** SQL for a short human reason for that colour. */
-export function lightReasonSql(alias: string, timeoutParam: string, windowParam: string): string {
+export function lightReasonSql(alias: string, timeoutParam: string, windowParam: string, now = 'now()'): string {
   const i = alias;
   return `CASE
     WHEN ${i}.last_heartbeat_at IS NULL THEN 'no heartbeat yet'
     WHEN ${i}.status = 'stopped' THEN 'status stopped'
-    WHEN ${i}.last_heartbeat_at < now() - make_interval(secs => ${timeoutParam}) THEN 'no heartbeat for more than ' || ${timeoutParam} || ' s'
+    WHEN ${i}.last_heartbeat_at < ${now} - make_interval(secs => ${timeoutParam}) THEN 'no heartbeat for more than ' || ${timeoutParam} || ' s'
     WHEN ${i}.status = 'error' THEN 'status error'
     WHEN ${i}.status = 'degraded' THEN 'status degraded'
-    WHEN ${i}.last_warning_at > now() - make_interval(secs => ${windowParam}) THEN 'warning or error diagnostic in the last ' || (${windowParam} / 60)::int || ' min'
+    WHEN ${i}.last_warning_at > ${now} - make_interval(secs => ${windowParam}) THEN 'warning or error diagnostic in the last ' || (${windowParam} / 60)::int || ' min'
     ELSE 'ok' END`;
 }
 
@@ -37,12 +42,12 @@ export function lightReasonSql(alias: string, timeoutParam: string, windowParam:
  * anything else changed with the newest report. Never before the stored colour's own start, never
  * in the future.
  */
-export function lightAtSql(alias: string, newLight: string, timeoutParam: string, windowParam: string): string {
+export function lightAtSql(alias: string, newLight: string, timeoutParam: string, windowParam: string, now = 'now()'): string {
   const i = alias;
   const timeout = `make_interval(secs => ${timeoutParam})`;
   const window = `make_interval(secs => ${windowParam})`;
   return `GREATEST(${i}.light_since, LEAST(now(), CASE
-    WHEN ${newLight} = 'red' AND ${i}.last_heartbeat_at < now() - ${timeout} THEN ${i}.last_heartbeat_at + ${timeout}
+    WHEN ${newLight} = 'red' AND ${i}.last_heartbeat_at < ${now} - ${timeout} THEN ${i}.last_heartbeat_at + ${timeout}
     WHEN ${newLight} = 'green' AND ${i}.light = 'yellow' THEN GREATEST(${i}.last_warning_at + ${window}, ${i}.status_at)
     ELSE ${i}.last_seen_at END))`;
 }

@@ -4,6 +4,8 @@
 import t from 'tap';
 import { testStack, post, eventually } from './helpers/stack.js';
 import { events, stored } from './helpers/lights.js';
+import { Horizon, recordTransitions } from '../workers/traffic-light.js';
+import { createLogger } from '../lib/log.js';
 
 const s = await testStack(t, 'sweep', {
   env: { HEARTBEAT_TIMEOUT_S: '2', WARNING_WINDOW_S: '2', LIGHT_EXPIRY_LISTENER: '0', LIGHT_SWEEP_INTERVAL_MS: '500' },
@@ -83,4 +85,45 @@ t.test('a change committed but never delivered (worker died) is delivered from t
   await eventually(async () => (await events(s, `instance_id = '${st.id}' AND seq = 99`)).length === 1, 10_000, 'the event in ClickHouse');
   await eventually(async () => (await s.pool.query('SELECT count(*)::int AS n FROM light_outbox')).rows[0].n === 0, 5000, 'outbox empty');
   t.pass('delivered and removed from the outbox');
+});
+
+t.test('a heartbeat received in time but applied late (workers down) never turns its instance red', async (t) => {
+  t.equal((await post(ingest('late', 'heartbeat'), s.token, {})).status, 200);
+  const first = await eventually(async () => {
+    const st = await stored(s, 'late');
+    return st?.light === 'green' ? st : null;
+  }, 5000, 'late green');
+  // Every worker stops; the next heartbeat waits in the stream past the first one's timeout.
+  await Promise.all(s.procs.filter((p) => p.name === 'worker').map((p) => p.stop()));
+  t.equal((await post(ingest('late', 'heartbeat'), s.token, {})).status, 200);
+  await sleep(Math.max(0, first.last_heartbeat_ms! + 2000 + 500 - Date.now()));
+
+  // By the wall clock it is silent; by the horizon (the oldest report still queued) it is not.
+  const horizon = new Horizon(await s.nc.jetstreamManager(), s.env.STREAM_NAME!, createLogger('test', 'silent'));
+  const h = await horizon.get();
+  t.ok(h < first.last_heartbeat_ms! + 2000, 'the horizon stays before the deadline while the heartbeat is queued');
+  const params = { heartbeatTimeoutS: 2, warningWindowS: 2 };
+  const c = await s.pool.connect();
+  try {
+    await c.query('BEGIN');
+    t.same(await recordTransitions(c, [first.id], 'sweep', params, h, true), [], 'no change at the horizon');
+    const wall = await recordTransitions(c, [first.id], 'sweep', params, Date.now(), true);
+    t.equal(wall[0]?.to, 'red', 'the wall clock alone would have said red');
+  } finally {
+    await c.query('ROLLBACK');
+    c.release();
+  }
+
+  // A worker comes back: its sweep runs and the queued heartbeat is applied. The instance turns red
+  // only for the silence after the second heartbeat, never for the one after the first.
+  await s.startWorker();
+  await eventually(async () => (await stored(s, 'late'))?.light === 'red', 10_000, 'red after the real silence');
+  const second = (await stored(s, 'late'))!;
+  t.ok(second.last_heartbeat_ms! > first.last_heartbeat_ms!, 'the queued heartbeat was applied');
+  const ev = await eventually(async () => {
+    const e = await events(s, `machine = 'late'`);
+    return e.length === 2 ? e : null;
+  }, 5000, 'two events');
+  t.same(ev.map((e) => [e.from_light, e.to_light]), [['grey', 'green'], ['green', 'red']]);
+  t.equal(ev[1]!.at_ms, second.last_heartbeat_ms! + 2000, 'red since the second heartbeat + timeout');
 });

@@ -4,6 +4,8 @@
 import t from 'tap';
 import { testStack, post, get, eventually } from './helpers/stack.js';
 import { events, stored, openStream } from './helpers/lights.js';
+import { withExpiredEvents, ensureExpiryEvents } from '../workers/light-expiry.js';
+import { createLogger } from '../lib/log.js';
 
 // The sweep is slowed right down here, so that red can only come from the expiry events.
 const s = await testStack(t, 'light', { env: { HEARTBEAT_TIMEOUT_S: '2', LIGHT_SWEEP_INTERVAL_MS: '600000' } });
@@ -164,4 +166,18 @@ t.test('live stream: credentials required', async (t) => {
   t.type(none.body?.detail, 'string');
   const bad = await openStream(`${s.apiUrl}/api/fleet/stream`, 'not-a-jwt');
   t.equal(bad.status, 401);
+});
+
+t.test('expired-key events: the flags the workers add to notify-keyspace-events', async (t) => {
+  t.equal(withExpiredEvents(''), 'Ex');
+  t.equal(withExpiredEvents('Ex'), null);
+  t.equal(withExpiredEvents('xE'), null);
+  t.equal(withExpiredEvents('AKE'), null, 'A includes x');
+  t.equal(withExpiredEvents('K$'), 'K$Ex');
+  t.equal(withExpiredEvents('Eg'), 'Egx');
+  t.equal(withExpiredEvents('Kx'), 'KxE');
+  // On the test Redis they are on already: nothing to change, reported as fine.
+  t.equal(await ensureExpiryEvents(s.redis, createLogger('test', 'silent')), true);
+  const flags = ((await s.redis.config('GET', 'notify-keyspace-events')) as string[])[1]!;
+  t.ok(withExpiredEvents(flags) === null, `flags ${flags}`);
 });

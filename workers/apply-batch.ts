@@ -44,11 +44,12 @@ export async function applyBatch(d: ApplyDeps, reports: Report[], rejections: Re
           return ids;
         })
       : new Map<string, Resolved>();
+  // Committed changes of colour go out (never throws), even if the rest of the batch is retried.
+  const lightsDelivered = d.lights?.afterCommit(lightEvents);
   try {
     await Promise.all([writeClickHouse(d, reports, rejections, ids), writeHeartbeatKeys(d, updates, ids)]);
   } finally {
-    // Committed changes of colour go out even if the rest of the batch is retried.
-    await d.lights?.afterCommit(lightEvents);
+    await lightsDelivered;
   }
   return ids;
 }

@@ -10,11 +10,18 @@ import { createRedis, redisKeys } from '../lib/db/redis.js';
 import type { Pool } from '../lib/db/postgres.js';
 import type { Logger } from '../lib/log.js';
 import type { LightEvent } from '../lib/traffic-light.js';
-import { recordTransitionsTx, type LightEventSink, type LightParams } from './traffic-light.js';
+import { recordTransitionsTx, type Horizon, type LightEventSink, type LightParams } from './traffic-light.js';
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 /** Expiry events that arrive together are handled together, after this short wait. */
 const GATHER_MS = 10;
+/**
+ * An expired instance the horizon has not passed yet (reports received before its deadline may
+ * still wait in the queue) is looked at again this often, for up to DEFER_MAX_MS; after that the
+ * sweep, which judges by the same horizon, records it.
+ */
+const DEFER_RETRY_MS = 200;
+const DEFER_MAX_MS = 120_000;
 
 /**
  * The `notify-keyspace-events` flags with expired-key events added: `E` (keyevent channel) and `x`
@@ -52,6 +59,9 @@ export async function ensureExpiryEvents(redis: Redis, log: Logger): Promise<boo
 export class ExpiryListener {
   private sub: Redis | null = null;
   private readonly pending = new Set<string>();
+  /** Instance id -> when it was first deferred. */
+  private readonly deferred = new Map<string, number>();
+  private deferTimer: NodeJS.Timeout | null = null;
   private timer: NodeJS.Timeout | null = null;
   private running: Promise<void> | null = null;
   private stopped = false;
@@ -63,6 +73,7 @@ export class ExpiryListener {
     private readonly pool: Pool,
     private readonly sink: LightEventSink,
     private readonly params: LightParams,
+    private readonly horizon: Horizon,
     private readonly batch: number,
     private readonly log: Logger,
     private readonly onEvents: (events: LightEvent[]) => void = () => {},
@@ -107,9 +118,11 @@ export class ExpiryListener {
         if (ids.length >= this.batch) break;
       }
       try {
-        const events = await recordTransitionsTx(this.pool, ids, 'expiry', this.params);
+        const events = await recordTransitionsTx(this.pool, ids, 'expiry', this.params, await this.horizon.get());
         this.onEvents(events);
-        await this.sink.deliverOrLeave(events);
+        const changed = new Set(events.map((e) => e.instance_id));
+        for (const id of changed) this.deferred.delete(id);
+        await Promise.all([this.sink.deliverOrLeave(events), this.deferUnsettled(ids.filter((id) => !changed.has(id)))]);
       } catch (e) {
         // Postgres away: these instances are left to the sweep, which finds them by their times.
         this.log.warn({ err: e, instances: ids.length }, 'expired heartbeats not recorded; the sweep will');
@@ -117,9 +130,35 @@ export class ExpiryListener {
     }
   }
 
+  /** Of these (expired, not changed), the ones silent by the wall clock: the horizon is behind. */
+  private async deferUnsettled(ids: string[]): Promise<void> {
+    if (ids.length === 0) return;
+    const r = await this.pool.query<{ id: string }>(
+      `SELECT id FROM instances WHERE id = ANY($1::uuid[]) AND light IN ('green', 'yellow')
+          AND last_heartbeat_at < now() - make_interval(secs => $2::float8)`,
+      [ids, this.params.heartbeatTimeoutS],
+    );
+    const unsettled = new Set(r.rows.map((x) => x.id));
+    for (const id of ids) if (!unsettled.has(id)) this.deferred.delete(id);
+    const now = Date.now();
+    for (const id of unsettled) {
+      const since = this.deferred.get(id) ?? now;
+      if (now - since < DEFER_MAX_MS) this.deferred.set(id, since);
+      else this.deferred.delete(id);
+    }
+    if (this.deferred.size && !this.deferTimer && !this.stopped) {
+      this.deferTimer = setTimeout(() => {
+        this.deferTimer = null;
+        for (const id of this.deferred.keys()) this.pending.add(id);
+        if (!this.timer && !this.running) this.timer = setTimeout(() => this.kick(), GATHER_MS);
+      }, DEFER_RETRY_MS);
+    }
+  }
+
   async stop(): Promise<void> {
     this.stopped = true;
     if (this.timer) clearTimeout(this.timer);
+    if (this.deferTimer) clearTimeout(this.deferTimer);
     await this.running;
     await this.sub?.quit().catch(() => {});
   }

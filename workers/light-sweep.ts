@@ -15,7 +15,7 @@ import type { Pool } from '../lib/db/postgres.js';
 import type { Logger } from '../lib/log.js';
 import { QUEUES, bullPrefix } from '../lib/jobs.js';
 import type { LightEvent } from '../lib/traffic-light.js';
-import { recordTransitionsTx, type LightEventSink, type LightParams } from './traffic-light.js';
+import { recordTransitionsTx, type Horizon, type LightEventSink, type LightParams } from './traffic-light.js';
 
 const SWEEP_LOCK = 7_401_134; // advisory lock key: "traffic-light sweep" (per database)
 /** Outbox rows younger than this belong to a delivery still in progress. */
@@ -37,6 +37,7 @@ export class LightSweep {
     private readonly pool: Pool,
     private readonly sink: LightEventSink,
     private readonly params: LightParams,
+    private readonly horizon: Horizon,
     private readonly opts: { intervalMs: number; batch: number },
     private readonly log: Logger,
     private readonly onEvents: (events: LightEvent[]) => void = () => {},
@@ -76,9 +77,10 @@ export class LightSweep {
         // Each candidate changes colour (or was just changed by someone else), so it is not found
         // again; the bound only guards against a loop on something unforeseen.
         for (let round = 0; round < 10_000; round++) {
-          const ids = await this.candidates();
+          const horizon = await this.horizon.get();
+          const ids = await this.candidates(horizon);
           if (ids.length === 0) break;
-          const events = await recordTransitionsTx(this.pool, ids, 'sweep', this.params);
+          const events = await recordTransitionsTx(this.pool, ids, 'sweep', this.params, horizon);
           this.onEvents(events);
           await this.sink.deliverOrLeave(events);
           changes += events.length;
@@ -93,17 +95,19 @@ export class LightSweep {
     }
   }
 
-  private async candidates(): Promise<string[]> {
+  /** Judged at the horizon, like the change itself, so that every candidate does change. */
+  private async candidates(horizonMs: number): Promise<string[]> {
     const r = await this.pool.query<{ id: string }>(
-      `(SELECT id FROM instances
-         WHERE light IN ('green', 'yellow') AND last_heartbeat_at < now() - make_interval(secs => $1::float8)
+      `WITH h AS (SELECT LEAST(now(), to_timestamp($4::float8 / 1000)) AS t)
+       (SELECT id FROM instances, h
+         WHERE light IN ('green', 'yellow') AND last_heartbeat_at < h.t - make_interval(secs => $1::float8)
          ORDER BY last_heartbeat_at LIMIT $3)
        UNION
-       (SELECT id FROM instances
+       (SELECT id FROM instances, h
          WHERE light = 'yellow' AND status IS DISTINCT FROM 'degraded'
-           AND (last_warning_at IS NULL OR last_warning_at <= now() - make_interval(secs => $2::float8))
+           AND (last_warning_at IS NULL OR last_warning_at <= h.t - make_interval(secs => $2::float8))
          LIMIT $3)`,
-      [this.params.heartbeatTimeoutS, this.params.warningWindowS, this.opts.batch],
+      [this.params.heartbeatTimeoutS, this.params.warningWindowS, this.opts.batch, horizonMs],
     );
     return r.rows.map((x) => x.id);
   }

@@ -11,7 +11,7 @@ import { createRedis } from '../lib/db/redis.js';
 import { connectNats, ensureStreams, ensureConsumer } from '../lib/db/nats.js';
 import { subjects } from '../lib/messages.js';
 import { IngestConsumer } from './ingest-consumer.js';
-import { LightEventSink, ReportLights } from './traffic-light.js';
+import { Horizon, LightEventSink, ReportLights } from './traffic-light.js';
 import { ExpiryListener, ensureExpiryEvents } from './light-expiry.js';
 import { LightSweep } from './light-sweep.js';
 import { Webhooks } from './webhooks.js';
@@ -42,12 +42,13 @@ bull.on('error', (e) => log.warn({ err: e }, 'redis (jobs) error'));
 const webhooks = new Webhooks(bull, cfg.redisPrefix, pool, cfg.webhooks, log);
 await webhooks.start();
 const sink = new LightEventSink(pool, ch, nc, cfg.subjectPrefix, webhooks, log);
-const sweep = new LightSweep(bull, cfg.redisPrefix, pool, sink, lightParams, { intervalMs: cfg.light.sweepIntervalMs, batch: cfg.light.sweepBatch }, log, countLights);
+const horizon = new Horizon(jsm, cfg.streamName, log);
+const sweep = new LightSweep(bull, cfg.redisPrefix, pool, sink, lightParams, horizon, { intervalMs: cfg.light.sweepIntervalMs, batch: cfg.light.sweepBatch }, log, countLights);
 await sweep.start();
 let expiry: ExpiryListener | null = null;
 if (cfg.light.expiryListener) {
   await ensureExpiryEvents(redis, log);
-  expiry = new ExpiryListener(cfg.redisUrl, cfg.redisPrefix, pool, sink, lightParams, cfg.light.sweepBatch, log, countLights);
+  expiry = new ExpiryListener(cfg.redisUrl, cfg.redisPrefix, pool, sink, lightParams, horizon, cfg.light.sweepBatch, log, countLights);
   await expiry.start();
 } else {
   log.info('expiry listener off (LIGHT_EXPIRY_LISTENER=0): the sweep alone turns silent instances red');
@@ -63,7 +64,7 @@ const consumer = new IngestConsumer(
     redisPrefix: cfg.redisPrefix,
     heartbeatTimeoutMs: cfg.heartbeatTimeoutS * 1000,
     idempotencyTtlS: cfg.idempotencyTtlS,
-    lights: new ReportLights(sink, lightParams, countLights),
+    lights: new ReportLights(sink, lightParams, horizon, countLights),
   },
   {
     reportsSubject: subj.reports,

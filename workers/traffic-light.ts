@@ -13,7 +13,7 @@
 // (`light_events`, keyed by instance and seq), publishes them on NATS for the api's live stream,
 // queues the webhooks, and only then deletes them from the outbox. A worker that dies in between
 // leaves them in the outbox; the sweep delivers them again (every copy is the same event).
-import type { NatsConnection } from 'nats';
+import type { JetStreamManager, NatsConnection } from 'nats';
 import type { Pool, PoolClient } from '../lib/db/postgres.js';
 import type { ClickHouseClient } from '../lib/db/clickhouse.js';
 import { insertRows } from '../lib/db/clickhouse.js';
@@ -74,16 +74,19 @@ function toEvent(r: OutboxRow): LightEvent {
   };
 }
 
+/** The horizon parameter ($5, ms since the epoch) as the time the SQL judges silence at. */
+const H = `LEAST(now(), to_timestamp($5::float8 / 1000))`;
+
 const TRANSITION_SQL = `
   WITH cur AS (
     SELECT i.id, i.customer_id, c.slug AS customer, i.machine_id, m.slug AS machine, i.software,
-           i.light AS old_light, ${lightSql('i', '$2::float8', '$3::float8')} AS new_light,
-           ${lightReasonSql('i', '$2::float8', '$3::float8')} AS reason,
+           i.light AS old_light, ${lightSql('i', '$2::float8', '$3::float8', H)} AS new_light,
+           ${lightReasonSql('i', '$2::float8', '$3::float8', H)} AS reason,
            i.light_since, i.last_heartbeat_at, i.last_warning_at, i.last_seen_at, i.status_at, i.light
       FROM instances i JOIN machines m ON m.id = i.machine_id JOIN customers c ON c.id = i.customer_id
      WHERE i.id = ANY($1::uuid[])
   ), chg AS (
-    SELECT cur.*, ${lightAtSql('cur', 'cur.new_light', '$2::float8', '$3::float8')} AS at
+    SELECT cur.*, ${lightAtSql('cur', 'cur.new_light', '$2::float8', '$3::float8', H)} AS at
       FROM cur WHERE cur.new_light <> cur.old_light
   ), upd AS (
     UPDATE instances i
@@ -99,27 +102,34 @@ const TRANSITION_SQL = `
   RETURNING ${OUTBOX_COLUMNS}`;
 
 /**
- * Recomputes the colour of `instanceIds` and records every change (UPDATE + outbox row) in the
- * transaction of `c`. `lock`: take the rows' locks first, in the order the ingest upsert takes them
- * (machine, software), so that this never deadlocks with it; not needed inside the ingest
- * transaction, which holds them already.
+ * Recomputes the colour of `instanceIds` at `horizonMs` (see Horizon) and records every change
+ * (UPDATE + outbox row) in the transaction of `c`. `lock`: take the rows' locks first, in the order
+ * the ingest upsert takes them (machine, software), so that this never deadlocks with it; not
+ * needed inside the ingest transaction, which holds them already.
  */
-export async function recordTransitions(c: PoolClient, instanceIds: string[], cause: LightCause, p: LightParams, lock: boolean): Promise<LightEvent[]> {
+export async function recordTransitions(
+  c: PoolClient,
+  instanceIds: string[],
+  cause: LightCause,
+  p: LightParams,
+  horizonMs: number,
+  lock: boolean,
+): Promise<LightEvent[]> {
   if (instanceIds.length === 0) return [];
   if (lock) {
     await c.query(`SELECT 1 FROM instances WHERE id = ANY($1::uuid[]) ORDER BY machine_id, software COLLATE "C" FOR UPDATE`, [instanceIds]);
   }
-  const r = await c.query<OutboxRow>(TRANSITION_SQL, [instanceIds, p.heartbeatTimeoutS, p.warningWindowS, cause]);
+  const r = await c.query<OutboxRow>(TRANSITION_SQL, [instanceIds, p.heartbeatTimeoutS, p.warningWindowS, cause, horizonMs]);
   return r.rows.map(toEvent);
 }
 
 /** `recordTransitions` in a transaction of its own (expiry events, the sweep). */
-export async function recordTransitionsTx(pool: Pool, instanceIds: string[], cause: LightCause, p: LightParams): Promise<LightEvent[]> {
+export async function recordTransitionsTx(pool: Pool, instanceIds: string[], cause: LightCause, p: LightParams, horizonMs: number): Promise<LightEvent[]> {
   if (instanceIds.length === 0) return [];
   const c = await pool.connect();
   try {
     await c.query('BEGIN');
-    const events = await recordTransitions(c, instanceIds, cause, p, true);
+    const events = await recordTransitions(c, instanceIds, cause, p, horizonMs, true);
     await c.query('COMMIT');
     return events;
   } catch (e) {
@@ -127,6 +137,54 @@ export async function recordTransitionsTx(pool: Pool, instanceIds: string[], cau
     throw e;
   } finally {
     c.release();
+  }
+}
+
+/**
+ * The horizon: a receive time up to which every accepted report has been applied. Silence is
+ * judged at the horizon, not at the wall clock, so that reports still waiting in the queue (the
+ * workers are behind, or were down) are never taken for silence: a heartbeat received in time
+ * never turns its instance red, however late it is applied; and a whole fleet does not turn red
+ * because its heartbeats sat in the stream.
+ *
+ * The stream has work-queue retention: a message leaves it when a worker acks it, after applying
+ * it. So the oldest message still in the stream bounds what is not applied yet; when the stream is
+ * empty, everything published is applied. Reports a gateway received but has not published yet
+ * (a few milliseconds) are covered by MARGIN_MS. The answer is cached for CACHE_MS; when NATS cannot
+ * answer, the last answer stands (a horizon only errs on the early side: red comes later, never
+ * wrongly).
+ */
+export class Horizon {
+  static readonly MARGIN_MS = 50;
+  static readonly CACHE_MS = 100;
+  private value = 0;
+  private fetchedAt = 0;
+  private inflight: Promise<number> | null = null;
+
+  constructor(
+    private readonly jsm: JetStreamManager | null,
+    private readonly streamName: string,
+    private readonly log: Logger,
+  ) {}
+
+  async get(): Promise<number> {
+    if (!this.jsm) return Date.now() - Horizon.MARGIN_MS;
+    if (Date.now() - this.fetchedAt < Horizon.CACHE_MS) return this.value;
+    this.inflight ??= this.fetch().finally(() => (this.inflight = null));
+    return this.inflight;
+  }
+
+  private async fetch(): Promise<number> {
+    const asked = Date.now();
+    try {
+      const info = await this.jsm!.streams.info(this.streamName);
+      const oldest = info.state.messages > 0 ? Date.parse(info.state.first_ts) : asked;
+      this.value = Math.min(asked, Number.isFinite(oldest) ? oldest : asked) - Horizon.MARGIN_MS;
+      this.fetchedAt = asked;
+    } catch (e) {
+      this.log.warn({ err: e }, 'stream state unknown (NATS): the traffic light keeps its last horizon');
+    }
+    return this.value;
   }
 }
 
@@ -255,11 +313,12 @@ export class ReportLights {
   constructor(
     private readonly sink: LightEventSink,
     private readonly params: LightParams,
+    private readonly horizon: Horizon,
     private readonly onEvents: (events: LightEvent[]) => void = () => {},
   ) {}
 
-  inTransaction(c: PoolClient, instanceIds: string[]): Promise<LightEvent[]> {
-    return recordTransitions(c, instanceIds, 'report', this.params, false);
+  async inTransaction(c: PoolClient, instanceIds: string[]): Promise<LightEvent[]> {
+    return recordTransitions(c, instanceIds, 'report', this.params, await this.horizon.get(), false);
   }
 
   async afterCommit(events: LightEvent[]): Promise<void> {
