@@ -118,11 +118,14 @@ export class ExpiryListener {
         if (ids.length >= this.batch) break;
       }
       try {
+        const t0 = Date.now();
         const events = await recordTransitionsTx(this.pool, ids, 'expiry', this.params, await this.horizon.get());
+        const t1 = Date.now();
         this.onEvents(events);
         const changed = new Set(events.map((e) => e.instance_id));
         for (const id of changed) this.deferred.delete(id);
         await Promise.all([this.sink.deliverOrLeave(events), this.deferUnsettled(ids.filter((id) => !changed.has(id)))]);
+        this.log.debug({ expired: ids.length, changes: events.length, recordMs: t1 - t0, deliverMs: Date.now() - t1, waiting: this.pending.size }, 'expired heartbeats handled');
       } catch (e) {
         // Postgres away: these instances are left to the sweep, which finds them by their times.
         this.log.warn({ err: e, instances: ids.length }, 'expired heartbeats not recorded; the sweep will');

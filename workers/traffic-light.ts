@@ -165,6 +165,8 @@ export class Horizon {
     private readonly jsm: JetStreamManager | null,
     private readonly streamName: string,
     private readonly log: Logger,
+    /** Told how far the horizon is behind the wall clock (a metric). */
+    private readonly onLag: (ms: number) => void = () => {},
   ) {}
 
   async get(): Promise<number> {
@@ -181,6 +183,7 @@ export class Horizon {
       const oldest = info.state.messages > 0 ? Date.parse(info.state.first_ts) : asked;
       this.value = Math.min(asked, Number.isFinite(oldest) ? oldest : asked) - Horizon.MARGIN_MS;
       this.fetchedAt = asked;
+      this.onLag(asked - this.value);
     } catch (e) {
       this.log.warn({ err: e }, 'stream state unknown (NATS): the traffic light keeps its last horizon');
     }

@@ -83,9 +83,10 @@ export class Webhooks implements WebhookEnqueuer {
           jobId: `${webhookId}.${event.id}`,
           attempts: this.opts.attempts,
           backoff: { type: 'exponential', delay: this.opts.backoffMs },
-          // Kept a day after success so that a second copy of the event is recognised and dropped.
-          removeOnComplete: { age: 86_400 },
-          removeOnFail: { age: 7 * 86_400 },
+          // The job id drops a second copy of the event while the first is queued or kept; after
+          // that, the delivery row in Postgres does (deliver() skips what was delivered).
+          removeOnComplete: { age: 3600, count: 10_000 },
+          removeOnFail: { age: 86_400, count: 10_000 },
         },
       })),
     );
@@ -97,6 +98,8 @@ export class Webhooks implements WebhookEnqueuer {
     const w = await this.pool.query<{ url: string; secret: string }>(`SELECT url, secret FROM webhooks WHERE id = $1`, [webhookId]);
     const hook = w.rows[0];
     if (!hook) return 'webhook deleted';
+    const done = await this.pool.query(`SELECT 1 FROM webhook_deliveries WHERE webhook_id = $1 AND event_id = $2 AND state = 'delivered'`, [webhookId, event.id]);
+    if (done.rows[0]) return 'delivered before';
     const attempt = Math.max(job.attemptsStarted, job.attemptsMade + 1);
     const body = JSON.stringify(webhookPayload(event));
     const ts = Math.floor(Date.now() / 1000);
