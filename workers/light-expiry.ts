@@ -16,9 +16,10 @@ const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 /** Expiry events that arrive together are handled together, after this short wait. */
 const GATHER_MS = 10;
 /**
- * An expired instance the horizon has not passed yet (reports received before its deadline may
- * still wait in the queue) is looked at again this often, for up to DEFER_MAX_MS; after that the
- * sweep, which judges by the same horizon, records it.
+ * An expired instance whose deadline the horizon has not passed yet (reports received before it
+ * may still wait in the queue) is deferred: every DEFER_RETRY_MS the ones the horizon has passed
+ * are looked at again, for up to DEFER_MAX_MS; after that the sweep, which judges by the same
+ * horizon, records them.
  */
 const DEFER_RETRY_MS = 200;
 const DEFER_MAX_MS = 120_000;
@@ -59,8 +60,8 @@ export async function ensureExpiryEvents(redis: Redis, log: Logger): Promise<boo
 export class ExpiryListener {
   private sub: Redis | null = null;
   private readonly pending = new Set<string>();
-  /** Instance id -> when it was first deferred. */
-  private readonly deferred = new Map<string, number>();
+  /** Instance id -> when it was first deferred, and its deadline (last heartbeat + timeout, ms). */
+  private readonly deferred = new Map<string, { since: number; due: number }>();
   private deferTimer: NodeJS.Timeout | null = null;
   private timer: NodeJS.Timeout | null = null;
   private running: Promise<void> | null = null;
@@ -136,26 +137,42 @@ export class ExpiryListener {
   /** Of these (expired, not changed), the ones silent by the wall clock: the horizon is behind. */
   private async deferUnsettled(ids: string[]): Promise<void> {
     if (ids.length === 0) return;
-    const r = await this.pool.query<{ id: string }>(
-      `SELECT id FROM instances WHERE id = ANY($1::uuid[]) AND light IN ('green', 'yellow')
+    const r = await this.pool.query<{ id: string; due: number }>(
+      `SELECT id, (extract(epoch FROM last_heartbeat_at) * 1000)::float8 + $2::float8 * 1000 AS due
+         FROM instances WHERE id = ANY($1::uuid[]) AND light IN ('green', 'yellow')
           AND last_heartbeat_at < now() - make_interval(secs => $2::float8)`,
       [ids, this.params.heartbeatTimeoutS],
     );
-    const unsettled = new Set(r.rows.map((x) => x.id));
+    const unsettled = new Map(r.rows.map((x) => [x.id, Number(x.due)]));
     for (const id of ids) if (!unsettled.has(id)) this.deferred.delete(id);
     const now = Date.now();
-    for (const id of unsettled) {
-      const since = this.deferred.get(id) ?? now;
-      if (now - since < DEFER_MAX_MS) this.deferred.set(id, since);
+    for (const [id, due] of unsettled) {
+      const since = this.deferred.get(id)?.since ?? now;
+      if (now - since < DEFER_MAX_MS) this.deferred.set(id, { since, due });
       else this.deferred.delete(id);
     }
-    if (this.deferred.size && !this.deferTimer && !this.stopped) {
-      this.deferTimer = setTimeout(() => {
-        this.deferTimer = null;
-        for (const id of this.deferred.keys()) this.pending.add(id);
-        if (!this.timer && !this.running) this.timer = setTimeout(() => this.kick(), GATHER_MS);
-      }, DEFER_RETRY_MS);
-    }
+    this.scheduleDeferred();
+  }
+
+  /** Every DEFER_RETRY_MS, the deferred instances whose deadline the horizon has passed go again. */
+  private scheduleDeferred(): void {
+    if (this.deferred.size === 0 || this.deferTimer || this.stopped) return;
+    this.deferTimer = setTimeout(() => {
+      void this.horizon
+        .get()
+        .then((h) => {
+          const now = Date.now();
+          for (const [id, d] of this.deferred) {
+            if (d.due < h) this.pending.add(id);
+            else if (now - d.since >= DEFER_MAX_MS) this.deferred.delete(id);
+          }
+          if (this.pending.size && !this.timer && !this.running) this.timer = setTimeout(() => this.kick(), GATHER_MS);
+        })
+        .finally(() => {
+          this.deferTimer = null;
+          this.scheduleDeferred();
+        });
+    }, DEFER_RETRY_MS);
   }
 
   async stop(): Promise<void> {
