@@ -193,7 +193,8 @@ export class Horizon {
 
 /** Where webhook jobs go (workers/webhooks.ts); the sink only needs to hand events over. */
 export interface WebhookEnqueuer {
-  enqueue(events: LightEvent[]): Promise<void>;
+  /** `db`: where to look the webhooks up (the caller's connection when it holds one). */
+  enqueue(events: LightEvent[], db?: Pool | PoolClient): Promise<void>;
 }
 
 /** NATS messages of the live stream: at most this many events each (core NATS payload limit). */
@@ -241,7 +242,7 @@ export class LightEventSink {
     );
     this.publish(events);
     const red = events.filter(touchesRed);
-    if (red.length && this.webhooks) await this.webhooks.enqueue(red);
+    if (red.length && this.webhooks) await this.webhooks.enqueue(red, client);
     await client.query(`DELETE FROM light_outbox o USING unnest($1::uuid[], $2::bigint[]) AS d(i, s) WHERE o.instance_id = d.i AND o.seq = d.s`, [
       events.map((e) => e.instance_id),
       events.map((e) => e.seq),

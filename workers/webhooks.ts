@@ -6,7 +6,7 @@
 // or failure), which the api shows: GET /api/webhooks, GET /api/webhooks/{id}/deliveries.
 import { Queue, Worker, type Job } from 'bullmq';
 import type { Redis } from '../lib/db/redis.js';
-import type { Pool } from '../lib/db/postgres.js';
+import type { Pool, PoolClient } from '../lib/db/postgres.js';
 import type { Logger } from '../lib/log.js';
 import { QUEUES, bullPrefix } from '../lib/jobs.js';
 import type { LightEvent } from '../lib/traffic-light.js';
@@ -68,10 +68,10 @@ export class Webhooks implements WebhookEnqueuer {
     this.worker.on('error', (e) => this.log.warn({ err: e }, 'webhook worker error'));
   }
 
-  async enqueue(events: LightEvent[]): Promise<void> {
+  async enqueue(events: LightEvent[], db: Pool | PoolClient = this.pool): Promise<void> {
     if (!this.queue || events.length === 0) return;
     const customers = [...new Set(events.map((e) => e.customer_id))];
-    const r = await this.pool.query<{ id: string; customer_id: string }>(`SELECT id, customer_id FROM webhooks WHERE customer_id = ANY($1::uuid[])`, [customers]);
+    const r = await db.query<{ id: string; customer_id: string }>(`SELECT id, customer_id FROM webhooks WHERE customer_id = ANY($1::uuid[])`, [customers]);
     if (r.rows.length === 0) return;
     const hooks = new Map<string, string[]>();
     for (const w of r.rows) hooks.set(w.customer_id, [...(hooks.get(w.customer_id) ?? []), w.id]);
