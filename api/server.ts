@@ -27,6 +27,9 @@ import { licenceHandlers } from './handlers/licences.js';
 import { metricHandlers } from './handlers/metrics.js';
 import { artifactHandlers } from './handlers/artifacts.js';
 import type { ArtifactStore } from '../lib/artifacts.js';
+import { trafficLightHandlers } from './handlers/traffic-light.js';
+import { webhookHandlers } from './handlers/webhooks.js';
+import type { LightHub } from './light-stream.js';
 
 export interface ApiDeps {
   cfg: Config;
@@ -38,6 +41,8 @@ export interface ApiDeps {
   sessions: Sessions;
   /** Artifact chunks in NATS; null until the api has connected to NATS (downloads answer 503). */
   artifacts: () => ArtifactStore | null;
+  /** The live stream of traffic-light changes (fed from NATS). */
+  lights: LightHub;
 }
 
 type Handler = (req: FastifyRequest, reply: FastifyReply) => Promise<unknown> | unknown;
@@ -53,6 +58,8 @@ export async function buildApi(d: ApiDeps): Promise<FastifyInstance> {
   });
 
   await app.register(cookie);
+  // Open live streams end before the server closes, or close would wait for them.
+  app.addHook('preClose', async () => d.lights.close());
 
   const handlers: Record<string, Handler> = {
     ...authHandlers(d),
@@ -67,6 +74,8 @@ export async function buildApi(d: ApiDeps): Promise<FastifyInstance> {
     ...licenceHandlers(d),
     ...metricHandlers(d),
     ...artifactHandlers(d),
+    ...trafficLightHandlers(d),
+    ...webhookHandlers(d),
     api_healthz: () => ({ ok: true }),
     api_readyz: async (_req, reply) => {
       try {

@@ -97,6 +97,28 @@ export function loadConfig() {
       publicGatewayUrl: str('PUBLIC_GATEWAY_URL', `http://${str('GATEWAY_HOST', '127.0.0.1')}:${num('GATEWAY_PORT', 8080)}`),
       // Whitelist rules per customer (each diagnostic is checked against its customer's rules).
       whitelistMaxRules: num('WHITELIST_MAX_RULES', 1000),
+      // Live stream of traffic-light changes (Server-Sent Events): a comment line this often keeps
+      // proxies from closing an idle stream; at most this many open streams per api process.
+      sseKeepaliveS: num('SSE_KEEPALIVE_S', 15),
+      sseMaxClients: num('SSE_MAX_CLIENTS', 10_000),
+    },
+    // Traffic light (issue 4; docs/architecture.md "Traffic light").
+    light: {
+      // Listen for Redis expired-key events (the fast path to red). Off: only the sweep makes red.
+      expiryListener: bool('LIGHT_EXPIRY_LISTENER', true),
+      // The sweep (a BullMQ repeatable job, one worker at a time) repairs missed expiry events.
+      sweepIntervalMs: num('LIGHT_SWEEP_INTERVAL_MS', 5000),
+      // Instances per sweep transaction; a sweep loops until nothing is left.
+      sweepBatch: num('LIGHT_SWEEP_BATCH', 5000),
+    },
+    webhooks: {
+      // Deliveries of one event to one webhook before it is marked failed; the wait before retry n
+      // is WEBHOOK_BACKOFF_MS * 2^(n-1).
+      attempts: num('WEBHOOK_ATTEMPTS', 10),
+      backoffMs: num('WEBHOOK_BACKOFF_MS', 1000),
+      timeoutMs: num('WEBHOOK_TIMEOUT_MS', 10_000),
+      concurrency: num('WEBHOOK_CONCURRENCY', 16),
+      maxPerCustomer: num('WEBHOOKS_PER_CUSTOMER', 10),
     },
     // How often the gateways re-read tokens and other control data from Postgres: a revocation is
     // effective on every replica within this interval (plus one query).
