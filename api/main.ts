@@ -8,6 +8,9 @@ import { createClickHouse } from '../lib/db/clickhouse.js';
 import { createRedis } from '../lib/db/redis.js';
 import { Sessions } from './session.js';
 import { buildApi } from './server.js';
+import { connectNats, type NatsConnection } from '../lib/db/nats.js';
+import { subjects } from '../lib/messages.js';
+import { CommandHints } from '../lib/commands.js';
 
 const cfg = loadConfig();
 const log = createLogger('api', cfg.logLevel);
@@ -20,7 +23,20 @@ redis.on('error', (e) => log.warn({ err: e }, 'redis error'));
 const sessions = new Sessions(cfg.api.jwtSecret, cfg.api.jwtTtlS);
 if (sessions.ephemeral) log.warn('JWT_SECRET not set: sessions are signed with a random key of this process only (they end with it, and other replicas reject them)');
 
-const app = await buildApi({ cfg, log, metrics, pool, ch, redis, sessions });
+// NATS carries only hints to the gateways (agent commands queued or cancelled): connected in the
+// background, so the read API starts and serves without it; the gateways' periodic re-read covers
+// any hint not sent.
+const hints = new CommandHints(subjects(cfg.subjectPrefix).control('commands'), (e) => log.warn({ err: e }, 'command hint not published'));
+let nc: NatsConnection | null = null;
+connectNats(cfg.natsUrl, `api-${process.pid}`).then(
+  (c) => {
+    nc = c;
+    hints.attach(c);
+  },
+  (e) => log.warn({ err: e }, 'NATS unavailable: agent-command hints are not sent (gateways pick changes up at their next re-read)'),
+);
+
+const app = await buildApi({ cfg, log, metrics, pool, ch, redis, sessions, hints });
 await app.listen({ host: cfg.api.host, port: cfg.api.port });
 const addr = app.server.address();
 log.info({ host: cfg.api.host, port: typeof addr === 'object' && addr ? addr.port : cfg.api.port }, 'listening');
@@ -31,6 +47,7 @@ async function shutdown(why: string): Promise<void> {
   closing = true;
   log.info({ why }, 'shutting down');
   await app.close();
+  await (nc as NatsConnection | null)?.drain().catch(() => {});
   await Promise.allSettled([pool.end(), ch.close(), redis.quit()]);
   log.info('stopped');
   process.exit(0);

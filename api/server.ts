@@ -16,6 +16,8 @@ import { resolvePrincipal, authorise } from './auth.js';
 import type { Sessions } from './session.js';
 import { instanceHandlers } from './handlers/instances.js';
 import { authHandlers } from './handlers/auth.js';
+import { commandHandlers } from './handlers/commands.js';
+import type { CommandHints } from '../lib/commands.js';
 
 export interface ApiDeps {
   cfg: Config;
@@ -25,6 +27,8 @@ export interface ApiDeps {
   ch: ClickHouseClient;
   redis: Redis;
   sessions: Sessions;
+  /** Tells the gateways (core NATS) that an instance's open agent commands changed. */
+  hints: CommandHints;
 }
 
 type Handler = (req: FastifyRequest, reply: FastifyReply) => Promise<unknown> | unknown;
@@ -44,6 +48,7 @@ export async function buildApi(d: ApiDeps): Promise<FastifyInstance> {
   const handlers: Record<string, Handler> = {
     ...authHandlers(d),
     ...instanceHandlers(d),
+    ...commandHandlers(d),
     api_healthz: () => ({ ok: true }),
     api_readyz: async (_req, reply) => {
       try {

@@ -13,6 +13,7 @@ import { TokenCache } from './token-cache.js';
 import { BatchPublisher } from './publisher.js';
 import { RejectionLog } from './rejection-log.js';
 import { registerRoutes } from './server.js';
+import { PendingCommands } from './pending-commands.js';
 
 const cfg = loadConfig();
 const log = createLogger('gateway', cfg.logLevel);
@@ -49,6 +50,17 @@ async function checkStream(): Promise<void> {
   }
 }
 await checkStream();
+
+// Open agent commands in memory (answers to heartbeats and status reports carry them).
+const commands = new PendingCommands({
+  pool,
+  nc,
+  subject: subj.control('commands'),
+  resyncMs: cfg.commands.resyncMs,
+  metrics,
+  onError: (e) => log.warn({ err: e }, 'agent command refresh failed'),
+});
+await commands.start();
 
 const publishHist = metrics.histogram('gateway_publish_seconds', 'JetStream publish round trip per group', [0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5]);
 const groupHist = metrics.histogram('gateway_publish_group_reports', 'Reports per JetStream publish', [1, 2, 5, 10, 20, 50, 100, 200, 500]);
@@ -107,6 +119,7 @@ registerRoutes(app, {
   tokens,
   publisher,
   rejections,
+  commands,
   isReady: () => publisher.connected && streamOk && !closing,
   isClosing: () => closing,
 });
@@ -126,6 +139,7 @@ async function shutdown(why: string): Promise<void> {
   await Promise.race([publisher.idle(), grace]);
   rejections.close();
   tokens.stop();
+  commands.stop();
   await nc.drain().catch(() => {});
   await pool.end().catch(() => {});
   log.info('stopped');

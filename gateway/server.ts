@@ -8,7 +8,7 @@ import type { Config } from '../lib/config.js';
 import type { Logger } from '../lib/log.js';
 import type { Metrics } from '../lib/metrics.js';
 import { HttpError, badRequest, forbidden, unprocessable, statusLine } from '../lib/errors.js';
-import { isSlug, uuidFromName } from '../lib/ids.js';
+import { isSlug, isUuid, uuidFromName } from '../lib/ids.js';
 import { encodeReport } from '../lib/messages.js';
 import { routesOf, colonPath, pathRegex, checkHandlers, type RouteSpec } from '../lib/routes.js';
 import { compile, type Validator } from '../lib/validation.js';
@@ -18,6 +18,8 @@ import type { TokenCache, TokenInfo } from './token-cache.js';
 import type { BatchPublisher } from './publisher.js';
 import type { RejectionLog } from './rejection-log.js';
 import { RateLimiter } from './rate-limiter.js';
+import type { PendingCommands } from './pending-commands.js';
+import { CommandAck } from '../lib/schemas/commands.js';
 
 export interface GatewayDeps {
   cfg: Config;
@@ -26,11 +28,13 @@ export interface GatewayDeps {
   tokens: TokenCache;
   publisher: BatchPublisher;
   rejections: RejectionLog;
+  commands: PendingCommands;
   isReady(): boolean;
   isClosing(): boolean;
 }
 
 type Handler = (res: HttpResponse, req: HttpRequest) => void;
+type IngestKind = ReportKind | 'command_ack';
 
 const OK = '{"ok":true}';
 
@@ -38,7 +42,7 @@ export function registerRoutes(app: TemplatedApp, d: GatewayDeps): void {
   const { cfg, metrics } = d;
   const limiter = new RateLimiter(cfg.gateway.rateLimit, cfg.gateway.rateBurst);
   const responses = metrics.counter('gateway_responses_total', 'Ingest responses by kind and status', ['kind', 'status']);
-  const accepted = Object.fromEntries(['heartbeat', 'diagnostics', 'status'].map((k) => [k, responses.labels(k, '200')]));
+  const accepted = Object.fromEntries(['heartbeat', 'diagnostics', 'status', 'command_ack'].map((k) => [k, responses.labels(k, '200')]));
   const pendingBodies = new Set<Ctx>();
 
   function reject(ctx: Ctx, kind: string, err: HttpError, token?: TokenInfo, customer = ''): void {
@@ -76,14 +80,15 @@ export function registerRoutes(app: TemplatedApp, d: GatewayDeps): void {
     return new HttpError(429, `over the rate limit of ${cfg.gateway.rateLimit} requests/s for this token`, { retryAfterS: limiter.retryAfterS() });
   }
 
-  const validators: Record<ReportKind, Validator<unknown>> = {
+  const validators: Record<IngestKind, Validator<unknown>> = {
     heartbeat: compile(Heartbeat),
     diagnostics: compile(diagnosticsSchema(cfg.gateway.maxItems)),
     status: compile(Status),
+    command_ack: compile(CommandAck),
   };
 
   /** Checks beyond what JSON Schema can say (sizes of nested trees). */
-  function extraChecks(kind: ReportKind, body: Record<string, unknown>, rawSize: number): HttpError | null {
+  function extraChecks(kind: IngestKind, body: Record<string, unknown>, rawSize: number): HttpError | null {
     if (kind === 'status' && body.snapshot !== undefined) {
       if (rawSize > SNAPSHOT_MAX_BYTES && Buffer.byteLength(JSON.stringify(body.snapshot)) > SNAPSHOT_MAX_BYTES) {
         return new HttpError(413, `snapshot larger than ${SNAPSHOT_MAX_BYTES} bytes`);
@@ -95,7 +100,7 @@ export function registerRoutes(app: TemplatedApp, d: GatewayDeps): void {
     return null;
   }
 
-  function ingestReport(kind: ReportKind): Handler {
+  function ingestReport(kind: IngestKind): Handler {
     const validate = validators[kind];
     return (res, req) => {
       // Copy what we need from req now: uWS reuses it once this function returns.
@@ -103,6 +108,7 @@ export function registerRoutes(app: TemplatedApp, d: GatewayDeps): void {
       const customer = req.getParameter(0)!;
       const machine = req.getParameter(1)!;
       const software = req.getParameter(2)!;
+      const commandId = kind === 'command_ack' ? req.getParameter(3)! : '';
       const authorization = req.getHeader('authorization');
       const contentType = req.getHeader('content-type');
       const contentLength = req.getHeader('content-length');
@@ -113,6 +119,9 @@ export function registerRoutes(app: TemplatedApp, d: GatewayDeps): void {
         if (!isSlug(value)) {
           return reject(ctx, kind, badRequest(`invalid ${name} slug ${JSON.stringify(value.slice(0, 80))}: must match ^[a-z0-9][a-z0-9-]*$ (1 to 64 characters)`), undefined, isSlug(customer) ? customer : '');
         }
+      }
+      if (kind === 'command_ack' && !isUuid(commandId)) {
+        return reject(ctx, kind, badRequest(`invalid command id ${JSON.stringify(commandId.slice(0, 80))}: must be a UUID`), undefined, customer);
       }
       const bearer = parseBearer(authorization);
       if (bearer === null) return reject(ctx, kind, forbidden('missing bearer token: send Authorization: Bearer <API token>'), undefined, customer);
@@ -183,9 +192,20 @@ export function registerRoutes(app: TemplatedApp, d: GatewayDeps): void {
         const extra = extraChecks(kind, data as Record<string, unknown>, raw.length);
         if (extra) return reject(ctx, kind, extra, tok);
 
+        if (kind === 'command_ack') {
+          // The command must be this instance's (404 otherwise): in memory, or one read for an id it does not know.
+          const check = d.commands.checkAck(tok.customerId, machine, software, commandId);
+          if (!(check instanceof Promise)) return check ? reject(ctx, kind, check, tok) : publish(tok, raw, null);
+          return void check.then((e) => (e ? reject(ctx, kind, e, tok) : publish(tok, raw, null)));
+        }
+        // Pending agent commands go out in the answer, and their ids into the report (recorded as delivered).
+        publish(tok, raw, kind === 'diagnostics' ? null : d.commands.offer(tok.customerId, machine, software));
+      }
+
+      function publish(tok: TokenInfo, raw: Buffer, offer: { ids: string[]; body: string } | null): void {
         const id = idemKey ? uuidFromName(tok.customerId, idemKey) : randomUUID();
         const report = encodeReport(
-          { id, k: kind, c: tok.customerId, cs: tok.customer, m: machine, s: software, t: tok.id, at: Date.now(), ik: idemKey || undefined },
+          { id, k: kind, c: tok.customerId, cs: tok.customer, m: machine, s: software, t: tok.id, at: Date.now(), ik: idemKey || undefined, dc: offer?.ids, ci: commandId || undefined },
           raw,
         );
         if (report.length > d.publisher.maxReportBytes) {
@@ -194,7 +214,7 @@ export function registerRoutes(app: TemplatedApp, d: GatewayDeps): void {
         d.publisher.add(report, (err) => {
           if (err) return reject(ctx, kind, err, tok);
           accepted[kind]!.inc();
-          ctx.send(200, OK);
+          ctx.send(200, offer ? offer.body : OK);
         });
       }
     };
@@ -204,6 +224,7 @@ export function registerRoutes(app: TemplatedApp, d: GatewayDeps): void {
     ingest_heartbeat: ingestReport('heartbeat'),
     ingest_diagnostics: ingestReport('diagnostics'),
     ingest_status: ingestReport('status'),
+    ingest_command_ack: ingestReport('command_ack'),
     gateway_healthz: (res) => plain(res, 200, OK),
     gateway_readyz: (res) =>
       d.isReady() ? plain(res, 200, OK) : plain(res, 503, JSON.stringify({ detail: 'not ready: NATS not connected or stream missing' })),

@@ -5,6 +5,7 @@ import { Type, type TSchema } from '@sinclair/typebox';
 import { ErrorBody, Ok, Slug } from './schemas/common.js';
 import { Heartbeat, Diagnostics, Status } from './schemas/ingest.js';
 import { InstanceList, InstanceListQuery, InstanceDetail, DiagnosticList, DiagnosticsQuery, IdParams, LoginBody, Session } from './schemas/api.js';
+import { AvailableCommandList, Command, CommandAck, CommandList, CommandListQuery, OkWithCommands, QueueCommandBody } from './schemas/commands.js';
 
 export type Service = 'gateway' | 'api';
 export type Method = 'GET' | 'POST' | 'PUT' | 'DELETE';
@@ -109,14 +110,31 @@ const ops = (service: Service): RouteSpec[] => [
 
 export const routes: RouteSpec[] = [
   ingest('heartbeat', 'Report liveness (spec 2.2)', Heartbeat, {
-    200: { description: 'accepted (durably queued)', schema: Ok },
+    200: { description: 'accepted (durably queued); `commands` while agent commands are pending for this instance', schema: OkWithCommands },
   }),
   ingest('diagnostics', 'Report coded diagnostics (spec 2.3)', Diagnostics, {
     200: { description: 'accepted (durably queued)', schema: Ok },
   }),
   ingest('status', 'Report operational status and snapshot (spec 2.4)', Status, {
-    200: { description: 'accepted (durably queued)', schema: Ok },
+    200: { description: 'accepted (durably queued); `commands` while agent commands are pending for this instance', schema: OkWithCommands },
   }),
+  {
+    service: 'gateway',
+    method: 'POST',
+    path: '/api/ingest/{customer}/{machine}/{software}/commands/{command_id}/ack',
+    operationId: 'ingest_command_ack',
+    summary: 'Acknowledge an agent command with its outcome; the same ack again is a no-op',
+    tags: ['ingest', 'commands'],
+    auth: 'ingest-token',
+    params: Type.Object({ customer: Slug, machine: Slug, software: Slug, command_id: Type.String({ format: 'uuid' }) }),
+    body: CommandAck,
+    responses: {
+      200: { description: 'accepted (durably queued); applied by a worker', schema: Ok },
+      ...ingestErrors,
+      400: err('malformed path slug or command id, malformed JSON or a bad Idempotency-Key'),
+      404: err('no such command for this instance'),
+    },
+  },
   ...ops('gateway'),
 
   {
@@ -178,6 +196,66 @@ export const routes: RouteSpec[] = [
     params: IdParams,
     query: DiagnosticsQuery,
     responses: { 200: { description: 'diagnostics', schema: DiagnosticList }, 400: err('bad query or id'), ...authErrors, 404: err('no such instance') },
+  },
+  {
+    service: 'api',
+    method: 'GET',
+    path: '/api/instances/{id}/commands/available',
+    operationId: 'list_available_commands',
+    summary: "The commands the instance's latest status snapshot advertises (modules.<module>.commands)",
+    tags: ['commands'],
+    auth: 'viewer',
+    params: IdParams,
+    responses: { 200: { description: 'advertised commands', schema: AvailableCommandList }, 400: err('ill-formed id'), ...authErrors, 404: err('no such instance') },
+  },
+  {
+    service: 'api',
+    method: 'POST',
+    path: '/api/instances/{id}/commands',
+    operationId: 'queue_command',
+    summary: 'Queue an advertised command for the instance; delivered in the answer to its next heartbeat or status report',
+    tags: ['commands'],
+    auth: 'admin',
+    params: IdParams,
+    body: QueueCommandBody,
+    responses: {
+      201: { description: 'queued', schema: Command },
+      400: err('ill-formed id or body'),
+      ...authErrors,
+      404: err('no such instance'),
+      409: err('too many open commands for this instance'),
+      413: err('args over COMMAND_ARGS_MAX_BYTES'),
+      422: err('the latest snapshot does not advertise this command, or the args do not match its params'),
+    },
+  },
+  {
+    service: 'api',
+    method: 'GET',
+    path: '/api/instances/{id}/commands',
+    operationId: 'list_instance_commands',
+    summary: 'Commands of the instance, newest first, each with its history of states',
+    tags: ['commands'],
+    auth: 'viewer',
+    params: IdParams,
+    query: CommandListQuery,
+    responses: { 200: { description: 'commands', schema: CommandList }, 400: err('ill-formed id or query'), ...authErrors, 404: err('no such instance') },
+  },
+  {
+    service: 'api',
+    method: 'POST',
+    path: '/api/commands/{id}/cancel',
+    operationId: 'cancel_command',
+    summary: 'Cancel a queued command (a cancelled one again: no-op)',
+    tags: ['commands'],
+    auth: 'admin',
+    params: IdParams,
+    responses: {
+      200: { description: 'cancelled', schema: Command },
+      400: err('ill-formed id'),
+      ...authErrors,
+      404: err('no such command'),
+      409: err('the command is no longer queued'),
+    },
   },
   ...ops('api'),
 ];

@@ -12,9 +12,10 @@ import { insertRows } from '../lib/db/clickhouse.js';
 import type { Redis } from '../lib/db/redis.js';
 import { redisKeys } from '../lib/db/redis.js';
 import type { Heartbeat, Diagnostics, Status } from '../lib/schemas/ingest.js';
+import { applyCommandReports, type CommandDeps } from './commands.js';
 import { summarise, instanceKey, machineKey, chTime, parseTs, toInt, pgText, pgJson, type InstanceUpdate } from './reports.js';
 
-export interface ApplyDeps {
+export interface ApplyDeps extends CommandDeps {
   pool: Pool;
   ch: ClickHouseClient;
   redis: Redis;
@@ -32,7 +33,7 @@ export async function applyBatch(d: ApplyDeps, reports: Report[], rejections: Re
   await settleIdempotencyKeys(d, reports);
   const updates = summarise(reports);
   const ids = updates.size > 0 ? await withTx(d.pool, (c) => upsertInstances(c, [...updates.values()])) : new Map<string, Resolved>();
-  await Promise.all([writeClickHouse(d, reports, rejections, ids), writeHeartbeatKeys(d, updates, ids)]);
+  await Promise.all([writeClickHouse(d, reports, rejections, ids), writeHeartbeatKeys(d, updates, ids), applyCommandReports(d, reports)]);
   return ids;
 }
 

@@ -11,6 +11,8 @@ import { createRedis } from '../lib/db/redis.js';
 import { connectNats, ensureStreams, ensureConsumer } from '../lib/db/nats.js';
 import { subjects } from '../lib/messages.js';
 import { IngestConsumer } from './ingest-consumer.js';
+import { CommandExpiry } from './command-expiry.js';
+import { CommandHints } from '../lib/commands.js';
 
 const cfg = loadConfig();
 const log = createLogger('worker', cfg.logLevel);
@@ -26,11 +28,22 @@ await ensureStreams(jsm, cfg);
 await ensureConsumer(jsm, cfg.streamName, cfg.worker.consumerName, cfg.worker.ackWaitS);
 const js = nc.jetstream();
 const subj = subjects(cfg.subjectPrefix);
+const hints = new CommandHints(subj.control('commands'), (e) => log.warn({ err: e }, 'command hint not published'));
+hints.attach(nc);
 
 const consumer = new IngestConsumer(
   await js.consumers.get(cfg.streamName, cfg.worker.consumerName),
   js,
-  { pool, ch, redis, redisPrefix: cfg.redisPrefix, heartbeatTimeoutMs: cfg.heartbeatTimeoutS * 1000, idempotencyTtlS: cfg.idempotencyTtlS },
+  {
+    pool,
+    ch,
+    redis,
+    redisPrefix: cfg.redisPrefix,
+    heartbeatTimeoutMs: cfg.heartbeatTimeoutS * 1000,
+    idempotencyTtlS: cfg.idempotencyTtlS,
+    ackTimeoutS: cfg.commands.ackTimeoutS,
+    commandsChanged: (refs) => hints.publish(refs),
+  },
   {
     reportsSubject: subj.reports,
     rejectionsSubject: subj.rejections,
@@ -43,6 +56,17 @@ const consumer = new IngestConsumer(
   metrics,
 );
 consumer.start();
+
+// Agent commands that waited too long: expired (queued) or timed_out (delivered, no ack).
+const expiry = new CommandExpiry({
+  pool,
+  redisUrl: cfg.redisUrl,
+  redisPrefix: cfg.redisPrefix,
+  everyMs: cfg.commands.sweepMs,
+  log,
+  commandsChanged: (refs) => hints.publish(refs),
+});
+await expiry.start();
 
 let server: ReturnType<typeof createServer> | null = null;
 if (cfg.worker.httpPort > 0) {
@@ -62,6 +86,7 @@ async function shutdown(why: string): Promise<void> {
   closing = true;
   log.info({ why }, 'shutting down: finishing the batch in hand');
   await consumer.stop();
+  await expiry.stop();
   server?.close();
   await nc.drain().catch(() => {});
   await Promise.allSettled([pool.end(), ch.close(), redis.quit()]);

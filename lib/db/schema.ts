@@ -104,6 +104,53 @@ export const postgresMigrations: Migration[] = [
       `CREATE INDEX memberships_customer ON memberships (customer_id)`,
     ],
   },
+  {
+    id: '0006-commands',
+    sql: [
+      // Agent commands (docs/api.md "Agent commands"). A command is queued by a dashboard user for
+      // one instance, offered to the agent in the answer to each heartbeat or status report until
+      // acked, and ends succeeded, failed, expired (queued too long), timed_out (delivered, no ack
+      // in time) or cancelled. Deadlines are fixed when the state is entered (expires_at at queue
+      // time, ack_deadline at the first delivery), so the sweep only compares times.
+      `CREATE TABLE commands (
+         id uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+         customer_id uuid NOT NULL REFERENCES customers(id) ON DELETE CASCADE,
+         instance_id uuid NOT NULL REFERENCES instances(id) ON DELETE CASCADE,
+         module text NOT NULL,
+         command text NOT NULL,
+         args jsonb NOT NULL DEFAULT '{}',
+         state text NOT NULL DEFAULT 'queued'
+           CHECK (state IN ('queued', 'delivered', 'succeeded', 'failed', 'expired', 'timed_out', 'cancelled')),
+         created_by uuid REFERENCES users(id) ON DELETE SET NULL,
+         created_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+         expires_at timestamptz NOT NULL,
+         delivered_at timestamptz,
+         last_delivered_at timestamptz,
+         ack_deadline timestamptz,
+         finished_at timestamptz,
+         result_message text,
+         result_output jsonb,
+         updated_at timestamptz NOT NULL DEFAULT clock_timestamp()
+       )`,
+      `CREATE TRIGGER commands_touch BEFORE UPDATE ON commands FOR EACH ROW EXECUTE FUNCTION touch_updated_at()`,
+      `CREATE INDEX commands_instance ON commands (instance_id, created_at DESC)`,
+      `CREATE INDEX commands_customer ON commands (customer_id)`,
+      // What the gateways keep in memory, and what the expiry sweep looks at: only open commands.
+      `CREATE INDEX commands_open ON commands (created_at) WHERE state IN ('queued', 'delivered')`,
+      `CREATE INDEX commands_queued_expiry ON commands (expires_at) WHERE state = 'queued'`,
+      `CREATE INDEX commands_ack_deadline ON commands (ack_deadline) WHERE state = 'delivered'`,
+      // Every change of state with its time; a command enters each state at most once, so the key
+      // makes every write here idempotent (a redelivered batch changes nothing).
+      `CREATE TABLE command_events (
+         command_id uuid NOT NULL REFERENCES commands(id) ON DELETE CASCADE,
+         state text NOT NULL,
+         at timestamptz NOT NULL,
+         actor text NOT NULL DEFAULT '',
+         detail text,
+         PRIMARY KEY (command_id, state)
+       )`,
+    ],
+  },
 ];
 
 const ENGINE = (orderBy: string, partition = 'toYYYYMM(received_at)') =>
