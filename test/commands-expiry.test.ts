@@ -1,11 +1,14 @@
-// Agent commands that wait too long, with short settings: a queued command expires, a delivered one
-// without an ack times out (the BullMQ sweep job in the workers); neither is offered afterwards,
-// and every change of state is in the history with its time.
+// Agent commands with short settings: a queued command expires, a delivered one without an ack
+// times out (the BullMQ sweep job in the workers); neither is offered afterwards, and every change
+// of state is in the history with its time. And the safety nets of the gateways' copy: a command
+// whose NATS hint was lost is picked up by the periodic re-read, and a gateway that starts loads
+// every open command before it listens.
 import t from 'tap';
 import { testStack, post, get, eventually } from './helpers/stack.js';
+import { queueCommand } from '../lib/commands.js';
 
 const s = await testStack(t, 'cmdexpiry', {
-  env: { COMMAND_QUEUE_TTL_S: '5', COMMAND_ACK_TIMEOUT_S: '3', COMMAND_SWEEP_MS: '300' },
+  env: { COMMAND_QUEUE_TTL_S: '5', COMMAND_ACK_TIMEOUT_S: '3', COMMAND_SWEEP_MS: '300', COMMAND_RESYNC_MS: '1500' },
 });
 const admin = await s.newUser('admin');
 const ingest = (m: string, kind: string) => `${s.gatewayUrl}/api/ingest/${s.customer.slug}/${m}/agent/${kind}`;
@@ -65,3 +68,27 @@ t.test('delivered without ack in time -> timed_out; a late ack still records the
   t.same(late.history.map((e: any) => e.state), ['queued', 'delivered', 'timed_out', 'succeeded']);
   t.equal(late.result_message, 'late');
 });
+
+t.test('a command whose hint was lost is offered after the periodic re-read; a new gateway loads it at start', async (t) => {
+  const id = await instance('nohint');
+  // Queued straight into Postgres: no hint is published.
+  const { command } = await queueCommand(s.pool, {
+    customerId: s.customer.id,
+    instanceId: id,
+    module: 'updater',
+    command: 'check',
+    args: {},
+    userId: null,
+    queueTtlS: 60,
+    maxOpen: 10,
+    argsMaxBytes: 1024,
+  });
+  // Nothing hints any gateway until some gateway hands it out: the running one finds it at its
+  // next full re-read (every 1.5 s here).
+  const offered = await eventually(async () => (await post(ingest('nohint', 'heartbeat'), s.token, {})).body.commands, 5000, 'offered by the running gateway after its re-read');
+  t.same(offered.map((c: any) => c.id), [command.id]);
+  const g2 = await s.startGateway();
+  const first = await post(`${g2.url}/api/ingest/${s.customer.slug}/nohint/agent/heartbeat`, s.token, {});
+  t.same(first.body.commands?.map((c: any) => c.id), [command.id], 'a gateway that starts offers it on its first answer');
+});
+
