@@ -1,6 +1,6 @@
 // Every open agent command (queued or delivered), in the memory of every gateway replica, keyed by
 // instance (customer id + machine slug + software slug: what the gateway knows from the token and
-// the path, so no id lookup is needed). A heartbeat or status report asks `offer()`: one Map lookup,
+// the path, so no id lookup is needed). A heartbeat or status report asks `offer()`: Map lookups,
 // no database or network round trip, whether or not something is pending. What is pending goes out
 // in the answer, pre-serialised, and its ids go into the report so that the worker records the
 // delivery (the gateway never writes to Postgres).
@@ -66,8 +66,12 @@ export interface PendingCommandsOptions {
   onError?(e: unknown): void;
 }
 
+type Index = Map<string, Map<string, Map<string, Cmd[]>>>;
+
 export class PendingCommands {
   private byKey = new Map<string, Cmd[]>();
+  /** The same lists as byKey, as customer id -> machine -> software: the hot path looks up without building a key string. */
+  private index: Index = new Map();
   private byId = new Map<string, Cmd>();
   /** Commands that left the open set lately (acked, expired, …) -> their instance key: repeated acks stay cheap. */
   private recent = new Map<string, string>();
@@ -129,7 +133,7 @@ export class PendingCommands {
   /** The hot path: what to hand to this instance now, or null (the usual case). */
   offer(customerId: string, machine: string, software: string): Offer | null {
     if (this.byKey.size === 0) return null;
-    const list = this.byKey.get(instanceKeyOf(customerId, machine, software));
+    const list = this.index.get(customerId)?.get(machine)?.get(software);
     if (list === undefined) return null;
     const now = Date.now();
     let body = '';
@@ -251,8 +255,11 @@ export class PendingCommands {
       for (const c of old) byId.set(c.id, c);
     }
     for (const [id, c] of this.byId) if (!byId.has(id)) this.remember(id, c.key);
+    const index: Index = new Map();
+    for (const [k, l] of byKey) indexSet(index, k, l);
     this.byKey = byKey;
     this.byId = byId;
+    this.index = index;
   }
 
   private applyKeys(keys: string[], rows: Row[]): void {
@@ -276,6 +283,7 @@ export class PendingCommands {
         this.byKey.set(k, now);
         for (const c of now) this.byId.set(c.id, c);
       } else this.byKey.delete(k);
+      indexSet(this.index, k, now);
     }
   }
 
@@ -285,3 +293,22 @@ export class PendingCommands {
     if (this.recent.size > RECENT_MAX) this.recent.delete(this.recent.keys().next().value!);
   }
 }
+
+/** Sets (or, with no list, removes) one instance's commands in the nested index. */
+function indexSet(index: Index, key: string, list: Cmd[] | undefined): void {
+  const [customerId, machine, software] = key.split('|') as [string, string, string];
+  let machines = index.get(customerId);
+  if (list === undefined) {
+    const softwares = machines?.get(machine);
+    if (!softwares) return;
+    softwares.delete(software);
+    if (softwares.size === 0) machines!.delete(machine);
+    if (machines!.size === 0) index.delete(customerId);
+    return;
+  }
+  if (!machines) index.set(customerId, (machines = new Map()));
+  let softwares = machines.get(machine);
+  if (!softwares) machines.set(machine, (softwares = new Map()));
+  softwares.set(software, list);
+}
+

@@ -266,8 +266,10 @@ export class CommandHints {
     if (refs.length === 0 || this.nc === null || this.nc.isClosed()) return;
     const seen = new Map<string, InstanceRef>();
     for (const r of refs) seen.set(instanceKeyOf(r.customerId, r.machine, r.software), r);
+    const all = [...seen.values()];
     try {
-      this.nc.publish(this.subject, encodeHint([...seen.values()]));
+      // At most 1000 instances (≈ 100 KB) per message: well under NATS's max_payload.
+      for (let i = 0; i < all.length; i += 1000) this.nc.publish(this.subject, encodeHint(all.slice(i, i + 1000)));
     } catch (e) {
       this.onError(e);
     }

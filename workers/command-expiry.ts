@@ -99,6 +99,8 @@ export class CommandExpiry {
   async stop(): Promise<void> {
     await this.worker?.close().catch(() => {});
     await this.queue?.close().catch(() => {});
-    await Promise.allSettled(this.conns.map((c) => c.quit()));
+    // quit() waits for Redis; a connection that never came up must not hold the shutdown.
+    await Promise.race([Promise.allSettled(this.conns.map((c) => c.quit())), new Promise((r) => setTimeout(r, 2000).unref())]);
+    for (const c of this.conns) c.disconnect();
   }
 }

@@ -66,7 +66,8 @@ const expiry = new CommandExpiry({
   log,
   commandsChanged: (refs) => hints.publish(refs),
 });
-await expiry.start();
+// In the background: with Redis unreachable, BullMQ waits for it, and the ingest consumer must not.
+expiry.start().catch((e) => log.error({ err: e }, 'command expiry sweep not scheduled'));
 
 let server: ReturnType<typeof createServer> | null = null;
 if (cfg.worker.httpPort > 0) {
