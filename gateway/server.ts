@@ -199,7 +199,7 @@ export function registerRoutes(app: TemplatedApp, d: GatewayDeps): void {
           return void check.then((e) => (e ? reject(ctx, kind, e, tok) : publish(tok, raw, null)));
         }
         // Pending agent commands go out in the answer, and their ids into the report (recorded as delivered).
-        publish(tok, raw, kind === 'diagnostics' ? null : d.commands.offer(tok.customerId, machine, software));
+        publish(tok, raw, kind === 'heartbeat' || kind === 'status' ? d.commands.offer(tok.customerId, machine, software) : null);
       }
 
       function publish(tok: TokenInfo, raw: Buffer, offer: { ids: string[]; body: string } | null): void {
