@@ -30,6 +30,8 @@ import type { ArtifactStore } from '../lib/artifacts.js';
 import { trafficLightHandlers } from './handlers/traffic-light.js';
 import { webhookHandlers } from './handlers/webhooks.js';
 import type { LightHub } from './light-stream.js';
+import { commandHandlers } from './handlers/commands.js';
+import type { CommandHints } from '../lib/commands.js';
 
 export interface ApiDeps {
   cfg: Config;
@@ -43,6 +45,8 @@ export interface ApiDeps {
   artifacts: () => ArtifactStore | null;
   /** The live stream of traffic-light changes (fed from NATS). */
   lights: LightHub;
+  /** Tells the gateways (core NATS) that an instance's open agent commands changed. */
+  hints: CommandHints;
 }
 
 type Handler = (req: FastifyRequest, reply: FastifyReply) => Promise<unknown> | unknown;
@@ -76,6 +80,7 @@ export async function buildApi(d: ApiDeps): Promise<FastifyInstance> {
     ...artifactHandlers(d),
     ...trafficLightHandlers(d),
     ...webhookHandlers(d),
+    ...commandHandlers(d),
     api_healthz: () => ({ ok: true }),
     api_readyz: async (_req, reply) => {
       try {
