@@ -105,53 +105,6 @@ export const postgresMigrations: Migration[] = [
     ],
   },
   {
-    id: '0006-commands',
-    sql: [
-      // Agent commands (docs/api.md "Agent commands"). A command is queued by a dashboard user for
-      // one instance, offered to the agent in the answer to each heartbeat or status report until
-      // acked, and ends succeeded, failed, expired (queued too long), timed_out (delivered, no ack
-      // in time) or cancelled. Deadlines are fixed when the state is entered (expires_at at queue
-      // time, ack_deadline at the first delivery), so the sweep only compares times.
-      `CREATE TABLE commands (
-         id uuid PRIMARY KEY DEFAULT gen_random_uuid(),
-         customer_id uuid NOT NULL REFERENCES customers(id) ON DELETE CASCADE,
-         instance_id uuid NOT NULL REFERENCES instances(id) ON DELETE CASCADE,
-         module text NOT NULL,
-         command text NOT NULL,
-         args jsonb NOT NULL DEFAULT '{}',
-         state text NOT NULL DEFAULT 'queued'
-           CHECK (state IN ('queued', 'delivered', 'succeeded', 'failed', 'expired', 'timed_out', 'cancelled')),
-         created_by uuid REFERENCES users(id) ON DELETE SET NULL,
-         created_at timestamptz NOT NULL DEFAULT clock_timestamp(),
-         expires_at timestamptz NOT NULL,
-         delivered_at timestamptz,
-         last_delivered_at timestamptz,
-         ack_deadline timestamptz,
-         finished_at timestamptz,
-         result_message text,
-         result_output jsonb,
-         updated_at timestamptz NOT NULL DEFAULT clock_timestamp()
-       )`,
-      `CREATE TRIGGER commands_touch BEFORE UPDATE ON commands FOR EACH ROW EXECUTE FUNCTION touch_updated_at()`,
-      `CREATE INDEX commands_instance ON commands (instance_id, created_at DESC)`,
-      `CREATE INDEX commands_customer ON commands (customer_id)`,
-      // What the gateways keep in memory, and what the expiry sweep looks at: only open commands.
-      `CREATE INDEX commands_open ON commands (created_at) WHERE state IN ('queued', 'delivered')`,
-      `CREATE INDEX commands_queued_expiry ON commands (expires_at) WHERE state = 'queued'`,
-      `CREATE INDEX commands_ack_deadline ON commands (ack_deadline) WHERE state = 'delivered'`,
-      // Every change of state with its time; a command enters each state at most once, so the key
-      // makes every write here idempotent (a redelivered batch changes nothing).
-      `CREATE TABLE command_events (
-         command_id uuid NOT NULL REFERENCES commands(id) ON DELETE CASCADE,
-         state text NOT NULL,
-         at timestamptz NOT NULL,
-         actor text NOT NULL DEFAULT '',
-         detail text,
-         PRIMARY KEY (command_id, state)
-       )`,
-    ],
-  },
-  {
     id: '0003-traffic-light',
     sql: [
       // The stored traffic light (issue 4): the colour the workers last recorded, since when, why,
@@ -232,31 +185,6 @@ export const postgresMigrations: Migration[] = [
     ],
   },
   {
-    id: '0005-metrics-artifacts',
-    sql: [
-      // A completed artifact upload (issue 6). The bytes stay in the JetStream object store as the
-      // upload's chunks (lib/artifacts.ts); this row is written by a worker from the queue message
-      // the gateway publishes at artifact-complete (the gateway never writes to Postgres).
-      `CREATE TABLE artifacts (
-         id uuid PRIMARY KEY,
-         customer_id uuid NOT NULL REFERENCES customers(id) ON DELETE CASCADE,
-         machine_id uuid NOT NULL REFERENCES machines(id) ON DELETE CASCADE,
-         instance_id uuid NOT NULL REFERENCES instances(id) ON DELETE CASCADE,
-         software text NOT NULL,
-         upload_id uuid NOT NULL UNIQUE,
-         filename text NOT NULL,
-         size bigint NOT NULL CHECK (size >= 0),
-         sha256 text CHECK (sha256 IS NULL OR sha256 ~ '^[0-9a-f]{64}$'),
-         content_type text NOT NULL,
-         chunk_size integer NOT NULL CHECK (chunk_size > 0),
-         chunks integer NOT NULL CHECK (chunks >= 0),
-         uploaded_at timestamptz NOT NULL,
-         created_at timestamptz NOT NULL DEFAULT now()
-       )`,
-      `CREATE INDEX artifacts_machine ON artifacts (customer_id, machine_id, software, uploaded_at DESC)`,
-    ],
-  },
-  {
     id: '0004-diagnostics-suite',
     sql: [
       // Diagnostics whitelist (decisions.md): per customer, optional machine / software / message
@@ -300,6 +228,78 @@ export const postgresMigrations: Migration[] = [
        )`,
       `CREATE INDEX help_texts_updated ON help_texts (updated_at)`,
       `CREATE TRIGGER help_texts_touch BEFORE UPDATE ON help_texts FOR EACH ROW EXECUTE FUNCTION touch_updated_at()`,
+    ],
+  },
+  {
+    id: '0005-metrics-artifacts',
+    sql: [
+      // A completed artifact upload (issue 6). The bytes stay in the JetStream object store as the
+      // upload's chunks (lib/artifacts.ts); this row is written by a worker from the queue message
+      // the gateway publishes at artifact-complete (the gateway never writes to Postgres).
+      `CREATE TABLE artifacts (
+         id uuid PRIMARY KEY,
+         customer_id uuid NOT NULL REFERENCES customers(id) ON DELETE CASCADE,
+         machine_id uuid NOT NULL REFERENCES machines(id) ON DELETE CASCADE,
+         instance_id uuid NOT NULL REFERENCES instances(id) ON DELETE CASCADE,
+         software text NOT NULL,
+         upload_id uuid NOT NULL UNIQUE,
+         filename text NOT NULL,
+         size bigint NOT NULL CHECK (size >= 0),
+         sha256 text CHECK (sha256 IS NULL OR sha256 ~ '^[0-9a-f]{64}$'),
+         content_type text NOT NULL,
+         chunk_size integer NOT NULL CHECK (chunk_size > 0),
+         chunks integer NOT NULL CHECK (chunks >= 0),
+         uploaded_at timestamptz NOT NULL,
+         created_at timestamptz NOT NULL DEFAULT now()
+       )`,
+      `CREATE INDEX artifacts_machine ON artifacts (customer_id, machine_id, software, uploaded_at DESC)`,
+    ],
+  },
+  {
+    id: '0006-commands',
+    sql: [
+      // Agent commands (docs/api.md "Agent commands"). A command is queued by a dashboard user for
+      // one instance, offered to the agent in the answer to each heartbeat or status report until
+      // acked, and ends succeeded, failed, expired (queued too long), timed_out (delivered, no ack
+      // in time) or cancelled. Deadlines are fixed when the state is entered (expires_at at queue
+      // time, ack_deadline at the first delivery), so the sweep only compares times.
+      `CREATE TABLE commands (
+         id uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+         customer_id uuid NOT NULL REFERENCES customers(id) ON DELETE CASCADE,
+         instance_id uuid NOT NULL REFERENCES instances(id) ON DELETE CASCADE,
+         module text NOT NULL,
+         command text NOT NULL,
+         args jsonb NOT NULL DEFAULT '{}',
+         state text NOT NULL DEFAULT 'queued'
+           CHECK (state IN ('queued', 'delivered', 'succeeded', 'failed', 'expired', 'timed_out', 'cancelled')),
+         created_by uuid REFERENCES users(id) ON DELETE SET NULL,
+         created_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+         expires_at timestamptz NOT NULL,
+         delivered_at timestamptz,
+         last_delivered_at timestamptz,
+         ack_deadline timestamptz,
+         finished_at timestamptz,
+         result_message text,
+         result_output jsonb,
+         updated_at timestamptz NOT NULL DEFAULT clock_timestamp()
+       )`,
+      `CREATE TRIGGER commands_touch BEFORE UPDATE ON commands FOR EACH ROW EXECUTE FUNCTION touch_updated_at()`,
+      `CREATE INDEX commands_instance ON commands (instance_id, created_at DESC)`,
+      `CREATE INDEX commands_customer ON commands (customer_id)`,
+      // What the gateways keep in memory, and what the expiry sweep looks at: only open commands.
+      `CREATE INDEX commands_open ON commands (created_at) WHERE state IN ('queued', 'delivered')`,
+      `CREATE INDEX commands_queued_expiry ON commands (expires_at) WHERE state = 'queued'`,
+      `CREATE INDEX commands_ack_deadline ON commands (ack_deadline) WHERE state = 'delivered'`,
+      // Every change of state with its time; a command enters each state at most once, so the key
+      // makes every write here idempotent (a redelivered batch changes nothing).
+      `CREATE TABLE command_events (
+         command_id uuid NOT NULL REFERENCES commands(id) ON DELETE CASCADE,
+         state text NOT NULL,
+         at timestamptz NOT NULL,
+         actor text NOT NULL DEFAULT '',
+         detail text,
+         PRIMARY KEY (command_id, state)
+       )`,
     ],
   },
   {
