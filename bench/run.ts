@@ -115,9 +115,12 @@ export async function runBench(cfg: Config, root: string, args: string[]): Promi
     }
     if (want('e2e')) results.e2e = await e2e();
     if (want('drain')) results.drain = await drain();
-    for (const extra of ['traffic-light', 'commands']) {
-      if (!want(extra)) continue;
-      results[extra.replace('-', '_')] = runScript(extra);
+    // Scenarios that live in scripts of their own (each prints one JSON object).
+    if (want('traffic-light')) {
+      results.traffic_light = runScript('traffic-light', opt.quick ? ['--instances', '10000', '--timeout-s', '10'] : [], {});
+    }
+    if (want('commands')) {
+      results.commands = runScript('commands', [], opt.quick ? { BENCH_INSTANCES: '2000', BENCH_DURATION_S: '3', BENCH_ROUNDS: '1', BENCH_WARMUP_S: '1' } : {});
     }
   } finally {
     await Promise.all(started.map((p) => p.stop()));
@@ -259,11 +262,11 @@ export async function runBench(cfg: Config, root: string, args: string[]): Promi
   }
 
   /** A scenario living in its own script (bench/<name>.ts) that prints one JSON object. */
-  function runScript(name: string): unknown {
-    log(`running bench/${name}`);
-    const r = spawnSync(process.execPath, [join(root, 'dist', 'bench', `${name}.js`), ...(opt.quick ? ['--quick'] : [])], {
+  function runScript(name: string, args: string[], extraEnv: Record<string, string>): unknown {
+    log(`running bench/${name} ${args.join(' ')}`);
+    const r = spawnSync(process.execPath, [join(root, 'dist', 'bench', `${name}.js`), ...args], {
       cwd: root,
-      env: { ...process.env },
+      env: { ...process.env, ...extraEnv },
       encoding: 'utf8',
       stdio: ['ignore', 'pipe', 'inherit'],
       timeout: 30 * 60_000,

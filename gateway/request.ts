@@ -45,7 +45,7 @@ export class Ctx {
     this.done = true;
     const res = this.res;
     res.cork(() => {
-      res.writeStatus(status === 200 ? '200 OK' : statusLine(status));
+      if (status !== 200) res.writeStatus(statusLine(status)); // 200 OK is uWS's default
       res.writeHeader('Content-Type', 'application/json');
       if (headers) for (const k in headers) res.writeHeader(k, headers[k]!);
       res.end(body, close);
