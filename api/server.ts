@@ -24,6 +24,7 @@ import { docsHandlers } from './handlers/docs.js';
 import { accountHandlers } from './handlers/accounts.js';
 import { tokenHandlers } from './handlers/tokens.js';
 import { licenceHandlers } from './handlers/licences.js';
+import { dashboardHandlers } from './handlers/dashboard.js';
 
 export interface ApiDeps {
   cfg: Config;
@@ -60,6 +61,7 @@ export async function buildApi(d: ApiDeps): Promise<FastifyInstance> {
     ...accountHandlers(d),
     ...tokenHandlers(d),
     ...licenceHandlers(d),
+    ...dashboardHandlers(d),
     api_healthz: () => ({ ok: true }),
     api_readyz: async (_req, reply) => {
       try {

@@ -1,0 +1,145 @@
+// What the API returns, typed from the same TypeBox schemas the server validates and documents with
+// (type-only imports: nothing of the server ends up in the bundle). A schema change that the
+// dashboard does not follow fails the dashboard's type check.
+import type { Static } from '@sinclair/typebox';
+import type * as Api from '../../lib/schemas/api.js';
+import type * as Acc from '../../lib/schemas/accounts.js';
+import type * as Wl from '../../lib/schemas/whitelist.js';
+import type * as Help from '../../lib/schemas/help.js';
+import type * as St from '../../lib/schemas/status.js';
+
+export type Light = Static<typeof Api.Light>;
+/** `light_since`: when it took this colour (traffic-light events, issue 4). */
+export type Instance = Static<typeof Api.Instance> & { light_since?: string | null };
+export type InstanceList = Omit<Static<typeof Api.InstanceList>, 'items' | 'groups'> & {
+  items: Instance[];
+  groups?: { key: string | null; count: number; items: Instance[] }[];
+};
+export type InstanceDetail = Instance & { snapshot: Record<string, unknown> | null };
+export type Diagnostic = Static<typeof Api.Diagnostic>;
+export type Session = Static<typeof Api.Session>;
+export type Me = Static<typeof Acc.Me>;
+export type CustomerRef = Static<typeof Acc.CustomerRef>;
+export type MyCustomers = Static<typeof Acc.MyCustomers>;
+export type ApiToken = Static<typeof Acc.ApiToken>;
+export type CreatedToken = Static<typeof Acc.CreatedToken>;
+export type LicenceStatus = Static<typeof Acc.LicenceStatus>;
+export type OnboardingStatus = Static<typeof Acc.OnboardingStatus>;
+export type SupportInfo = Static<typeof Acc.SupportInfo>;
+export type Member = Static<typeof Acc.Member>;
+export type WhitelistRule = Static<typeof Wl.WhitelistRule>;
+export type WhitelistRuleInput = Static<typeof Wl.WhitelistRuleInput>;
+export type HelpText = Static<typeof Help.HelpText>;
+export type InstanceStatus = Static<typeof St.InstanceStatus>;
+export type Role = 'owner' | 'admin' | 'viewer';
+
+/** A change of an instance's colour (GET /api/instances/{id}/events, the live stream). */
+export interface LightEvent {
+  id: string;
+  instance_id: string;
+  machine_id?: string;
+  machine?: string;
+  software?: string;
+  seq: number;
+  from: Light | null;
+  to: Light;
+  reason: string;
+  cause?: string;
+  at: string;
+  recorded_at?: string;
+}
+
+export interface FleetSummary {
+  total: number;
+  lights: Record<Light, number>;
+}
+
+export interface Webhook {
+  id: string;
+  url: string;
+  description?: string | null;
+  created_at: string;
+  last_success_at?: string | null;
+  last_failure_at?: string | null;
+  last_error?: string | null;
+  consecutive_failures?: number;
+  secret?: string;
+}
+
+export interface WebhookDelivery {
+  event_id: string;
+  instance_id: string;
+  from: Light;
+  to: Light;
+  event_at: string;
+  state: 'retrying' | 'delivered' | 'failed';
+  attempts: number;
+  last_status: number | null;
+  last_error: string | null;
+  first_attempt_at: string;
+  last_attempt_at: string;
+  next_attempt_at: string | null;
+  delivered_at: string | null;
+}
+
+export interface MetricName {
+  name: string;
+  points: number;
+  first: string;
+  last: string;
+}
+export interface MetricPoint {
+  t: string;
+  avg: number;
+  min: number;
+  max: number;
+  count: number;
+}
+export interface MetricSeries {
+  machine_id: string;
+  name: string;
+  from: string;
+  to: string;
+  step_s: number;
+  points: MetricPoint[];
+}
+
+export interface Artifact {
+  id: string;
+  machine_id: string;
+  machine: string;
+  instance_id: string | null;
+  software: string;
+  filename: string;
+  size: number;
+  sha256: string | null;
+  content_type: string;
+  uploaded_at: string;
+  download: string;
+}
+
+export type CommandState = 'queued' | 'delivered' | 'succeeded' | 'failed' | 'expired' | 'timed_out' | 'cancelled';
+export interface AvailableCommand {
+  module: string;
+  name: string;
+  label: string | null;
+  params: unknown;
+}
+export interface Command {
+  id: string;
+  instance_id: string;
+  module: string;
+  command: string;
+  args: Record<string, unknown>;
+  state: CommandState;
+  created_by: string | null;
+  created_at: string;
+  expires_at: string;
+  delivered_at: string | null;
+  last_delivered_at: string | null;
+  ack_deadline: string | null;
+  finished_at: string | null;
+  result_message: string | null;
+  result_output: unknown;
+  history: { state: CommandState; at: string; actor: string; detail: string | null }[];
+}
