@@ -64,7 +64,15 @@ export function App() {
       first.current = false;
       return;
     }
-    requestAnimationFrame(() => document.getElementById('page-title')?.focus());
+    if (match(loc.path).name === 'login') return; // the login page focuses its first field
+    // The heading may come only with the page's data: look for it for a few seconds.
+    let tries = 0;
+    const id = setInterval(() => {
+      const h = document.getElementById('page-title');
+      if (h || ++tries > 60) clearInterval(id);
+      h?.focus();
+    }, 50);
+    return () => clearInterval(id);
   }, [loc.path]);
 
   const role = me?.active_customer?.role ?? null;

@@ -42,6 +42,13 @@ const en = {
   'severity.info': 'Info',
   'severity.warning': 'Warning',
   'severity.error': 'Error',
+  'reason.ok': 'ok',
+  'reason.noHeartbeatYet': 'no heartbeat yet',
+  'reason.stopped': 'status stopped',
+  'reason.silent': 'no heartbeat for more than {s} s',
+  'reason.error': 'status error',
+  'reason.degraded': 'status degraded',
+  'reason.warning': 'warning or error diagnostic in the last {min} min',
   'role.viewer': 'viewer',
   'role.admin': 'admin',
   'role.owner': 'owner',
@@ -335,6 +342,13 @@ const de: Record<Key, string> = {
   'severity.info': 'Info',
   'severity.warning': 'Warnung',
   'severity.error': 'Fehler',
+  'reason.ok': 'in Ordnung',
+  'reason.noHeartbeatYet': 'noch kein Heartbeat',
+  'reason.stopped': 'Status gestoppt',
+  'reason.silent': 'seit mehr als {s} s kein Heartbeat',
+  'reason.error': 'Status Fehler',
+  'reason.degraded': 'Status eingeschränkt',
+  'reason.warning': 'Warnung oder Fehler in den letzten {min} min',
   'role.viewer': 'Betrachter',
   'role.admin': 'Administrator',
   'role.owner': 'Eigentümer',
@@ -586,6 +600,24 @@ const de: Record<Key, string> = {
   'support.title': 'Support',
   'support.contact': 'Ihr Ansprechpartner',
 };
+
+/** The server's reason for a colour (lib/traffic-light.ts) in the page's language; unknown ones as sent. */
+export function reasonText(reason: string | null | undefined, t: Translate): string {
+  if (!reason) return '';
+  const fixed: Record<string, Key> = {
+    ok: 'reason.ok',
+    'no heartbeat yet': 'reason.noHeartbeatYet',
+    'status stopped': 'reason.stopped',
+    'status error': 'reason.error',
+    'status degraded': 'reason.degraded',
+  };
+  if (fixed[reason]) return t(fixed[reason]!);
+  let m = /^no heartbeat for more than (\d+(?:\.\d+)?) s$/.exec(reason);
+  if (m) return t('reason.silent', { s: m[1]! });
+  m = /^warning or error diagnostic in the last (\d+) min$/.exec(reason);
+  if (m) return t('reason.warning', { min: m[1]! });
+  return reason;
+}
 
 const DICTS: Record<Lang, Record<Key, string>> = { en, de };
 

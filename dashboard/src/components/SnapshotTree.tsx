@@ -1,5 +1,5 @@
-// The status snapshot as a tree: objects and arrays fold (native <details>, so keyboard and screen
-// readers know them), typed leaves (5.10.0; resolved by the API to {value, type, unit, label, hint,
+// The status snapshot as a tree of nested lists: objects and arrays fold (native <details>, so
+// keyboard and screen readers know them), typed leaves (5.10.0; resolved by the API to {value, type, unit, label, hint,
 // display}) show their label, the value with its unit, and the hint; untyped values as they are.
 import { useApp } from '../ctx.js';
 
@@ -28,44 +28,46 @@ function isLeafy(v: unknown): boolean {
 function Node({ name, value, depth, path }: { name: string; value: unknown; depth: number; path: string }) {
   if (isTyped(value)) {
     return (
-      <div class="snap-leaf typed" data-path={path}>
-        <dt title={`${path} (${value.type})`}>
+      <li class="snap-leaf typed" data-path={path}>
+        <span class="snap-k" title={`${path} (${value.type})`}>
           {value.label ?? name}
           {value.label && <span class="snap-key"> {name}</span>}
-        </dt>
-        <dd>
+        </span>
+        <span class="snap-v">
           <span class="snap-value">{value.display}</span>
           {value.unit && !value.display.endsWith(value.unit) && <span class="snap-unit"> {value.unit}</span>}
-          {value.hint && <div class="snap-hint">{value.hint}</div>}
-        </dd>
-      </div>
+          {value.hint && <span class="snap-hint">{value.hint}</span>}
+        </span>
+      </li>
     );
   }
   if (isLeafy(value)) {
     const text = Array.isArray(value) ? value.map(scalar).join(', ') || '[]' : scalar(value);
     return (
-      <div class="snap-leaf" data-path={path}>
-        <dt title={path}>{name}</dt>
-        <dd>
+      <li class="snap-leaf" data-path={path}>
+        <span class="snap-k" title={path}>
+          {name}
+        </span>
+        <span class="snap-v">
           <span class="snap-value">{text}</span>
-        </dd>
-      </div>
+        </span>
+      </li>
     );
   }
   const entries: [string, unknown][] = Array.isArray(value) ? value.map((v, i) => [`[${i}]`, v]) : Object.entries(value as Record<string, unknown>);
   return (
-    <div class="snap-branch" data-path={path}>
+    <li class="snap-branch" data-path={path}>
       <details open={depth < 2}>
         <summary>
           {name} <span class="muted small">({entries.length})</span>
         </summary>
-        <dl class="snap">
+        <ul class="snap">
           {entries.map(([k, v]) => (
             <Node key={k} name={k} value={v} depth={depth + 1} path={`${path}/${k}`} />
           ))}
-        </dl>
+        </ul>
       </details>
-    </div>
+    </li>
   );
 }
 
@@ -73,10 +75,10 @@ export function SnapshotTree({ snapshot }: { snapshot: Record<string, unknown> |
   const { t } = useApp();
   if (!snapshot || Object.keys(snapshot).length === 0) return <p class="muted">{t('instance.noSnapshot')}</p>;
   return (
-    <dl class="snap snap-root">
+    <ul class="snap snap-root">
       {Object.entries(snapshot).map(([k, v]) => (
         <Node key={k} name={k} value={v} depth={0} path={k} />
       ))}
-    </dl>
+    </ul>
   );
 }

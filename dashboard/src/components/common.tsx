@@ -4,6 +4,7 @@ import type { ComponentChildren } from 'preact';
 import { useCallback, useEffect, useRef, useState } from 'preact/hooks';
 import { ApiError, get } from '../api.js';
 import { useApp } from '../ctx.js';
+import { reasonText } from '../i18n.js';
 import type { Light } from '../types.js';
 
 /** The colour as a shape and a word: never colour alone. */
@@ -11,7 +12,7 @@ export function LightBadge({ light, reason, compact }: { light: Light; reason?: 
   const { t } = useApp();
   const word = t(`light.${light}`);
   return (
-    <span class={`light light-${light}${compact ? ' compact' : ''}`} title={reason ?? undefined} data-light={light}>
+    <span class={`light light-${light}${compact ? ' compact' : ''}`} title={reason ? reasonText(reason, t) : undefined} data-light={light}>
       <LightShape light={light} />
       <span class="light-word">{word}</span>
     </span>

@@ -5,6 +5,7 @@
 import { useEffect, useMemo, useRef, useState } from 'preact/hooks';
 import { get, qs } from '../api.js';
 import { useApp } from '../ctx.js';
+import { reasonText } from '../i18n.js';
 import { ago, shortTime } from '../format.js';
 import { useLive, useLiveState } from '../live.js';
 import { navigate, useLocation } from '../router.js';
@@ -204,7 +205,7 @@ export function FleetPage() {
                     <a href={`/instances/${i.id}`} class="instance-link">
                       <strong>{i.machine}</strong> <span class="sep">/</span> {i.software}
                     </a>
-                    {i.light !== 'green' && <div class="muted small">{i.light_reason}</div>}
+                    {i.light !== 'green' && <div class="muted small">{reasonText(i.light_reason, t)}</div>}
                   </td>
                   <td data-label={by === 'location' ? t('fleet.col.group') : t('fleet.col.location')}>{(by === 'location' ? i.group : i.location) ?? <span class="muted">—</span>}</td>
                   <td data-label={t('fleet.col.status')}>

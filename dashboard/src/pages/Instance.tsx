@@ -8,7 +8,7 @@ import { ApiError, post, qs } from '../api.js';
 import { useApp } from '../ctx.js';
 import { ago, bytes, dateTime, duration, shortTime } from '../format.js';
 import { useLive } from '../live.js';
-import type { Lang } from '../i18n.js';
+import { reasonText, type Lang } from '../i18n.js';
 import type { Artifact, AvailableCommand, Command, Diagnostic, HelpText, InstanceDetail, InstanceStatus, LightEvent, MetricName, MetricSeries } from '../types.js';
 import { ErrorNote, LightBadge, Loading, Section, useAction, useFetch, useInterval } from '../components/common.js';
 import { SnapshotTree } from '../components/SnapshotTree.js';
@@ -66,7 +66,7 @@ export function InstancePage({ id }: { id: string }) {
         <LightBadge light={i.light} reason={i.light_reason} />
       </div>
       <p class="light-reason" data-testid="light-reason">
-        {i.light_reason}
+        {reasonText(i.light_reason, t)}
         {i.light_since && (
           <span class="muted">
             {' '}
@@ -325,7 +325,7 @@ function HistorySection({ id }: { id: string }) {
               <span class="change">
                 {e.from ? <LightBadge light={e.from} compact /> : <span class="muted">—</span>} <span aria-label={t('history.to')}>→</span> <LightBadge light={e.to} compact />
               </span>
-              <span class="reason">{e.reason}</span>
+              <span class="reason">{reasonText(e.reason, t)}</span>
               {e.cause && <span class="muted small">{CAUSES.includes(e.cause as Cause) ? t(`history.cause.${e.cause as Cause}`) : e.cause}</span>}
             </li>
           ))}

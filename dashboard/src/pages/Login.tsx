@@ -1,6 +1,6 @@
 // Log in with e-mail (or user name) and password. The server sets the HttpOnly session cookie; the
 // page keeps nothing (the token in the answer is not stored anywhere).
-import { useState } from 'preact/hooks';
+import { useEffect, useRef, useState } from 'preact/hooks';
 import { ApiError, post } from '../api.js';
 import { useApp } from '../ctx.js';
 import { navigate, useLocation } from '../router.js';
@@ -20,6 +20,9 @@ export function LoginPage() {
   const [password, setPassword] = useState('');
   const [busy, setBusy] = useState(false);
   const [error, setError] = useState<string | null>(null);
+  const emailRef = useRef<HTMLInputElement>(null);
+  // The page is drawn after the session check, too late for the autofocus attribute: focus by hand.
+  useEffect(() => emailRef.current?.focus(), []);
 
   const submit = async (e: Event) => {
     e.preventDefault();
@@ -46,7 +49,7 @@ export function LoginPage() {
         <p class="muted">{t('login.intro')}</p>
         <div class="field">
           <label for="login-email">{t('login.email')}</label>
-          <input id="login-email" name="email" type="text" inputMode="email" autoComplete="username" required value={email} onInput={(e) => setEmail(e.currentTarget.value)} autoFocus />
+          <input ref={emailRef} id="login-email" name="email" type="text" inputMode="email" autoComplete="username" required value={email} onInput={(e) => setEmail(e.currentTarget.value)} />
         </div>
         <div class="field">
           <label for="login-password">{t('login.password')}</label>
