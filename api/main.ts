@@ -1,5 +1,6 @@
 // Read-API process: dashboard, auth and queries, apart from the ingest path. Reads top-down:
-// config -> Postgres, ClickHouse -> Fastify app from the route table -> listen -> graceful close.
+// config -> Postgres, ClickHouse, Redis, NATS (in the background) -> Fastify app from the route
+// table -> listen -> graceful close.
 import { loadConfig } from '../lib/config.js';
 import { createLogger } from '../lib/log.js';
 import { createMetrics } from '../lib/metrics.js';
@@ -7,9 +8,13 @@ import { createPool } from '../lib/db/postgres.js';
 import { createClickHouse } from '../lib/db/clickhouse.js';
 import { createRedis } from '../lib/db/redis.js';
 import { Sessions } from './session.js';
+import { connectNats, type NatsConnection } from '../lib/db/nats.js';
+import { LightHub } from './light-stream.js';
 import { buildApi } from './server.js';
+import { ArtifactStore } from '../lib/artifacts.js';
 
 const cfg = loadConfig();
+let closing = false;
 const log = createLogger('api', cfg.logLevel);
 const metrics = createMetrics('api');
 const pool = createPool(cfg.databaseUrl, 10, 'fleet-api');
@@ -20,17 +25,40 @@ redis.on('error', (e) => log.warn({ err: e }, 'redis error'));
 const sessions = new Sessions(cfg.api.jwtSecret, cfg.api.jwtTtlS);
 if (sessions.ephemeral) log.warn('JWT_SECRET not set: sessions are signed with a random key of this process only (they end with it, and other replicas reject them)');
 
-const app = await buildApi({ cfg, log, metrics, pool, ch, redis, sessions });
+// NATS, connected in the background so the api starts (and serves everything else) while NATS is
+// away: it feeds the live stream of traffic-light changes (one subscription per process) and the
+// artifact downloads (which answer 503 until the store is reachable).
+const sseEvents = metrics.counter('api_light_stream_events_total', 'Traffic-light events written to live streams');
+const lights = new LightHub(log, cfg.api.sseKeepaliveS, cfg.api.sseMaxClients, (n) => sseEvents.inc(n));
+let nc: NatsConnection | null = null;
+let artifacts: ArtifactStore | null = null;
+void (async () => {
+  const c = await connectNats(cfg.natsUrl, `api-${process.pid}`);
+  nc = c;
+  if (closing) return void c.close();
+  lights.attach(c, cfg.subjectPrefix);
+  for (;;) {
+    try {
+      artifacts = await ArtifactStore.open(c, cfg);
+      return;
+    } catch (e) {
+      log.warn({ err: e }, 'artifact store not reachable; retrying in 2 s');
+      await new Promise((r) => setTimeout(r, 2000));
+    }
+  }
+})().catch((e) => log.error({ err: e }, 'NATS connection failed: no live traffic-light stream, no downloads'));
+
+const app = await buildApi({ cfg, log, metrics, pool, ch, redis, sessions, artifacts: () => artifacts, lights });
 await app.listen({ host: cfg.api.host, port: cfg.api.port });
 const addr = app.server.address();
 log.info({ host: cfg.api.host, port: typeof addr === 'object' && addr ? addr.port : cfg.api.port }, 'listening');
 
-let closing = false;
 async function shutdown(why: string): Promise<void> {
   if (closing) return;
   closing = true;
   log.info({ why }, 'shutting down');
   await app.close();
+  await (nc as NatsConnection | null)?.drain().catch(() => {});
   await Promise.allSettled([pool.end(), ch.close(), redis.quit()]);
   log.info('stopped');
   process.exit(0);

@@ -24,6 +24,12 @@ import { docsHandlers } from './handlers/docs.js';
 import { accountHandlers } from './handlers/accounts.js';
 import { tokenHandlers } from './handlers/tokens.js';
 import { licenceHandlers } from './handlers/licences.js';
+import { metricHandlers } from './handlers/metrics.js';
+import { artifactHandlers } from './handlers/artifacts.js';
+import type { ArtifactStore } from '../lib/artifacts.js';
+import { trafficLightHandlers } from './handlers/traffic-light.js';
+import { webhookHandlers } from './handlers/webhooks.js';
+import type { LightHub } from './light-stream.js';
 import { dashboardHandlers } from './handlers/dashboard.js';
 
 export interface ApiDeps {
@@ -34,6 +40,10 @@ export interface ApiDeps {
   ch: ClickHouseClient;
   redis: Redis;
   sessions: Sessions;
+  /** Artifact chunks in NATS; null until the api has connected to NATS (downloads answer 503). */
+  artifacts: () => ArtifactStore | null;
+  /** The live stream of traffic-light changes (fed from NATS). */
+  lights: LightHub;
 }
 
 type Handler = (req: FastifyRequest, reply: FastifyReply) => Promise<unknown> | unknown;
@@ -49,6 +59,8 @@ export async function buildApi(d: ApiDeps): Promise<FastifyInstance> {
   });
 
   await app.register(cookie);
+  // Open live streams end before the server closes, or close would wait for them.
+  app.addHook('preClose', async () => d.lights.close());
 
   const handlers: Record<string, Handler> = {
     ...authHandlers(d),
@@ -61,6 +73,10 @@ export async function buildApi(d: ApiDeps): Promise<FastifyInstance> {
     ...accountHandlers(d),
     ...tokenHandlers(d),
     ...licenceHandlers(d),
+    ...metricHandlers(d),
+    ...artifactHandlers(d),
+    ...trafficLightHandlers(d),
+    ...webhookHandlers(d),
     ...dashboardHandlers(d),
     api_healthz: () => ({ ok: true }),
     api_readyz: async (_req, reply) => {

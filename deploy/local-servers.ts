@@ -4,9 +4,9 @@
 // a pid file, so a server orphaned by a killed runner is stopped at the next start.
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { existsSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync, chownSync, readdirSync } from 'node:fs';
+import { existsSync, mkdirSync, openSync, readFileSync, readlinkSync, rmSync, writeFileSync, chownSync, readdirSync } from 'node:fs';
 import { connect as netConnect } from 'node:net';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import type { Config } from '../lib/config.js';
 
 export interface LocalServer {
@@ -36,11 +36,31 @@ async function waitExit(pid: number, ms: number): Promise<boolean> {
   return !alive(pid);
 }
 
+/**
+ * Whether `pid` is a server of ours for `dir`: its working directory or its command line names the
+ * folder. A pid file can outlive its process and the pid be reused by anything else, which must not
+ * be killed (Redis rewrites its command line, hence the working directory too).
+ */
+function servesDir(pid: number, dir: string): boolean {
+  try {
+    const cwd = readlinkSync(`/proc/${pid}/cwd`);
+    if (cwd === dir || cwd.startsWith(dir + '/')) return true;
+  } catch {
+    /* not ours to inspect, or gone */
+  }
+  try {
+    return readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes(dir);
+  } catch {
+    return false;
+  }
+}
+
 /** Stops a server left running by an earlier runner that was killed without cleaning up. */
 async function stopStale(pidFile: string, log: Log): Promise<void> {
   if (!existsSync(pidFile)) return;
   const pid = Number(readFileSync(pidFile, 'utf8').split('\n')[0]);
-  if (pid > 0 && alive(pid)) {
+  const dir = dirname(pidFile);
+  if (pid > 0 && alive(pid) && servesDir(pid, dir)) {
     log(`stopping a server left from an earlier run (pid ${pid})`);
     process.kill(pid, 'SIGTERM');
     if (!(await waitExit(pid, 20_000))) process.kill(pid, 'SIGKILL');

@@ -189,7 +189,21 @@ async function start(): Promise<void> {
   ];
   if (shuttingDown) return;
   for (const a of apps) launch(a);
-  log(`gateway http://${cfg.gateway.host}:${cfg.gateway.port}  api http://${cfg.api.host}:${cfg.api.port}  (Ctrl-C stops everything)`);
+  // Say "up" only once the front doors answer ready: the README's curl works from that line on.
+  const g = `http://${cfg.gateway.host}:${cfg.gateway.port}`;
+  const a = `http://${cfg.api.host}:${cfg.api.port}`;
+  await Promise.all([waitReady(`${g}/readyz`), waitReady(`${a}/readyz`)]);
+  if (!shuttingDown) log(`gateway ${g}  api ${a}  (Ctrl-C stops everything)`);
+}
+
+async function waitReady(url: string, ms = 120_000): Promise<void> {
+  const until = Date.now() + ms;
+  while (Date.now() < until) {
+    const ok = await fetch(url, { signal: AbortSignal.timeout(1000) }).then((r) => r.ok, () => false);
+    if (ok) return;
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  log(`${url} not ready after ${ms} ms; see the logs above`);
 }
 
 async function test(args: string[]): Promise<void> {

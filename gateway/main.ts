@@ -15,6 +15,8 @@ import { BatchPublisher } from './publisher.js';
 import { RejectionLog } from './rejection-log.js';
 import { registerRoutes } from './server.js';
 import { HelpCoverage } from './help-coverage.js';
+import { createRedis } from '../lib/db/redis.js';
+import { ArtifactStore } from '../lib/artifacts.js';
 
 const cfg = loadConfig();
 const log = createLogger('gateway', cfg.logLevel);
@@ -55,6 +57,11 @@ async function checkStream(): Promise<void> {
   }
 }
 await checkStream();
+// Artifact uploads: upload records (KV) and chunks (object store) in JetStream.
+const artifacts = await ArtifactStore.open(nc, cfg);
+// Host metrics only: the register of client_metric_ids (one round trip per metrics request).
+const redis = createRedis(cfg.redisUrl);
+redis.on('error', (e) => log.warn({ err: e }, 'redis error'));
 
 const publishHist = metrics.histogram('gateway_publish_seconds', 'JetStream publish round trip per group', [0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5]);
 const groupHist = metrics.histogram('gateway_publish_group_reports', 'Reports per JetStream publish', [1, 2, 5, 10, 20, 50, 100, 200, 500]);
@@ -115,6 +122,8 @@ registerRoutes(app, {
   rejections,
   help,
   licences,
+  redis,
+  artifacts,
   isReady: () => publisher.connected && streamOk && !closing,
   isClosing: () => closing,
 });
@@ -138,6 +147,7 @@ async function shutdown(why: string): Promise<void> {
   licences.stop();
   await nc.drain().catch(() => {});
   await pool.end().catch(() => {});
+  await redis.quit().catch(() => {});
   log.info('stopped');
   process.exit(0);
 }

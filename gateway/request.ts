@@ -9,6 +9,8 @@ export class Ctx {
   done = false;
   bodySize = 0;
   bodyDeadline = 0;
+  /** Runs once, when the response has been sent or the client went away (resource release). */
+  onEnd: (() => void) | null = null;
   private remoteText: string | null = null;
 
   constructor(
@@ -19,7 +21,14 @@ export class Ctx {
   ) {
     res.onAborted(() => {
       this.aborted = true;
+      this.ended();
     });
+  }
+
+  private ended(): void {
+    const f = this.onEnd;
+    this.onEnd = null;
+    f?.();
   }
 
   /** The client's address: X-Forwarded-For's first hop when the proxy is trusted, else the peer. */
@@ -41,6 +50,7 @@ export class Ctx {
       if (headers) for (const k in headers) res.writeHeader(k, headers[k]!);
       res.end(body, close);
     });
+    this.ended();
   }
 
   sendError(err: HttpError): void {

@@ -21,6 +21,10 @@ import type { RejectionLog } from './rejection-log.js';
 import type { LicenceGate } from './licence-gate.js';
 import { RateLimiter } from './rate-limiter.js';
 import { acceptedAnswer, type HelpCoverage } from './help-coverage.js';
+import type { Redis } from '../lib/db/redis.js';
+import type { ArtifactStore } from '../lib/artifacts.js';
+import { metricsRoute } from './metrics.js';
+import { artifactRoutes } from './artifacts.js';
 
 export interface GatewayDeps {
   cfg: Config;
@@ -32,11 +36,42 @@ export interface GatewayDeps {
   help: HelpCoverage;
   /** Refuses machines new to a customer past its licence grace period (in memory, no query). */
   licences: LicenceGate;
+  /** Host metrics: the register of client_metric_ids seen (exact duplicate counts). */
+  redis: Redis;
+  /** Artifact uploads: upload records and chunks in JetStream (KV and object store). */
+  artifacts: ArtifactStore;
   isReady(): boolean;
   isClosing(): boolean;
 }
 
-type Handler = (res: HttpResponse, req: HttpRequest) => void;
+export type Handler = (res: HttpResponse, req: HttpRequest) => void;
+
+/** What a route on the JSON ingest path does with a validated body instead of queueing one report. */
+export type Finish = (ctx: Ctx, tok: TokenInfo, raw: Buffer, data: Record<string, unknown>, path: IngestPath, idemKey: string) => void;
+export interface IngestPath {
+  customer: string;
+  machine: string;
+  software: string;
+}
+export interface JsonRoute {
+  /** Fixed software: the metrics path has the literal segment `logcollector` there. */
+  software?: string;
+  validate?: Validator<unknown>;
+  finish?: Finish;
+}
+
+/** What the handlers in gateway/metrics.ts and gateway/artifacts.ts share with this file. */
+export interface Kit {
+  d: GatewayDeps;
+  reject(ctx: Ctx, kind: string, err: HttpError, token?: TokenInfo, customer?: string): void;
+  /** 503 / 400 / 403 / 429 checks before the body; null when already answered. */
+  begin(ctx: Ctx, kind: string, path: IngestPath, authorization: string): { bearer: string; known: TokenInfo | undefined } | null;
+  /** The token for a bearer the in-memory copy did not know; null when refused (answered). */
+  resolveToken(ctx: Ctx, kind: string, bearer: string, customer: string): Promise<TokenInfo | null>;
+  pendingBodies: Set<Ctx>;
+  /** Counts a successful answer in gateway_responses_total. */
+  answered(kind: string, status: number): void;
+}
 
 const OK = '{"ok":true}';
 
@@ -82,7 +117,7 @@ export function registerRoutes(app: TemplatedApp, d: GatewayDeps): void {
     return new HttpError(429, `over the rate limit of ${cfg.gateway.rateLimit} requests/s for this token`, { retryAfterS: limiter.retryAfterS() });
   }
 
-  const validators: Record<ReportKind, Validator<unknown>> = {
+  const validators: Partial<Record<ReportKind, Validator<unknown>>> = {
     heartbeat: compile(Heartbeat),
     diagnostics: compile(diagnosticsSchema(cfg.gateway.maxItems)),
     status: compile(Status),
@@ -90,7 +125,7 @@ export function registerRoutes(app: TemplatedApp, d: GatewayDeps): void {
   };
 
   /** Checks beyond what JSON Schema can say (sizes of nested trees). */
-  function extraChecks(kind: ReportKind, body: Record<string, unknown>, rawSize: number): HttpError | null {
+  function extraChecks(kind: string, body: Record<string, unknown>, rawSize: number): HttpError | null {
     if (kind === 'status' && body.snapshot !== undefined) {
       if (rawSize > SNAPSHOT_MAX_BYTES && Buffer.byteLength(JSON.stringify(body.snapshot)) > SNAPSHOT_MAX_BYTES) {
         return new HttpError(413, `snapshot larger than ${SNAPSHOT_MAX_BYTES} bytes`);
@@ -105,32 +140,22 @@ export function registerRoutes(app: TemplatedApp, d: GatewayDeps): void {
     return null;
   }
 
-  function ingestReport(kind: ReportKind): Handler {
-    const validate = validators[kind];
+  function ingestReport(kind: string, route: JsonRoute = {}): Handler {
+    const validate = route.validate ?? validators[kind as ReportKind]!;
     return (res, req) => {
       // Copy what we need from req now: uWS reuses it once this function returns.
       const ctx = new Ctx(res, 'POST', req.getUrl(), cfg.gateway.trustProxy ? req.getHeader('x-forwarded-for') : '');
       const customer = req.getParameter(0)!;
       const machine = req.getParameter(1)!;
-      const software = req.getParameter(2)!;
+      const software = route.software ?? req.getParameter(2)!;
       const authorization = req.getHeader('authorization');
       const contentType = req.getHeader('content-type');
       const contentLength = req.getHeader('content-length');
       const idemKey = req.getHeader('idempotency-key');
 
-      if (d.isClosing()) return reject(ctx, kind, new HttpError(503, 'gateway shutting down; retry', { retryAfterS: 1 }));
-      for (const [name, value] of [['customer', customer], ['machine', machine], ['software', software]] as const) {
-        if (!isSlug(value)) {
-          return reject(ctx, kind, badRequest(`invalid ${name} slug ${JSON.stringify(value.slice(0, 80))}: must match ^[a-z0-9][a-z0-9-]*$ (1 to 64 characters)`), undefined, isSlug(customer) ? customer : '');
-        }
-      }
-      const bearer = parseBearer(authorization);
-      if (bearer === null) return reject(ctx, kind, forbidden('missing bearer token: send Authorization: Bearer <API token>'), undefined, customer);
-      const known = d.tokens.peek(bearer);
-      if (known !== undefined) {
-        const err = authorise(known, customer) ?? rateLimited(known);
-        if (err) return reject(ctx, kind, err, known, customer);
-      }
+      const gate = begin(ctx, kind, { customer, machine, software }, authorization);
+      if (gate === null) return;
+      const { bearer, known } = gate;
       if (!isJson(contentType)) {
         return reject(ctx, kind, new HttpError(415, `Content-Type must be application/json, got ${JSON.stringify(contentType.slice(0, 100))}`), known, customer);
       }
@@ -144,18 +169,11 @@ export function registerRoutes(app: TemplatedApp, d: GatewayDeps): void {
       let token: TokenInfo | undefined | null = known ?? null;
       let body: Buffer | null = null;
       if (known === undefined) {
-        d.tokens.lookup(bearer).then(
-          (t) => {
-            const err = t ? (authorise(t, customer) ?? rateLimited(t)) : forbidden('invalid token');
-            if (err) return reject(ctx, kind, err, t, customer);
-            token = t;
-            if (body !== null) accept(ctx, token!, body);
-          },
-          (e) => {
-            d.log.warn({ err: e }, 'token lookup failed');
-            reject(ctx, kind, new HttpError(503, 'token check unavailable; retry', { retryAfterS: 2 }), undefined, customer);
-          },
-        );
+        void resolveToken(ctx, kind, bearer, customer).then((t) => {
+          if (t === null) return;
+          token = t;
+          if (body !== null) accept(ctx, t, body);
+        });
       }
       ctx.bodyDeadline = Date.now() + cfg.gateway.bodyTimeoutMs;
       pendingBodies.add(ctx);
@@ -193,10 +211,11 @@ export function registerRoutes(app: TemplatedApp, d: GatewayDeps): void {
         // Help uploads describe a software and create no machine: the device limit does not apply.
         const extra = extraChecks(kind, data as Record<string, unknown>, raw.length) ?? (kind === 'help' ? null : d.licences.check(tok.customerId, machine));
         if (extra) return reject(ctx, kind, extra, tok);
+        if (route.finish) return route.finish(ctx, tok, raw, data as Record<string, unknown>, { customer, machine, software }, idemKey);
 
         const id = idemKey ? uuidFromName(tok.customerId, idemKey) : randomUUID();
         const report = encodeReport(
-          { id, k: kind, c: tok.customerId, cs: tok.customer, m: machine, s: software, t: tok.id, at: Date.now(), ik: idemKey || undefined },
+          { id, k: kind as ReportKind, c: tok.customerId, cs: tok.customer, m: machine, s: software, t: tok.id, at: Date.now(), ik: idemKey || undefined },
           raw,
         );
         if (report.length > d.publisher.maxReportBytes) {
@@ -213,11 +232,66 @@ export function registerRoutes(app: TemplatedApp, d: GatewayDeps): void {
     };
   }
 
+  /** The checks every ingest route makes before its body: shutting down, path slugs, token, rate. */
+  function begin(ctx: Ctx, kind: string, path: IngestPath, authorization: string) {
+    const { customer } = path;
+    if (d.isClosing()) {
+      reject(ctx, kind, new HttpError(503, 'gateway shutting down; retry', { retryAfterS: 1 }));
+      return null;
+    }
+    const bad = !isSlug(customer) ? 'customer' : !isSlug(path.machine) ? 'machine' : !isSlug(path.software) ? 'software' : null;
+    if (bad !== null) {
+      const value = path[bad];
+      reject(ctx, kind, badRequest(`invalid ${bad} slug ${JSON.stringify(value.slice(0, 80))}: must match ^[a-z0-9][a-z0-9-]*$ (1 to 64 characters)`), undefined, isSlug(customer) ? customer : '');
+      return null;
+    }
+    const bearer = parseBearer(authorization);
+    if (bearer === null) {
+      reject(ctx, kind, forbidden('missing bearer token: send Authorization: Bearer <API token>'), undefined, customer);
+      return null;
+    }
+    const known = d.tokens.peek(bearer);
+    if (known !== undefined) {
+      const err = authorise(known, customer) ?? rateLimited(known);
+      if (err) {
+        reject(ctx, kind, err, known, customer);
+        return null;
+      }
+    }
+    return { bearer, known };
+  }
+
+  async function resolveToken(ctx: Ctx, kind: string, bearer: string, customer: string): Promise<TokenInfo | null> {
+    let t: TokenInfo | undefined;
+    try {
+      t = await d.tokens.lookup(bearer);
+    } catch (e) {
+      d.log.warn({ err: e }, 'token lookup failed');
+      reject(ctx, kind, new HttpError(503, 'token check unavailable; retry', { retryAfterS: 2 }), undefined, customer);
+      return null;
+    }
+    const err = t ? (authorise(t, customer) ?? rateLimited(t)) : forbidden('invalid token');
+    if (err) {
+      reject(ctx, kind, err, t, customer);
+      return null;
+    }
+    return t!;
+  }
+
+  const kit: Kit = { d, reject, begin, resolveToken, pendingBodies, answered: (kind, status) => responses.labels(kind, String(status)).inc() };
+  const metrics_ = metricsRoute(kit);
+  const artifacts = artifactRoutes(kit);
+
   const handlers: Record<string, Handler> = {
     ingest_heartbeat: ingestReport('heartbeat'),
     ingest_diagnostics: ingestReport('diagnostics'),
     ingest_status: ingestReport('status'),
     ingest_help: ingestReport('help'),
+    ingest_metrics: ingestReport('metrics', metrics_),
+    ingest_artifact_init: ingestReport('artifact-init', artifacts.init),
+    ingest_artifact_chunk: artifacts.chunk,
+    ingest_artifact_status: artifacts.status,
+    ingest_artifact_complete: artifacts.complete,
     gateway_healthz: (res) => plain(res, 200, OK),
     gateway_readyz: (res) =>
       d.isReady() ? plain(res, 200, OK) : plain(res, 503, JSON.stringify({ detail: 'not ready: NATS not connected or stream missing' })),
@@ -259,19 +333,19 @@ function plain(res: HttpResponse, status: number, body: string): void {
   res.cork(() => res.writeStatus(statusLine(status)).writeHeader('Content-Type', 'application/json').end(body));
 }
 
-function parseBearer(h: string): string | null {
+export function parseBearer(h: string): string | null {
   if (h.length < 8 || h.slice(0, 7).toLowerCase() !== 'bearer ') return null;
   const t = h.slice(7).trim();
   return t.length > 0 && t.length <= 512 ? t : null;
 }
 
-function isJson(ct: string): boolean {
+export function isJson(ct: string): boolean {
   if (ct === 'application/json') return true;
   const semi = ct.indexOf(';');
   return (semi === -1 ? ct : ct.slice(0, semi)).trim().toLowerCase() === 'application/json';
 }
 
-function authorise(t: TokenInfo, customer: string): HttpError | null {
+export function authorise(t: TokenInfo, customer: string): HttpError | null {
   if (t.revoked) return forbidden('token revoked');
   if (!t.scopes.includes('ingest')) return forbidden('token lacks the ingest scope');
   if (t.customer !== customer) return forbidden(`token not authorised for customer ${customer}`);

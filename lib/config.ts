@@ -97,6 +97,28 @@ export function loadConfig() {
       publicGatewayUrl: str('PUBLIC_GATEWAY_URL', `http://${str('GATEWAY_HOST', '127.0.0.1')}:${num('GATEWAY_PORT', 8080)}`),
       // Whitelist rules per customer (each diagnostic is checked against its customer's rules).
       whitelistMaxRules: num('WHITELIST_MAX_RULES', 1000),
+      // Live stream of traffic-light changes (Server-Sent Events): a comment line this often keeps
+      // proxies from closing an idle stream; at most this many open streams per api process.
+      sseKeepaliveS: num('SSE_KEEPALIVE_S', 15),
+      sseMaxClients: num('SSE_MAX_CLIENTS', 10_000),
+    },
+    // Traffic light (issue 4; docs/architecture.md "Traffic light").
+    light: {
+      // Listen for Redis expired-key events (the fast path to red). Off: only the sweep makes red.
+      expiryListener: bool('LIGHT_EXPIRY_LISTENER', true),
+      // The sweep (a BullMQ repeatable job, one worker at a time) repairs missed expiry events.
+      sweepIntervalMs: num('LIGHT_SWEEP_INTERVAL_MS', 5000),
+      // Instances per sweep transaction; a sweep loops until nothing is left.
+      sweepBatch: num('LIGHT_SWEEP_BATCH', 5000),
+    },
+    webhooks: {
+      // Deliveries of one event to one webhook before it is marked failed; the wait before retry n
+      // is WEBHOOK_BACKOFF_MS * 2^(n-1).
+      attempts: num('WEBHOOK_ATTEMPTS', 10),
+      backoffMs: num('WEBHOOK_BACKOFF_MS', 1000),
+      timeoutMs: num('WEBHOOK_TIMEOUT_MS', 10_000),
+      concurrency: num('WEBHOOK_CONCURRENCY', 16),
+      maxPerCustomer: num('WEBHOOKS_PER_CUSTOMER', 10),
     },
     // How often the gateways re-read tokens and other control data from Postgres: a revocation is
     // effective on every replica within this interval (plus one query).
@@ -120,6 +142,26 @@ export function loadConfig() {
     heartbeatTimeoutS: num('HEARTBEAT_TIMEOUT_S', 300),
     warningWindowS: num('WARNING_WINDOW_S', 900),
     idempotencyTtlS: num('IDEMPOTENCY_TTL_S', 86_400),
+    // Host metrics: how long the gateway remembers a client_metric_id for exact duplicate counts
+    // (storage is idempotent forever; see docs/api.md).
+    metricDedupTtlS: num('METRIC_DEDUP_TTL_S', 86_400),
+    // Chunked artifact uploads (lib/artifacts.ts): chunks live in the JetStream object store
+    // `${STREAM_NAME}_ARTIFACTS`, upload records in the KV bucket `${STREAM_NAME}_UPLOADS`.
+    artifacts: {
+      chunkSize: num('ARTIFACT_CHUNK_BYTES', 1024 * 1024),
+      maxSize: num('ARTIFACT_MAX_BYTES', 2 * 1024 ** 3),
+      // An upload not completed this long after its init expires; its chunks are deleted.
+      uploadTtlS: num('ARTIFACT_UPLOAD_TTL_S', 86_400),
+      // How often the expiry job (BullMQ, in the workers) looks for expired uploads.
+      sweepMs: num('ARTIFACT_SWEEP_MS', 60_000),
+      // Chunks are deleted this long after the upload expired (a complete that started just
+      // before the expiry has this long to finish).
+      expiryGraceS: num('ARTIFACT_EXPIRY_GRACE_S', 600),
+      // Object-store size limit (0: bounded only by the NATS server's storage).
+      storeMaxBytes: num('ARTIFACT_STORE_MAX_BYTES', 0),
+      // Chunk bodies one gateway holds in memory at once; past that a chunk gets 503 Retry-After.
+      maxInflightBytes: num('ARTIFACT_INFLIGHT_BYTES', 64 * 1024 * 1024),
+    },
     logLevel: str('LOG_LEVEL', 'info'),
   };
 }

@@ -9,6 +9,10 @@
 //                                  batch id, so a retried publish is deduplicated by JetStream.
 //   `${SUBJECT_PREFIX}.rejections`  one message = one rejection-log record (RejectionRecord).
 //
+// Report kinds `metrics` (body `{items: [MetricRecord, …]}`: the records of one request that were
+// new to the gateway) and `artifact` (body: the completed upload record, ArtifactReport) travel in
+// the same batches; workers/metrics.ts and workers/artifacts.ts apply them.
+//
 // Stream `${STREAM_NAME}_DLQ` holds `${SUBJECT_PREFIX}-dlq.reports`: a batch a worker could not apply
 // after WORKER_MAX_DELIVER deliveries, byte for byte, with the error in the `Fleet-Error` header.
 //

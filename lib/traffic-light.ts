@@ -7,25 +7,95 @@
 //   yellow  latest status `degraded`, or an unsuppressed warning/error within WARNING_WINDOW_S
 //   green   otherwise
 
-/** SQL for the colour of `instances` row alias `i`; $timeout and $window are interval parameters in seconds. */
-export function lightSql(alias: string, timeoutParam: string, windowParam: string): string {
+/**
+ * SQL for the colour of `instances` row alias `i`; $timeout and $window are interval parameters in
+ * seconds. `now`: the time to judge silence and warnings at; the workers pass their horizon (the
+ * receive time up to which every report has been applied: workers/traffic-light.ts), so that a
+ * backlog in the queue is never taken for silence.
+ */
+export function lightSql(alias: string, timeoutParam: string, windowParam: string, now = 'now()'): string {
   const i = alias;
   return `CASE
     WHEN ${i}.last_heartbeat_at IS NULL OR ${i}.status = 'stopped' THEN 'grey'
-    WHEN ${i}.last_heartbeat_at < now() - make_interval(secs => ${timeoutParam}) OR ${i}.status = 'error' THEN 'red'
-    WHEN ${i}.status = 'degraded' OR ${i}.last_warning_at > now() - make_interval(secs => ${windowParam}) THEN 'yellow'
+    WHEN ${i}.last_heartbeat_at < ${now} - make_interval(secs => ${timeoutParam}) OR ${i}.status = 'error' THEN 'red'
+    WHEN ${i}.status = 'degraded' OR ${i}.last_warning_at > ${now} - make_interval(secs => ${windowParam}) THEN 'yellow'
     ELSE 'green' END`;
 }
 
 /** SQL for a short human reason for that colour. */
-export function lightReasonSql(alias: string, timeoutParam: string, windowParam: string): string {
+export function lightReasonSql(alias: string, timeoutParam: string, windowParam: string, now = 'now()'): string {
   const i = alias;
   return `CASE
     WHEN ${i}.last_heartbeat_at IS NULL THEN 'no heartbeat yet'
     WHEN ${i}.status = 'stopped' THEN 'status stopped'
-    WHEN ${i}.last_heartbeat_at < now() - make_interval(secs => ${timeoutParam}) THEN 'no heartbeat for more than ' || ${timeoutParam} || ' s'
+    WHEN ${i}.last_heartbeat_at < ${now} - make_interval(secs => ${timeoutParam}) THEN 'no heartbeat for more than ' || ${timeoutParam} || ' s'
     WHEN ${i}.status = 'error' THEN 'status error'
     WHEN ${i}.status = 'degraded' THEN 'status degraded'
-    WHEN ${i}.last_warning_at > now() - make_interval(secs => ${windowParam}) THEN 'warning or error diagnostic in the last ' || (${windowParam} / 60)::int || ' min'
+    WHEN ${i}.last_warning_at > ${now} - make_interval(secs => ${windowParam}) THEN 'warning or error diagnostic in the last ' || (${windowParam} / 60)::int || ' min'
     ELSE 'ok' END`;
 }
+
+/**
+ * SQL for when the colour of row `i` changed to `newLight` (an expression), given that the stored
+ * colour `i.light` differs: a silence turned red at last heartbeat + timeout; yellow turned green
+ * when the last warning ran out or the status that ended `degraded` arrived, whichever is later;
+ * anything else changed with the newest report. Never before the stored colour's own start, never
+ * in the future.
+ */
+export function lightAtSql(alias: string, newLight: string, timeoutParam: string, windowParam: string, now = 'now()'): string {
+  const i = alias;
+  const timeout = `make_interval(secs => ${timeoutParam})`;
+  const window = `make_interval(secs => ${windowParam})`;
+  return `GREATEST(${i}.light_since, LEAST(now(), CASE
+    WHEN ${newLight} = 'red' AND ${i}.last_heartbeat_at < ${now} - ${timeout} THEN ${i}.last_heartbeat_at + ${timeout}
+    WHEN ${newLight} = 'green' AND ${i}.light = 'yellow' THEN GREATEST(${i}.last_warning_at + ${window}, ${i}.status_at)
+    ELSE ${i}.last_seen_at END))`;
+}
+
+/** SQL for since when row `i` has the colour the API shows (derived), whether or not a worker recorded it yet. */
+export function lightSinceSql(alias: string, timeoutParam: string, windowParam: string): string {
+  const derived = `(${lightSql(alias, timeoutParam, windowParam)})`;
+  return `CASE WHEN ${derived} = ${alias}.light THEN COALESCE(${alias}.light_since, ${alias}.first_seen_at)
+    ELSE ${lightAtSql(alias, derived, timeoutParam, windowParam)} END`;
+}
+
+export const LIGHTS = ['green', 'yellow', 'red', 'grey'] as const;
+export type LightColour = (typeof LIGHTS)[number];
+
+/** What recorded a change: a report (heartbeat, status, diagnostics), a Redis expiry event, the sweep. */
+export type LightCause = 'report' | 'expiry' | 'sweep';
+
+/**
+ * One change of an instance's colour, as it travels from the worker that recorded it to ClickHouse,
+ * NATS (the api's live stream) and the webhooks. `id` = `<instance_id>.<seq>` identifies it: a
+ * copy delivered twice is the same event.
+ */
+export interface LightEvent {
+  id: string;
+  seq: number;
+  customer_id: string;
+  customer: string;
+  instance_id: string;
+  machine_id: string;
+  machine: string;
+  software: string;
+  from: LightColour;
+  to: LightColour;
+  reason: string;
+  cause: LightCause;
+  /** ISO 8601: when the colour changed. */
+  at: string;
+  /** ISO 8601: when a worker recorded the change. */
+  recorded_at: string;
+}
+
+export const lightEventId = (instanceId: string, seq: number) => `${instanceId}.${seq}`;
+
+/** The live-stream message on core NATS `${SUBJECT_PREFIX}.control.light.<customer id>`. */
+export interface LightMessage {
+  v: 1;
+  events: LightEvent[];
+}
+
+/** A change that concerns red (to or from): what the webhooks are told about. */
+export const touchesRed = (e: Pick<LightEvent, 'from' | 'to'>) => e.from === 'red' || e.to === 'red';

@@ -157,8 +157,12 @@ t.test('suppressed diagnostics do not colour the light; listings hide them unles
 
   t.equal((await post(ingest('quiet', 'scanner', 'diagnostics'), s.token, { items: [{ code: 300, message: 'real', severity: 1 }] })).status, 202);
   await eventually(async () => (await get(api('/api/instances?machine=quiet'), s.token)).body.items[0].light === 'yellow', 5000, 'an unsuppressed warning turns it yellow');
-  const visible = await get(api(`/api/instances/${inst.id}/diagnostics`), s.token);
-  t.same(visible.body.items.map((d: { code: number }) => d.code), [300]);
+  // Postgres (the light) commits before the ClickHouse rows land: wait for the row, then compare.
+  const visible = await eventually(async () => {
+    const r = await get(api(`/api/instances/${inst.id}/diagnostics`), s.token);
+    return r.body.items?.length ? r.body.items : null;
+  }, 5000, 'the unsuppressed row listed');
+  t.same(visible.map((d: { code: number }) => d.code), [300]);
 });
 
 t.test('deleting or disabling a rule stops suppression on every worker within 5 s', async (t) => {

@@ -12,6 +12,10 @@ import { insertRows } from '../lib/db/clickhouse.js';
 import type { Redis } from '../lib/db/redis.js';
 import { redisKeys } from '../lib/db/redis.js';
 import type { Heartbeat, Diagnostics, Status } from '../lib/schemas/ingest.js';
+import { writeMetrics } from './metrics.js';
+import { writeArtifacts } from './artifacts.js';
+import type { LightEvent } from '../lib/traffic-light.js';
+import type { ReportLights } from './traffic-light.js';
 import { summarise, instanceKey, machineKey, chTime, parseTs, toInt, pgText, pgJson, type InstanceUpdate } from './reports.js';
 import { applyHelpTexts } from './help-texts.js';
 import type { WhitelistCache, Suppression } from './whitelist-cache.js';
@@ -27,6 +31,8 @@ export interface ApplyDeps {
   idempotencyTtlS: number;
   /** Diagnostics whitelist; without it nothing is suppressed. */
   whitelist?: WhitelistCache;
+  /** Traffic light: changes of colour caused by the batch (workers/traffic-light.ts). */
+  lights?: ReportLights;
 }
 
 export interface Resolved {
@@ -40,13 +46,29 @@ export async function applyBatch(d: ApplyDeps, all: Report[], rejections: Reject
   const reports = all.filter((r) => r.k !== 'help');
   const suppressed: Suppression = d.whitelist ? d.whitelist.classify(reports) : new Map();
   const updates = summarise(reports, suppressed);
-  const ids = updates.size > 0 ? await withTx(d.pool, (c) => upsertInstances(c, [...updates.values()])) : new Map<string, Resolved>();
-  await Promise.all([
-    writeClickHouse(d, reports, rejections, ids, suppressed),
-    writeHeartbeatKeys(d, updates, ids),
-    reports.length < all.length ? applyHelpTexts(d.pool, all) : null,
-    recordMilestones(d.pool, all),
-  ]);
+  let lightEvents: LightEvent[] = [];
+  const ids =
+    updates.size > 0
+      ? await withTx(d.pool, async (c) => {
+          const ids = await upsertInstances(c, [...updates.values()]);
+          if (d.lights) lightEvents = await d.lights.inTransaction(c, [...ids.values()].map((x) => x.instanceId));
+          return ids;
+        })
+      : new Map<string, Resolved>();
+  // Committed changes of colour go out (never throws), even if the rest of the batch is retried.
+  const lightsDelivered = d.lights?.afterCommit(lightEvents);
+  try {
+    await Promise.all([
+      writeClickHouse(d, reports, rejections, ids, suppressed),
+      writeHeartbeatKeys(d, updates, ids),
+      reports.length < all.length ? applyHelpTexts(d.pool, all) : null,
+      recordMilestones(d.pool, all),
+      writeMetrics(d.ch, reports, ids),
+      writeArtifacts(d.pool, reports, ids),
+    ]);
+  } finally {
+    await lightsDelivered;
+  }
   return ids;
 }
 

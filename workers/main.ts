@@ -13,6 +13,13 @@ import { subjects } from '../lib/messages.js';
 import { IngestConsumer } from './ingest-consumer.js';
 import { WhitelistCache } from './whitelist-cache.js';
 import { startLicenceSweep } from './licence-sweep.js';
+import { ArtifactStore } from '../lib/artifacts.js';
+import { startArtifactExpiry } from './artifact-expiry.js';
+import { Horizon, LightEventSink, ReportLights } from './traffic-light.js';
+import { ExpiryListener, ensureExpiryEvents } from './light-expiry.js';
+import { LightSweep } from './light-sweep.js';
+import { Webhooks } from './webhooks.js';
+import type { LightEvent } from '../lib/traffic-light.js';
 
 const cfg = loadConfig();
 const log = createLogger('worker', cfg.logLevel);
@@ -31,10 +38,42 @@ const subj = subjects(cfg.subjectPrefix);
 const whitelist = new WhitelistCache(pool, cfg.cacheRefreshMs, (e) => log.warn({ err: e }, 'whitelist refresh failed'));
 await whitelist.start();
 
+// Traffic light (docs/architecture.md "Traffic light"): changes recorded by reports, by Redis
+// expiry events and by the sweep; delivered to ClickHouse, NATS (live stream) and webhooks.
+const lightParams = { heartbeatTimeoutS: cfg.heartbeatTimeoutS, warningWindowS: cfg.warningWindowS };
+const lightChanges = metrics.counter('worker_light_changes_total', 'Traffic-light changes this worker recorded', ['cause', 'to']);
+const countLights = (events: LightEvent[]) => events.forEach((e) => lightChanges.labels(e.cause, e.to).inc());
+const bull = createRedis(cfg.redisUrl, { bullmq: true });
+bull.on('error', (e) => log.warn({ err: e }, 'redis (jobs) error'));
+const webhooks = new Webhooks(bull, cfg.redisPrefix, pool, cfg.webhooks, log);
+await webhooks.start();
+const sink = new LightEventSink(pool, ch, nc, cfg.subjectPrefix, webhooks, log);
+const horizonLag = metrics.gauge('worker_light_horizon_lag_ms', 'How far behind the wall clock silence is judged (oldest report still queued)');
+const horizon = new Horizon(jsm, cfg.streamName, log, (ms) => horizonLag.set(ms));
+const sweep = new LightSweep(bull, cfg.redisPrefix, pool, sink, lightParams, horizon, { intervalMs: cfg.light.sweepIntervalMs, batch: cfg.light.sweepBatch }, log, countLights);
+await sweep.start();
+let expiry: ExpiryListener | null = null;
+if (cfg.light.expiryListener) {
+  await ensureExpiryEvents(redis, log);
+  expiry = new ExpiryListener(cfg.redisUrl, cfg.redisPrefix, pool, sink, lightParams, horizon, cfg.light.sweepBatch, log, countLights);
+  await expiry.start();
+} else {
+  log.info('expiry listener off (LIGHT_EXPIRY_LISTENER=0): the sweep alone turns silent instances red');
+}
+
 const consumer = new IngestConsumer(
   await js.consumers.get(cfg.streamName, cfg.worker.consumerName),
   js,
-  { pool, ch, redis, redisPrefix: cfg.redisPrefix, heartbeatTimeoutMs: cfg.heartbeatTimeoutS * 1000, idempotencyTtlS: cfg.idempotencyTtlS, whitelist },
+  {
+    pool,
+    ch,
+    redis,
+    redisPrefix: cfg.redisPrefix,
+    heartbeatTimeoutMs: cfg.heartbeatTimeoutS * 1000,
+    idempotencyTtlS: cfg.idempotencyTtlS,
+    whitelist,
+    lights: new ReportLights(sink, lightParams, horizon, countLights),
+  },
   {
     reportsSubject: subj.reports,
     rejectionsSubject: subj.rejections,
@@ -48,6 +87,8 @@ const consumer = new IngestConsumer(
 );
 consumer.start();
 const stopLicenceSweep = await startLicenceSweep({ redisUrl: cfg.redisUrl, redisPrefix: cfg.redisPrefix, everyMs: cfg.licence.sweepMs, pool, log });
+// Incomplete artifact uploads expire (BullMQ job scheduler; one replica runs each sweep).
+const artifactExpiry = await startArtifactExpiry(cfg, await ArtifactStore.open(nc, cfg), pool, log);
 
 let server: ReturnType<typeof createServer> | null = null;
 if (cfg.worker.httpPort > 0) {
@@ -69,9 +110,11 @@ async function shutdown(why: string): Promise<void> {
   await consumer.stop();
   whitelist.stop();
   await stopLicenceSweep().catch(() => {});
+  await artifactExpiry.close();
+  await Promise.allSettled([expiry?.stop(), sweep.stop(), webhooks.stop()]);
   server?.close();
   await nc.drain().catch(() => {});
-  await Promise.allSettled([pool.end(), ch.close(), redis.quit()]);
+  await Promise.allSettled([pool.end(), ch.close(), redis.quit(), bull.quit()]);
   log.info('stopped');
   process.exit(0);
 }

@@ -3,7 +3,7 @@ import type { FastifyRequest } from 'fastify';
 import type { ApiDeps } from '../server.js';
 import { principal } from '../auth.js';
 import { notFound } from '../../lib/errors.js';
-import { lightSql, lightReasonSql } from '../../lib/traffic-light.js';
+import { lightSql, lightReasonSql, lightSinceSql } from '../../lib/traffic-light.js';
 import { queryRows } from '../../lib/db/clickhouse.js';
 import { chStr, chInt } from '../../lib/db/clickhouse-sql.js';
 import { instanceOrderBy, groupInstances, type GroupKey } from '../instance-order.js';
@@ -14,6 +14,7 @@ function instanceSelect(extra = ''): string {
   return `SELECT i.id, i.machine_id, m.slug AS machine, i.software,
                  ${lightSql('i', '$2::float8', '$3::float8')} AS light,
                  ${lightReasonSql('i', '$2::float8', '$3::float8')} AS light_reason,
+                 ${lightSinceSql('i', '$2::float8', '$3::float8')} AS light_since,
                  i.first_seen_at, i.last_seen_at, i.last_heartbeat_at, i.version, i.uptime_seconds, i.pid,
                  i.ip_addresses, i.group_name, i.location, i.group_priority, i.sort_priority,
                  i.status, i.status_message, i.status_at ${extra}
@@ -29,6 +30,7 @@ function toInstance(r: any) {
     software: r.software,
     light: r.light,
     light_reason: r.light_reason,
+    light_since: iso(r.light_since),
     first_seen_at: iso(r.first_seen_at),
     last_seen_at: iso(r.last_seen_at),
     last_heartbeat_at: iso(r.last_heartbeat_at),

@@ -7,10 +7,12 @@ import type * as Acc from '../../lib/schemas/accounts.js';
 import type * as Wl from '../../lib/schemas/whitelist.js';
 import type * as Help from '../../lib/schemas/help.js';
 import type * as St from '../../lib/schemas/status.js';
+import type * as TL from '../../lib/schemas/traffic-light.js';
+import type * as Met from '../../lib/schemas/metrics.js';
+import type * as Art from '../../lib/schemas/artifacts.js';
 
 export type Light = Static<typeof Api.Light>;
-/** `light_since`: when it took this colour (traffic-light events, issue 4). */
-export type Instance = Static<typeof Api.Instance> & { light_since?: string | null };
+export type Instance = Static<typeof Api.Instance>;
 export type InstanceList = Omit<Static<typeof Api.InstanceList>, 'items' | 'groups'> & {
   items: Instance[];
   groups?: { key: string | null; count: number; items: Instance[] }[];
@@ -34,89 +36,14 @@ export type InstanceStatus = Static<typeof St.InstanceStatus>;
 export type Role = 'owner' | 'admin' | 'viewer';
 
 /** A change of an instance's colour (GET /api/instances/{id}/events, the live stream). */
-export interface LightEvent {
-  id: string;
-  instance_id: string;
-  machine_id?: string;
-  machine?: string;
-  software?: string;
-  seq: number;
-  from: Light | null;
-  to: Light;
-  reason: string;
-  cause?: string;
-  at: string;
-  recorded_at?: string;
-}
-
-export interface FleetSummary {
-  total: number;
-  lights: Record<Light, number>;
-}
-
-export interface Webhook {
-  id: string;
-  url: string;
-  description?: string | null;
-  created_at: string;
-  last_success_at?: string | null;
-  last_failure_at?: string | null;
-  last_error?: string | null;
-  consecutive_failures?: number;
-  secret?: string;
-}
-
-export interface WebhookDelivery {
-  event_id: string;
-  instance_id: string;
-  from: Light;
-  to: Light;
-  event_at: string;
-  state: 'retrying' | 'delivered' | 'failed';
-  attempts: number;
-  last_status: number | null;
-  last_error: string | null;
-  first_attempt_at: string;
-  last_attempt_at: string;
-  next_attempt_at: string | null;
-  delivered_at: string | null;
-}
-
-export interface MetricName {
-  name: string;
-  points: number;
-  first: string;
-  last: string;
-}
-export interface MetricPoint {
-  t: string;
-  avg: number;
-  min: number;
-  max: number;
-  count: number;
-}
-export interface MetricSeries {
-  machine_id: string;
-  name: string;
-  from: string;
-  to: string;
-  step_s: number;
-  points: MetricPoint[];
-}
-
-export interface Artifact {
-  id: string;
-  machine_id: string;
-  machine: string;
-  instance_id: string | null;
-  software: string;
-  filename: string;
-  size: number;
-  sha256: string | null;
-  content_type: string;
-  uploaded_at: string;
-  download: string;
-}
+export type LightEvent = Static<typeof TL.LightEvent>;
+export type FleetSummary = Static<typeof TL.FleetSummary>;
+/** A webhook; `secret` only in the answer that created it. */
+export type Webhook = Static<typeof TL.Webhook> & { secret?: string };
+export type WebhookDelivery = Static<typeof TL.WebhookDelivery>;
+export type MetricName = Static<typeof Met.MetricName>;
+export type MetricSeries = Static<typeof Met.MetricSeries>;
+export type Artifact = Static<typeof Art.Artifact>;
 
 export type CommandState = 'queued' | 'delivered' | 'succeeded' | 'failed' | 'expired' | 'timed_out' | 'cancelled';
 export interface AvailableCommand {

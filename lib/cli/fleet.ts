@@ -8,6 +8,7 @@ import { createCustomer, createToken, findCustomer, listTokens, revokeToken, typ
 import { createUser, addMembership, findUserByLogin, newPassword, ROLES, type Role } from '../accounts.js';
 import { withTx } from '../db/postgres.js';
 import { getLicence, deviceCount, licenceView, setLicence, TIERS, type LicenceChange, type Tier } from '../licences.js';
+import { upload, UploadError } from './upload.js';
 
 const cfg = loadConfig();
 const program = new Command('fleet').description('Fleet ingest service administration').showHelpAfterError();
@@ -151,6 +152,52 @@ licence
       return { license_key: l.licence_key, ...licenceView(l, await deviceCount(p, c.id)) };
     }).catch((e) => fail((e as Error).message));
     process.stdout.write(JSON.stringify(out, null, 2) + '\n');
+  });
+
+program
+  .command('upload <file>')
+  .description('upload a file as an artifact (chunked; an interrupted upload resumes where it stopped)')
+  .requiredOption('--customer <slug>', 'customer slug')
+  .requiredOption('--machine <slug>', 'machine slug')
+  .requiredOption('--software <slug>', 'software slug')
+  .option('--token <token>', 'API token with the ingest scope (default: $FLEET_TOKEN)')
+  .option('--url <url>', 'gateway URL (default: $FLEET_URL, else http://GATEWAY_HOST:GATEWAY_PORT)')
+  .option('--content-type <type>', 'stored with the artifact and sent on download', undefined)
+  .option('--parallel <n>', 'chunks in flight at once', '4')
+  .option('--max-chunks <n>', 'send at most n chunks in this run, then stop (run again to resume)')
+  .option('--no-progress', 'no progress bar')
+  .action(async (file: string, o: { customer: string; machine: string; software: string; token?: string; url?: string; contentType?: string; parallel: string; maxChunks?: string; progress: boolean }) => {
+    const token = o.token ?? process.env.FLEET_TOKEN;
+    if (!token) fail('no token: pass --token or set FLEET_TOKEN');
+    const url = o.url ?? process.env.FLEET_URL ?? `http://${cfg.gateway.host}:${cfg.gateway.port}`;
+    const parallel = Number(o.parallel);
+    if (!Number.isInteger(parallel) || parallel < 1 || parallel > 64) fail('--parallel must be an integer from 1 to 64');
+    const maxChunks = o.maxChunks === undefined ? undefined : Number(o.maxChunks);
+    if (maxChunks !== undefined && (!Number.isInteger(maxChunks) || maxChunks < 0)) fail('--max-chunks must be an integer from 0');
+    try {
+      const r = await upload({
+        url,
+        token: token!,
+        customer: o.customer,
+        machine: o.machine,
+        software: o.software,
+        file,
+        contentType: o.contentType,
+        parallel,
+        maxChunks,
+        progress: o.progress && process.stderr.isTTY === true,
+        log: (line) => process.stderr.write(`${line}\n`),
+      });
+      if (r.done) {
+        process.stderr.write(`uploaded ${file}: upload ${r.uploadId}, ${r.sent} chunks sent${r.resumed ? ' (resumed)' : ''}\n`);
+        process.stdout.write(`${r.artifactId}\n`);
+        process.exit(0);
+      }
+      process.stderr.write(`stopped with ${r.missing} chunks still to send (upload ${r.uploadId}); run the same command again to resume\n`);
+      process.exit(3);
+    } catch (e) {
+      fail(e instanceof UploadError ? e.message : `upload failed: ${(e as Error).message}`);
+    }
   });
 
 await program.parseAsync(process.argv).catch((e) => fail((e as Error).message));

@@ -105,6 +105,109 @@ export const postgresMigrations: Migration[] = [
     ],
   },
   {
+    id: '0003-traffic-light',
+    sql: [
+      // The stored traffic light (issue 4): the colour the workers last recorded, since when, why,
+      // and a per-instance sequence number of its changes. What the API shows is still derived at
+      // read time (lib/traffic-light.ts); this is what the events are recorded against. A change is
+      // recorded by a conditional UPDATE (light IS DISTINCT FROM the new colour), so of several
+      // workers racing on one change exactly one records it.
+      `ALTER TABLE instances
+         ADD COLUMN light text NOT NULL DEFAULT 'grey' CHECK (light IN ('green', 'yellow', 'red', 'grey')),
+         ADD COLUMN light_since timestamptz,
+         ADD COLUMN light_reason text,
+         ADD COLUMN light_seq bigint NOT NULL DEFAULT 0`,
+      // Existing rows: the colour from their status (silence is left to the sweep, which records it).
+      `UPDATE instances SET
+         light = CASE WHEN last_heartbeat_at IS NULL OR status = 'stopped' THEN 'grey' WHEN status = 'error' THEN 'red'
+                      WHEN status = 'degraded' THEN 'yellow' ELSE 'green' END,
+         light_since = last_seen_at`,
+      // The sweep's two questions: who is silent but not red, whose warning ran out while yellow.
+      `CREATE INDEX instances_light_silent ON instances (last_heartbeat_at) WHERE light IN ('green', 'yellow')`,
+      `CREATE INDEX instances_light_yellow ON instances (last_warning_at) WHERE light = 'yellow'`,
+      // Transactional outbox: a change of colour is written here in the same transaction as the
+      // UPDATE that decided it, and removed once it is in ClickHouse, on NATS and queued for the
+      // webhooks. A worker that dies in between leaves it here for the sweep to deliver.
+      `CREATE TABLE light_outbox (
+         instance_id uuid NOT NULL,
+         seq bigint NOT NULL,
+         customer_id uuid NOT NULL,
+         customer text NOT NULL,
+         machine_id uuid NOT NULL,
+         machine text NOT NULL,
+         software text NOT NULL,
+         from_light text NOT NULL,
+         to_light text NOT NULL,
+         reason text NOT NULL,
+         cause text NOT NULL,
+         at timestamptz NOT NULL,
+         recorded_at timestamptz NOT NULL,
+         PRIMARY KEY (instance_id, seq)
+       )`,
+      `CREATE INDEX light_outbox_recorded ON light_outbox (recorded_at)`,
+      // Webhooks: a signed POST on every change to or from red. The secret signs the payload, so it
+      // is kept (shown once, at creation). Delivery state per webhook and per event.
+      `CREATE TABLE webhooks (
+         id uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+         customer_id uuid NOT NULL REFERENCES customers(id) ON DELETE CASCADE,
+         url text NOT NULL,
+         secret text NOT NULL,
+         description text NOT NULL DEFAULT '',
+         created_at timestamptz NOT NULL DEFAULT now(),
+         created_by uuid,
+         last_success_at timestamptz,
+         last_failure_at timestamptz,
+         last_error text,
+         consecutive_failures integer NOT NULL DEFAULT 0
+       )`,
+      `CREATE INDEX webhooks_customer ON webhooks (customer_id)`,
+      `CREATE TABLE webhook_deliveries (
+         webhook_id uuid NOT NULL REFERENCES webhooks(id) ON DELETE CASCADE,
+         event_id text NOT NULL,
+         customer_id uuid NOT NULL,
+         instance_id uuid NOT NULL,
+         from_light text NOT NULL,
+         to_light text NOT NULL,
+         event_at timestamptz NOT NULL,
+         state text NOT NULL CHECK (state IN ('retrying', 'delivered', 'failed')),
+         attempts integer NOT NULL,
+         last_status integer,
+         last_error text,
+         first_attempt_at timestamptz NOT NULL DEFAULT now(),
+         last_attempt_at timestamptz NOT NULL DEFAULT now(),
+         next_attempt_at timestamptz,
+         delivered_at timestamptz,
+         PRIMARY KEY (webhook_id, event_id)
+       )`,
+      `CREATE INDEX webhook_deliveries_recent ON webhook_deliveries (webhook_id, last_attempt_at DESC)`,
+    ],
+  },
+  {
+    id: '0005-metrics-artifacts',
+    sql: [
+      // A completed artifact upload (issue 6). The bytes stay in the JetStream object store as the
+      // upload's chunks (lib/artifacts.ts); this row is written by a worker from the queue message
+      // the gateway publishes at artifact-complete (the gateway never writes to Postgres).
+      `CREATE TABLE artifacts (
+         id uuid PRIMARY KEY,
+         customer_id uuid NOT NULL REFERENCES customers(id) ON DELETE CASCADE,
+         machine_id uuid NOT NULL REFERENCES machines(id) ON DELETE CASCADE,
+         instance_id uuid NOT NULL REFERENCES instances(id) ON DELETE CASCADE,
+         software text NOT NULL,
+         upload_id uuid NOT NULL UNIQUE,
+         filename text NOT NULL,
+         size bigint NOT NULL CHECK (size >= 0),
+         sha256 text CHECK (sha256 IS NULL OR sha256 ~ '^[0-9a-f]{64}$'),
+         content_type text NOT NULL,
+         chunk_size integer NOT NULL CHECK (chunk_size > 0),
+         chunks integer NOT NULL CHECK (chunks >= 0),
+         uploaded_at timestamptz NOT NULL,
+         created_at timestamptz NOT NULL DEFAULT now()
+       )`,
+      `CREATE INDEX artifacts_machine ON artifacts (customer_id, machine_id, software, uploaded_at DESC)`,
+    ],
+  },
+  {
     id: '0004-diagnostics-suite',
     sql: [
       // Diagnostics whitelist (decisions.md): per customer, optional machine / software / message
@@ -297,6 +400,59 @@ export const clickhouseMigrations: Migration[] = [
       `CREATE VIEW IF NOT EXISTS diagnostics_v AS SELECT * FROM diagnostics FINAL`,
       `CREATE VIEW IF NOT EXISTS status_history_v AS SELECT * FROM status_history FINAL`,
       `CREATE VIEW IF NOT EXISTS ingest_rejections_v AS SELECT * FROM ingest_rejections FINAL`,
+    ],
+  },
+  {
+    id: '0002-light-events',
+    sql: [
+      // Every change of an instance's traffic light. (instance_id, seq) identifies a change: a
+      // retried delivery from the outbox inserts the same row again and it collapses (read FINAL).
+      // at_ms: when the colour changed (a silence: last heartbeat + timeout); recorded_ms: when a
+      // worker recorded it; cause: report, expiry (Redis key expired) or sweep.
+      `CREATE TABLE IF NOT EXISTS light_events (
+         at DateTime,
+         at_ms UInt64,
+         recorded_ms UInt64,
+         customer_id String,
+         customer String,
+         machine_id String,
+         machine String,
+         software String,
+         instance_id String,
+         seq UInt64,
+         from_light String,
+         to_light String,
+         reason String,
+         cause String
+       ) ${ENGINE('customer_id, instance_id, seq', 'toYYYYMM(at)')}`,
+      `CREATE VIEW IF NOT EXISTS light_events_v AS SELECT * FROM light_events FINAL`,
+    ],
+  },
+  {
+    id: '0004-metrics',
+    sql: [
+      // Host metrics (issue 6): one row per record and value name. Idempotent by client_metric_id,
+      // forever: the sorting key is (customer, machine, name, client_metric_id), so every copy of
+      // a record collapses into one row; `ver` makes the FIRST copy the one kept (a copy sent
+      // again without ts would carry a later receive time). Reads group by client_metric_id
+      // (argMax by ver), which is exact even before merges and across partitions.
+      `CREATE TABLE IF NOT EXISTS host_metrics (
+         ts DateTime,
+         ts_ms UInt64,
+         received_ms UInt64,
+         customer_id String,
+         customer String,
+         machine_id String,
+         machine String,
+         client_metric_id String,
+         name String,
+         value Float64,
+         label_keys Array(String),
+         label_values Array(String),
+         report_id String,
+         ver UInt64
+       ) ENGINE = ReplacingMergeTree(ver) PARTITION BY toYYYYMM(ts) ORDER BY (customer_id, machine_id, name, client_metric_id)`,
+      `CREATE VIEW IF NOT EXISTS host_metrics_v AS SELECT * FROM host_metrics FINAL`,
     ],
   },
 ];

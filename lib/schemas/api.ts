@@ -20,6 +20,7 @@ export const Instance = Type.Object(
     software: Type.String(),
     light: Light,
     light_reason: Type.String(),
+    light_since: Type.String({ format: 'date-time', description: 'since when the instance has this colour' }),
     first_seen_at: Type.String({ format: 'date-time' }),
     last_seen_at: Type.String({ format: 'date-time' }),
     last_heartbeat_at: NTime,

@@ -92,5 +92,7 @@ export function helpSchema(maxItems: number) {
 export const HelpUpload = helpSchema(1000);
 export type HelpUpload = Static<typeof HelpUpload>;
 
-export const ReportKinds = ['heartbeat', 'diagnostics', 'status', 'help'] as const;
+// 'metrics': host-metrics records (body {items}); 'artifact': a completed artifact upload (body
+// ArtifactReport, published by the gateway at artifact-complete). See lib/messages.ts.
+export const ReportKinds = ['heartbeat', 'diagnostics', 'status', 'help', 'metrics', 'artifact'] as const;
 export type ReportKind = (typeof ReportKinds)[number];

@@ -1,0 +1,129 @@
+// Artifacts of the caller's customer: the list per machine (filter by software since 5.8.0) and the
+// download, streamed chunk by chunk from the JetStream object store: the api holds at most two
+// chunks (2 × ARTIFACT_CHUNK_BYTES, 2 MiB) of a download at a time, whatever the artifact's size. One byte range
+// per request is served (206); a range past the end is 416; several ranges get the whole file.
+import { Readable } from 'node:stream';
+import type { FastifyReply, FastifyRequest } from 'fastify';
+import type { ApiDeps } from '../server.js';
+import { principal } from '../auth.js';
+import { HttpError, notFound } from '../../lib/errors.js';
+import { parseRange, contentDisposition, type ArtifactStore } from '../../lib/artifacts.js';
+
+interface Row {
+  id: string;
+  machine_id: string;
+  machine: string;
+  instance_id: string;
+  software: string;
+  upload_id: string;
+  filename: string;
+  size: number;
+  sha256: string | null;
+  content_type: string;
+  chunk_size: number;
+  chunks: number;
+  uploaded_at: Date;
+}
+
+const SELECT = `SELECT a.id, a.machine_id, m.slug AS machine, a.instance_id, a.software, a.upload_id, a.filename, a.size, a.sha256,
+                       a.content_type, a.chunk_size, a.chunks, a.uploaded_at
+                  FROM artifacts a JOIN machines m ON m.id = a.machine_id`;
+
+const toArtifact = (r: Row) => ({
+  id: r.id,
+  machine_id: r.machine_id,
+  machine: r.machine,
+  instance_id: r.instance_id,
+  software: r.software,
+  filename: r.filename,
+  size: r.size,
+  sha256: r.sha256,
+  content_type: r.content_type,
+  uploaded_at: r.uploaded_at.toISOString(),
+  download: `/api/artifacts/${r.id}/download`,
+});
+
+/**
+ * Bytes start..end (inclusive) of an artifact, chunk by chunk. The next chunk is fetched while the
+ * current one is written out: at most two chunks (2 × ARTIFACT_CHUNK_BYTES) in hand.
+ */
+export async function* artifactBytes(store: ArtifactStore, uploadId: string, chunkSize: number, start: number, end: number): AsyncGenerator<Buffer> {
+  const fetchChunk = async (n: number) => {
+    const parts: Uint8Array[] = [];
+    for await (const part of store.readChunk(uploadId, n)) parts.push(part);
+    return parts;
+  };
+  const ahead = (n: number) => {
+    const p = fetchChunk(n);
+    p.catch(() => {}); // awaited below; this only keeps an abandoned prefetch from being "unhandled"
+    return p;
+  };
+  const first = Math.floor(start / chunkSize);
+  const last = Math.floor(end / chunkSize);
+  let pending = ahead(first);
+  for (let n = first; n <= last; n++) {
+    const parts = await pending;
+    if (n < last) pending = ahead(n + 1);
+    let off = n * chunkSize;
+    for (const part of parts) {
+      const lo = Math.max(start, off) - off;
+      const hi = Math.min(end + 1, off + part.length) - off;
+      if (hi > lo) yield Buffer.from(part.buffer, part.byteOffset + lo, hi - lo);
+      off += part.length;
+    }
+  }
+}
+
+export function artifactHandlers(d: ApiDeps) {
+  return {
+    async list_machine_artifacts(req: FastifyRequest) {
+      const p = principal(req);
+      const { id } = req.params as { id: string };
+      const q = req.query as { software?: string; limit?: number; offset?: number };
+      const m = await d.pool.query('SELECT 1 FROM machines WHERE customer_id = $1 AND id = $2', [p.customerId, id]);
+      if (!m.rowCount) throw notFound('no such machine');
+      const where = ['a.customer_id = $1', 'a.machine_id = $2'];
+      const params: unknown[] = [p.customerId, id];
+      if (q.software) where.push(`a.software = $${params.push(q.software)}`);
+      const total = await d.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM artifacts a WHERE ${where.join(' AND ')}`, params);
+      const rows = await d.pool.query<Row>(
+        `${SELECT} WHERE ${where.join(' AND ')} ORDER BY a.uploaded_at DESC, a.id LIMIT $${params.push(q.limit ?? 100)} OFFSET $${params.push(q.offset ?? 0)}`,
+        params,
+      );
+      return { items: rows.rows.map(toArtifact), total: total.rows[0]!.n };
+    },
+
+    async download_artifact(req: FastifyRequest, reply: FastifyReply) {
+      const p = principal(req);
+      const { id } = req.params as { id: string };
+      const r = await d.pool.query<Row>(`${SELECT} WHERE a.customer_id = $1 AND a.id = $2`, [p.customerId, id]);
+      const a = r.rows[0];
+      if (!a) throw notFound('no such artifact');
+      const store = d.artifacts();
+      if (!store) throw new HttpError(503, 'the artifact store (NATS) is not reachable yet; retry', { retryAfterS: 2 });
+
+      reply.header('Accept-Ranges', 'bytes');
+      // Artifacts never change: the ETag is their id, so If-Range needs no extra check.
+      reply.header('ETag', `"${a.id}"`);
+      reply.header('Cache-Control', 'private, max-age=0');
+      reply.header('X-Content-Type-Options', 'nosniff');
+      const range = parseRange(req.headers.range, a.size);
+      if (range === 'unsatisfiable') {
+        reply.header('Content-Range', `bytes */${a.size}`);
+        throw new HttpError(416, `range ${JSON.stringify(req.headers.range)} is outside the artifact's ${a.size} bytes`);
+      }
+      const { start, end } = range ?? { start: 0, end: a.size - 1 };
+      const length = a.size === 0 ? 0 : end - start + 1;
+      if (range) reply.code(206).header('Content-Range', `bytes ${start}-${end}/${a.size}`);
+      reply.header('Content-Type', a.content_type);
+      reply.header('Content-Disposition', contentDisposition(a.filename));
+      reply.header('Content-Length', String(length));
+      if (length === 0) return reply.send('');
+      // HEAD: Fastify's HEAD route keeps our Content-Length only when the payload is a stream.
+      if (req.method === 'HEAD') return reply.send(Readable.from([]));
+      const body = Readable.from(artifactBytes(store, a.upload_id, a.chunk_size, start, end), { objectMode: false, highWaterMark: a.chunk_size });
+      body.on('error', (e) => req.log.warn({ err: e, artifact: a.id }, 'artifact download failed mid-stream'));
+      return reply.send(body);
+    },
+  };
+}

@@ -1,0 +1,93 @@
+// GET /api/machines/{id}/metrics: host metrics of one machine of the caller's customer, read from
+// ClickHouse. With `name`: one series, aggregated per step (avg, min, max, count); without: the
+// names the machine reported in the range. Every record counts once however many copies of it
+// reached the table (grouped by client_metric_id, the first copy's values).
+import type { FastifyRequest } from 'fastify';
+import type { ApiDeps } from '../server.js';
+import { principal } from '../auth.js';
+import { HttpError, notFound } from '../../lib/errors.js';
+import { queryRows } from '../../lib/db/clickhouse.js';
+import { chStr, chInt } from '../../lib/db/clickhouse-sql.js';
+
+const UNIT_MS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
+const NICE_STEPS_S = [1, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10_800, 21_600, 43_200, 86_400, 604_800];
+export const MAX_BUCKETS = 10_000;
+
+/** `90`, `90s`, `5m`, `1h`, `1d`, `500ms` -> milliseconds; a bare number is seconds. */
+export function parseStep(step: string): number | null {
+  const m = /^([0-9]{1,9})(ms|s|m|h|d)?$/.exec(step);
+  if (!m) return null;
+  const ms = Number(m[1]) * UNIT_MS[m[2] ?? 's']!;
+  return ms >= 1 ? ms : null;
+}
+
+/** About 300 buckets over the range, rounded up to a step a person would pick. */
+export function autoStep(rangeMs: number): number {
+  const want = rangeMs / 300 / 1000;
+  return (NICE_STEPS_S.find((s) => s >= want) ?? Math.ceil(want / 86_400) * 86_400) * 1000;
+}
+
+export function metricHandlers(d: ApiDeps) {
+  async function machine(customerId: string, id: string): Promise<void> {
+    const r = await d.pool.query('SELECT 1 FROM machines WHERE customer_id = $1 AND id = $2', [customerId, id]);
+    if (!r.rowCount) throw notFound('no such machine');
+  }
+
+  return {
+    async get_machine_metrics(req: FastifyRequest) {
+      const p = principal(req);
+      const { id } = req.params as { id: string };
+      await machine(p.customerId, id);
+      const q = req.query as { name?: string; from?: string; to?: string; step?: string };
+      const to = q.to ? Date.parse(q.to) : Date.now();
+      const from = q.from ? Date.parse(q.from) : to - 86_400_000;
+      if (!(from < to)) throw new HttpError(400, '`from` must be before `to`');
+      const cond = [
+        `customer_id = ${chStr(p.customerId)}`,
+        `machine_id = ${chStr(id)}`,
+        // The partition key is the month of ts: these two let ClickHouse skip other months (a day
+        // wider than the range, in case the server's time zone is not UTC; ts_ms is exact).
+        `ts >= toDateTime(${chInt(Math.max(0, Math.floor(from / 1000) - 86_400))})`,
+        `ts <= toDateTime(${chInt(Math.min(4_294_967_295, Math.ceil(to / 1000) + 86_400))})`,
+        `ts_ms >= ${chInt(Math.max(0, from))}`,
+        `ts_ms < ${chInt(Math.max(0, to))}`,
+      ];
+      const range = { from: new Date(from).toISOString(), to: new Date(to).toISOString() };
+
+      if (!q.name) {
+        const rows = await queryRows<{ name: string; points: string; first: string; last: string }>(
+          d.ch,
+          `SELECT name, uniqExact(client_metric_id) AS points, min(ts_ms) AS first, max(ts_ms) AS last
+             FROM host_metrics WHERE ${cond.join(' AND ')}
+            GROUP BY name ORDER BY name LIMIT 10000`,
+        );
+        return {
+          machine_id: id,
+          ...range,
+          names: rows.map((r) => ({ name: r.name, points: Number(r.points), first: new Date(Number(r.first)).toISOString(), last: new Date(Number(r.last)).toISOString() })),
+        };
+      }
+
+      const stepMs = q.step ? parseStep(q.step) : autoStep(to - from);
+      if (stepMs === null) throw new HttpError(400, `invalid step ${JSON.stringify(q.step)}: a number of seconds, or a number with ms, s, m, h or d`);
+      if ((to - from) / stepMs > MAX_BUCKETS) throw new HttpError(400, `step too small: at most ${MAX_BUCKETS} buckets per query`);
+      const step = chInt(stepMs);
+      const rows = await queryRows<{ t: string; avg: number; min: number; max: number; n: string }>(
+        d.ch,
+        `SELECT intDiv(t0, ${step}) * ${step} AS t, avg(v) AS avg, min(v) AS min, max(v) AS max, count() AS n
+           FROM (SELECT client_metric_id, argMax(ts_ms, ver) AS t0, argMax(value, ver) AS v
+                   FROM host_metrics
+                  WHERE ${cond.join(' AND ')} AND name = ${chStr(q.name)}
+                  GROUP BY client_metric_id)
+          GROUP BY t ORDER BY t`,
+      );
+      return {
+        machine_id: id,
+        name: q.name,
+        ...range,
+        step_s: stepMs / 1000,
+        points: rows.map((r) => ({ t: new Date(Number(r.t)).toISOString(), avg: Number(r.avg), min: Number(r.min), max: Number(r.max), count: Number(r.n) })),
+      };
+    },
+  };
+}

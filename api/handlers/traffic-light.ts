@@ -1,0 +1,72 @@
+// Traffic light: counts per colour, an instance's changes of colour, the live stream. Every query
+// is scoped to the caller's customer.
+import type { FastifyReply, FastifyRequest } from 'fastify';
+import type { ApiDeps } from '../server.js';
+import { principal } from '../auth.js';
+import { HttpError, notFound } from '../../lib/errors.js';
+import { lightSql } from '../../lib/traffic-light.js';
+import { queryRows } from '../../lib/db/clickhouse.js';
+import { chStr, chInt } from '../../lib/db/clickhouse-sql.js';
+
+const iso = (ms: number | string) => new Date(Number(ms)).toISOString();
+
+export function trafficLightHandlers(d: ApiDeps) {
+  const t = d.cfg.heartbeatTimeoutS;
+  const w = d.cfg.warningWindowS;
+
+  return {
+    async fleet_summary(req: FastifyRequest) {
+      const p = principal(req);
+      // Derived at read time, like the instance list: always right, events or not.
+      const r = await d.pool.query<{ light: string; n: number }>(
+        `SELECT light, count(*)::int AS n FROM (SELECT ${lightSql('i', '$2::float8', '$3::float8')} AS light FROM instances i WHERE i.customer_id = $1) x GROUP BY light`,
+        [p.customerId, t, w],
+      );
+      const lights = { green: 0, yellow: 0, red: 0, grey: 0 };
+      for (const row of r.rows) lights[row.light as keyof typeof lights] = row.n;
+      return { total: lights.green + lights.yellow + lights.red + lights.grey, lights };
+    },
+
+    async list_instance_light_events(req: FastifyRequest) {
+      const p = principal(req);
+      const { id } = req.params as { id: string };
+      const found = await d.pool.query('SELECT 1 FROM instances WHERE customer_id = $1 AND id = $2', [p.customerId, id]);
+      if (!found.rows[0]) throw notFound('no such instance');
+      const q = req.query as { from?: string; to?: string; limit?: number };
+      const cond = [`customer_id = ${chStr(p.customerId)}`, `instance_id = ${chStr(id)}`];
+      if (q.from) cond.push(`at_ms >= ${chInt(Date.parse(q.from))}`);
+      if (q.to) cond.push(`at_ms <= ${chInt(Date.parse(q.to))}`);
+      const rows = await queryRows<Record<string, string | number>>(
+        d.ch,
+        `SELECT instance_id, machine_id, machine, software, seq, from_light, to_light, reason, cause, at_ms, recorded_ms
+           FROM light_events FINAL WHERE ${cond.join(' AND ')}
+          ORDER BY seq DESC LIMIT ${chInt(q.limit ?? 500)}`,
+      );
+      return {
+        items: rows.map((r) => ({
+          id: `${r.instance_id}.${r.seq}`,
+          instance_id: String(r.instance_id),
+          machine_id: String(r.machine_id),
+          machine: String(r.machine),
+          software: String(r.software),
+          seq: Number(r.seq),
+          from: String(r.from_light),
+          to: String(r.to_light),
+          reason: String(r.reason),
+          cause: String(r.cause),
+          at: iso(r.at_ms),
+          recorded_at: iso(r.recorded_ms),
+        })),
+      };
+    },
+
+    async fleet_light_stream(req: FastifyRequest, reply: FastifyReply) {
+      const p = principal(req);
+      if (d.lights.count >= d.lights.maxClients) {
+        throw new HttpError(503, `too many live streams on this api replica (${d.lights.maxClients}); retry later`, { retryAfterS: 5 });
+      }
+      reply.hijack();
+      d.lights.open(p.customerId, reply.raw);
+    },
+  };
+}

@@ -1,0 +1,114 @@
+// Webhooks of the caller's customer (admin role): create, list, delete, and their deliveries.
+// The worker side (signing, delivery, retries) is workers/webhooks.ts; the signature lib/webhooks.ts.
+import type { FastifyReply, FastifyRequest } from 'fastify';
+import type { ApiDeps } from '../server.js';
+import { principal } from '../auth.js';
+import { HttpError, badRequest, notFound } from '../../lib/errors.js';
+import { withTx } from '../../lib/db/postgres.js';
+import { newWebhookSecret } from '../../lib/webhooks.js';
+
+const iso = (d: Date | null) => (d ? d.toISOString() : null);
+
+const COLUMNS = 'id, url, description, created_at, last_success_at, last_failure_at, last_error, consecutive_failures';
+
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+function toWebhook(r: any) {
+  return {
+    id: r.id,
+    url: r.url,
+    description: r.description,
+    created_at: iso(r.created_at)!,
+    last_success_at: iso(r.last_success_at),
+    last_failure_at: iso(r.last_failure_at),
+    last_error: r.last_error,
+    consecutive_failures: r.consecutive_failures,
+  };
+}
+
+function checkUrl(raw: string): string {
+  let u: URL;
+  try {
+    u = new URL(raw);
+  } catch {
+    throw badRequest('url is not a valid absolute URL');
+  }
+  if (u.protocol !== 'http:' && u.protocol !== 'https:') throw badRequest('url must be http:// or https://');
+  if (u.username || u.password) throw badRequest('url must not carry credentials; the signature authenticates the sender');
+  return u.toString();
+}
+
+export function webhookHandlers(d: ApiDeps) {
+  const max = d.cfg.webhooks.maxPerCustomer;
+
+  async function own(customerId: string, id: string): Promise<void> {
+    const r = await d.pool.query('SELECT 1 FROM webhooks WHERE customer_id = $1 AND id = $2', [customerId, id]);
+    if (!r.rows[0]) throw notFound('no such webhook');
+  }
+
+  return {
+    async list_webhooks(req: FastifyRequest) {
+      const p = principal(req);
+      const r = await d.pool.query(`SELECT ${COLUMNS} FROM webhooks WHERE customer_id = $1 ORDER BY created_at, id`, [p.customerId]);
+      return { items: r.rows.map(toWebhook) };
+    },
+
+    async create_webhook(req: FastifyRequest, reply: FastifyReply) {
+      const p = principal(req);
+      const b = req.body as { url: string; secret?: string; description?: string };
+      const url = checkUrl(b.url);
+      const secret = b.secret ?? newWebhookSecret();
+      const row = await withTx(d.pool, async (c) => {
+        // One creation at a time per customer, so the limit holds under concurrent requests.
+        await c.query('SELECT 1 FROM customers WHERE id = $1 FOR UPDATE', [p.customerId]);
+        const n = await c.query<{ n: number }>('SELECT count(*)::int AS n FROM webhooks WHERE customer_id = $1', [p.customerId]);
+        if (n.rows[0]!.n >= max) throw new HttpError(409, `${p.customer} has ${max} webhooks already (the maximum); delete one first`);
+        const r = await c.query(
+          `INSERT INTO webhooks (customer_id, url, secret, description, created_by) VALUES ($1, $2, $3, $4, $5) RETURNING ${COLUMNS}`,
+          [p.customerId, url, secret, b.description ?? '', p.userId ?? null],
+        );
+        return r.rows[0];
+      });
+      return reply.code(201).send({ ...toWebhook(row), secret });
+    },
+
+    async delete_webhook(req: FastifyRequest, reply: FastifyReply) {
+      const p = principal(req);
+      const { id } = req.params as { id: string };
+      const r = await d.pool.query('DELETE FROM webhooks WHERE customer_id = $1 AND id = $2', [p.customerId, id]);
+      if (r.rowCount === 0) throw notFound('no such webhook');
+      return reply.code(204).send();
+    },
+
+    async list_webhook_deliveries(req: FastifyRequest) {
+      const p = principal(req);
+      const { id } = req.params as { id: string };
+      await own(p.customerId, id);
+      const q = req.query as { state?: string; limit?: number };
+      const params: unknown[] = [p.customerId, id];
+      const r = await d.pool.query(
+        `SELECT event_id, instance_id, from_light, to_light, event_at, state, attempts, last_status, last_error,
+                first_attempt_at, last_attempt_at, next_attempt_at, delivered_at
+           FROM webhook_deliveries WHERE customer_id = $1 AND webhook_id = $2 ${q.state ? `AND state = $${params.push(q.state)}` : ''}
+          ORDER BY last_attempt_at DESC, event_id LIMIT $${params.push(q.limit ?? 100)}`,
+        params,
+      );
+      return {
+        items: r.rows.map((x) => ({
+          event_id: x.event_id,
+          instance_id: x.instance_id,
+          from: x.from_light,
+          to: x.to_light,
+          event_at: iso(x.event_at),
+          state: x.state,
+          attempts: x.attempts,
+          last_status: x.last_status,
+          last_error: x.last_error,
+          first_attempt_at: iso(x.first_attempt_at),
+          last_attempt_at: iso(x.last_attempt_at),
+          next_attempt_at: iso(x.next_attempt_at),
+          delivered_at: iso(x.delivered_at),
+        })),
+      };
+    },
+  };
+}

@@ -1,0 +1,133 @@
+// The live stream of traffic-light changes (Server-Sent Events, GET /api/fleet/stream). Workers
+// publish every change they record on core NATS `${SUBJECT_PREFIX}.control.light.<customer id>`;
+// each api replica subscribes once to `…control.light.*` and writes each message to the open
+// streams of that customer only. Nothing is polled per client.
+//
+// Delivery is best effort, like any live view: a client that reconnects (the browser's EventSource
+// does by itself, after `retry`) re-reads GET /api/instances, which is always right. A client that
+// does not keep up (more than MAX_BUFFERED bytes waiting) is disconnected rather than buffered
+// without bound.
+import type { ServerResponse } from 'node:http';
+import type { NatsConnection, Subscription } from 'nats';
+import type { Logger } from '../lib/log.js';
+import { subjects } from '../lib/messages.js';
+import type { LightEvent, LightMessage } from '../lib/traffic-light.js';
+
+const MAX_BUFFERED = 1024 * 1024;
+
+interface Client {
+  res: ServerResponse;
+  keepalive: NodeJS.Timeout;
+}
+
+/** The fields a dashboard gets (the customer is implied by the stream). */
+export function publicEvent(e: LightEvent) {
+  return {
+    id: e.id,
+    instance_id: e.instance_id,
+    machine_id: e.machine_id,
+    machine: e.machine,
+    software: e.software,
+    seq: e.seq,
+    from: e.from,
+    to: e.to,
+    reason: e.reason,
+    cause: e.cause,
+    at: e.at,
+    recorded_at: e.recorded_at,
+  };
+}
+
+export class LightHub {
+  private readonly clients = new Map<string, Set<Client>>();
+  private size = 0;
+  private sub: Subscription | null = null;
+
+  constructor(
+    private readonly log: Logger,
+    private readonly keepaliveS: number,
+    readonly maxClients: number,
+    private readonly onSent: (n: number) => void = () => {},
+  ) {}
+
+  get count(): number {
+    return this.size;
+  }
+
+  /** Subscribes to every customer's changes; called once NATS is connected. */
+  attach(nc: NatsConnection, subjectPrefix: string): void {
+    const subject = subjects(subjectPrefix).control('light.*');
+    const head = subject.slice(0, -1);
+    this.sub = nc.subscribe(subject);
+    void (async () => {
+      for await (const m of this.sub!) {
+        const customerId = m.subject.slice(head.length);
+        const set = this.clients.get(customerId);
+        if (!set || set.size === 0) continue;
+        let msg: LightMessage;
+        try {
+          msg = m.json<LightMessage>();
+        } catch {
+          continue;
+        }
+        if (!msg || !Array.isArray(msg.events)) continue;
+        const text = msg.events.map((e) => `id: ${e.id}\nevent: light\ndata: ${JSON.stringify(publicEvent(e))}\n\n`).join('');
+        for (const c of [...set]) this.write(customerId, c, text);
+        this.onSent(msg.events.length * set.size);
+      }
+    })().catch((e) => this.log.warn({ err: e }, 'light stream subscription ended'));
+    this.log.info({ subject }, 'live traffic-light stream subscribed');
+  }
+
+  /** Takes over an HTTP response as an event stream of `customerId`'s changes. */
+  open(customerId: string, res: ServerResponse): void {
+    res.writeHead(200, {
+      'Content-Type': 'text/event-stream; charset=utf-8',
+      'Cache-Control': 'no-cache, no-transform',
+      Connection: 'keep-alive',
+      // Tell nginx-style proxies not to buffer the stream.
+      'X-Accel-Buffering': 'no',
+    });
+    res.write(`retry: 3000\n: connected\n\n`);
+    const c: Client = {
+      res,
+      keepalive: setInterval(() => this.write(customerId, c, ': keepalive\n\n'), this.keepaliveS * 1000),
+    };
+    let set = this.clients.get(customerId);
+    if (!set) this.clients.set(customerId, (set = new Set()));
+    set.add(c);
+    this.size++;
+    const drop = () => this.remove(customerId, c);
+    res.on('close', drop);
+    res.on('error', drop);
+  }
+
+  private write(customerId: string, c: Client, text: string): void {
+    if (c.res.writableLength > MAX_BUFFERED) {
+      this.log.warn({ customerId }, 'live stream client too slow; disconnecting it');
+      this.remove(customerId, c);
+      c.res.destroy();
+      return;
+    }
+    c.res.write(text);
+  }
+
+  private remove(customerId: string, c: Client): void {
+    const set = this.clients.get(customerId);
+    if (!set?.delete(c)) return;
+    clearInterval(c.keepalive);
+    this.size--;
+    if (set.size === 0) this.clients.delete(customerId);
+  }
+
+  /** Ends every stream (shutdown): clients reconnect to another replica. */
+  close(): void {
+    this.sub?.unsubscribe();
+    for (const [customerId, set] of this.clients) {
+      for (const c of [...set]) {
+        this.remove(customerId, c);
+        c.res.end();
+      }
+    }
+  }
+}

@@ -1,0 +1,254 @@
+// Benchmark of the traffic light (issue 4): N instances heartbeat once, together, and go silent.
+// Measures how long after the timeout the last one is recorded red, how many events were recorded
+// (exactly one red per instance is the requirement), and the Redis memory each instance's heartbeat
+// key costs. Prints one JSON object on stdout; progress goes to stderr.
+//
+//   node dist/bench/traffic-light.js [--instances 100000] [--workers 1] [--timeout-s 60]
+//
+// Runs against the servers of the usual environment (NATS_URL, DATABASE_URL, REDIS_URL,
+// CLICKHOUSE_URL, CLICKHOUSE_DB, ...; lib/config.ts). It keeps out of the way of a deployment on
+// the same servers: its own stream (`${STREAM_NAME}_LIGHTBENCH`), subjects
+// (`${SUBJECT_PREFIX}-lightbench`), Redis prefix (`${REDIS_PREFIX}lightbench:`) and customer
+// (`lightbench-<random>`), and its own worker processes (dist/workers/main.js) with the given
+// timeout. The heartbeats are published straight onto the stream (as a gateway would: one receive
+// time for all), so the gateway is not what is measured. Afterwards it removes the customer, its
+// ClickHouse rows, the stream and its Redis keys.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { randomBytes, randomUUID } from 'node:crypto';
+import { fileURLToPath } from 'node:url';
+import { loadConfig } from '../lib/config.js';
+import { createPool } from '../lib/db/postgres.js';
+import { createClickHouse, queryRows } from '../lib/db/clickhouse.js';
+import { chStr } from '../lib/db/clickhouse-sql.js';
+import { createRedis, redisKeys } from '../lib/db/redis.js';
+import { connectNats, ensureStreams } from '../lib/db/nats.js';
+import { migrate } from '../lib/db/migrate.js';
+import { createCustomer } from '../lib/admin.js';
+import { encodeBatch, encodeReport, subjects, deadLetterStream } from '../lib/messages.js';
+
+function arg(name: string, fallback: number): number {
+  const i = process.argv.indexOf(`--${name}`);
+  if (i < 0) return fallback;
+  const v = Number(process.argv[i + 1]);
+  if (!Number.isFinite(v) || v <= 0) throw new Error(`--${name} needs a positive number`);
+  return v;
+}
+
+const N = Math.floor(arg('instances', 100_000));
+const WORKERS = Math.floor(arg('workers', 1));
+const TIMEOUT_S = arg('timeout-s', 60);
+const PER_MESSAGE = 500;
+const log = (msg: string) => process.stderr.write(`[bench traffic-light] ${msg}\n`);
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+const base = loadConfig();
+const names = {
+  STREAM_NAME: `${base.streamName}_LIGHTBENCH`,
+  SUBJECT_PREFIX: `${base.subjectPrefix}-lightbench`,
+  REDIS_PREFIX: `${base.redisPrefix}lightbench:`,
+};
+
+const pool = createPool(base.databaseUrl, 4, 'fleet-bench');
+const ch = createClickHouse({ url: base.clickhouseUrl, database: base.clickhouseDatabase, user: base.clickhouseUser, password: base.clickhousePassword });
+const redis = createRedis(base.redisUrl);
+const nc = await connectNats(base.natsUrl, 'bench-traffic-light');
+const workers: ChildProcess[] = [];
+let customerId = '';
+
+async function usedMemory(): Promise<number> {
+  const info = await redis.info('memory');
+  return Number(/used_memory:(\d+)/.exec(info)![1]);
+}
+
+async function countKeys(pattern: string): Promise<number> {
+  let n = 0;
+  let cursor = '0';
+  do {
+    const [next, keys] = await redis.scan(cursor, 'MATCH', pattern, 'COUNT', 10_000);
+    cursor = next;
+    n += keys.length;
+  } while (cursor !== '0');
+  return n;
+}
+
+async function countLight(light: string): Promise<number> {
+  const r = await pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM instances WHERE customer_id = $1 AND light = $2`, [customerId, light]);
+  return r.rows[0]!.n;
+}
+
+async function startWorker(i: number): Promise<ChildProcess> {
+  const script = fileURLToPath(new URL('../workers/main.js', import.meta.url));
+  const child = spawn(process.execPath, [script], {
+    env: { ...process.env, ...names, HEARTBEAT_TIMEOUT_S: String(TIMEOUT_S), WORKER_HTTP_PORT: '0', LOG_LEVEL: process.env.BENCH_WORKER_LOG_LEVEL ?? 'info' },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let out = '';
+  await new Promise<void>((resolve, reject) => {
+    const onData = (d: Buffer) => {
+      out += d.toString();
+      if (out.includes('"msg":"consuming"')) resolve();
+    };
+    child.stdout!.on('data', onData);
+    child.stderr!.on('data', onData);
+    child.on('exit', (code) => reject(new Error(`worker ${i} exited (${code}):\n${out.slice(-3000)}`)));
+  });
+  // BENCH_WORKER_LOG=1: the workers' logs go to stderr (for looking into a run).
+  if (process.env.BENCH_WORKER_LOG === '1') {
+    child.stdout!.pipe(process.stderr);
+    child.stderr!.pipe(process.stderr);
+  } else {
+    child.stdout!.resume();
+    child.stderr!.resume();
+  }
+  return child;
+}
+
+async function cleanup(): Promise<void> {
+  await Promise.all(
+    workers.map(
+      (w) =>
+        new Promise<void>((r) => {
+          if (w.exitCode !== null) return r();
+          w.once('exit', () => r());
+          w.kill('SIGTERM');
+          setTimeout(() => w.kill('SIGKILL'), 15_000).unref();
+        }),
+    ),
+  );
+  const jsm = await nc.jetstreamManager();
+  await jsm.streams.delete(names.STREAM_NAME).catch(() => {});
+  await jsm.streams.delete(deadLetterStream(names.STREAM_NAME)).catch(() => {});
+  let cursor = '0';
+  do {
+    const [next, keys] = await redis.scan(cursor, 'MATCH', `${names.REDIS_PREFIX}*`, 'COUNT', 5000);
+    cursor = next;
+    if (keys.length) await redis.del(...keys);
+  } while (cursor !== '0');
+  if (customerId) {
+    await pool.query('DELETE FROM light_outbox WHERE customer_id = $1', [customerId]);
+    await pool.query('DELETE FROM customers WHERE id = $1', [customerId]);
+    for (const table of ['heartbeats', 'light_events']) {
+      await ch.command({ query: `ALTER TABLE ${table} DELETE WHERE customer_id = ${chStr(customerId)}` }).catch((e) => log(`could not delete ${table} rows: ${e.message}`));
+    }
+  }
+}
+
+async function main() {
+  await migrate({ databaseUrl: base.databaseUrl, clickhouseUrl: base.clickhouseUrl, clickhouseDatabase: base.clickhouseDatabase, clickhouseUser: base.clickhouseUser, clickhousePassword: base.clickhousePassword });
+  await ensureStreams(await nc.jetstreamManager(), { streamName: names.STREAM_NAME, subjectPrefix: names.SUBJECT_PREFIX, streamMaxBytes: base.streamMaxBytes, streamReplicas: base.streamReplicas });
+  const customer = await createCustomer(pool, `lightbench-${randomBytes(4).toString('hex')}`);
+  customerId = customer.id;
+  log(`${N} instances, ${WORKERS} worker(s), timeout ${TIMEOUT_S} s, customer ${customer.slug}`);
+  for (let i = 0; i < WORKERS; i++) workers.push(await startWorker(i));
+  const memBefore = await usedMemory();
+
+  // Every instance heartbeats once, with one receive time: they all fall silent together.
+  const js = nc.jetstream();
+  const subject = subjects(names.SUBJECT_PREFIX).reports;
+  const tokenId = randomUUID();
+  const t0 = Date.now();
+  const deadline = t0 + TIMEOUT_S * 1000;
+  const inflight = new Set<Promise<unknown>>();
+  for (let i = 0; i < N; i += PER_MESSAGE) {
+    const reports = [];
+    for (let j = i; j < Math.min(N, i + PER_MESSAGE); j++) {
+      reports.push(encodeReport({ id: randomUUID(), k: 'heartbeat', c: customer.id, cs: customer.slug, m: `m-${j}`, s: 'agent', t: tokenId, at: t0 }, null));
+    }
+    const p = js.publish(subject, encodeBatch(reports), { msgID: randomUUID() }).finally(() => inflight.delete(p));
+    inflight.add(p);
+    if (inflight.size >= 16) await Promise.race(inflight);
+  }
+  await Promise.all(inflight);
+  const published = Date.now();
+  log(`published in ${published - t0} ms`);
+
+  let green = 0;
+  while (Date.now() < deadline) {
+    green = await countLight('green');
+    if (green === N) break;
+    await sleep(200);
+  }
+  const applied = Date.now();
+  log(`${green} of ${N} green ${applied - t0} ms after the heartbeat${green < N ? ' (the rest was applied after its timeout)' : ''}`);
+  // The keys are written right after each batch's commit: wait until all are there.
+  let keys = 0;
+  while (Date.now() < deadline) {
+    keys = await countKeys(`${redisKeys(names.REDIS_PREFIX).heartbeatPrefix}*`);
+    if (keys >= green) break;
+    await sleep(200);
+  }
+  const memAfter = await usedMemory();
+  log(`${keys} heartbeat keys; used_memory ${memBefore} -> ${memAfter}`);
+  // MEMORY USAGE of a sample of heartbeat keys (key, value, expiry and dictionary overhead).
+  const sample = await pool.query<{ id: string }>('SELECT id FROM instances WHERE customer_id = $1 ORDER BY random() LIMIT 200', [customerId]);
+  const usage = (await Promise.all(sample.rows.map((r) => redis.memory('USAGE', redisKeys(names.REDIS_PREFIX).heartbeat(r.id), 'SAMPLES', '0')))).filter(
+    (x): x is number => typeof x === 'number',
+  );
+  const keyBytes = usage.length ? Math.round(usage.reduce((a, b) => a + b, 0) / usage.length) : null;
+
+  // Wait for the timeout, then for the last one red (stored) and every red event in ClickHouse.
+  let red = 0;
+  const giveUp = deadline + Math.max(120_000, N);
+  while (Date.now() < giveUp) {
+    red = await countLight('red');
+    if (red === N) break;
+    await sleep(100);
+  }
+  const allRedSeen = Date.now();
+  const where = `customer_id = ${chStr(customerId)}`;
+  let ev: Record<string, string | number> = {};
+  while (Date.now() < giveUp + 30_000) {
+    ev = (
+      await queryRows<Record<string, string | number>>(
+        ch,
+        `SELECT count() AS events, countIf(to_light = 'red') AS red, countIf(to_light = 'red' AND cause = 'expiry') AS red_by_expiry,
+                countIf(to_light = 'red' AND cause = 'sweep') AS red_by_sweep, countIf(to_light = 'red' AND cause = 'report') AS red_by_report,
+                uniqExact(instance_id) AS instances, max(recorded_ms) AS last_recorded_ms,
+                quantile(0.5)(recorded_ms - at_ms) AS p50, quantile(0.99)(recorded_ms - at_ms) AS p99
+           FROM light_events FINAL WHERE ${where} AND to_light = 'red'`,
+      )
+    )[0]!;
+    if (Number(ev.red) >= red) break;
+    await sleep(500);
+  }
+  const all = (await queryRows<{ final: string; raw: string; most: string }>(
+    ch,
+    `SELECT (SELECT count() FROM light_events FINAL WHERE ${where}) AS final, (SELECT count() FROM light_events WHERE ${where}) AS raw,
+            (SELECT max(c) FROM (SELECT instance_id, countIf(to_light = 'red') AS c FROM light_events FINAL WHERE ${where} GROUP BY instance_id)) AS most`,
+  ))[0]!;
+
+  const result = {
+    bench: 'traffic-light',
+    instances: N,
+    workers: WORKERS,
+    heartbeat_timeout_s: TIMEOUT_S,
+    publish_ms: published - t0,
+    all_green_after_heartbeat_ms: green === N ? applied - t0 : null,
+    red_instances: red,
+    last_red_after_timeout_ms: Number(ev.last_recorded_ms) - deadline,
+    red_latency_ms: { p50: Math.round(Number(ev.p50)), p99: Math.round(Number(ev.p99)) },
+    last_red_seen_stored_after_timeout_ms: allRedSeen - deadline,
+    events_recorded: Number(all.final),
+    red_events: Number(ev.red),
+    red_events_by_cause: { expiry: Number(ev.red_by_expiry), sweep: Number(ev.red_by_sweep), report: Number(ev.red_by_report) },
+    max_red_events_per_instance: Number(all.most),
+    duplicate_rows_before_merge: Number(all.raw) - Number(all.final),
+    // Two views: MEMORY USAGE per heartbeat key (sampled), and Redis' used_memory growth / N.
+    redis_heartbeat_keys: keys,
+    redis_bytes_per_instance: keyBytes,
+    redis_used_memory_growth_per_instance: Math.round((memAfter - memBefore) / N),
+  };
+  process.stdout.write(JSON.stringify(result) + '\n');
+}
+
+let failed = false;
+try {
+  await main();
+} catch (e) {
+  failed = true;
+  log(`failed: ${(e as Error).stack ?? e}`);
+} finally {
+  await cleanup().catch((e) => log(`cleanup: ${(e as Error).message}`));
+  await Promise.allSettled([pool.end(), ch.close(), redis.quit(), nc.close()]);
+}
+process.exit(failed ? 1 : 0);

@@ -1,0 +1,134 @@
+// POST /api/ingest/{customer}/{machine}/logcollector/metrics: host metrics, idempotent by
+// client_metric_id per customer and machine.
+//
+// Stored once, forever: every copy of a record that reaches the queue produces the same
+// ClickHouse row key (customer, machine, name, client_metric_id), so copies collapse and reads
+// (grouped by client_metric_id) see one. Counted exactly within METRIC_DEDUP_TTL_S (24 h): Redis
+// remembers each id that was durably queued, and the answer says how many records were new.
+//
+// Per request, after the usual checks and the schema:
+//   1. ids repeated inside the request count as duplicates;
+//   2. MGET: ids already registered are duplicates and are not queued again;
+//   3. the rest are queued as one report; on the PubAck:
+//   4. SET NX EX per id: set -> accepted; already there -> duplicate (another gateway queued the
+//      same record at the same moment: both copies are stored and collapse, one counts).
+// The register is written only AFTER the PubAck: an id marked before a failed publish would turn
+// the agent's retry into a "duplicate" that was never stored. Redis unreachable: 503, retry.
+import { randomUUID } from 'node:crypto';
+import type { JsonRoute, Kit } from './server.js';
+import type { Validator } from '../lib/validation.js';
+import { compile } from '../lib/validation.js';
+import { MetricRecord, metricsBatchSchema, METRIC_TS_MIN, METRIC_TS_MAX } from '../lib/schemas/metrics.js';
+import { encodeReport } from '../lib/messages.js';
+import { HttpError, unprocessable } from '../lib/errors.js';
+import { uuidFromName } from '../lib/ids.js';
+
+const KIND = 'metrics';
+const REDIS_TIMEOUT_MS = 2000;
+
+/** Redis key that remembers a client_metric_id of a customer's machine. */
+export function metricKey(prefix: string, customerId: string, machine: string, clientMetricId: string): string {
+  return `${prefix}metric:${uuidFromName(customerId, machine, clientMetricId)}`;
+}
+
+const isBatch = (data: unknown): data is { items: unknown[] } => typeof data === 'object' && data !== null && 'items' in data;
+
+function withTimeout<T>(p: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout;
+  return Promise.race([
+    p.finally(() => clearTimeout(timer)),
+    new Promise<T>((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms);
+    }),
+  ]);
+}
+
+export function metricsRoute(k: Kit): JsonRoute {
+  const { cfg, redis, publisher, metrics, log } = k.d;
+  const ttl = cfg.metricDedupTtlS;
+  const records = metrics.counter('gateway_metric_records_total', 'Host-metric records by outcome', ['result']);
+  const acceptedRecords = records.labels('accepted');
+  const duplicateRecords = records.labels('duplicate');
+
+  const one = compile(MetricRecord);
+  const batch = compile(metricsBatchSchema(cfg.gateway.maxItems));
+  const validate = Object.assign((data: unknown) => (isBatch(data) ? batch(data) : one(data)), {
+    errorsOf: (data: unknown) => (isBatch(data) ? batch.errorsOf(data) : one.errorsOf(data)),
+  }) as Validator<unknown>;
+
+  const unavailable = (what: string) => new HttpError(503, `${what}; retry (a record is never stored twice)`, { retryAfterS: 2 });
+
+  return {
+    software: 'logcollector',
+    validate,
+    finish(ctx, tok, _raw, data, path) {
+      const list = (isBatch(data) ? data.items : [data]) as MetricRecord[];
+      const base = isBatch(data) ? (i: number) => `/items/${i}` : () => '';
+      for (let i = 0; i < list.length; i++) {
+        const ts = list[i]!.ts;
+        if (ts === undefined) continue;
+        const ms = Date.parse(ts);
+        if (!(ms >= METRIC_TS_MIN && ms < METRIC_TS_MAX)) {
+          return k.reject(ctx, KIND, unprocessable(`${base(i)}/ts ${JSON.stringify(ts)} is outside 2000-01-01 … 2100-01-01`, [{ path: `${base(i)}/ts`, message: 'out of range' }]), tok);
+        }
+      }
+
+      let duplicates = 0;
+      const seen = new Set<string>();
+      const fresh: { rec: MetricRecord; key: string }[] = [];
+      for (const rec of list) {
+        const key = metricKey(cfg.redisPrefix, tok.customerId, path.machine, rec.client_metric_id);
+        if (seen.has(key)) duplicates++;
+        else {
+          seen.add(key);
+          fresh.push({ rec, key });
+        }
+      }
+      const at = Date.now();
+
+      const answer = (accepted: number) => {
+        acceptedRecords.inc(accepted);
+        duplicateRecords.inc(duplicates);
+        k.answered(KIND, 200);
+        ctx.send(200, `{"ok":true,"accepted":${accepted},"duplicates":${duplicates}}`);
+      };
+
+      withTimeout(redis.mget(fresh.map((f) => f.key)), REDIS_TIMEOUT_MS).then(
+        (known) => {
+          const todo = fresh.filter((_, i) => known[i] === null);
+          duplicates += fresh.length - todo.length;
+          if (todo.length === 0) return answer(0);
+          if (ctx.aborted) return;
+          const body = Buffer.from(JSON.stringify({ items: todo.map((x) => x.rec) }));
+          const report = encodeReport({ id: randomUUID(), k: 'metrics', c: tok.customerId, cs: tok.customer, m: path.machine, s: path.software, t: tok.id, at }, body);
+          if (report.length > publisher.maxReportBytes) {
+            return k.reject(ctx, KIND, new HttpError(413, `report of ${report.length} bytes is over the queue's message limit`), tok);
+          }
+          publisher.add(report, (err) => {
+            if (err) return k.reject(ctx, KIND, err, tok);
+            const pipe = redis.pipeline();
+            for (const x of todo) pipe.set(x.key, String(at), 'EX', ttl, 'NX');
+            withTimeout(pipe.exec(), REDIS_TIMEOUT_MS).then(
+              (results) => {
+                let accepted = 0;
+                for (const [e, v] of results ?? []) {
+                  if (e) throw e;
+                  if (v === 'OK') accepted++;
+                  else duplicates++;
+                }
+                answer(accepted);
+              },
+            ).catch((e) => {
+              log.warn({ err: e }, 'metric id register (Redis) failed after the records were queued');
+              k.reject(ctx, KIND, unavailable('the records are queued, but the duplicate register (Redis) did not answer'), tok);
+            });
+          });
+        },
+        (e) => {
+          log.warn({ err: e }, 'metric id register (Redis) unavailable');
+          k.reject(ctx, KIND, unavailable('the duplicate register (Redis) is unavailable'), tok);
+        },
+      );
+    },
+  };
+}

@@ -1,0 +1,143 @@
+// Helpers for the traffic-light tests: the stored colour, the recorded events, a Server-Sent
+// Events reader, and direct publishing of report batches (many instances at once).
+import { randomUUID } from 'node:crypto';
+import type { TestStack } from './stack.js';
+import { chRows } from './stack.js';
+import { encodeBatch, encodeReport, subjects } from '../../lib/messages.js';
+
+export interface EventRow {
+  instance_id: string;
+  machine: string;
+  software: string;
+  seq: number;
+  from_light: string;
+  to_light: string;
+  reason: string;
+  cause: string;
+  at_ms: number;
+  recorded_ms: number;
+}
+
+/** Recorded changes (ClickHouse, FINAL), oldest first per instance. */
+export async function events(s: TestStack, where = '1'): Promise<EventRow[]> {
+  const rows = await chRows<Record<string, string | number>>(
+    s.ch,
+    `SELECT instance_id, machine, software, seq, from_light, to_light, reason, cause, at_ms, recorded_ms
+       FROM light_events FINAL WHERE ${where} ORDER BY machine, software, seq`,
+  );
+  return rows.map((r) => ({
+    instance_id: String(r.instance_id),
+    machine: String(r.machine),
+    software: String(r.software),
+    seq: Number(r.seq),
+    from_light: String(r.from_light),
+    to_light: String(r.to_light),
+    reason: String(r.reason),
+    cause: String(r.cause),
+    at_ms: Number(r.at_ms),
+    recorded_ms: Number(r.recorded_ms),
+  }));
+}
+
+export interface StoredLight {
+  id: string;
+  light: string;
+  light_seq: number;
+  last_heartbeat_ms: number | null;
+}
+
+export async function stored(s: TestStack, machine: string, software = 'agent'): Promise<StoredLight | null> {
+  const r = await s.pool.query(
+    `SELECT i.id, i.light, i.light_seq, (extract(epoch FROM i.last_heartbeat_at) * 1000)::float8 AS hb
+       FROM instances i JOIN machines m ON m.id = i.machine_id WHERE m.slug = $1 AND i.software = $2`,
+    [machine, software],
+  );
+  const row = r.rows[0];
+  return row ? { id: row.id, light: row.light, light_seq: Number(row.light_seq), last_heartbeat_ms: row.hb === null ? null : Math.round(row.hb) } : null;
+}
+
+export interface SseEvent {
+  id?: string;
+  event?: string;
+  data: string;
+  receivedAt: number;
+}
+
+/** A Server-Sent Events client on fetch: resolves once the stream is open (headers received). */
+export async function openStream(url: string, token: string | null) {
+  const ac = new AbortController();
+  const res = await fetch(url, { headers: token ? { Authorization: `Bearer ${token}` } : {}, signal: ac.signal });
+  const received: SseEvent[] = [];
+  let raw = '';
+  let done: Promise<void> = Promise.resolve();
+  if (res.ok && res.body) {
+    const reader = res.body.getReader();
+    const dec = new TextDecoder();
+    let buf = '';
+    done = (async () => {
+      try {
+        for (;;) {
+          const { value, done } = await reader.read();
+          if (done) return;
+          const text = dec.decode(value, { stream: true });
+          raw += text;
+          buf += text;
+          let i: number;
+          while ((i = buf.indexOf('\n\n')) >= 0) {
+            const block = buf.slice(0, i);
+            buf = buf.slice(i + 2);
+            const ev: SseEvent = { data: '', receivedAt: Date.now() };
+            let hasData = false;
+            for (const line of block.split('\n')) {
+              if (line.startsWith(':')) continue;
+              const [k, ...rest] = line.split(':');
+              const v = rest.join(':').replace(/^ /, '');
+              if (k === 'id') ev.id = v;
+              else if (k === 'event') ev.event = v;
+              else if (k === 'data') {
+                ev.data += (hasData ? '\n' : '') + v;
+                hasData = true;
+              }
+            }
+            if (hasData) received.push(ev);
+          }
+        }
+      } catch {
+        /* aborted */
+      }
+    })();
+  }
+  return {
+    status: res.status,
+    headers: res.headers,
+    received,
+    get raw() {
+      return raw;
+    },
+    /** Parsed `light` events. */
+    lights(): { id: string; instance_id: string; machine: string; from: string; to: string; seq: number; cause: string }[] {
+      return received.filter((e) => e.event === 'light').map((e) => JSON.parse(e.data));
+    },
+    async close() {
+      ac.abort();
+      await done;
+    },
+    body: (res.ok ? null : await res.json().catch(() => null)) as { detail?: string } | null,
+  };
+}
+
+/**
+ * Publishes heartbeats of `machines` (software `agent`) straight to the stream, as a gateway would,
+ * all with receive time `at`: many instances that heartbeat once, together.
+ */
+export async function publishHeartbeats(s: TestStack, machines: string[], at: number, perMessage = 500): Promise<void> {
+  const js = s.nc.jetstream();
+  const subject = subjects(s.env.SUBJECT_PREFIX!).reports;
+  const tokenId = randomUUID();
+  for (let i = 0; i < machines.length; i += perMessage) {
+    const reports = machines.slice(i, i + perMessage).map((m) =>
+      encodeReport({ id: randomUUID(), k: 'heartbeat', c: s.customer.id, cs: s.customer.slug, m, s: 'agent', t: tokenId, at }, null),
+    );
+    await js.publish(subject, encodeBatch(reports), { msgID: randomUUID() });
+  }
+}

@@ -1,0 +1,147 @@
+// Webhooks: managed by admins through the api; on each change to or from red a signed POST,
+// retried with exponential backoff until the receiver takes it; failures visible through the api.
+import t from 'tap';
+import { createServer, type IncomingMessage, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { testStack, post, get, eventually } from './helpers/stack.js';
+import { stored } from './helpers/lights.js';
+import { verifyWebhook } from '../lib/webhooks.js';
+
+const s = await testStack(t, 'hooks', {
+  env: { HEARTBEAT_TIMEOUT_S: '2', WEBHOOK_BACKOFF_MS: '200', WEBHOOK_ATTEMPTS: '4', LIGHT_SWEEP_INTERVAL_MS: '1000' },
+});
+const ingest = (m: string, kind: string) => `${s.gatewayUrl}/api/ingest/${s.customer.slug}/${m}/agent/${kind}`;
+const admin = await s.newUser('admin');
+const viewer = await s.newUser('viewer');
+const other = await s.newCustomer('other');
+
+interface Received {
+  at: number;
+  headers: IncomingMessage['headers'];
+  body: string;
+  answered: number;
+}
+
+/** A receiver that answers `plan[n]` to its n-th request (the last entry from then on). */
+async function receiver(plan: number[]): Promise<{ url: string; got: Received[]; server: Server }> {
+  const got: Received[] = [];
+  const server = createServer((req, res) => {
+    let body = '';
+    req.on('data', (d: Buffer) => (body += d.toString()));
+    req.on('end', () => {
+      const answered = plan[Math.min(got.length, plan.length - 1)]!;
+      got.push({ at: Date.now(), headers: req.headers, body, answered });
+      res.writeHead(answered, { 'Content-Type': 'text/plain' }).end(answered === 200 ? 'ok' : 'not now');
+    });
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  t.teardown(() => new Promise<void>((r) => server.close(() => r())));
+  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/hook`, got, server };
+}
+
+const flaky = await receiver([500, 500, 200]);
+const broken = await receiver([500]);
+let hookId = '';
+let secret = '';
+let brokenId = '';
+
+t.test('create, list: admin only; bad input 400; the secret shown once', async (t) => {
+  t.equal((await post(`${s.apiUrl}/api/webhooks`, viewer.jwt, { url: flaky.url })).status, 403, 'viewer may not create');
+  t.equal((await get(`${s.apiUrl}/api/webhooks`, viewer.jwt)).status, 403, 'viewer may not list');
+  t.equal((await get(`${s.apiUrl}/api/webhooks`, s.token)).status, 403, 'an API token is a viewer');
+  t.equal((await post(`${s.apiUrl}/api/webhooks`, null, { url: flaky.url })).status, 401);
+  for (const body of [{ url: 'ftp://example.com/x' }, { url: 'not a url' }, { url: 'http://u:p@example.com/' }, { url: flaky.url, secret: 'short' }, {}]) {
+    const r = await post(`${s.apiUrl}/api/webhooks`, admin.jwt, body);
+    t.equal(r.status, 400, `400 for ${JSON.stringify(body)}`);
+    t.type(r.body.detail, 'string');
+  }
+  const r = await post(`${s.apiUrl}/api/webhooks`, admin.jwt, { url: flaky.url, description: 'on-call' });
+  t.equal(r.status, 201);
+  t.match(r.body, { url: flaky.url, description: 'on-call', consecutive_failures: 0, last_error: null });
+  t.match(r.body.secret, /^whsec_/);
+  hookId = r.body.id;
+  secret = r.body.secret;
+  const b = await post(`${s.apiUrl}/api/webhooks`, admin.jwt, { url: broken.url, secret: 'a-secret-of-my-own-choosing' });
+  t.equal(b.status, 201);
+  t.equal(b.body.secret, 'a-secret-of-my-own-choosing');
+  brokenId = b.body.id;
+  const list = await get(`${s.apiUrl}/api/webhooks`, admin.jwt);
+  t.equal(list.status, 200);
+  t.same(list.body.items.map((w: { id: string }) => w.id).sort(), [hookId, brokenId].sort());
+  t.notOk(list.body.items.some((w: { secret?: string }) => 'secret' in w), 'never the secrets again');
+  t.same((await get(`${s.apiUrl}/api/webhooks`, (await s.newUser('admin', { customer: other.customer })).jwt)).body.items, [], 'another customer sees none');
+});
+
+t.test('to red: a receiver that fails twice gets the event on the third attempt, signed', async (t) => {
+  t.equal((await post(ingest('m1', 'heartbeat'), s.token, {})).status, 200);
+  await eventually(async () => (await stored(s, 'm1'))?.light === 'green', 5000, 'green');
+  await new Promise((r) => setTimeout(r, 300));
+  t.equal(flaky.got.length, 0, 'grey -> green is not a webhook event');
+  await eventually(async () => (await stored(s, 'm1'))?.light === 'red', 8000, 'red');
+  await eventually(async () => flaky.got.length >= 3, 15_000, 'three attempts');
+  const [a, b, c] = flaky.got;
+  t.same([a!.answered, b!.answered, c!.answered], [500, 500, 200]);
+  t.same([a, b, c].map((x) => x!.headers['x-fleet-delivery-attempt']), ['1', '2', '3']);
+  // Exponential backoff from 200 ms: at least 200 ms, then at least 400 ms (lower bounds only: a
+  // loaded machine may add to either).
+  t.ok(b!.at - a!.at >= 180 && c!.at - b!.at >= 380, `backoff grows: ${b!.at - a!.at} ms, then ${c!.at - b!.at} ms`);
+  for (const x of [a, b, c]) {
+    t.ok(verifyWebhook(secret, String(x!.headers['x-fleet-timestamp']), x!.body, String(x!.headers['x-fleet-signature'])), 'signature verifies');
+  }
+  t.notOk(verifyWebhook('whsec_wrong', String(c!.headers['x-fleet-timestamp']), c!.body, String(c!.headers['x-fleet-signature'])), 'not with another secret');
+  t.notOk(verifyWebhook(secret, String(c!.headers['x-fleet-timestamp']), c!.body.replace('red', 'rot'), String(c!.headers['x-fleet-signature'])), 'not for another body');
+  const body = JSON.parse(c!.body);
+  const id = (await stored(s, 'm1'))!.id;
+  t.match(body, { type: 'light.changed', id: `${id}.2`, instance_id: id, customer: s.customer.slug, machine: 'm1', software: 'agent', from: 'green', to: 'red', seq: 2 });
+  t.equal(c!.headers['x-fleet-event-id'], `${id}.2`);
+  t.match(c!.headers['content-type'], /application\/json/);
+
+  const d = await eventually(async () => {
+    const r = await get(`${s.apiUrl}/api/webhooks/${hookId}/deliveries`, admin.jwt);
+    return r.body.items?.[0]?.state === 'delivered' ? r.body.items : null;
+  }, 5000, 'delivery recorded');
+  t.equal(d.length, 1);
+  t.match(d[0], { event_id: `${id}.2`, instance_id: id, from: 'green', to: 'red', state: 'delivered', attempts: 3, last_status: 200, next_attempt_at: null });
+  const hooks = (await get(`${s.apiUrl}/api/webhooks`, admin.jwt)).body.items;
+  const h = hooks.find((w: { id: string }) => w.id === hookId);
+  t.match(h, { consecutive_failures: 0, last_error: 'HTTP 500' });
+  t.ok(h.last_success_at && h.last_failure_at, 'last success and last failure shown');
+});
+
+t.test('a receiver that keeps failing: the delivery is marked failed after WEBHOOK_ATTEMPTS, visible through the api', async (t) => {
+  const d = await eventually(async () => {
+    const r = await get(`${s.apiUrl}/api/webhooks/${brokenId}/deliveries?state=failed`, admin.jwt);
+    return r.body.items?.length === 1 ? r.body.items : null;
+  }, 15_000, 'failed delivery');
+  t.match(d[0], { to: 'red', state: 'failed', attempts: 4, last_status: 500, last_error: 'HTTP 500', delivered_at: null, next_attempt_at: null });
+  t.equal(broken.got.length, 4, 'exactly WEBHOOK_ATTEMPTS attempts');
+  const h = (await get(`${s.apiUrl}/api/webhooks`, admin.jwt)).body.items.find((w: { id: string }) => w.id === brokenId);
+  t.match(h, { consecutive_failures: 4, last_error: 'HTTP 500', last_success_at: null });
+  t.equal((await get(`${s.apiUrl}/api/webhooks/${brokenId}/deliveries?state=delivered`, admin.jwt)).body.items.length, 0);
+  t.equal((await get(`${s.apiUrl}/api/webhooks/${brokenId}/deliveries?state=bogus`, admin.jwt)).status, 400);
+});
+
+t.test('from red: green again is delivered too, once', async (t) => {
+  t.equal((await post(ingest('m1', 'heartbeat'), s.token, {})).status, 200);
+  await eventually(async () => flaky.got.length >= 4, 10_000, 'the red -> green delivery');
+  t.match(JSON.parse(flaky.got[3]!.body), { from: 'red', to: 'green', seq: 3 });
+  await new Promise((r) => setTimeout(r, 500));
+  t.equal(flaky.got.length, 4, 'delivered once');
+});
+
+t.test("another customer's admin: 404 on this customer's webhooks; delete", async (t) => {
+  const otherAdmin = await s.newUser('admin', { customer: other.customer });
+  t.equal((await get(`${s.apiUrl}/api/webhooks/${hookId}/deliveries`, otherAdmin.jwt)).status, 404);
+  const del = (id: string, jwt: string) => fetch(`${s.apiUrl}/api/webhooks/${id}`, { method: 'DELETE', headers: { Authorization: `Bearer ${jwt}` } });
+  t.equal((await del(hookId, otherAdmin.jwt)).status, 404);
+  t.equal((await del('not-a-uuid', admin.jwt)).status, 400);
+  t.equal((await del(hookId, viewer.jwt)).status, 403);
+  t.equal((await del(hookId, admin.jwt)).status, 204);
+  t.equal((await del(hookId, admin.jwt)).status, 404);
+  t.equal((await del(brokenId, admin.jwt)).status, 204);
+  t.same((await get(`${s.apiUrl}/api/webhooks`, admin.jwt)).body.items, []);
+  // No webhook, no delivery: m1 turns red again and nothing arrives.
+  await eventually(async () => (await stored(s, 'm1'))?.light === 'red', 8000, 'red again');
+  await new Promise((r) => setTimeout(r, 500));
+  t.equal(flaky.got.length, 4);
+});

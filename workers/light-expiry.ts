@@ -1,0 +1,185 @@
+// The fast path to red: a heartbeat key (`${REDIS_PREFIX}hb:<instance id>`, expiring at the last
+// heartbeat's receive time + HEARTBEAT_TIMEOUT_S) expired, so Redis publishes
+// `__keyevent@<db>__:expired` with the key name. Every worker listens; each recomputes the colour
+// of the instances whose keys expired, and the conditional UPDATE in recordTransitions lets
+// exactly one of them record each change. Expiry events are fire-and-forget (none while no
+// listener is connected, and Redis expires lazily and by sampling, so they may come late): the
+// sweep (workers/light-sweep.ts) repairs whatever is missed here.
+import type { Redis } from '../lib/db/redis.js';
+import { createRedis, redisKeys } from '../lib/db/redis.js';
+import type { Pool } from '../lib/db/postgres.js';
+import type { Logger } from '../lib/log.js';
+import type { LightEvent } from '../lib/traffic-light.js';
+import { recordTransitionsTx, type Horizon, type LightEventSink, type LightParams } from './traffic-light.js';
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+/** Expiry events that arrive together are handled together, after this short wait. */
+const GATHER_MS = 10;
+/**
+ * An expired instance whose deadline the horizon has not passed yet (reports received before it
+ * may still wait in the queue) is deferred: every DEFER_RETRY_MS the ones the horizon has passed
+ * are looked at again, for up to DEFER_MAX_MS; after that the sweep, which judges by the same
+ * horizon, records them.
+ */
+const DEFER_RETRY_MS = 200;
+const DEFER_MAX_MS = 120_000;
+
+/**
+ * The `notify-keyspace-events` flags with expired-key events added: `E` (keyevent channel) and `x`
+ * (expired), unless already covered (`A` includes `x`). Returns null when nothing is missing.
+ */
+export function withExpiredEvents(flags: string): string | null {
+  const hasE = flags.includes('E');
+  const hasX = flags.includes('x') || flags.includes('A');
+  if (hasE && hasX) return null;
+  return flags + (hasE ? '' : 'E') + (hasX ? '' : 'x');
+}
+
+/**
+ * Makes sure Redis publishes expired-key events. The project's own Redis starts with them on; an
+ * external one may not, and may refuse CONFIG (managed services): then only the sweep makes red.
+ */
+export async function ensureExpiryEvents(redis: Redis, log: Logger): Promise<boolean> {
+  try {
+    const got = (await redis.config('GET', 'notify-keyspace-events')) as string[];
+    const current = got[1] ?? '';
+    const wanted = withExpiredEvents(current);
+    if (wanted === null) return true;
+    await redis.config('SET', 'notify-keyspace-events', wanted);
+    log.info({ from: current, to: wanted }, 'enabled Redis expired-key events (notify-keyspace-events)');
+    return true;
+  } catch (e) {
+    log.warn(
+      { err: e },
+      'cannot read or set notify-keyspace-events (Redis refuses CONFIG): unless it includes "Ex", only the sweep turns silent instances red, every LIGHT_SWEEP_INTERVAL_MS',
+    );
+    return false;
+  }
+}
+
+export class ExpiryListener {
+  private sub: Redis | null = null;
+  private readonly pending = new Set<string>();
+  /** Instance id -> when it was first deferred, and its deadline (last heartbeat + timeout, ms). */
+  private readonly deferred = new Map<string, { since: number; due: number }>();
+  private deferTimer: NodeJS.Timeout | null = null;
+  private timer: NodeJS.Timeout | null = null;
+  private running: Promise<void> | null = null;
+  private stopped = false;
+  private readonly hbPrefix: string;
+
+  constructor(
+    private readonly redisUrl: string,
+    redisPrefix: string,
+    private readonly pool: Pool,
+    private readonly sink: LightEventSink,
+    private readonly params: LightParams,
+    private readonly horizon: Horizon,
+    private readonly batch: number,
+    private readonly log: Logger,
+    private readonly onEvents: (events: LightEvent[]) => void = () => {},
+  ) {
+    this.hbPrefix = redisKeys(redisPrefix).heartbeatPrefix;
+  }
+
+  async start(): Promise<void> {
+    const sub = createRedis(this.redisUrl);
+    this.sub = sub;
+    sub.on('error', (e) => this.log.warn({ err: e }, 'redis (expiry listener) error'));
+    const channel = `__keyevent@${sub.options.db ?? 0}__:expired`;
+    // ioredis subscribes again by itself after a reconnect; what expired meanwhile is the sweep's.
+    sub.on('message', (_ch: string, key: string) => this.onExpired(key));
+    await sub.subscribe(channel);
+    this.log.info({ channel }, 'listening for expired heartbeat keys');
+  }
+
+  private onExpired(key: string): void {
+    if (this.stopped || !key.startsWith(this.hbPrefix)) return;
+    const id = key.slice(this.hbPrefix.length);
+    if (!UUID.test(id)) return;
+    this.pending.add(id);
+    if (!this.timer && !this.running) this.timer = setTimeout(() => this.kick(), GATHER_MS);
+  }
+
+  private kick(): void {
+    this.timer = null;
+    if (this.running) return;
+    this.running = this.drain().finally(() => {
+      this.running = null;
+      if (this.pending.size && !this.stopped) this.timer = setTimeout(() => this.kick(), GATHER_MS);
+    });
+  }
+
+  private async drain(): Promise<void> {
+    while (this.pending.size && !this.stopped) {
+      const ids: string[] = [];
+      for (const id of this.pending) {
+        ids.push(id);
+        this.pending.delete(id);
+        if (ids.length >= this.batch) break;
+      }
+      try {
+        const t0 = Date.now();
+        const events = await recordTransitionsTx(this.pool, ids, 'expiry', this.params, await this.horizon.get());
+        const t1 = Date.now();
+        this.onEvents(events);
+        const changed = new Set(events.map((e) => e.instance_id));
+        for (const id of changed) this.deferred.delete(id);
+        await Promise.all([this.sink.deliverOrLeave(events), this.deferUnsettled(ids.filter((id) => !changed.has(id)))]);
+        this.log.debug({ expired: ids.length, changes: events.length, recordMs: t1 - t0, deliverMs: Date.now() - t1, waiting: this.pending.size }, 'expired heartbeats handled');
+      } catch (e) {
+        // Postgres away: these instances are left to the sweep, which finds them by their times.
+        this.log.warn({ err: e, instances: ids.length }, 'expired heartbeats not recorded; the sweep will');
+      }
+    }
+  }
+
+  /** Of these (expired, not changed), the ones silent by the wall clock: the horizon is behind. */
+  private async deferUnsettled(ids: string[]): Promise<void> {
+    if (ids.length === 0) return;
+    const r = await this.pool.query<{ id: string; due: number }>(
+      `SELECT id, (extract(epoch FROM last_heartbeat_at) * 1000)::float8 + $2::float8 * 1000 AS due
+         FROM instances WHERE id = ANY($1::uuid[]) AND light IN ('green', 'yellow')
+          AND last_heartbeat_at < now() - make_interval(secs => $2::float8)`,
+      [ids, this.params.heartbeatTimeoutS],
+    );
+    const unsettled = new Map(r.rows.map((x) => [x.id, Number(x.due)]));
+    for (const id of ids) if (!unsettled.has(id)) this.deferred.delete(id);
+    const now = Date.now();
+    for (const [id, due] of unsettled) {
+      const since = this.deferred.get(id)?.since ?? now;
+      if (now - since < DEFER_MAX_MS) this.deferred.set(id, { since, due });
+      else this.deferred.delete(id);
+    }
+    this.scheduleDeferred();
+  }
+
+  /** Every DEFER_RETRY_MS, the deferred instances whose deadline the horizon has passed go again. */
+  private scheduleDeferred(): void {
+    if (this.deferred.size === 0 || this.deferTimer || this.stopped) return;
+    this.deferTimer = setTimeout(() => {
+      void this.horizon
+        .get()
+        .then((h) => {
+          const now = Date.now();
+          for (const [id, d] of this.deferred) {
+            if (d.due < h) this.pending.add(id);
+            else if (now - d.since >= DEFER_MAX_MS) this.deferred.delete(id);
+          }
+          if (this.pending.size && !this.timer && !this.running) this.timer = setTimeout(() => this.kick(), GATHER_MS);
+        })
+        .finally(() => {
+          this.deferTimer = null;
+          this.scheduleDeferred();
+        });
+    }, DEFER_RETRY_MS);
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    if (this.timer) clearTimeout(this.timer);
+    if (this.deferTimer) clearTimeout(this.deferTimer);
+    await this.running;
+    await this.sub?.quit().catch(() => {});
+  }
+}

@@ -1,0 +1,119 @@
+// The sweep makes the stored traffic light exact: Redis expiry events are fire-and-forget, so a
+// BullMQ repeatable job (every LIGHT_SWEEP_INTERVAL_MS) finds, by their times in Postgres,
+//   - instances stored green or yellow whose last heartbeat is older than HEARTBEAT_TIMEOUT_S, and
+//   - instances stored yellow whose warning ran out (WARNING_WINDOW_S) and that are not degraded,
+// and records their changes (the same conditional UPDATE as every other path, so a change the
+// expiry listener records at the same moment is still recorded once). It also delivers changes
+// left in the outbox by a worker that died or could not reach ClickHouse.
+//
+// Every worker runs a BullMQ worker for the job and upserts its scheduler (idempotent); BullMQ
+// gives each run to one worker, and a Postgres advisory lock makes sure that a run which outlasts
+// the interval is never overlapped by the next one on another worker.
+import { Queue, Worker } from 'bullmq';
+import type { Redis } from '../lib/db/redis.js';
+import type { Pool } from '../lib/db/postgres.js';
+import type { Logger } from '../lib/log.js';
+import { QUEUES, bullPrefix } from '../lib/jobs.js';
+import type { LightEvent } from '../lib/traffic-light.js';
+import { recordTransitionsTx, type Horizon, type LightEventSink, type LightParams } from './traffic-light.js';
+
+const SWEEP_LOCK = 7_401_134; // advisory lock key: "traffic-light sweep" (per database)
+/** Outbox rows younger than this belong to a delivery still in progress. */
+const OUTBOX_GRACE_MS = 5000;
+
+export interface SweepResult {
+  ran: boolean;
+  changes: number;
+  redelivered: number;
+}
+
+export class LightSweep {
+  private queue: Queue | null = null;
+  private worker: Worker | null = null;
+
+  constructor(
+    private readonly connection: Redis,
+    private readonly redisPrefix: string,
+    private readonly pool: Pool,
+    private readonly sink: LightEventSink,
+    private readonly params: LightParams,
+    private readonly horizon: Horizon,
+    private readonly opts: { intervalMs: number; batch: number },
+    private readonly log: Logger,
+    private readonly onEvents: (events: LightEvent[]) => void = () => {},
+  ) {}
+
+  async start(): Promise<void> {
+    const prefix = bullPrefix(this.redisPrefix);
+    this.queue = new Queue(QUEUES.lightSweep, { connection: this.connection, prefix });
+    this.queue.on('error', (e) => this.log.warn({ err: e }, 'sweep queue error'));
+    await this.queue.upsertJobScheduler(
+      'light-sweep',
+      { every: this.opts.intervalMs },
+      { name: 'sweep', opts: { removeOnComplete: true, removeOnFail: 20 } },
+    );
+    this.worker = new Worker(
+      QUEUES.lightSweep,
+      async () => {
+        const r = await this.sweep();
+        if (r.changes || r.redelivered) this.log.info(r, 'traffic-light sweep');
+        return r;
+      },
+      { connection: this.connection, prefix, concurrency: 1 },
+    );
+    this.worker.on('error', (e) => this.log.warn({ err: e }, 'sweep worker error'));
+    this.worker.on('failed', (_job, e) => this.log.warn({ err: e }, 'traffic-light sweep failed'));
+  }
+
+  /** One run; skipped (ran: false) while another worker's run holds the lock. */
+  async sweep(): Promise<SweepResult> {
+    const lockClient = await this.pool.connect();
+    try {
+      const got = await lockClient.query<{ ok: boolean }>('SELECT pg_try_advisory_lock($1) AS ok', [SWEEP_LOCK]);
+      if (!got.rows[0]!.ok) return { ran: false, changes: 0, redelivered: 0 };
+      try {
+        const redelivered = await this.sink.drainOutbox(OUTBOX_GRACE_MS, this.opts.batch);
+        let changes = 0;
+        // Each candidate changes colour (or was just changed by someone else), so it is not found
+        // again; the bound only guards against a loop on something unforeseen.
+        for (let round = 0; round < 10_000; round++) {
+          const horizon = await this.horizon.get();
+          const ids = await this.candidates(horizon);
+          if (ids.length === 0) break;
+          const events = await recordTransitionsTx(this.pool, ids, 'sweep', this.params, horizon);
+          this.onEvents(events);
+          await this.sink.deliverOrLeave(events);
+          changes += events.length;
+          if (ids.length < this.opts.batch) break;
+        }
+        return { ran: true, changes, redelivered };
+      } finally {
+        await lockClient.query('SELECT pg_advisory_unlock($1)', [SWEEP_LOCK]);
+      }
+    } finally {
+      lockClient.release();
+    }
+  }
+
+  /** Judged at the horizon, like the change itself, so that every candidate does change. */
+  private async candidates(horizonMs: number): Promise<string[]> {
+    const r = await this.pool.query<{ id: string }>(
+      `WITH h AS (SELECT LEAST(now(), to_timestamp($4::float8 / 1000)) AS t)
+       (SELECT id FROM instances, h
+         WHERE light IN ('green', 'yellow') AND last_heartbeat_at < h.t - make_interval(secs => $1::float8)
+         ORDER BY last_heartbeat_at LIMIT $3)
+       UNION
+       (SELECT id FROM instances, h
+         WHERE light = 'yellow' AND status IS DISTINCT FROM 'degraded'
+           AND (last_warning_at IS NULL OR last_warning_at <= h.t - make_interval(secs => $2::float8))
+         LIMIT $3)`,
+      [this.params.heartbeatTimeoutS, this.params.warningWindowS, this.opts.batch, horizonMs],
+    );
+    return r.rows.map((x) => x.id);
+  }
+
+  async stop(): Promise<void> {
+    await this.worker?.close().catch(() => {});
+    await this.queue?.close().catch(() => {});
+  }
+}

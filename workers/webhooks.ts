@@ -1,0 +1,165 @@
+// Webhooks: on each change to or from red, every webhook of the customer gets a signed POST
+// (lib/webhooks.ts). Deliveries are BullMQ jobs, one per webhook and event, with WEBHOOK_ATTEMPTS
+// attempts and exponential backoff (WEBHOOK_BACKOFF_MS, doubled each time). The job id is
+// `<webhook id>.<instance id>.<seq>`, so an event handed over twice (outbox redelivery) is queued
+// once. Every attempt is recorded in Postgres (webhook_deliveries, and the webhook's last success
+// or failure), which the api shows: GET /api/webhooks, GET /api/webhooks/{id}/deliveries.
+import { Queue, Worker, type Job } from 'bullmq';
+import type { Redis } from '../lib/db/redis.js';
+import type { Pool, PoolClient } from '../lib/db/postgres.js';
+import type { Logger } from '../lib/log.js';
+import { QUEUES, bullPrefix } from '../lib/jobs.js';
+import type { LightEvent } from '../lib/traffic-light.js';
+import { signWebhook } from '../lib/webhooks.js';
+import type { WebhookEnqueuer } from './traffic-light.js';
+
+export interface WebhookOptions {
+  attempts: number;
+  backoffMs: number;
+  timeoutMs: number;
+  concurrency: number;
+}
+
+interface DeliveryJob {
+  webhookId: string;
+  event: LightEvent;
+}
+
+/** The body a receiver gets: the change, without internal fields. */
+export function webhookPayload(e: LightEvent) {
+  return {
+    type: 'light.changed',
+    id: e.id,
+    customer: e.customer,
+    instance_id: e.instance_id,
+    machine_id: e.machine_id,
+    machine: e.machine,
+    software: e.software,
+    seq: e.seq,
+    from: e.from,
+    to: e.to,
+    reason: e.reason,
+    at: e.at,
+    recorded_at: e.recorded_at,
+  };
+}
+
+export class Webhooks implements WebhookEnqueuer {
+  private queue: Queue<DeliveryJob> | null = null;
+  private worker: Worker<DeliveryJob> | null = null;
+
+  constructor(
+    private readonly connection: Redis,
+    private readonly redisPrefix: string,
+    private readonly pool: Pool,
+    private readonly opts: WebhookOptions,
+    private readonly log: Logger,
+  ) {}
+
+  async start(): Promise<void> {
+    const prefix = bullPrefix(this.redisPrefix);
+    this.queue = new Queue<DeliveryJob>(QUEUES.webhooks, { connection: this.connection, prefix });
+    this.queue.on('error', (e) => this.log.warn({ err: e }, 'webhook queue error'));
+    this.worker = new Worker<DeliveryJob>(QUEUES.webhooks, (job) => this.deliver(job), {
+      connection: this.connection,
+      prefix,
+      concurrency: this.opts.concurrency,
+    });
+    this.worker.on('error', (e) => this.log.warn({ err: e }, 'webhook worker error'));
+  }
+
+  async enqueue(events: LightEvent[], db: Pool | PoolClient = this.pool): Promise<void> {
+    if (!this.queue || events.length === 0) return;
+    const customers = [...new Set(events.map((e) => e.customer_id))];
+    const r = await db.query<{ id: string; customer_id: string }>(`SELECT id, customer_id FROM webhooks WHERE customer_id = ANY($1::uuid[])`, [customers]);
+    if (r.rows.length === 0) return;
+    const hooks = new Map<string, string[]>();
+    for (const w of r.rows) hooks.set(w.customer_id, [...(hooks.get(w.customer_id) ?? []), w.id]);
+    const jobs = events.flatMap((event) =>
+      (hooks.get(event.customer_id) ?? []).map((webhookId) => ({
+        name: 'deliver',
+        data: { webhookId, event },
+        opts: {
+          jobId: `${webhookId}.${event.id}`,
+          attempts: this.opts.attempts,
+          backoff: { type: 'exponential', delay: this.opts.backoffMs },
+          // The job id drops a second copy of the event while the first is queued or kept; after
+          // that, the delivery row in Postgres does (deliver() skips what was delivered).
+          removeOnComplete: { age: 3600, count: 10_000 },
+          removeOnFail: { age: 86_400, count: 10_000 },
+        },
+      })),
+    );
+    for (let i = 0; i < jobs.length; i += 1000) await this.queue.addBulk(jobs.slice(i, i + 1000));
+  }
+
+  private async deliver(job: Job<DeliveryJob>): Promise<string> {
+    const { webhookId, event } = job.data;
+    const w = await this.pool.query<{ url: string; secret: string }>(`SELECT url, secret FROM webhooks WHERE id = $1`, [webhookId]);
+    const hook = w.rows[0];
+    if (!hook) return 'webhook deleted';
+    const done = await this.pool.query(`SELECT 1 FROM webhook_deliveries WHERE webhook_id = $1 AND event_id = $2 AND state = 'delivered'`, [webhookId, event.id]);
+    if (done.rows[0]) return 'delivered before';
+    const attempt = Math.max(job.attemptsStarted, job.attemptsMade + 1);
+    const body = JSON.stringify(webhookPayload(event));
+    const ts = Math.floor(Date.now() / 1000);
+    let status: number | null = null;
+    let error: string | null = null;
+    try {
+      const res = await fetch(hook.url, {
+        method: 'POST',
+        headers: {
+          'Content-Type': 'application/json',
+          'User-Agent': 'fleet-ingest-webhook/1',
+          'X-Fleet-Event': 'light.changed',
+          'X-Fleet-Event-Id': event.id,
+          'X-Fleet-Delivery-Attempt': String(attempt),
+          'X-Fleet-Timestamp': String(ts),
+          'X-Fleet-Signature': signWebhook(hook.secret, ts, body),
+        },
+        body,
+        redirect: 'manual',
+        signal: AbortSignal.timeout(this.opts.timeoutMs),
+      });
+      status = res.status;
+      await res.arrayBuffer().catch(() => {});
+      if (!res.ok) error = `HTTP ${res.status}`;
+    } catch (e) {
+      const err = e as Error & { cause?: { code?: string; message?: string } };
+      error = err.name === 'TimeoutError' ? `no answer within ${this.opts.timeoutMs} ms` : `${err.cause?.code ?? err.cause?.message ?? err.message}`;
+    }
+    const final = error === null || attempt >= this.opts.attempts;
+    const state = error === null ? 'delivered' : final ? 'failed' : 'retrying';
+    const nextAt = final ? null : new Date(Date.now() + this.opts.backoffMs * 2 ** (attempt - 1));
+    await this.record(webhookId, event, state, attempt, status, error, nextAt);
+    if (error !== null) throw new Error(`webhook delivery failed: ${error}`);
+    return 'delivered';
+  }
+
+  private async record(webhookId: string, e: LightEvent, state: string, attempts: number, status: number | null, error: string | null, nextAt: Date | null): Promise<void> {
+    await this.pool.query(
+      `WITH d AS (
+         INSERT INTO webhook_deliveries (webhook_id, event_id, customer_id, instance_id, from_light, to_light, event_at, state, attempts,
+                                         last_status, last_error, next_attempt_at, delivered_at)
+         SELECT w.id, $2, w.customer_id, $3, $4, $5, $6, $7, $8, $9, $10, $11, CASE WHEN $7 = 'delivered' THEN now() END
+           FROM webhooks w WHERE w.id = $1
+         ON CONFLICT (webhook_id, event_id) DO UPDATE SET
+           state = EXCLUDED.state, attempts = GREATEST(webhook_deliveries.attempts, EXCLUDED.attempts),
+           last_status = EXCLUDED.last_status, last_error = EXCLUDED.last_error, last_attempt_at = now(),
+           next_attempt_at = EXCLUDED.next_attempt_at, delivered_at = EXCLUDED.delivered_at
+         RETURNING 1)
+       UPDATE webhooks SET
+         last_success_at = CASE WHEN $10::text IS NULL THEN now() ELSE last_success_at END,
+         last_failure_at = CASE WHEN $10::text IS NULL THEN last_failure_at ELSE now() END,
+         last_error = CASE WHEN $10::text IS NULL THEN last_error ELSE $10 END,
+         consecutive_failures = CASE WHEN $10::text IS NULL THEN 0 ELSE consecutive_failures + 1 END
+       WHERE id = $1`,
+      [webhookId, e.id, e.instance_id, e.from, e.to, e.at, state, attempts, status, error, nextAt],
+    );
+  }
+
+  async stop(): Promise<void> {
+    await this.worker?.close().catch(() => {});
+    await this.queue?.close().catch(() => {});
+  }
+}
