@@ -231,6 +231,51 @@ async function run(): Promise<void> {
     t.match(changes[0], /Green.*→.*Red/s, `the change to red is in the colour history: ${changes[0]}`);
   });
 
+  t.test('host metrics as charts (with the numbers as a table) and artifacts with a working download', async (t) => {
+    // An hour of host metrics for the machine, and a crash log uploaded in one chunk.
+    const now = Date.now();
+    const items = Array.from({ length: 12 }, (_, i) => ({
+      client_metric_id: `dash-${i}`,
+      ts: new Date(now - (11 - i) * 5 * 60_000).toISOString(),
+      values: { cpu_percent: 10 + i * 5, load1: 0.5 + i / 10 },
+    }));
+    const m = await post(`${s.gatewayUrl}/api/ingest/${A.slug}/web-01/logcollector/metrics`, s.token, { items });
+    t.equal(m.status, 200, 'metrics accepted');
+    const bytes = Buffer.from('2026-11-22 crash: segmentation fault in worker 3\n');
+    const init = await post(live.url('artifact-init'), s.token, { filename: 'crash.log', size: bytes.length, content_type: 'text/plain' });
+    t.equal(init.status, 201, 'upload started');
+    const chunk = await fetch(live.url(`artifact-chunk/${init.body.upload_id}/0`), {
+      method: 'PUT',
+      headers: { Authorization: `Bearer ${s.token}`, 'Content-Type': 'application/octet-stream' },
+      body: bytes,
+    });
+    t.equal(chunk.status, 200, 'chunk stored');
+    const done = await post(live.url(`artifact-complete/${init.body.upload_id}`), s.token, '');
+    t.equal(done.status, 200, 'upload complete');
+    const machineId = (await get(`${s.apiUrl}/api/instances/${liveId}`, s.token)).body.machine_id;
+    await eventually(async () => (await get(`${s.apiUrl}/api/machines/${machineId}/artifacts`, s.token)).body.items?.length === 1, WAIT, 'artifact listed');
+    await eventually(async () => (await get(`${s.apiUrl}/api/machines/${machineId}/metrics`, s.token)).body.names?.length === 2, WAIT, 'metrics stored');
+
+    await page.reload();
+    const chart = page.locator('#metrics .chart[data-metric="cpu_percent"]');
+    await chart.locator('canvas').waitFor();
+    t.pass('a chart is drawn');
+    t.match(await chart.locator('figcaption').textContent(), /latest 65/, 'the caption says the latest value');
+    t.equal(await page.locator('#metrics .chart').count(), 2, 'both metrics shown');
+    await chart.locator('summary').click();
+    t.equal(await chart.locator('tbody tr').count(), 12, 'the same numbers as a table');
+    await page.uncheck('#metrics input[type=checkbox] >> nth=1');
+    await page.waitForFunction("document.querySelectorAll('#metrics .chart').length === 1");
+    t.pass('a metric can be hidden');
+
+    const link = page.locator('#artifacts a[download]', { hasText: 'crash.log' });
+    await link.waitFor();
+    const [download] = await Promise.all([page.waitForEvent('download'), link.click()]);
+    t.equal(download.suggestedFilename(), 'crash.log');
+    const { readFile } = await import('node:fs/promises');
+    t.same(await readFile((await download.path())!), bytes, 'the download is the uploaded file');
+  });
+
   t.test('diagnostics: severity, help text in EN and DE (panel and page language), suppressed on request', async (t) => {
     const diag = page.locator('#diagnostics tr[data-code="7001"]');
     await diag.waitFor();
