@@ -393,6 +393,26 @@ async function run(): Promise<void> {
     t.ok(rules.body.items.some((r: { code_from: number; code_to: number; message: string }) => r.code_from === 9000 && r.code_to === 9099 && r.message === '*timeout*'), 'stored');
   });
 
+  t.test('settings: a webhook added (its secret shown once), listed, deleted', async (t) => {
+    await page.fill('#webhook-url', 'https://hooks.example.com/fleet');
+    await page.fill('#webhook-desc', 'on-call pager');
+    await page.click('#webhooks button[type=submit]');
+    const secret = await page.inputValue('#new-secret');
+    t.match(secret, /^whsec_/, 'the generated secret is shown');
+    const hook = page.locator('#webhooks li[data-webhook]', { hasText: 'hooks.example.com' });
+    await hook.waitFor();
+    t.match(await hook.textContent(), /on-call pager/, 'listed with its description');
+    const listed = await get(`${s.apiUrl}/api/webhooks`, owner.jwt);
+    t.equal(listed.body.items?.[0]?.url, 'https://hooks.example.com/fleet', 'stored');
+    t.notOk(JSON.stringify(listed.body).includes(secret), 'the list never shows the secret');
+    await hook.locator('button', { hasText: 'Deliveries' }).click();
+    await hook.locator('text=No deliveries yet.').or(hook.locator('table')).waitFor();
+    t.pass('the deliveries open');
+    await hook.locator('button', { hasText: 'Delete' }).click(); // confirm() is accepted
+    await hook.waitFor({ state: 'detached' });
+    t.same((await get(`${s.apiUrl}/api/webhooks`, owner.jwt)).body.items, [], 'deleted');
+  });
+
   t.test('customer switcher: the other customer, with its own instances and the role there', async (t) => {
     await page.click('nav.main-nav a:has-text("Fleet")');
     await row(liveId).waitFor();

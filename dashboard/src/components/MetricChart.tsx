@@ -8,6 +8,15 @@ import { useApp } from '../ctx.js';
 import { number, shortTime } from '../format.js';
 import type { MetricSeries } from '../types.js';
 
+/** An x-axis label in the page's language, 24-hour clock: the time, or the date at midnight and for day steps. */
+function tick(seconds: number, incr: number, lang: 'de' | 'en'): string {
+  const d = new Date(seconds * 1000);
+  const locale = lang === 'de' ? 'de-DE' : 'en-GB';
+  const midnight = d.getHours() === 0 && d.getMinutes() === 0;
+  if (incr >= 86400 || midnight) return new Intl.DateTimeFormat(locale, { day: 'numeric', month: 'short' }).format(d);
+  return new Intl.DateTimeFormat(locale, { hour: '2-digit', minute: '2-digit', hour12: false }).format(d);
+}
+
 export function MetricChart({ series }: { series: MetricSeries }) {
   const { t, lang } = useApp();
   const box = useRef<HTMLDivElement>(null);
@@ -25,7 +34,7 @@ export function MetricChart({ series }: { series: MetricSeries }) {
       cursor: { drag: { x: false, y: false } },
       scales: { x: { time: true } },
       axes: [
-        { stroke: '#3d434a', grid: { stroke: '#e4e7eb' }, ticks: { stroke: '#c9ced4' } },
+        { stroke: '#3d434a', grid: { stroke: '#e4e7eb' }, ticks: { stroke: '#c9ced4' }, values: (_u, splits, _i, _space, incr) => splits.map((x) => tick(x, incr, lang)) },
         { stroke: '#3d434a', grid: { stroke: '#e4e7eb' }, ticks: { stroke: '#c9ced4' }, size: 56, values: (_u, v) => v.map((x) => number(x, lang)) },
       ],
       series: [
