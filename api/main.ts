@@ -12,6 +12,8 @@ import { connectNats, type NatsConnection } from '../lib/db/nats.js';
 import { LightHub } from './light-stream.js';
 import { buildApi } from './server.js';
 import { ArtifactStore } from '../lib/artifacts.js';
+import { subjects } from '../lib/messages.js';
+import { CommandHints } from '../lib/commands.js';
 
 const cfg = loadConfig();
 let closing = false;
@@ -26,8 +28,10 @@ const sessions = new Sessions(cfg.api.jwtSecret, cfg.api.jwtTtlS);
 if (sessions.ephemeral) log.warn('JWT_SECRET not set: sessions are signed with a random key of this process only (they end with it, and other replicas reject them)');
 
 // NATS, connected in the background so the api starts (and serves everything else) while NATS is
-// away: it feeds the live stream of traffic-light changes (one subscription per process) and the
-// artifact downloads (which answer 503 until the store is reachable).
+// away: it feeds the live stream of traffic-light changes (one subscription per process), carries
+// the agent-command hints to the gateways (their periodic re-read covers a hint not sent), and
+// the artifact downloads (which answer 503 until the store is reachable).
+const hints = new CommandHints(subjects(cfg.subjectPrefix).control('commands'), (e) => log.warn({ err: e }, 'command hint not published'));
 const sseEvents = metrics.counter('api_light_stream_events_total', 'Traffic-light events written to live streams');
 const lights = new LightHub(log, cfg.api.sseKeepaliveS, cfg.api.sseMaxClients, (n) => sseEvents.inc(n));
 let nc: NatsConnection | null = null;
@@ -37,6 +41,7 @@ void (async () => {
   nc = c;
   if (closing) return void c.close();
   lights.attach(c, cfg.subjectPrefix);
+  hints.attach(c);
   for (;;) {
     try {
       artifacts = await ArtifactStore.open(c, cfg);
@@ -48,7 +53,7 @@ void (async () => {
   }
 })().catch((e) => log.error({ err: e }, 'NATS connection failed: no live traffic-light stream, no downloads'));
 
-const app = await buildApi({ cfg, log, metrics, pool, ch, redis, sessions, artifacts: () => artifacts, lights });
+const app = await buildApi({ cfg, log, metrics, pool, ch, redis, sessions, artifacts: () => artifacts, lights, hints });
 await app.listen({ host: cfg.api.host, port: cfg.api.port });
 const addr = app.server.address();
 log.info({ host: cfg.api.host, port: typeof addr === 'object' && addr ? addr.port : cfg.api.port }, 'listening');

@@ -30,6 +30,8 @@ import type { ArtifactStore } from '../lib/artifacts.js';
 import { trafficLightHandlers } from './handlers/traffic-light.js';
 import { webhookHandlers } from './handlers/webhooks.js';
 import type { LightHub } from './light-stream.js';
+import { commandHandlers } from './handlers/commands.js';
+import type { CommandHints } from '../lib/commands.js';
 import { dashboardHandlers } from './handlers/dashboard.js';
 
 export interface ApiDeps {
@@ -44,6 +46,8 @@ export interface ApiDeps {
   artifacts: () => ArtifactStore | null;
   /** The live stream of traffic-light changes (fed from NATS). */
   lights: LightHub;
+  /** Tells the gateways (core NATS) that an instance's open agent commands changed. */
+  hints: CommandHints;
 }
 
 type Handler = (req: FastifyRequest, reply: FastifyReply) => Promise<unknown> | unknown;
@@ -77,6 +81,7 @@ export async function buildApi(d: ApiDeps): Promise<FastifyInstance> {
     ...artifactHandlers(d),
     ...trafficLightHandlers(d),
     ...webhookHandlers(d),
+    ...commandHandlers(d),
     ...dashboardHandlers(d),
     api_healthz: () => ({ ok: true }),
     api_readyz: async (_req, reply) => {

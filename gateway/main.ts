@@ -17,6 +17,7 @@ import { registerRoutes } from './server.js';
 import { HelpCoverage } from './help-coverage.js';
 import { createRedis } from '../lib/db/redis.js';
 import { ArtifactStore } from '../lib/artifacts.js';
+import { PendingCommands } from './pending-commands.js';
 
 const cfg = loadConfig();
 const log = createLogger('gateway', cfg.logLevel);
@@ -62,6 +63,17 @@ const artifacts = await ArtifactStore.open(nc, cfg);
 // Host metrics only: the register of client_metric_ids (one round trip per metrics request).
 const redis = createRedis(cfg.redisUrl);
 redis.on('error', (e) => log.warn({ err: e }, 'redis error'));
+
+// Open agent commands in memory (answers to heartbeats and status reports carry them).
+const commands = new PendingCommands({
+  pool,
+  nc,
+  subject: subj.control('commands'),
+  resyncMs: cfg.commands.resyncMs,
+  metrics,
+  onError: (e) => log.warn({ err: e }, 'agent command refresh failed'),
+});
+await commands.start();
 
 const publishHist = metrics.histogram('gateway_publish_seconds', 'JetStream publish round trip per group', [0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5]);
 const groupHist = metrics.histogram('gateway_publish_group_reports', 'Reports per JetStream publish', [1, 2, 5, 10, 20, 50, 100, 200, 500]);
@@ -124,6 +136,7 @@ registerRoutes(app, {
   licences,
   redis,
   artifacts,
+  commands,
   isReady: () => publisher.connected && streamOk && !closing,
   isClosing: () => closing,
 });
@@ -145,6 +158,7 @@ async function shutdown(why: string): Promise<void> {
   tokens.stop();
   help.stop();
   licences.stop();
+  commands.stop();
   await nc.drain().catch(() => {});
   await pool.end().catch(() => {});
   await redis.quit().catch(() => {});

@@ -8,7 +8,7 @@ import type { Config } from '../lib/config.js';
 import type { Logger } from '../lib/log.js';
 import type { Metrics } from '../lib/metrics.js';
 import { HttpError, badRequest, forbidden, unprocessable, statusLine } from '../lib/errors.js';
-import { isSlug, uuidFromName } from '../lib/ids.js';
+import { isSlug, isUuid, uuidFromName } from '../lib/ids.js';
 import { encodeReport } from '../lib/messages.js';
 import { routesOf, colonPath, pathRegex, checkHandlers, type RouteSpec } from '../lib/routes.js';
 import { compile, type Validator } from '../lib/validation.js';
@@ -25,6 +25,8 @@ import type { Redis } from '../lib/db/redis.js';
 import type { ArtifactStore } from '../lib/artifacts.js';
 import { metricsRoute } from './metrics.js';
 import { artifactRoutes } from './artifacts.js';
+import type { PendingCommands } from './pending-commands.js';
+import { CommandAck } from '../lib/schemas/commands.js';
 
 export interface GatewayDeps {
   cfg: Config;
@@ -40,6 +42,7 @@ export interface GatewayDeps {
   redis: Redis;
   /** Artifact uploads: upload records and chunks in JetStream (KV and object store). */
   artifacts: ArtifactStore;
+  commands: PendingCommands;
   isReady(): boolean;
   isClosing(): boolean;
 }
@@ -79,7 +82,7 @@ export function registerRoutes(app: TemplatedApp, d: GatewayDeps): void {
   const { cfg, metrics } = d;
   const limiter = new RateLimiter(cfg.gateway.rateLimit, cfg.gateway.rateBurst);
   const responses = metrics.counter('gateway_responses_total', 'Ingest responses by kind and status', ['kind', 'status']);
-  const accepted = Object.fromEntries(['heartbeat', 'diagnostics', 'status', 'help'].map((k) => [k, responses.labels(k, '200')]));
+  const accepted = Object.fromEntries(['heartbeat', 'diagnostics', 'status', 'help', 'command_ack'].map((k) => [k, responses.labels(k, '200')]));
   const pendingBodies = new Set<Ctx>();
 
   function reject(ctx: Ctx, kind: string, err: HttpError, token?: TokenInfo, customer = ''): void {
@@ -117,11 +120,12 @@ export function registerRoutes(app: TemplatedApp, d: GatewayDeps): void {
     return new HttpError(429, `over the rate limit of ${cfg.gateway.rateLimit} requests/s for this token`, { retryAfterS: limiter.retryAfterS() });
   }
 
-  const validators: Partial<Record<ReportKind, Validator<unknown>>> = {
+  const validators: Partial<Record<ReportKind | 'command_ack', Validator<unknown>>> = {
     heartbeat: compile(Heartbeat),
     diagnostics: compile(diagnosticsSchema(cfg.gateway.maxItems)),
     status: compile(Status),
     help: compile(helpSchema(cfg.gateway.maxItems)),
+    command_ack: compile(CommandAck),
   };
 
   /** Checks beyond what JSON Schema can say (sizes of nested trees). */
@@ -141,13 +145,14 @@ export function registerRoutes(app: TemplatedApp, d: GatewayDeps): void {
   }
 
   function ingestReport(kind: string, route: JsonRoute = {}): Handler {
-    const validate = route.validate ?? validators[kind as ReportKind]!;
+    const validate = route.validate ?? validators[kind as ReportKind | 'command_ack']!;
     return (res, req) => {
       // Copy what we need from req now: uWS reuses it once this function returns.
       const ctx = new Ctx(res, 'POST', req.getUrl(), cfg.gateway.trustProxy ? req.getHeader('x-forwarded-for') : '');
       const customer = req.getParameter(0)!;
       const machine = req.getParameter(1)!;
       const software = route.software ?? req.getParameter(2)!;
+      const commandId = kind === 'command_ack' ? req.getParameter(3)! : '';
       const authorization = req.getHeader('authorization');
       const contentType = req.getHeader('content-type');
       const contentLength = req.getHeader('content-length');
@@ -156,6 +161,9 @@ export function registerRoutes(app: TemplatedApp, d: GatewayDeps): void {
       const gate = begin(ctx, kind, { customer, machine, software }, authorization);
       if (gate === null) return;
       const { bearer, known } = gate;
+      if (kind === 'command_ack' && !isUuid(commandId)) {
+        return reject(ctx, kind, badRequest(`invalid command id ${JSON.stringify(commandId.slice(0, 80))}: must be a UUID`), known, customer);
+      }
       if (!isJson(contentType)) {
         return reject(ctx, kind, new HttpError(415, `Content-Type must be application/json, got ${JSON.stringify(contentType.slice(0, 100))}`), known, customer);
       }
@@ -208,20 +216,32 @@ export function registerRoutes(app: TemplatedApp, d: GatewayDeps): void {
           const errors = validate.errorsOf(data);
           return reject(ctx, kind, unprocessable(`schema violation: ${errors.map((e) => `${e.path} ${e.message}`).join('; ')}`, errors), tok);
         }
-        // Help uploads describe a software and create no machine: the device limit does not apply.
-        const extra = extraChecks(kind, data as Record<string, unknown>, raw.length) ?? (kind === 'help' ? null : d.licences.check(tok.customerId, machine));
+        // Help uploads and command acks create no machine: the device limit does not apply to them.
+        const extra =
+          extraChecks(kind, data as Record<string, unknown>, raw.length) ?? (kind === 'help' || kind === 'command_ack' ? null : d.licences.check(tok.customerId, machine));
         if (extra) return reject(ctx, kind, extra, tok);
         if (route.finish) return route.finish(ctx, tok, raw, data as Record<string, unknown>, { customer, machine, software }, idemKey);
 
+        if (kind === 'command_ack') {
+          // The command must be this instance's (404 otherwise): in memory, or one read for an id it does not know.
+          const check = d.commands.checkAck(tok.customerId, machine, software, commandId);
+          if (!(check instanceof Promise)) return check ? reject(ctx, kind, check, tok) : publish(tok, raw, data, null);
+          return void check.then((e) => (e ? reject(ctx, kind, e, tok) : publish(tok, raw, data, null)));
+        }
+        // Pending agent commands go out in the answer, and their ids into the report (recorded as delivered).
+        publish(tok, raw, data, kind === 'heartbeat' || kind === 'status' ? d.commands.offer(tok.customerId, machine, software) : null);
+      }
+
+      function publish(tok: TokenInfo, raw: Buffer, data: unknown, offer: { ids: string[]; body: string } | null): void {
         const id = idemKey ? uuidFromName(tok.customerId, idemKey) : randomUUID();
         const report = encodeReport(
-          { id, k: kind as ReportKind, c: tok.customerId, cs: tok.customer, m: machine, s: software, t: tok.id, at: Date.now(), ik: idemKey || undefined },
+          { id, k: kind as ReportKind, c: tok.customerId, cs: tok.customer, m: machine, s: software, t: tok.id, at: Date.now(), ik: idemKey || undefined, dc: offer?.ids, ci: commandId || undefined },
           raw,
         );
         if (report.length > d.publisher.maxReportBytes) {
           return reject(ctx, kind, new HttpError(413, `report of ${report.length} bytes is over the queue's message limit`), tok);
         }
-        const answer = acceptedAnswer(kind, data, tok.customerId, software, d.help);
+        const answer = offer ? { status: 200, body: offer.body } : acceptedAnswer(kind, data, tok.customerId, software, d.help);
         d.publisher.add(report, (err) => {
           if (err) return reject(ctx, kind, err, tok);
           if (answer.status === 200) accepted[kind]!.inc();
@@ -292,6 +312,7 @@ export function registerRoutes(app: TemplatedApp, d: GatewayDeps): void {
     ingest_artifact_chunk: artifacts.chunk,
     ingest_artifact_status: artifacts.status,
     ingest_artifact_complete: artifacts.complete,
+    ingest_command_ack: ingestReport('command_ack'),
     gateway_healthz: (res) => plain(res, 200, OK),
     gateway_readyz: (res) =>
       d.isReady() ? plain(res, 200, OK) : plain(res, 503, JSON.stringify({ detail: 'not ready: NATS not connected or stream missing' })),

@@ -162,6 +162,20 @@ export function loadConfig() {
       // Chunk bodies one gateway holds in memory at once; past that a chunk gets 503 Retry-After.
       maxInflightBytes: num('ARTIFACT_INFLIGHT_BYTES', 64 * 1024 * 1024),
     },
+    commands: {
+      // A queued command not delivered within this time expires; a delivered one not acked within
+      // ackTimeoutS times out. Both deadlines are fixed when the state is entered.
+      queueTtlS: num('COMMAND_QUEUE_TTL_S', 86_400),
+      ackTimeoutS: num('COMMAND_ACK_TIMEOUT_S', 3600),
+      // How often the expiry job (BullMQ, run by the workers) looks for overdue commands.
+      sweepMs: num('COMMAND_SWEEP_MS', 30_000),
+      // Gateways re-read every open command this often (NATS hints make changes visible at once;
+      // this is the safety net for a lost hint).
+      resyncMs: num('COMMAND_RESYNC_MS', 10_000),
+      // Open (queued or delivered) commands per instance; more is refused with 409.
+      maxOpenPerInstance: num('COMMAND_MAX_OPEN', 100),
+      argsMaxBytes: num('COMMAND_ARGS_MAX_BYTES', 64 * 1024),
+    },
     logLevel: str('LOG_LEVEL', 'info'),
   };
 }

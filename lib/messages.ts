@@ -18,6 +18,9 @@
 //
 // Core NATS (not stored) `${SUBJECT_PREFIX}.control.<topic>`: hints that control data changed, so
 // replicas refresh their caches at once instead of at the next poll.
+//   `…control.commands`  {"i":[[customer id, machine slug, software slug], …]}: the open agent
+//                        commands of these instances changed (queued, delivered, acked, cancelled,
+//                        expired, timed out); every gateway re-reads them (lib/commands.ts).
 import type { ReportKind } from './schemas/ingest.js';
 
 export const MESSAGE_VERSION = 1;
@@ -26,7 +29,7 @@ export const MESSAGE_VERSION = 1;
 export interface Report {
   /** Report id (UUID): the key that makes every write idempotent. Derived from Idempotency-Key when given. */
   id: string;
-  k: ReportKind;
+  k: ReportKind | 'command_ack';
   /** Customer id (UUID) and slug, as authorised by the token. */
   c: string;
   cs: string;
@@ -39,6 +42,10 @@ export interface Report {
   at: number;
   /** Idempotency-Key header, when the client sent one. */
   ik?: string;
+  /** Agent commands the gateway handed out in the answer to this report (ids): recorded as delivered. */
+  dc?: string[];
+  /** kind `command_ack`: the acknowledged command's id (the body is the CommandAck). */
+  ci?: string;
   b: unknown;
 }
 
@@ -86,6 +93,9 @@ export function encodeReport(r: Omit<Report, 'b'>, rawBody: Uint8Array | null): 
   const head =
     `{"id":"${r.id}","k":"${r.k}","c":"${r.c}","cs":"${r.cs}","m":"${r.m}","s":"${r.s}","t":"${r.t}","at":${r.at}` +
     (r.ik === undefined ? '' : `,"ik":${JSON.stringify(r.ik)}`) +
+    // Command ids are UUIDs (from the gateway's memory or checked on the path): no escaping needed.
+    (r.dc === undefined || r.dc.length === 0 ? '' : `,"dc":["${r.dc.join('","')}"]`) +
+    (r.ci === undefined ? '' : `,"ci":"${r.ci}"`) +
     ',"b":';
   if (rawBody === null || rawBody.length === 0) return Buffer.from(head + '{}}');
   return Buffer.concat([Buffer.from(head), rawBody, CLOSE]);

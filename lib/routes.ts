@@ -11,6 +11,7 @@ import { RejectionQuery, AdminRejectionQuery, RejectionList } from './schemas/re
 import { InstanceStatus, StatusHistoryQuery, StatusHistory } from './schemas/status.js';
 import { DocsFileParams } from './schemas/docs.js';
 import * as A from './schemas/accounts.js';
+import { AvailableCommandList, Command, CommandAck, CommandList, CommandListQuery, OkWithCommands, QueueCommandBody } from './schemas/commands.js';
 import { MetricsBody, MetricsAnswer, MetricsQuery, MetricNames, MetricSeries } from './schemas/metrics.js';
 import {
   ArtifactInit, ArtifactInitAnswer, UploadParams, ChunkParams, ChunkAnswer, UploadStatus, CompleteAnswer, ArtifactList, ArtifactListQuery,
@@ -131,14 +132,14 @@ const ops = (service: Service): RouteSpec[] => [
 
 export const routes: RouteSpec[] = [
   ingest('heartbeat', 'Report liveness (spec 2.2)', Heartbeat, {
-    200: { description: 'accepted (durably queued)', schema: Ok },
+    200: { description: 'accepted (durably queued); `commands` while agent commands are pending for this instance', schema: OkWithCommands },
   }),
   ingest('diagnostics', 'Report coded diagnostics (spec 2.3)', Diagnostics, {
     200: { description: 'accepted (durably queued); every reported code has a DE and an EN help text', schema: Ok },
     202: { description: 'accepted (durably queued); `missing_help` lists the codes that lack a DE or EN help text', schema: MissingHelp },
   }),
   ingest('status', 'Report operational status and snapshot (spec 2.4; typed leaves since 5.10.0)', Status, {
-    200: { description: 'accepted (durably queued)', schema: Ok },
+    200: { description: 'accepted (durably queued); `commands` while agent commands are pending for this instance', schema: OkWithCommands },
   }),
   ingest('help', 'Upload diagnostic help texts (DE and EN) for this software', HelpUpload, {
     200: { description: 'accepted (durably queued); stored by the workers, honoured by every gateway within seconds', schema: HelpStored },
@@ -741,6 +742,83 @@ export const routes: RouteSpec[] = [
     tags: ['support'],
     auth: 'viewer',
     responses: { 200: { description: 'contacts', schema: A.SupportInfo }, ...authErrors },
+  },
+  {
+    service: 'gateway',
+    method: 'POST',
+    path: '/api/ingest/{customer}/{machine}/{software}/commands/{command_id}/ack',
+    operationId: 'ingest_command_ack',
+    summary: 'Acknowledge an agent command with its outcome; the same ack again is a no-op',
+    tags: ['ingest', 'commands'],
+    auth: 'ingest-token',
+    params: Type.Object({ customer: Slug, machine: Slug, software: Slug, command_id: Type.String({ format: 'uuid' }) }),
+    body: CommandAck,
+    responses: {
+      200: { description: 'accepted (durably queued); applied by a worker', schema: Ok },
+      ...ingestErrors,
+      400: err('malformed path slug or command id, malformed JSON or a bad Idempotency-Key'),
+      404: err('no such command for this instance'),
+    },
+  },
+  {
+    service: 'api',
+    method: 'GET',
+    path: '/api/instances/{id}/commands/available',
+    operationId: 'list_available_commands',
+    summary: "The commands the instance's latest status snapshot advertises (modules.<module>.commands)",
+    tags: ['commands'],
+    auth: 'viewer',
+    params: IdParams,
+    responses: { 200: { description: 'advertised commands', schema: AvailableCommandList }, 400: err('ill-formed id'), ...authErrors, 404: err('no such instance') },
+  },
+  {
+    service: 'api',
+    method: 'POST',
+    path: '/api/instances/{id}/commands',
+    operationId: 'queue_command',
+    summary: 'Queue an advertised command for the instance; delivered in the answer to its next heartbeat or status report',
+    tags: ['commands'],
+    auth: 'admin',
+    params: IdParams,
+    body: QueueCommandBody,
+    responses: {
+      201: { description: 'queued', schema: Command },
+      400: err('ill-formed id or body'),
+      ...authErrors,
+      404: err('no such instance'),
+      409: err('too many open commands for this instance'),
+      413: err('args over COMMAND_ARGS_MAX_BYTES'),
+      422: err('the latest snapshot does not advertise this command, or the args do not match its params'),
+    },
+  },
+  {
+    service: 'api',
+    method: 'GET',
+    path: '/api/instances/{id}/commands',
+    operationId: 'list_instance_commands',
+    summary: 'Commands of the instance, newest first, each with its history of states',
+    tags: ['commands'],
+    auth: 'viewer',
+    params: IdParams,
+    query: CommandListQuery,
+    responses: { 200: { description: 'commands', schema: CommandList }, 400: err('ill-formed id or query'), ...authErrors, 404: err('no such instance') },
+  },
+  {
+    service: 'api',
+    method: 'POST',
+    path: '/api/commands/{id}/cancel',
+    operationId: 'cancel_command',
+    summary: 'Cancel a queued command (a cancelled one again: no-op)',
+    tags: ['commands'],
+    auth: 'admin',
+    params: IdParams,
+    responses: {
+      200: { description: 'cancelled', schema: Command },
+      400: err('ill-formed id'),
+      ...authErrors,
+      404: err('no such command'),
+      409: err('the command is no longer queued'),
+    },
   },
   ...dashboardRoutes(),
   ...ops('api'),

@@ -33,6 +33,7 @@ export class Proc {
     let buf = '';
     const onData = (d: Buffer) => {
       this.output += d.toString();
+      if (process.env.FLEET_PROC_LOGS) process.stderr.write(`[${this.name} ${this.child.pid}] ${d.toString()}`);
       buf += d.toString();
       let i: number;
       while ((i = buf.indexOf('\n')) >= 0) {

@@ -16,13 +16,14 @@ import { writeMetrics } from './metrics.js';
 import { writeArtifacts } from './artifacts.js';
 import type { LightEvent } from '../lib/traffic-light.js';
 import type { ReportLights } from './traffic-light.js';
+import { applyCommandReports, type CommandDeps } from './commands.js';
 import { summarise, instanceKey, machineKey, chTime, parseTs, toInt, pgText, pgJson, type InstanceUpdate } from './reports.js';
 import { applyHelpTexts } from './help-texts.js';
 import type { WhitelistCache, Suppression } from './whitelist-cache.js';
 import { noteNewMachines } from './licences.js';
 import { recordMilestones } from './onboarding.js';
 
-export interface ApplyDeps {
+export interface ApplyDeps extends CommandDeps {
   pool: Pool;
   ch: ClickHouseClient;
   redis: Redis;
@@ -65,6 +66,7 @@ export async function applyBatch(d: ApplyDeps, all: Report[], rejections: Reject
       recordMilestones(d.pool, all),
       writeMetrics(d.ch, reports, ids),
       writeArtifacts(d.pool, reports, ids),
+      applyCommandReports(d, reports),
     ]);
   } finally {
     await lightsDelivered;

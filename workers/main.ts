@@ -20,6 +20,8 @@ import { ExpiryListener, ensureExpiryEvents } from './light-expiry.js';
 import { LightSweep } from './light-sweep.js';
 import { Webhooks } from './webhooks.js';
 import type { LightEvent } from '../lib/traffic-light.js';
+import { CommandExpiry } from './command-expiry.js';
+import { CommandHints } from '../lib/commands.js';
 
 const cfg = loadConfig();
 const log = createLogger('worker', cfg.logLevel);
@@ -60,6 +62,8 @@ if (cfg.light.expiryListener) {
 } else {
   log.info('expiry listener off (LIGHT_EXPIRY_LISTENER=0): the sweep alone turns silent instances red');
 }
+const hints = new CommandHints(subj.control('commands'), (e) => log.warn({ err: e }, 'command hint not published'));
+hints.attach(nc);
 
 const consumer = new IngestConsumer(
   await js.consumers.get(cfg.streamName, cfg.worker.consumerName),
@@ -73,6 +77,8 @@ const consumer = new IngestConsumer(
     idempotencyTtlS: cfg.idempotencyTtlS,
     whitelist,
     lights: new ReportLights(sink, lightParams, horizon, countLights),
+    ackTimeoutS: cfg.commands.ackTimeoutS,
+    commandsChanged: (refs) => hints.publish(refs),
   },
   {
     reportsSubject: subj.reports,
@@ -89,6 +95,18 @@ consumer.start();
 const stopLicenceSweep = await startLicenceSweep({ redisUrl: cfg.redisUrl, redisPrefix: cfg.redisPrefix, everyMs: cfg.licence.sweepMs, pool, log });
 // Incomplete artifact uploads expire (BullMQ job scheduler; one replica runs each sweep).
 const artifactExpiry = await startArtifactExpiry(cfg, await ArtifactStore.open(nc, cfg), pool, log);
+
+// Agent commands that waited too long: expired (queued) or timed_out (delivered, no ack).
+const commandExpiry = new CommandExpiry({
+  pool,
+  redisUrl: cfg.redisUrl,
+  redisPrefix: cfg.redisPrefix,
+  everyMs: cfg.commands.sweepMs,
+  log,
+  commandsChanged: (refs) => hints.publish(refs),
+});
+// In the background: with Redis unreachable, BullMQ waits for it, and the ingest consumer must not.
+commandExpiry.start().catch((e) => log.error({ err: e }, 'command expiry sweep not scheduled'));
 
 let server: ReturnType<typeof createServer> | null = null;
 if (cfg.worker.httpPort > 0) {
@@ -112,6 +130,7 @@ async function shutdown(why: string): Promise<void> {
   await stopLicenceSweep().catch(() => {});
   await artifactExpiry.close();
   await Promise.allSettled([expiry?.stop(), sweep.stop(), webhooks.stop()]);
+  await commandExpiry.stop();
   server?.close();
   await nc.drain().catch(() => {});
   await Promise.allSettled([pool.end(), ch.close(), redis.quit(), bull.quit()]);

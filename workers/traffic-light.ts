@@ -74,23 +74,31 @@ function toEvent(r: OutboxRow): LightEvent {
   };
 }
 
-/** The horizon parameter ($5, ms since the epoch) as the time the SQL judges silence at. */
-const H = `LEAST(now(), to_timestamp($5::float8 / 1000))`;
+/**
+ * The time the SQL judges silence at: the horizon ($5, ms since the epoch), but never before the
+ * time the stored colour was judged at. A report applied again (a batch retried, or redelivered
+ * after a crash) is still in the stream, so the horizon goes back to its receive time; judged
+ * there, an instance the sweep already found silent would look alive and flip back to green (and
+ * red again at the next sweep: a change that never happened). Judgement time only moves forward.
+ */
+const H = (alias: string) =>
+  `GREATEST(LEAST(now(), to_timestamp($5::float8 / 1000)), COALESCE(${alias}.light_judged_at, '-infinity'::timestamptz))`;
 
 const TRANSITION_SQL = `
   WITH cur AS (
     SELECT i.id, i.customer_id, c.slug AS customer, i.machine_id, m.slug AS machine, i.software,
-           i.light AS old_light, ${lightSql('i', '$2::float8', '$3::float8', H)} AS new_light,
-           ${lightReasonSql('i', '$2::float8', '$3::float8', H)} AS reason,
+           i.light AS old_light, ${lightSql('i', '$2::float8', '$3::float8', H('i'))} AS new_light,
+           ${lightReasonSql('i', '$2::float8', '$3::float8', H('i'))} AS reason, ${H('i')} AS judged_at,
            i.light_since, i.last_heartbeat_at, i.last_warning_at, i.last_seen_at, i.status_at, i.light
       FROM instances i JOIN machines m ON m.id = i.machine_id JOIN customers c ON c.id = i.customer_id
      WHERE i.id = ANY($1::uuid[])
   ), chg AS (
-    SELECT cur.*, ${lightAtSql('cur', 'cur.new_light', '$2::float8', '$3::float8', H)} AS at
+    SELECT cur.*, ${lightAtSql('cur', 'cur.new_light', '$2::float8', '$3::float8', 'cur.judged_at')} AS at
       FROM cur WHERE cur.new_light <> cur.old_light
   ), upd AS (
     UPDATE instances i
-       SET light = chg.new_light, light_since = chg.at, light_reason = chg.reason, light_seq = i.light_seq + 1
+       SET light = chg.new_light, light_since = chg.at, light_reason = chg.reason, light_seq = i.light_seq + 1,
+           light_judged_at = chg.judged_at
       FROM chg
      WHERE i.id = chg.id AND i.light = chg.old_light
     RETURNING i.id AS instance_id, i.light_seq AS seq, chg.customer_id, chg.customer, chg.machine_id, chg.machine, chg.software,

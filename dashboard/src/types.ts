@@ -10,6 +10,7 @@ import type * as St from '../../lib/schemas/status.js';
 import type * as TL from '../../lib/schemas/traffic-light.js';
 import type * as Met from '../../lib/schemas/metrics.js';
 import type * as Art from '../../lib/schemas/artifacts.js';
+import type * as Cmd from '../../lib/schemas/commands.js';
 
 export type Light = Static<typeof Api.Light>;
 export type Instance = Static<typeof Api.Instance>;
@@ -45,28 +46,6 @@ export type MetricName = Static<typeof Met.MetricName>;
 export type MetricSeries = Static<typeof Met.MetricSeries>;
 export type Artifact = Static<typeof Art.Artifact>;
 
-export type CommandState = 'queued' | 'delivered' | 'succeeded' | 'failed' | 'expired' | 'timed_out' | 'cancelled';
-export interface AvailableCommand {
-  module: string;
-  name: string;
-  label: string | null;
-  params: unknown;
-}
-export interface Command {
-  id: string;
-  instance_id: string;
-  module: string;
-  command: string;
-  args: Record<string, unknown>;
-  state: CommandState;
-  created_by: string | null;
-  created_at: string;
-  expires_at: string;
-  delivered_at: string | null;
-  last_delivered_at: string | null;
-  ack_deadline: string | null;
-  finished_at: string | null;
-  result_message: string | null;
-  result_output: unknown;
-  history: { state: CommandState; at: string; actor: string; detail: string | null }[];
-}
+export type CommandState = Static<typeof Cmd.CommandStateSchema>;
+export type AvailableCommand = Static<typeof Cmd.AvailableCommand>;
+export type Command = Static<typeof Cmd.Command>;

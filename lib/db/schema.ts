@@ -105,10 +105,58 @@ export const postgresMigrations: Migration[] = [
     ],
   },
   {
+    id: '0006-commands',
+    sql: [
+      // Agent commands (docs/api.md "Agent commands"). A command is queued by a dashboard user for
+      // one instance, offered to the agent in the answer to each heartbeat or status report until
+      // acked, and ends succeeded, failed, expired (queued too long), timed_out (delivered, no ack
+      // in time) or cancelled. Deadlines are fixed when the state is entered (expires_at at queue
+      // time, ack_deadline at the first delivery), so the sweep only compares times.
+      `CREATE TABLE commands (
+         id uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+         customer_id uuid NOT NULL REFERENCES customers(id) ON DELETE CASCADE,
+         instance_id uuid NOT NULL REFERENCES instances(id) ON DELETE CASCADE,
+         module text NOT NULL,
+         command text NOT NULL,
+         args jsonb NOT NULL DEFAULT '{}',
+         state text NOT NULL DEFAULT 'queued'
+           CHECK (state IN ('queued', 'delivered', 'succeeded', 'failed', 'expired', 'timed_out', 'cancelled')),
+         created_by uuid REFERENCES users(id) ON DELETE SET NULL,
+         created_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+         expires_at timestamptz NOT NULL,
+         delivered_at timestamptz,
+         last_delivered_at timestamptz,
+         ack_deadline timestamptz,
+         finished_at timestamptz,
+         result_message text,
+         result_output jsonb,
+         updated_at timestamptz NOT NULL DEFAULT clock_timestamp()
+       )`,
+      `CREATE TRIGGER commands_touch BEFORE UPDATE ON commands FOR EACH ROW EXECUTE FUNCTION touch_updated_at()`,
+      `CREATE INDEX commands_instance ON commands (instance_id, created_at DESC)`,
+      `CREATE INDEX commands_customer ON commands (customer_id)`,
+      // What the gateways keep in memory, and what the expiry sweep looks at: only open commands.
+      `CREATE INDEX commands_open ON commands (created_at) WHERE state IN ('queued', 'delivered')`,
+      `CREATE INDEX commands_queued_expiry ON commands (expires_at) WHERE state = 'queued'`,
+      `CREATE INDEX commands_ack_deadline ON commands (ack_deadline) WHERE state = 'delivered'`,
+      // Every change of state with its time; a command enters each state at most once, so the key
+      // makes every write here idempotent (a redelivered batch changes nothing).
+      `CREATE TABLE command_events (
+         command_id uuid NOT NULL REFERENCES commands(id) ON DELETE CASCADE,
+         state text NOT NULL,
+         at timestamptz NOT NULL,
+         actor text NOT NULL DEFAULT '',
+         detail text,
+         PRIMARY KEY (command_id, state)
+       )`,
+    ],
+  },
+  {
     id: '0003-traffic-light',
     sql: [
       // The stored traffic light (issue 4): the colour the workers last recorded, since when, why,
-      // and a per-instance sequence number of its changes. What the API shows is still derived at
+      // a per-instance sequence number of its changes, and the time the stored colour was judged at
+      // (light_judged_at: judgement never goes back before it, see workers/traffic-light.ts). What the API shows is still derived at
       // read time (lib/traffic-light.ts); this is what the events are recorded against. A change is
       // recorded by a conditional UPDATE (light IS DISTINCT FROM the new colour), so of several
       // workers racing on one change exactly one records it.
@@ -116,7 +164,8 @@ export const postgresMigrations: Migration[] = [
          ADD COLUMN light text NOT NULL DEFAULT 'grey' CHECK (light IN ('green', 'yellow', 'red', 'grey')),
          ADD COLUMN light_since timestamptz,
          ADD COLUMN light_reason text,
-         ADD COLUMN light_seq bigint NOT NULL DEFAULT 0`,
+         ADD COLUMN light_seq bigint NOT NULL DEFAULT 0,
+         ADD COLUMN light_judged_at timestamptz`,
       // Existing rows: the colour from their status (silence is left to the sweep, which records it).
       `UPDATE instances SET
          light = CASE WHEN last_heartbeat_at IS NULL OR status = 'stopped' THEN 'grey' WHEN status = 'error' THEN 'red'
