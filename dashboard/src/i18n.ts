@@ -154,6 +154,7 @@ const en = {
   'metrics.noData': 'no data in this period',
   'metrics.chartLabel': 'Chart of {name}: average per step with minimum and maximum',
   'metrics.asTable': 'Show as a table',
+  'metrics.tableLabel': '{name} as a table',
   'metrics.time': 'Time',
 
   'artifacts.title': 'Artifacts',
@@ -454,6 +455,7 @@ const de: Record<Key, string> = {
   'metrics.noData': 'keine Daten in diesem Zeitraum',
   'metrics.chartLabel': 'Diagramm von {name}: Mittelwert je Schritt mit Minimum und Maximum',
   'metrics.asTable': 'Als Tabelle zeigen',
+  'metrics.tableLabel': '{name} als Tabelle',
   'metrics.time': 'Zeit',
 
   'artifacts.title': 'Artefakte',

@@ -7,6 +7,7 @@ import 'uplot/dist/uPlot.min.css';
 import { useApp } from '../ctx.js';
 import { number, shortTime } from '../format.js';
 import type { MetricSeries } from '../types.js';
+import { Scroll } from './common.js';
 
 /** An x-axis label in the page's language, 24-hour clock: the time, or the date at midnight and for day steps. */
 function tick(seconds: number, incr: number, lang: 'de' | 'en'): string {
@@ -73,7 +74,7 @@ export function MetricChart({ series }: { series: MetricSeries }) {
       {pts.length > 0 && (
         <details class="chart-table">
           <summary>{t('metrics.asTable')}</summary>
-          <div class="scroll">
+          <Scroll label={t('metrics.tableLabel', { name: series.name })}>
             <table>
               <thead>
                 <tr>
@@ -99,7 +100,7 @@ export function MetricChart({ series }: { series: MetricSeries }) {
                   ))}
               </tbody>
             </table>
-          </div>
+          </Scroll>
         </details>
       )}
     </figure>

@@ -69,6 +69,18 @@ export function Section({ id, title, children, actions }: { id: string; title: C
   );
 }
 
+/**
+ * A box that scrolls when its content is too wide (or tall): focusable and named, so keyboard users
+ * can scroll it too (WCAG: scrollable regions must be reachable).
+ */
+export function Scroll({ label, children, class: cls }: { label: string; children: ComponentChildren; class?: string }) {
+  return (
+    <div class={`scroll${cls ? ` ${cls}` : ''}`} tabIndex={0} role="region" aria-label={label}>
+      {children}
+    </div>
+  );
+}
+
 /** Copies `text`; where the Clipboard API is missing (plain http), selects it for Ctrl+C instead. */
 export function CopyButton({ text, targetId, label }: { text: string; targetId?: string; label?: string }) {
   const { t } = useApp();

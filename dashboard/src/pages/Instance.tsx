@@ -10,7 +10,7 @@ import { ago, bytes, dateTime, duration, shortTime } from '../format.js';
 import { useLive } from '../live.js';
 import { reasonText, type Lang } from '../i18n.js';
 import type { Artifact, AvailableCommand, Command, Diagnostic, HelpText, InstanceDetail, InstanceStatus, LightEvent, MetricName, MetricSeries } from '../types.js';
-import { ErrorNote, LightBadge, Loading, Section, useAction, useFetch, useInterval } from '../components/common.js';
+import { ErrorNote, LightBadge, Loading, Scroll, Section, useAction, useFetch, useInterval } from '../components/common.js';
 import { SnapshotTree } from '../components/SnapshotTree.js';
 import { MetricChart } from '../components/MetricChart.js';
 import { ParamsForm } from '../components/ParamsForm.js';
@@ -189,7 +189,7 @@ function DiagnosticsSection({ id }: { id: string }) {
       {!diags.data && !diags.error ? <Loading /> : null}
       {diags.data && diags.data.items.length === 0 && <p class="muted">{suppressed ? t('diag.none') : t('diag.noneUnsuppressed')}</p>}
       {diags.data && diags.data.items.length > 0 && (
-        <div class="scroll">
+        <Scroll label={t('diag.title')}>
           <table class="diag-table cards">
             <thead>
               <tr>
@@ -241,7 +241,7 @@ function DiagnosticsSection({ id }: { id: string }) {
               })}
             </tbody>
           </table>
-        </div>
+        </Scroll>
       )}
     </Section>
   );
@@ -422,7 +422,7 @@ function ArtifactsSection({ machineId, software }: { machineId: string; software
       {!arts.data && !arts.error ? <Loading /> : null}
       {arts.data && arts.data.items.length === 0 && <p class="muted">{t('artifacts.none')}</p>}
       {arts.data && arts.data.items.length > 0 && (
-        <div class="scroll">
+        <Scroll label={t('artifacts.title')}>
           <table class="cards">
             <thead>
               <tr>
@@ -450,7 +450,7 @@ function ArtifactsSection({ machineId, software }: { machineId: string; software
             </tbody>
           </table>
           {arts.data.total > arts.data.items.length && <p class="muted small">{t('artifacts.more', { shown: arts.data.items.length, total: arts.data.total })}</p>}
-        </div>
+        </Scroll>
       )}
     </Section>
   );
@@ -524,7 +524,7 @@ function CommandsSection({ id }: { id: string }) {
       {cancel.error ? <ErrorNote error={cancel.error} /> : null}
       {cmds.data && cmds.data.items.length === 0 && <p class="muted">{t('commands.none')}</p>}
       {cmds.data && cmds.data.items.length > 0 && (
-        <div class="scroll">
+        <Scroll label={t('commands.recent')}>
           <table class="cmd-table cards">
             <thead>
               <tr>
@@ -564,7 +564,7 @@ function CommandsSection({ id }: { id: string }) {
               ))}
             </tbody>
           </table>
-        </div>
+        </Scroll>
       )}
     </Section>
   );

@@ -6,7 +6,7 @@ import { ApiError, del, post, put, qs } from '../api.js';
 import { useApp } from '../ctx.js';
 import { dateTime, number } from '../format.js';
 import type { ApiToken, CreatedToken, LicenceStatus, Member, OnboardingStatus, Role, SupportInfo, Webhook, WebhookDelivery, WhitelistRule, WhitelistRuleInput } from '../types.js';
-import { CopyButton, ErrorNote, Loading, Section, useAction, useFetch } from '../components/common.js';
+import { CopyButton, ErrorNote, Loading, Scroll, Section, useAction, useFetch } from '../components/common.js';
 import { useTitle } from '../components/title.js';
 
 const missingFeature = (e: unknown) => e instanceof ApiError && e.status === 404 && /^no such endpoint/.test(e.detail);
@@ -198,7 +198,7 @@ function TokensSection() {
           {revoke.error ? <ErrorNote error={revoke.error} /> : null}
           {tokens.data && tokens.data.items.length === 0 && <p class="muted">{t('tokens.none')}</p>}
           {tokens.data && tokens.data.items.length > 0 && (
-            <div class="scroll">
+            <Scroll label={t('tokens.title')}>
               <table class="token-table cards">
                 <thead>
                   <tr>
@@ -236,7 +236,7 @@ function TokensSection() {
                   ))}
                 </tbody>
               </table>
-            </div>
+            </Scroll>
           )}
         </>
       )}
@@ -362,7 +362,7 @@ function Deliveries({ id }: { id: string }) {
   if (!d.data) return <Loading />;
   if (d.data.items.length === 0) return <p class="muted small">{t('webhooks.noDeliveries')}</p>;
   return (
-    <div class="scroll">
+    <Scroll label={t('webhooks.deliveries')}>
       <table class="small-table">
         <thead>
           <tr>
@@ -387,7 +387,7 @@ function Deliveries({ id }: { id: string }) {
           ))}
         </tbody>
       </table>
-    </div>
+    </Scroll>
   );
 }
 
@@ -474,7 +474,7 @@ function WhitelistSection() {
       {remove.error ? <ErrorNote error={remove.error} /> : null}
       {rules.data && rules.data.items.length === 0 && <p class="muted">{t('whitelist.none')}</p>}
       {rules.data && rules.data.items.length > 0 && (
-        <div class="scroll">
+        <Scroll label={t('whitelist.title')}>
           <table class="cards">
             <thead>
               <tr>
@@ -523,7 +523,7 @@ function WhitelistSection() {
               ))}
             </tbody>
           </table>
-        </div>
+        </Scroll>
       )}
     </Section>
   );
@@ -595,7 +595,7 @@ function MembersSection() {
       {change.error ? <ErrorNote error={change.error} /> : null}
       {remove.error ? <ErrorNote error={remove.error} /> : null}
       {members.data && (
-        <div class="scroll">
+        <Scroll label={t('members.title')}>
           <table class="cards">
             <thead>
               <tr>
@@ -637,7 +637,7 @@ function MembersSection() {
               ))}
             </tbody>
           </table>
-        </div>
+        </Scroll>
       )}
     </Section>
   );
