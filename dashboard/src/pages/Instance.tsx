@@ -70,7 +70,7 @@ export function InstancePage({ id }: { id: string }) {
         {i.light_since && (
           <span class="muted">
             {' '}
-            · {t('instance.since', { when: ago(i.light_since, lang) })}
+            · {t('instance.since', { when: shortTime(i.light_since, lang) })}
           </span>
         )}
       </p>
@@ -102,7 +102,7 @@ export function InstancePage({ id }: { id: string }) {
       <HistorySection id={id} />
       <MetricsSection machineId={i.machine_id} machine={i.machine} />
       <ArtifactsSection machineId={i.machine_id} software={i.software} />
-      <CommandsSection id={id} />
+      <CommandsSection id={id} name={name} />
     </>
   );
 }
@@ -458,7 +458,7 @@ function ArtifactsSection({ machineId, software }: { machineId: string; software
 
 const OPEN_STATES = ['queued', 'delivered'];
 
-function CommandsSection({ id }: { id: string }) {
+function CommandsSection({ id, name }: { id: string; name: string }) {
   const { t, lang, canAdmin } = useApp();
   const avail = useFetch<{ items: AvailableCommand[] }>(`/api/instances/${id}/commands/available`);
   const cmds = useFetch<{ items: Command[] }>(`/api/instances/${id}/commands${qs({ limit: 50 })}`);
@@ -468,6 +468,7 @@ function CommandsSection({ id }: { id: string }) {
   useInterval(() => void cmds.reload(), anyOpen ? 2000 : 15_000);
   useInterval(() => void avail.reload(), 30_000);
   const queue = useAction(async (c: AvailableCommand, args: Record<string, unknown>) => {
+    if (!confirm(t('commands.confirm', { name: c.label ?? c.name, instance: name }))) return;
     await post<Command>(`/api/instances/${id}/commands`, { module: c.module, command: c.name, args });
     setQueued(c.label ?? c.name);
     setForm(null);
