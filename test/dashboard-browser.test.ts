@@ -110,6 +110,10 @@ async function run(): Promise<void> {
     const errors: string[] = [];
     page.on('request', (r) => requests.push(r.url()));
     page.on('pageerror', (e) => errors.push(e.message));
+    // A Content-Security-Policy violation (an inline style or script the policy refuses) is an error too.
+    page.on('console', (m) => {
+      if (/Content Security Policy/i.test(m.text())) errors.push(m.text());
+    });
     page.on('dialog', (d) => void d.accept());
     return { ctx, page, requests, errors };
   }
@@ -445,7 +449,7 @@ async function run(): Promise<void> {
   t.test('desktop: only this host was asked, and no script error', async (t) => {
     const foreign = d.requests.filter((u) => !u.startsWith(s.apiUrl) && !u.startsWith('data:'));
     t.same(foreign, [], 'no request to another host');
-    t.same(d.errors, [], 'no script errors');
+    t.same(d.errors, [], 'no script errors, no Content-Security-Policy violations');
   });
 
   t.test('phone width: every page fits, is accessible, and is captured', async (t) => {
@@ -473,7 +477,7 @@ async function run(): Promise<void> {
       await screenshot(p.page, `${name}-phone`);
       await expectNoAxeViolations(t, p.page, `${name} (phone)`);
     }
-    t.same(p.errors, [], 'no script errors');
+    t.same(p.errors, [], 'no script errors, no Content-Security-Policy violations');
     await p.ctx.close();
   });
 }

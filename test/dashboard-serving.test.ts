@@ -18,6 +18,7 @@ t.test('every page path answers the same HTML shell, with a strict CSP, uncached
   const csp = first.headers.get('content-security-policy') ?? '';
   t.match(csp, /default-src 'self'/);
   t.match(csp, /script-src 'self'(;|$)/, 'no inline or foreign scripts');
+  t.match(csp, /style-src 'self'(;|$)/, 'no inline or foreign styles');
   t.match(csp, /frame-ancestors 'none'/);
   t.equal(first.headers.get('cache-control'), 'no-cache');
   t.equal(first.headers.get('x-content-type-options'), 'nosniff');
