@@ -48,6 +48,8 @@ export function FleetPage() {
   const [changed, setChanged] = useState<Record<string, number>>({});
   const [announce, setAnnounce] = useState('');
   const lastSeq = useRef<Record<string, number>>({});
+  const shownIds = useRef(new Set<string>());
+  shownIds.current = useMemo(() => new Set((list.data?.items ?? []).map((i) => i.id)), [list.data]);
   const reloadSoon = useRef<ReturnType<typeof setTimeout> | null>(null);
   const liveState = useLiveState();
   const [, tick] = useState(0);
@@ -80,14 +82,10 @@ export function FleetPage() {
       const e = m.event;
       if ((lastSeq.current[e.instance_id] ?? 0) >= e.seq) return;
       lastSeq.current[e.instance_id] = e.seq;
-      let known = false;
+      const known = shownIds.current.has(e.instance_id);
       list.setData((d) => {
         if (!d) return d;
-        const upd = (i: Instance) => {
-          if (i.id !== e.instance_id) return i;
-          known = true;
-          return { ...i, light: e.to, light_reason: e.reason, light_since: e.at };
-        };
+        const upd = (i: Instance) => (i.id === e.instance_id ? { ...i, light: e.to, light_reason: e.reason, light_since: e.at } : i);
         return { ...d, items: d.items.map(upd), groups: d.groups?.map((g) => ({ ...g, items: g.items.map(upd) })) };
       });
       if (summary && e.from) {
