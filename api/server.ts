@@ -32,6 +32,7 @@ import { webhookHandlers } from './handlers/webhooks.js';
 import type { LightHub } from './light-stream.js';
 import { commandHandlers } from './handlers/commands.js';
 import type { CommandHints } from '../lib/commands.js';
+import { dashboardHandlers } from './handlers/dashboard.js';
 
 export interface ApiDeps {
   cfg: Config;
@@ -81,6 +82,7 @@ export async function buildApi(d: ApiDeps): Promise<FastifyInstance> {
     ...trafficLightHandlers(d),
     ...webhookHandlers(d),
     ...commandHandlers(d),
+    ...dashboardHandlers(d),
     api_healthz: () => ({ ok: true }),
     api_readyz: async (_req, reply) => {
       try {

@@ -82,12 +82,16 @@ function ensureNodeModules() {
   run('npm', ['install', '--no-audit', '--no-fund']);
 }
 
-function newestSource(dir, newest = 0) {
+// The server's sources (every .ts and .json outside node_modules, dist and the dashboard's own
+// folder); `all` counts every file (the dashboard's sources include HTML, CSS and images).
+function newestSource(dir, newest = 0, all = false) {
   for (const entry of readdirSync(dir, { withFileTypes: true })) {
     if (entry.name === 'node_modules' || entry.name.startsWith('.') || entry.name === 'dist') continue;
     const p = join(dir, entry.name);
-    if (entry.isDirectory()) newest = newestSource(p, newest);
-    else if (/\.(ts|json)$/.test(entry.name)) newest = Math.max(newest, mtime(p));
+    if (entry.isDirectory()) {
+      if (!all && dir === root && entry.name === 'dashboard') continue;
+      newest = newestSource(p, newest, all);
+    } else if (all || /\.(ts|json)$/.test(entry.name)) newest = Math.max(newest, mtime(p));
   }
   return newest;
 }
@@ -100,9 +104,23 @@ function ensureBuild() {
   writeFileSync(stamp, new Date().toISOString());
 }
 
+// The dashboard (dashboard/ -> dist/dashboard, served by the api): type-checked with its own
+// tsconfig (browser types, JSX), bundled by Vite. Rebuilt only when a file under dashboard/ or the
+// lock file (library versions) is newer than the last build.
+function ensureDashboard() {
+  const stamp = join(root, 'dist', 'dashboard', '.build-stamp');
+  const newest = Math.max(newestSource(join(root, 'dashboard'), 0, true), mtime(join(root, 'package-lock.json')));
+  if (existsSync(stamp) && mtime(stamp) >= newest) return;
+  log('building the dashboard');
+  run(process.execPath, [join(root, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', join('dashboard', 'tsconfig.json')]);
+  run(process.execPath, [join(root, 'node_modules', 'vite', 'bin', 'vite.js'), 'build', '--config', join('dashboard', 'vite.config.mjs'), '--logLevel', 'warn']);
+  writeFileSync(stamp, new Date().toISOString());
+}
+
 ensureDebianPackages();
 ensureNodeModules();
 ensureBuild();
+ensureDashboard();
 if (mode === 'setup') process.exit(0);
 
 // Hand over. The stack runner shuts down cleanly on SIGINT/SIGTERM; forward ours so that a plain

@@ -90,6 +90,8 @@ async function seedDemo(cfg: Config): Promise<void> {
       [
         '',
         ...lines,
+        `Dashboard: ${a}/ (log in as demo@example.com with the password above)`,
+        '',
         'Try it:',
         `  curl -H "Authorization: Bearer $(cat ${tokenFile})" -H 'Content-Type: application/json' -d '{}' \\`,
         `    ${g}/api/ingest/demo/m1/agent/heartbeat`,
@@ -193,7 +195,7 @@ async function start(): Promise<void> {
   const g = `http://${cfg.gateway.host}:${cfg.gateway.port}`;
   const a = `http://${cfg.api.host}:${cfg.api.port}`;
   await Promise.all([waitReady(`${g}/readyz`), waitReady(`${a}/readyz`)]);
-  if (!shuttingDown) log(`gateway ${g}  api ${a}  (Ctrl-C stops everything)`);
+  if (!shuttingDown) log(`gateway ${g}  api ${a}  dashboard ${a}/  (Ctrl-C stops everything)`);
 }
 
 async function waitReady(url: string, ms = 120_000): Promise<void> {

@@ -27,6 +27,7 @@ import {
   WebhookDeliveryList,
   DeliveriesQuery,
 } from './schemas/traffic-light.js';
+import { DashboardAssetParams, DashboardInstanceParams } from './schemas/dashboard.js';
 
 export type Service = 'gateway' | 'api';
 export type Method = 'GET' | 'POST' | 'PUT' | 'DELETE';
@@ -819,8 +820,45 @@ export const routes: RouteSpec[] = [
       409: err('the command is no longer queued'),
     },
   },
+  ...dashboardRoutes(),
   ...ops('api'),
 ];
+
+/**
+ * The dashboard (issue 9): a single-page app served by the api itself. Every page path answers the
+ * same HTML shell (no data in it: the page reads the API with the session cookie), so a deep link
+ * or a reload works; the scripts and styles come from /assets. The JSON API stays under /api and /auth.
+ */
+function dashboardRoutes(): RouteSpec[] {
+  const page = (path: string, operationId: string, summary: string, params?: TSchema): RouteSpec => ({
+    service: 'api',
+    method: 'GET',
+    path,
+    operationId,
+    summary,
+    tags: ['dashboard'],
+    auth: 'none',
+    ...(params ? { params } : {}),
+    responses: { 200: { description: 'the dashboard page (HTML)', contentType: 'text/html' }, 503: err('the dashboard is not built') },
+  });
+  return [
+    page('/', 'dashboard_fleet', 'Dashboard: the fleet (every instance with its traffic light)'),
+    page('/login', 'dashboard_login', 'Dashboard: log in'),
+    page('/instances/{id}', 'dashboard_instance', 'Dashboard: one instance (status, diagnostics, colour history, metrics, artifacts, commands)', DashboardInstanceParams),
+    page('/settings', 'dashboard_settings', 'Dashboard: settings (API tokens, whitelist, webhooks, licence, onboarding, support)'),
+    {
+      service: 'api',
+      method: 'GET',
+      path: '/assets/{file}',
+      operationId: 'dashboard_asset',
+      summary: "The dashboard's scripts, styles and images",
+      tags: ['dashboard'],
+      auth: 'none',
+      params: DashboardAssetParams,
+      responses: { 200: { description: 'the file', contentType: 'application/octet-stream' }, 404: err('no such file') },
+    },
+  ];
+}
 
 function helpRoutes(path: string, operationId: string): RouteSpec[] {
   return [

@@ -1,0 +1,242 @@
+// The fleet: every instance with its traffic light, grouped and sorted the way the agents ask
+// (group, group_priority, sort_priority, location), filtered by colour and text, with counts per
+// colour. Colours change live from the event stream; the list is read again on every (re)connect of
+// the stream and, as a safety net, every minute (every 10 s while the stream is down).
+import { useEffect, useMemo, useRef, useState } from 'preact/hooks';
+import { get, qs } from '../api.js';
+import { useApp } from '../ctx.js';
+import { reasonText } from '../i18n.js';
+import { ago, shortTime } from '../format.js';
+import { useLive, useLiveState } from '../live.js';
+import { navigate, useLocation } from '../router.js';
+import type { FleetSummary, Instance, InstanceList, Light } from '../types.js';
+import { ErrorNote, LightBadge, LightShape, Loading, useFetch, useInterval } from '../components/common.js';
+import { useTitle } from '../components/title.js';
+
+const LIGHTS: Light[] = ['red', 'yellow', 'green', 'grey'];
+const LIMIT = 5000;
+type GroupBy = 'group' | 'location' | 'none';
+
+function listPath(by: GroupBy): string {
+  if (by === 'group') return `/api/instances${qs({ group_by: 'group', sort: 'group_priority,sort_priority,location,machine,software', limit: LIMIT })}`;
+  if (by === 'location') return `/api/instances${qs({ group_by: 'location', sort: 'group_priority,sort_priority,machine,software', limit: LIMIT })}`;
+  return `/api/instances${qs({ sort: 'group,group_priority,sort_priority,location,machine,software', limit: LIMIT })}`;
+}
+
+function matches(i: Instance, q: string): boolean {
+  if (!q) return true;
+  const hay = [i.machine, i.software, i.group, i.location, i.status, i.status_message, i.version, i.light_reason, ...(i.ip_addresses ?? [])]
+    .filter(Boolean)
+    .join(' ')
+    .toLowerCase();
+  return q
+    .toLowerCase()
+    .split(/\s+/)
+    .filter(Boolean)
+    .every((w) => hay.includes(w));
+}
+
+export function FleetPage() {
+  const { t, lang } = useApp();
+  useTitle(t('fleet.title'));
+  const loc = useLocation();
+  const by = (['group', 'location', 'none'].includes(loc.search.get('by') ?? '') ? loc.search.get('by') : 'group') as GroupBy;
+  const lightFilter = (LIGHTS as string[]).includes(loc.search.get('light') ?? '') ? (loc.search.get('light') as Light) : null;
+  const [q, setQ] = useState(loc.search.get('q') ?? '');
+  const list = useFetch<InstanceList>(listPath(by));
+  const [summary, setSummary] = useState<FleetSummary | null>(null);
+  const [changed, setChanged] = useState<Record<string, number>>({});
+  const [announce, setAnnounce] = useState('');
+  const lastSeq = useRef<Record<string, number>>({});
+  const shownIds = useRef(new Set<string>());
+  shownIds.current = useMemo(() => new Set((list.data?.items ?? []).map((i) => i.id)), [list.data]);
+  const reloadSoon = useRef<ReturnType<typeof setTimeout> | null>(null);
+  const liveState = useLiveState();
+  const [, tick] = useState(0);
+
+  const setParam = (k: string, v: string | null) => {
+    const p = new URLSearchParams(location.search);
+    if (v === null || v === '') p.delete(k);
+    else p.set(k, v);
+    const s = p.toString();
+    navigate(`/${s ? `?${s}` : ''}`, { replace: true });
+  };
+
+  // Keep the text filter in the address (debounced), so a link or a reload keeps the view.
+  useEffect(() => {
+    const id = setTimeout(() => {
+      if ((new URLSearchParams(location.search).get('q') ?? '') !== q) setParam('q', q || null);
+    }, 300);
+    return () => clearTimeout(id);
+  }, [q]);
+
+  const truncated = !!list.data && list.data.total > list.data.items.length;
+  useEffect(() => {
+    if (!truncated) return setSummary(null);
+    get<FleetSummary>('/api/fleet/summary').then(setSummary, () => setSummary(null));
+  }, [truncated, list.data]);
+
+  useLive(
+    (m) => {
+      if (m.type === 'open') return void list.reload();
+      const e = m.event;
+      if ((lastSeq.current[e.instance_id] ?? 0) >= e.seq) return;
+      lastSeq.current[e.instance_id] = e.seq;
+      const known = shownIds.current.has(e.instance_id);
+      list.setData((d) => {
+        if (!d) return d;
+        const upd = (i: Instance) => (i.id === e.instance_id ? { ...i, light: e.to, light_reason: e.reason, light_since: e.at } : i);
+        return { ...d, items: d.items.map(upd), groups: d.groups?.map((g) => ({ ...g, items: g.items.map(upd) })) };
+      });
+      if (summary && e.from) {
+        setSummary({ ...summary, lights: { ...summary.lights, [e.from]: Math.max(0, summary.lights[e.from] - 1), [e.to]: summary.lights[e.to] + 1 } });
+      }
+      if (!known) {
+        // A new instance (or one beyond the page): read the list again, once for a burst of changes.
+        if (reloadSoon.current) clearTimeout(reloadSoon.current);
+        reloadSoon.current = setTimeout(() => void list.reload(), 1000);
+      }
+      setChanged((c) => ({ ...c, [e.instance_id]: Date.now() }));
+      const name = e.machine && e.software ? `${e.machine} / ${e.software}` : e.instance_id;
+      setAnnounce(t('fleet.changed', { name, from: e.from ? t(`light.${e.from}`) : '—', to: t(`light.${e.to}`) }));
+    },
+    [list.reload, list.setData, summary, lang],
+  );
+  useInterval(() => {
+    if (liveState !== 'live') void list.reload();
+    else tick((n) => n + 1); // refresh "x s ago"
+  }, liveState === 'live' ? 15_000 : 10_000);
+  useInterval(() => void list.reload(), 60_000);
+
+  const textMatched = useMemo(() => (list.data?.items ?? []).filter((i) => matches(i, q)), [list.data, q]);
+  const counts = useMemo(() => {
+    const c: Record<Light, number> = { red: 0, yellow: 0, green: 0, grey: 0 };
+    if (summary && !q) return summary.lights;
+    for (const i of textMatched) c[i.light]++;
+    return c;
+  }, [textMatched, summary, q]);
+  const total = summary && !q ? summary.total : textMatched.length;
+  const visible = (i: Instance) => matches(i, q) && (!lightFilter || i.light === lightFilter);
+  const groups =
+    by === 'none' || !list.data?.groups
+      ? [{ key: null as string | null, items: (list.data?.items ?? []).filter(visible), flat: true }]
+      : list.data.groups.map((g) => ({ key: g.key, items: g.items.filter(visible), flat: false })).filter((g) => g.items.length > 0);
+  const shown = groups.reduce((n, g) => n + g.items.length, 0);
+
+  return (
+    <>
+      <div class="page-head">
+        <h1 id="page-title" tabIndex={-1}>
+          {t('fleet.title')}
+        </h1>
+        <span class={`live-state live-${liveState}`} role="status">
+          <span class="pulse" aria-hidden="true" />
+          {t(`live.${liveState}`)}
+        </span>
+      </div>
+
+      <div class="toolbar" role="search">
+        <div class="field grow">
+          <label for="fleet-q">{t('fleet.filter')}</label>
+          <input id="fleet-q" type="search" value={q} placeholder={t('fleet.filterHint')} onInput={(e) => setQ(e.currentTarget.value)} autoComplete="off" />
+        </div>
+        <div class="field">
+          <label for="fleet-by">{t('fleet.groupBy')}</label>
+          <select id="fleet-by" value={by} onChange={(e) => setParam('by', e.currentTarget.value === 'group' ? null : e.currentTarget.value)}>
+            <option value="group">{t('fleet.byGroup')}</option>
+            <option value="location">{t('fleet.byLocation')}</option>
+            <option value="none">{t('fleet.byNone')}</option>
+          </select>
+        </div>
+      </div>
+
+      <div class="light-filter" role="group" aria-label={t('fleet.byColour')}>
+        <button type="button" class="chip" aria-pressed={lightFilter === null} onClick={() => setParam('light', null)}>
+          {t('fleet.all')} <span class="count" data-count="all">{total}</span>
+        </button>
+        {LIGHTS.map((l) => (
+          <button type="button" key={l} class={`chip chip-${l}`} aria-pressed={lightFilter === l} onClick={() => setParam('light', lightFilter === l ? null : l)}>
+            <LightShape light={l} /> {t(`light.${l}`)} <span class="count" data-count={l}>{counts[l]}</span>
+          </button>
+        ))}
+      </div>
+
+      <p class="sr-only" aria-live="polite">
+        {announce}
+      </p>
+
+      {list.error ? <ErrorNote error={list.error} onRetry={list.reload} /> : null}
+      {!list.data && list.loading ? <Loading /> : null}
+      {list.data && list.data.items.length === 0 ? <EmptyFleet /> : null}
+      {truncated && (
+        <p class="note">
+          {t('fleet.truncated', { shown: list.data!.items.length, total: list.data!.total })}
+        </p>
+      )}
+      {list.data && list.data.items.length > 0 && shown === 0 && <p class="note">{t('fleet.noMatch')}</p>}
+
+      {groups.map((g) => (
+        <section class="group" key={g.key ?? '-'} aria-labelledby={g.flat ? undefined : `grp-${g.key ?? 'none'}`} aria-label={g.flat ? t('fleet.instances') : undefined}>
+          {!g.flat && (
+            <h2 class="group-title" id={`grp-${g.key ?? 'none'}`}>
+              {g.key ?? (by === 'location' ? t('fleet.noLocation') : t('fleet.noGroup'))} <span class="muted">({g.items.length})</span>
+            </h2>
+          )}
+          <table class="fleet-table cards">
+            <thead>
+              <tr>
+                <th scope="col">{t('fleet.col.light')}</th>
+                <th scope="col">{t('fleet.col.instance')}</th>
+                <th scope="col">{by === 'location' ? t('fleet.col.group') : t('fleet.col.location')}</th>
+                <th scope="col">{t('fleet.col.status')}</th>
+                <th scope="col">{t('fleet.col.heartbeat')}</th>
+                <th scope="col">{t('fleet.col.version')}</th>
+              </tr>
+            </thead>
+            <tbody>
+              {g.items.map((i) => (
+                <tr key={i.id} data-instance={i.id} data-light={i.light} class={changed[i.id] && Date.now() - changed[i.id]! < 5000 ? 'flash' : ''}>
+                  <td data-label={t('fleet.col.light')}>
+                    <LightBadge light={i.light} reason={i.light_reason} />
+                  </td>
+                  <td data-label={t('fleet.col.instance')}>
+                    <a href={`/instances/${i.id}`} class="instance-link">
+                      <strong>{i.machine}</strong> <span class="sep">/</span> {i.software}
+                    </a>
+                    {i.light !== 'green' && <div class="muted small">{reasonText(i.light_reason, t)}</div>}
+                  </td>
+                  <td data-label={by === 'location' ? t('fleet.col.group') : t('fleet.col.location')}>{(by === 'location' ? i.group : i.location) ?? <span class="muted">—</span>}</td>
+                  <td data-label={t('fleet.col.status')}>
+                    {i.status ? <span class={`status status-${i.status}`}>{t(statusKey(i.status))}</span> : <span class="muted">—</span>}
+                    {i.status_message && <div class="muted small clamp">{i.status_message}</div>}
+                  </td>
+                  <td data-label={t('fleet.col.heartbeat')}>
+                    {i.last_heartbeat_at ? <time dateTime={i.last_heartbeat_at} title={shortTime(i.last_heartbeat_at, lang)}>{ago(i.last_heartbeat_at, lang)}</time> : <span class="muted">{t('fleet.never')}</span>}
+                  </td>
+                  <td data-label={t('fleet.col.version')}>{i.version ?? <span class="muted">—</span>}</td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </section>
+      ))}
+    </>
+  );
+}
+
+const STATUSES = ['running', 'degraded', 'error', 'stopped'] as const;
+export function statusKey(s: string): `status.${(typeof STATUSES)[number] | 'unknown'}` {
+  return (STATUSES as readonly string[]).includes(s) ? `status.${s as (typeof STATUSES)[number]}` : 'status.unknown';
+}
+
+function EmptyFleet() {
+  const { t } = useApp();
+  return (
+    <div class="note">
+      <p>{t('fleet.empty')}</p>
+      <p>
+        <a href="/settings#onboarding">{t('fleet.emptyLink')}</a>
+      </p>
+    </div>
+  );
+}

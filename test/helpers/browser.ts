@@ -1,0 +1,77 @@
+// Headless Chromium for the dashboard tests: Debian's /usr/bin/chromium (installed by the test set-up,
+// deploy/bootstrap.mjs), driven by playwright-core. Never a downloaded browser. Each launch gets a
+// fresh profile in a temporary folder (Playwright makes and removes it), nothing in the background
+// talks to the internet.
+import { chromium, type Browser, type Page } from 'playwright-core';
+import { existsSync, mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { ROOT } from '../../lib/service-process.js';
+
+export const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
+
+/** Why the browser tests cannot run here, or null. SKIP_BROWSER_TESTS=1 skips them on purpose. */
+export function browserUnavailable(): string | null {
+  if (process.env.SKIP_BROWSER_TESTS === '1') return 'SKIP_BROWSER_TESTS=1';
+  return null;
+}
+
+export async function launchBrowser(): Promise<Browser> {
+  if (!existsSync(CHROMIUM)) throw new Error(`${CHROMIUM} is missing: the test set-up installs the Debian package chromium (deploy/bootstrap.mjs); or set SKIP_BROWSER_TESTS=1`);
+  return chromium.launch({
+    executablePath: CHROMIUM,
+    headless: true,
+    args: [
+      '--no-sandbox',
+      '--headless',
+      '--disable-gpu',
+      '--disable-quic',
+      '--no-first-run',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--disable-sync',
+      '--disable-dev-shm-usage',
+    ],
+  });
+}
+
+/** test/artifacts/ (gitignored): screenshots to look at. */
+export const ARTIFACTS = join(ROOT, 'test', 'artifacts');
+
+export async function screenshot(page: Page, name: string): Promise<string> {
+  mkdirSync(ARTIFACTS, { recursive: true });
+  const path = join(ARTIFACTS, `${name}.png`);
+  await page.screenshot({ path, fullPage: true });
+  return path;
+}
+
+export interface AxeViolation {
+  id: string;
+  impact: string | null;
+  help: string;
+  nodes: { target: string[]; failureSummary?: string }[];
+}
+
+/** axe-core's WCAG 2.x A/AA checks on the page as it is now (labels, names, contrast, structure). */
+export async function axeViolations(page: Page): Promise<AxeViolation[]> {
+  const axe = (await import('axe-core')).default;
+  // Evaluated through the DevTools protocol: the page's CSP (no inline scripts) stays in force.
+  if (!(await page.evaluate('typeof window.axe === "object"'))) await page.evaluate(axe.source);
+  // A string, evaluated in the page (this project's TypeScript knows no DOM).
+  return page.evaluate<AxeViolation[]>(`(async () => {
+    const r = await window.axe.run(document, { runOnly: { type: 'tag', values: ['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa'] }, resultTypes: ['violations'] });
+    return r.violations.map((v) => ({ id: v.id, impact: v.impact, help: v.help, nodes: v.nodes.slice(0, 5).map((n) => ({ target: n.target, failureSummary: n.failureSummary })) }));
+  })()`);
+}
+
+/** Nothing wider than the viewport (no sideways scrolling at phone width). */
+export async function horizontalOverflow(page: Page): Promise<{ scrollWidth: number; width: number; culprits: string[] }> {
+  return page.evaluate(`(() => {
+    const width = window.innerWidth;
+    const culprits = [];
+    for (const el of document.querySelectorAll('body *')) {
+      const b = el.getBoundingClientRect();
+      if (b.right > width + 1 && culprits.length < 10) culprits.push(el.tagName.toLowerCase() + '.' + String(el.className).replace(/\\s+/g, '.') + ' right=' + Math.round(b.right));
+    }
+    return { scrollWidth: document.documentElement.scrollWidth, width, culprits };
+  })()`);
+}
