@@ -2,6 +2,7 @@
 // config -> Postgres, ClickHouse, Redis, NATS (in the background) -> Fastify app from the route
 // table -> listen -> graceful close.
 import { loadConfig } from '../lib/config.js';
+import { shutdownDeadline, drainNats } from '../lib/shutdown.js';
 import { createLogger } from '../lib/log.js';
 import { createMetrics } from '../lib/metrics.js';
 import { createPool } from '../lib/db/postgres.js';
@@ -62,8 +63,9 @@ async function shutdown(why: string): Promise<void> {
   if (closing) return;
   closing = true;
   log.info({ why }, 'shutting down');
+  shutdownDeadline(cfg.gateway.shutdownGraceMs + 15_000, log);
   await app.close();
-  await (nc as NatsConnection | null)?.drain().catch(() => {});
+  await drainNats(nc as NatsConnection | null);
   await Promise.allSettled([pool.end(), ch.close(), redis.quit()]);
   log.info('stopped');
   process.exit(0);

@@ -3,6 +3,7 @@
 // graceful shutdown (stop accepting, settle every report in flight, drain NATS, exit).
 import { Events } from 'nats';
 import { loadConfig } from '../lib/config.js';
+import { shutdownDeadline, drainNats } from '../lib/shutdown.js';
 import { createLogger } from '../lib/log.js';
 import { createMetrics } from '../lib/metrics.js';
 import { createPool } from '../lib/db/postgres.js';
@@ -151,6 +152,7 @@ async function shutdown(why: string): Promise<void> {
   if (closing) return;
   closing = true;
   log.info({ why, outstanding: publisher.outstanding }, 'shutting down: no new connections, settling reports in flight');
+  shutdownDeadline(cfg.gateway.shutdownGraceMs + 15_000, log);
   uws.us_listen_socket_close(listenSocket);
   const grace = new Promise((r) => setTimeout(r, cfg.gateway.shutdownGraceMs).unref());
   await Promise.race([publisher.idle(), grace]);
@@ -159,7 +161,7 @@ async function shutdown(why: string): Promise<void> {
   help.stop();
   licences.stop();
   commands.stop();
-  await nc.drain().catch(() => {});
+  await drainNats(nc);
   await pool.end().catch(() => {});
   await redis.quit().catch(() => {});
   log.info('stopped');

@@ -73,6 +73,8 @@ export function loadConfig() {
       consumerName: str('CONSUMER_NAME', 'workers'),
       batchMaxMessages: num('WORKER_BATCH_MESSAGES', 256),
       batchWaitMs: num('WORKER_BATCH_WAIT_MS', 50),
+      // Batches one worker applies at once (overlaps one batch's database waits with the next).
+      concurrency: num('WORKER_CONCURRENCY', 2),
       ackWaitS: num('ACK_WAIT_S', 30),
       // Deliveries of one message that failed for a reason in the data before it is dead-lettered.
       maxDeliver: num('WORKER_MAX_DELIVER', 5),

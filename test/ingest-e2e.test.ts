@@ -48,6 +48,11 @@ t.test('heartbeat fields (5.7.0 and older) are stored in Postgres and ClickHouse
     return r.length === 1 ? r : null;
   });
   t.match(rows[0], { version: '5.7.0', group_name: 'line-1', location: 'hall A', ts_ms: String(Date.parse('2026-11-22T10:00:00Z')) });
+  // Characters the row format must escape arrive intact.
+  const odd = { version: 'v\t1\n"\\x\'', ip_addresses: ["a'b", 'c\td', 'e\\f'], group: 'g\u00e9\u0000' };
+  t.equal((await post(ingest('m2b', 'agent', 'heartbeat'), s.token, odd)).status, 200);
+  const back = await eventually(async () => (await chRows<{ version: string; ip_addresses: string[]; group_name: string }>(s.ch, `SELECT version, ip_addresses, group_name FROM heartbeats FINAL WHERE machine = 'm2b'`))[0]);
+  t.same(back, { version: odd.version, ip_addresses: odd.ip_addresses, group_name: odd.group }, 'escaped and unescaped exactly');
   const old = await eventually(async () => (await get(`${s.apiUrl}/api/instances?machine=m3`, s.token)).body.items?.[0]);
   t.equal(old.version, '5.6.0');
   t.equal(old.group, null);

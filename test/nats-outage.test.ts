@@ -58,3 +58,23 @@ t.test('stream full: 503 "queue full" with Retry-After, never 200; accepted repo
   }, 20_000, 'every accepted report stored once a worker runs');
   await eventually(async () => (await post(u, small.token, { status: 'running' })).status === 200, 10_000, 'accepting again once drained');
 });
+
+t.test('SIGTERM stops the processes even while NATS is away (no hang on drain)', async (t) => {
+  const own = new OwnNats(await freePort());
+  await own.start();
+  t.teardown(() => own.destroy());
+  const x = await testStack(t, 'stopaway', { natsUrl: own.url, api: false, worker: false, env: { SHUTDOWN_GRACE_MS: '1000' } });
+  const w = await x.startWorker();
+  const g = await x.startGateway();
+  await own.stop();
+  await new Promise((r) => setTimeout(r, 500));
+  const started = Date.now();
+  w.child.kill('SIGTERM');
+  g.proc.child.kill('SIGTERM');
+  const codes = await Promise.all([w.exited, g.proc.exited]);
+  t.ok(Date.now() - started < 20_000, `both exited after ${Date.now() - started} ms`);
+  t.same(codes.map((c) => typeof c), ['number', 'number']);
+  // NATS back, and the test's own connection with it, so that the teardown can remove the streams.
+  await own.start();
+  await eventually(async () => (await (await x.nc.jetstreamManager()).streams.info(x.env.STREAM_NAME!)).config.name, 30_000, 'NATS reachable again');
+});

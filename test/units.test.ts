@@ -5,7 +5,8 @@ import { uuidFromName, isSlug, isUuid, newApiToken, hashToken } from '../lib/ids
 import { RateLimiter } from '../gateway/rate-limiter.js';
 import { pathRegex, routes, checkHandlers } from '../lib/routes.js';
 import { countTap } from '../deploy/test-runner.js';
-import { pgJson, pgText } from '../workers/reports.js';
+import { pgJson, pgText, chTime } from '../workers/reports.js';
+import { tsvValue, tsvRow } from '../lib/db/clickhouse.js';
 
 t.test('a batch round-trips, the raw body untouched', async (t) => {
   const raw = Buffer.from('{"items":[{"code":1,"severity":0,"message":"é \\" \\n"}]}');
@@ -73,4 +74,18 @@ t.test('tap summary counting', async (t) => {
     'not ok 3 - c.test.js # crashed before any test',
   ].join('\n');
   t.same(countTap(out), { passed: 2, failed: 2 });
+});
+
+t.test('TabSeparated values: escapes, NULL, arrays', async (t) => {
+  t.equal(tsvValue('plain'), 'plain');
+  t.equal(tsvValue('a\tb\nc\\d\re\u0000'), 'a\\tb\\nc\\\\d\\re\\0');
+  t.equal(tsvValue('tab\tagain\tand again'), 'tab\\tagain\\tand again', 'every occurrence, on every call');
+  t.equal(tsvValue('no escape after an escaped one'), 'no escape after an escaped one');
+  t.equal(tsvValue(null), '\\N');
+  t.equal(tsvValue(42), '42');
+  t.equal(tsvValue(["it's", 'a\tb', 'c\\']), "['it\\'s','a\\tb','c\\\\']");
+  t.equal(tsvValue([]), '[]');
+  t.equal(tsvRow(['a', 1, null]), 'a\t1\t\\N');
+  t.equal(chTime(Date.UTC(2026, 0, 2, 3, 4, 5, 678)), '2026-01-02 03:04:05');
+  t.equal(chTime(Date.UTC(2026, 0, 2, 3, 4, 6)), '2026-01-02 03:04:06');
 });

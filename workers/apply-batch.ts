@@ -8,7 +8,7 @@ import type { Report, RejectionRecord } from '../lib/messages.js';
 import type { Pool, PoolClient } from '../lib/db/postgres.js';
 import { withTx } from '../lib/db/postgres.js';
 import type { ClickHouseClient } from '../lib/db/clickhouse.js';
-import { insertRows } from '../lib/db/clickhouse.js';
+import { insertTsv, tsvRow } from '../lib/db/clickhouse.js';
 import type { Redis } from '../lib/db/redis.js';
 import { redisKeys } from '../lib/db/redis.js';
 import type { Heartbeat, Diagnostics, Status } from '../lib/schemas/ingest.js';
@@ -195,69 +195,58 @@ function newest(timeCol: string, fields: string[], keepOld = true): string {
     .join(',\n        ');
 }
 
+/** Column order of the rows writeClickHouse builds (TabSeparated, lib/db/clickhouse.ts). */
+const BASE_COLS = ['received_at', 'received_ms', 'customer_id', 'customer', 'machine_id', 'machine', 'software', 'instance_id', 'report_id'];
+const HEARTBEAT_COLS = [...BASE_COLS, 'ts_ms', 'version', 'uptime_seconds', 'pid', 'ip_addresses', 'group_name', 'location', 'group_priority', 'sort_priority'];
+const DIAGNOSTIC_COLS = [...BASE_COLS, 'ts_ms', 'item', 'code', 'severity', 'message', 'suppressed', 'rule_id'];
+const STATUS_COLS = [...BASE_COLS, 'status', 'message', 'snapshot'];
+const REJECTION_COLS = ['received_at', 'received_ms', 'id', 'customer_id', 'customer', 'token_id', 'method', 'path', 'status', 'detail', 'body_size', 'remote', 'dropped'];
+
 async function writeClickHouse(d: ApplyDeps, reports: Report[], rejections: RejectionRecord[], ids: Map<string, Resolved>, suppressed: Suppression): Promise<void> {
-  const heartbeats: object[] = [];
-  const diagnostics: object[] = [];
-  const statuses: object[] = [];
+  const heartbeats: string[] = [];
+  const diagnostics: string[] = [];
+  const statuses: string[] = [];
   for (const r of reports) {
+    if (r.k !== 'heartbeat' && r.k !== 'diagnostics' && r.k !== 'status') continue;
     const id = ids.get(instanceKey(r));
     if (!id) continue;
-    const base = {
-      received_at: chTime(r.at),
-      received_ms: r.at,
-      customer_id: r.c,
-      customer: r.cs,
-      machine_id: id.machineId,
-      machine: r.m,
-      software: r.s,
-      instance_id: id.instanceId,
-      report_id: r.id,
-    };
+    const base = tsvRow([chTime(r.at), r.at, r.c, r.cs, id.machineId, r.m, r.s, id.instanceId, r.id]);
     if (r.k === 'heartbeat') {
       const b = r.b as Heartbeat;
-      heartbeats.push({
-        ...base,
-        ts_ms: parseTs(b.ts) ?? r.at,
-        version: b.version ?? '',
-        uptime_seconds: b.uptime_seconds ?? null,
-        pid: b.pid ?? null,
-        ip_addresses: b.ip_addresses ?? [],
-        group_name: b.group ?? '',
-        location: b.location ?? '',
-        group_priority: toInt(b.group_priority),
-        sort_priority: toInt(b.sort_priority),
-      });
+      heartbeats.push(
+        base +
+          '\t' +
+          tsvRow([
+            parseTs(b.ts) ?? r.at,
+            b.version ?? '',
+            b.uptime_seconds ?? null,
+            b.pid ?? null,
+            b.ip_addresses ?? [],
+            b.group ?? '',
+            b.location ?? '',
+            toInt(b.group_priority),
+            toInt(b.sort_priority),
+          ]),
+      );
     } else if (r.k === 'diagnostics') {
       const rules = suppressed.get(r);
       (r.b as Diagnostics).items.forEach((it, i) => {
         const rule = rules?.[i] ?? null;
-        diagnostics.push({ ...base, ts_ms: r.at, item: i, code: it.code, severity: it.severity, message: it.message ?? '', suppressed: rule ? 1 : 0, rule_id: rule ?? '' });
+        diagnostics.push(base + '\t' + tsvRow([r.at, i, it.code, it.severity, it.message ?? '', rule ? 1 : 0, rule ?? '']));
       });
-    } else if (r.k === 'status') {
+    } else {
       const b = r.b as Status;
-      statuses.push({ ...base, status: b.status, message: b.message ?? '', snapshot: b.snapshot === undefined ? '' : JSON.stringify(b.snapshot) });
+      statuses.push(base + '\t' + tsvRow([b.status, b.message ?? '', b.snapshot === undefined ? '' : JSON.stringify(b.snapshot)]));
     }
   }
-  const rej = rejections.map((x) => ({
-    received_at: chTime(x.at),
-    received_ms: x.at,
-    id: x.id,
-    customer_id: x.customer_id,
-    customer: x.customer,
-    token_id: x.token_id,
-    method: x.method,
-    path: x.path,
-    status: x.status,
-    detail: x.detail,
-    body_size: x.body_size,
-    remote: x.remote,
-    dropped: x.dropped,
-  }));
+  const rej = rejections.map((x) =>
+    tsvRow([chTime(x.at), x.at, x.id, x.customer_id, x.customer, x.token_id, x.method, x.path, x.status, x.detail, x.body_size, x.remote, x.dropped]),
+  );
   await Promise.all([
-    insertRows(d.ch, 'heartbeats', heartbeats),
-    insertRows(d.ch, 'diagnostics', diagnostics),
-    insertRows(d.ch, 'status_history', statuses),
-    insertRows(d.ch, 'ingest_rejections', rej),
+    insertTsv(d.ch, 'heartbeats', HEARTBEAT_COLS, heartbeats),
+    insertTsv(d.ch, 'diagnostics', DIAGNOSTIC_COLS, diagnostics),
+    insertTsv(d.ch, 'status_history', STATUS_COLS, statuses),
+    insertTsv(d.ch, 'ingest_rejections', REJECTION_COLS, rej),
   ]);
 }
 

@@ -25,6 +25,8 @@ export interface ConsumerOptions {
   batchMaxMessages: number;
   batchWaitMs: number;
   maxDeliver: number;
+  /** Batches applied at once by this worker. */
+  concurrency: number;
 }
 
 interface Decoded {
@@ -74,7 +76,7 @@ export class IngestConsumer {
   private async run(): Promise<void> {
     while (!this.stopping) {
       try {
-        this.messages = await this.consumer.consume({ max_messages: this.opts.batchMaxMessages * 2 });
+        this.messages = await this.consumer.consume({ max_messages: this.opts.batchMaxMessages * (this.opts.concurrency + 1) });
         await this.loop(this.messages);
       } catch (e) {
         if (this.stopping) break;
@@ -89,7 +91,7 @@ export class IngestConsumer {
     let next = it.next();
     while (!this.stopping) {
       const first = await next;
-      if (first.done) return;
+      if (first.done) break;
       const batch: JsMsg[] = [first.value];
       next = it.next();
       const deadline = Date.now() + this.opts.batchWaitMs;
@@ -104,9 +106,17 @@ export class IngestConsumer {
         batch.push(r.value);
         next = it.next();
       }
-      await this.handle(batch);
+      // Up to WORKER_CONCURRENCY batches at once: while one waits for Postgres or ClickHouse, the
+      // next is decoded and prepared. Each is acked on its own; the writes are idempotent and take
+      // their locks in one order, so concurrent batches never deadlock (at worst one waits).
+      const p: Promise<void> = this.handle(batch).finally(() => this.inflight.delete(p));
+      this.inflight.add(p);
+      if (this.inflight.size >= this.opts.concurrency) await Promise.race(this.inflight);
     }
+    await Promise.all(this.inflight);
   }
+
+  private readonly inflight = new Set<Promise<void>>();
 
   private decode(msg: JsMsg): Decoded {
     if (msg.subject === this.opts.rejectionsSubject) {

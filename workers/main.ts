@@ -3,6 +3,7 @@
 // hand, ack it, stop). Any number of replicas may run; they share the durable consumer.
 import { createServer } from 'node:http';
 import { loadConfig } from '../lib/config.js';
+import { shutdownDeadline, drainNats } from '../lib/shutdown.js';
 import { createLogger } from '../lib/log.js';
 import { createMetrics } from '../lib/metrics.js';
 import { createPool } from '../lib/db/postgres.js';
@@ -87,6 +88,7 @@ const consumer = new IngestConsumer(
     batchMaxMessages: cfg.worker.batchMaxMessages,
     batchWaitMs: cfg.worker.batchWaitMs,
     maxDeliver: cfg.worker.maxDeliver,
+    concurrency: Math.max(1, cfg.worker.concurrency),
   },
   log,
   metrics,
@@ -125,6 +127,7 @@ async function shutdown(why: string): Promise<void> {
   if (closing) return;
   closing = true;
   log.info({ why }, 'shutting down: finishing the batch in hand');
+  shutdownDeadline(cfg.gateway.shutdownGraceMs + 15_000, log);
   await consumer.stop();
   whitelist.stop();
   await stopLicenceSweep().catch(() => {});
@@ -132,7 +135,7 @@ async function shutdown(why: string): Promise<void> {
   await Promise.allSettled([expiry?.stop(), sweep.stop(), webhooks.stop()]);
   await commandExpiry.stop();
   server?.close();
-  await nc.drain().catch(() => {});
+  await drainNats(nc);
   await Promise.allSettled([pool.end(), ch.close(), redis.quit(), bull.quit()]);
   log.info('stopped');
   process.exit(0);

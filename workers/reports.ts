@@ -62,8 +62,16 @@ export function summarise(reports: Report[], suppressed?: Map<Report, (string | 
   return out;
 }
 
+let lastSecond = -1;
+let lastText = '';
+/** ClickHouse DateTime text (UTC) of a time in ms; consecutive reports share their second. */
 export function chTime(ms: number): string {
-  return new Date(ms).toISOString().slice(0, 19).replace('T', ' ');
+  const sec = Math.floor(ms / 1000);
+  if (sec !== lastSecond) {
+    lastSecond = sec;
+    lastText = new Date(sec * 1000).toISOString().slice(0, 19).replace('T', ' ');
+  }
+  return lastText;
 }
 
 /**
