@@ -84,13 +84,23 @@ export function distinctHelpItems(items: HelpItem[]): number {
   return new Set(items.map((i) => `${i.code}|${i.lang}`)).size;
 }
 
+/** The common answer, shared and pre-encoded (strings handed to uWS are converted per call). */
+const OK_ANSWER = { status: 200, body: new TextEncoder().encode('{"ok":true}') } as const;
+
 /** The status and body of an accepted ingest request (after JetStream stored it). */
-export function acceptedAnswer(kind: string, body: unknown, customerId: string, software: string, help: HelpCoverage): { status: number; body: string } {
+
+export function acceptedAnswer(
+  kind: string,
+  body: unknown,
+  customerId: string,
+  software: string,
+  help: HelpCoverage,
+): { status: number; body: string | Uint8Array } {
   if (kind === 'diagnostics') {
     const missing = help.missing(customerId, software, (body as { items: DiagnosticItem[] }).items);
     if (missing.length > 0) return { status: 202, body: JSON.stringify({ ok: true, missing_help: missing }) };
   } else if (kind === 'help') {
     return { status: 200, body: `{"ok":true,"stored":${distinctHelpItems((body as { items: HelpItem[] }).items)}}` };
   }
-  return { status: 200, body: '{"ok":true}' };
+  return OK_ANSWER;
 }

@@ -14,7 +14,7 @@ import { routesOf, colonPath, pathRegex, checkHandlers, type RouteSpec } from '.
 import { compile, type Validator } from '../lib/validation.js';
 import { Heartbeat, Status, diagnosticsSchema, helpSchema, SNAPSHOT_MAX_BYTES, SNAPSHOT_MAX_DEPTH, type ReportKind } from '../lib/schemas/ingest.js';
 import { checkSnapshot } from '../lib/snapshot.js';
-import { Ctx, readBody } from './request.js';
+import { Ctx, readBody, H } from './request.js';
 import type { TokenCache, TokenInfo } from './token-cache.js';
 import type { BatchPublisher } from './publisher.js';
 import type { RejectionLog } from './rejection-log.js';
@@ -159,15 +159,15 @@ export function registerRoutes(app: TemplatedApp, d: GatewayDeps): void {
     const validate = route.validate ?? validators[kind as ReportKind | 'command_ack']!;
     return (res, req) => {
       // Copy what we need from req now: uWS reuses it once this function returns.
-      const ctx = new Ctx(res, 'POST', req.getUrl(), cfg.gateway.trustProxy ? req.getHeader('x-forwarded-for') : '');
+      const ctx = new Ctx(res, 'POST', req.getUrl(), cfg.gateway.trustProxy ? req.getHeader(H.forwardedFor) : '');
       const customer = req.getParameter(0)!;
       const machine = req.getParameter(1)!;
       const software = route.software ?? req.getParameter(2)!;
       const commandId = kind === 'command_ack' ? req.getParameter(3)! : '';
-      const authorization = req.getHeader('authorization');
-      const contentType = req.getHeader('content-type');
-      const contentLength = req.getHeader('content-length');
-      const idemKey = req.getHeader('idempotency-key');
+      const authorization = req.getHeader(H.authorization);
+      const contentType = req.getHeader(H.contentType);
+      const contentLength = req.getHeader(H.contentLength);
+      const idemKey = req.getHeader(H.idempotencyKey);
 
       const gate = begin(ctx, kind, { customer, machine, software }, authorization);
       if (gate === null) return;
