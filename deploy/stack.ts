@@ -18,6 +18,7 @@ import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { startLocalServers, stopServers, type LocalServer } from './local-servers.js';
 import { runTests } from './test-runner.js';
+import { nodeFlags } from '../lib/service-process.js';
 import { runBench } from '../bench/run.js';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
@@ -122,7 +123,7 @@ interface Managed {
 
 function launch(m: Managed): void {
   // stdin is a pipe the child watches: if this runner dies, the child sees EOF and shuts down.
-  const child = spawn(process.execPath, ['--enable-source-maps', join(root, 'dist', m.script)], {
+  const child = spawn(process.execPath, [...nodeFlags(m.script), join(root, 'dist', m.script)], {
     cwd: root,
     env: { ...process.env, ...m.env, FLEET_SUPERVISED: '1' },
     stdio: ['pipe', 'inherit', 'inherit'],

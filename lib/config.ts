@@ -72,6 +72,9 @@ export function loadConfig() {
       httpPort: num('WORKER_HTTP_PORT', 0),
       consumerName: str('CONSUMER_NAME', 'workers'),
       batchMaxMessages: num('WORKER_BATCH_MESSAGES', 256),
+      // A gateway message holds up to 512 reports: a batch is also capped by bytes (16 MiB, about
+      // 80k heartbeats). Larger batches share one upsert per instance among more reports.
+      batchMaxBytes: num('WORKER_BATCH_BYTES', 16 * 1024 * 1024),
       batchWaitMs: num('WORKER_BATCH_WAIT_MS', 50),
       // Batches one worker applies at once (overlaps one batch's database waits with the next).
       concurrency: num('WORKER_CONCURRENCY', 2),

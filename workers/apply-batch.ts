@@ -21,6 +21,7 @@ import { summarise, instanceKey, machineKey, chTime, parseTs, toInt, pgText, pgJ
 import { applyHelpTexts } from './help-texts.js';
 import type { WhitelistCache, Suppression } from './whitelist-cache.js';
 import { noteNewMachines } from './licences.js';
+import { extendHeartbeatKeys, type HeartbeatKey } from './heartbeat-keys.js';
 import { recordMilestones } from './onboarding.js';
 
 export interface ApplyDeps extends CommandDeps {
@@ -254,20 +255,14 @@ async function writeClickHouse(d: ApplyDeps, reports: Report[], rejections: Reje
 async function writeHeartbeatKeys(d: ApplyDeps, updates: Map<string, InstanceUpdate>, ids: Map<string, Resolved>): Promise<void> {
   const keys = redisKeys(d.redisPrefix);
   const now = Date.now();
-  const pipe = d.redis.pipeline();
-  let n = 0;
+  const out: HeartbeatKey[] = [];
   for (const u of updates.values()) {
     if (!u.heartbeat) continue;
     const id = ids.get(u.key);
     if (!id) continue;
-    const expireAt = u.heartbeat.at + d.heartbeatTimeoutMs;
-    if (expireAt <= now) continue; // already silent for longer than the timeout
-    const key = keys.heartbeat(id.instanceId);
-    pipe.set(key, u.customerId, 'PXAT', expireAt, 'NX');
-    pipe.pexpireat(key, expireAt, 'GT');
-    n++;
+    const expireAtMs = u.heartbeat.at + d.heartbeatTimeoutMs;
+    if (expireAtMs <= now) continue; // already silent for longer than the timeout
+    out.push({ key: keys.heartbeat(id.instanceId), value: u.customerId, expireAtMs });
   }
-  if (n === 0) return;
-  const results = await pipe.exec();
-  for (const [err] of results ?? []) if (err) throw err;
+  if (out.length > 0) await extendHeartbeatKeys(d.redis, out);
 }

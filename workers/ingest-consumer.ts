@@ -23,6 +23,8 @@ export interface ConsumerOptions {
   rejectionsSubject: string;
   deadLetterSubject: string;
   batchMaxMessages: number;
+  /** Bytes of messages per batch (a message holds up to 512 reports). */
+  batchMaxBytes: number;
   batchWaitMs: number;
   maxDeliver: number;
   /** Batches applied at once by this worker. */
@@ -36,6 +38,8 @@ interface Decoded {
 }
 
 const TIMEOUT = Symbol('timeout');
+/** Half the NATS server's default per-client buffer (max_pending, 64 MiB). */
+const PULL_MAX_BYTES = 32 * 1024 * 1024;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 export class IngestConsumer {
@@ -76,7 +80,10 @@ export class IngestConsumer {
   private async run(): Promise<void> {
     while (!this.stopping) {
       try {
-        this.messages = await this.consumer.consume({ max_messages: this.opts.batchMaxMessages * (this.opts.concurrency + 1) });
+        // Bounded by bytes, not messages: a backlog of full gateway messages (up to 512 KiB each)
+        // pulled by count overflowed the server's 64 MiB per-client buffer, and NATS cut the worker
+        // off as a slow consumer again and again (a 1,000,000-report drain ran at 17k/s, idle).
+        this.messages = await this.consumer.consume({ max_bytes: Math.min(this.opts.batchMaxBytes * (this.opts.concurrency + 1), PULL_MAX_BYTES) });
         await this.loop(this.messages);
       } catch (e) {
         if (this.stopping) break;
@@ -93,9 +100,10 @@ export class IngestConsumer {
       const first = await next;
       if (first.done) break;
       const batch: JsMsg[] = [first.value];
+      let bytes = first.value.data.length;
       next = it.next();
       const deadline = Date.now() + this.opts.batchWaitMs;
-      while (batch.length < this.opts.batchMaxMessages) {
+      while (batch.length < this.opts.batchMaxMessages && bytes < this.opts.batchMaxBytes) {
         const left = deadline - Date.now();
         if (left <= 0) break;
         let timer: NodeJS.Timeout | undefined;
@@ -104,6 +112,7 @@ export class IngestConsumer {
         if (r === TIMEOUT) break;
         if (r.done) break;
         batch.push(r.value);
+        bytes += r.value.data.length;
         next = it.next();
       }
       // Up to WORKER_CONCURRENCY batches at once: while one waits for Postgres or ClickHouse, the

@@ -66,6 +66,9 @@ if (cfg.light.expiryListener) {
 const hints = new CommandHints(subj.control('commands'), (e) => log.warn({ err: e }, 'command hint not published'));
 hints.attach(nc);
 
+// Opened before consuming starts: its JetStream requests must not queue behind a backlog's first batches.
+const artifactStore = await ArtifactStore.open(nc, cfg);
+
 const consumer = new IngestConsumer(
   await js.consumers.get(cfg.streamName, cfg.worker.consumerName),
   js,
@@ -86,6 +89,7 @@ const consumer = new IngestConsumer(
     rejectionsSubject: subj.rejections,
     deadLetterSubject: subj.deadLetter,
     batchMaxMessages: cfg.worker.batchMaxMessages,
+    batchMaxBytes: cfg.worker.batchMaxBytes,
     batchWaitMs: cfg.worker.batchWaitMs,
     maxDeliver: cfg.worker.maxDeliver,
     concurrency: Math.max(1, cfg.worker.concurrency),
@@ -96,7 +100,7 @@ const consumer = new IngestConsumer(
 consumer.start();
 const stopLicenceSweep = await startLicenceSweep({ redisUrl: cfg.redisUrl, redisPrefix: cfg.redisPrefix, everyMs: cfg.licence.sweepMs, pool, log });
 // Incomplete artifact uploads expire (BullMQ job scheduler; one replica runs each sweep).
-const artifactExpiry = await startArtifactExpiry(cfg, await ArtifactStore.open(nc, cfg), pool, log);
+const artifactExpiry = await startArtifactExpiry(cfg, artifactStore, pool, log);
 
 // Agent commands that waited too long: expired (queued) or timed_out (delivered, no ack).
 const commandExpiry = new CommandExpiry({
