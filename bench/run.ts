@@ -52,7 +52,7 @@ export async function runBench(cfg: Config, root: string, args: string[]): Promi
   };
   const want = (s: string) => !opt.only || opt.only.has(s);
   const D = opt.quick
-    ? { wrkS: 4, warmS: 1, e2eS: 8, drain: 100_000, customers: 50, machines: 40 }
+    ? { wrkS: 4, warmS: 1, e2eS: 8, drain: 100_000, customers: 100, machines: 20 }
     : { wrkS: 15, warmS: 3, e2eS: 30, drain: 1_000_000, customers: 100, machines: 100 };
 
   await migrate(cfg);
