@@ -1,5 +1,6 @@
 // What the load looks like: many customers, each with its own token, many machines per customer,
-// and the three report bodies (heartbeat; diagnostics with 10 items; status with a 4 KiB snapshot).
+// and the report bodies (heartbeat; diagnostics with 10 items; status with a 4 KiB snapshot; host
+// metrics with 100 records, whose ids bench/wrk/ingest.lua makes unique per request).
 import { writeFileSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Pool } from '../lib/db/postgres.js';
@@ -10,7 +11,7 @@ export interface Fixtures {
   dir: string;
   /** `path<TAB>token` per line, for one report kind. */
   targets(kind: string, software?: string): string;
-  body(kind: 'heartbeat' | 'diagnostics' | 'status'): string;
+  body(kind: keyof typeof BODIES): string;
 }
 
 export const BODIES = {
@@ -25,6 +26,13 @@ export const BODIES = {
     }
     return JSON.stringify({ status: 'running', message: 'all modules up', snapshot });
   })(),
+  metrics: JSON.stringify({
+    items: Array.from({ length: 100 }, (_, i) => ({
+      client_metric_id: `@@ID@@-${i}`,
+      values: { cpu_percent: 12.5 + i, mem_used_mb: 2048 + i, disk_used_percent: 71.2 },
+      labels: { source: 'bench' },
+    })),
+  }),
 };
 
 export async function createFixtures(pool: Pool, dir: string, customers: number, machinesPerCustomer: number): Promise<Fixtures> {

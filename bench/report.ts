@@ -21,6 +21,7 @@ export function renderTable(r: R): string {
     row('Gateway: heartbeat (durable JetStream ack)', 'gateway_heartbeat'),
     row('Gateway: diagnostics, 10 items', 'gateway_diagnostics'),
     row('Gateway: status, 4 KiB snapshot', 'gateway_status'),
+    row('Gateway: host metrics, 100 records (new ids)', 'gateway_metrics'),
   ].filter((x) => x !== null) as string[];
   if (r.ratios) {
     lines.push('', '| Ratio (heartbeat) | value | target |', '|---|---:|---:|');

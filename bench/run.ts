@@ -16,7 +16,7 @@ import { connectNats, ensureStreams, ensureConsumer } from '../lib/db/nats.js';
 import { encodeBatch, encodeReport, subjects } from '../lib/messages.js';
 import { migrate } from '../lib/db/migrate.js';
 import { Proc } from '../lib/service-process.js';
-import { createFixtures } from './fixtures.js';
+import { createFixtures, BODIES } from './fixtures.js';
 import { wrk, type WrkResult } from './wrk.js';
 import { writeReport, renderTable } from './report.js';
 
@@ -82,9 +82,10 @@ export async function runBench(cfg: Config, root: string, args: string[]): Promi
   const throughput: Record<string, WrkResult> = {};
   const rss: Record<string, number> = {};
 
-  const load = async (name: string, port: number, kind: 'heartbeat' | 'diagnostics' | 'status') => {
+  const load = async (name: string, port: number, kind: keyof typeof BODIES) => {
     const url = `http://127.0.0.1:${port}`;
-    const targets = fx.targets(kind);
+    // Host metrics have their own path: …/{machine}/logcollector/metrics.
+    const targets = kind === 'metrics' ? fx.targets(kind, 'logcollector') : fx.targets(kind);
     await wrk({ url, targetsFile: targets, bodyFile: fx.body(kind), seconds: D.warmS, root }); // warm-up (JIT, caches)
     const r = await wrk({ url, targetsFile: targets, bodyFile: fx.body(kind), seconds: D.wrkS, root });
     throughput[name] = r;
@@ -106,7 +107,7 @@ export async function runBench(cfg: Config, root: string, args: string[]): Promi
     if (want('gateway')) {
       // Workers stopped: this measures the gateway with durable JetStream acks; the stream absorbs.
       const g = await startProc('gateway', 'gateway/main.js');
-      for (const kind of ['heartbeat', 'diagnostics', 'status'] as const) {
+      for (const kind of ['heartbeat', 'diagnostics', 'status', 'metrics'] as const) {
         await load(`gateway_${kind}`, g.port, kind);
         await purge();
       }

@@ -10,8 +10,9 @@
 //   1. ids repeated inside the request count as duplicates;
 //   2. MGET: ids already registered are duplicates and are not queued again;
 //   3. the rest are queued as one report; on the PubAck:
-//   4. SET NX EX per id: set -> accepted; already there -> duplicate (another gateway queued the
-//      same record at the same moment: both copies are stored and collapse, one counts).
+//   4. SET NX EX per id (one Lua call, gateway/metric-register.ts): set -> accepted; already
+//      there -> duplicate (another gateway queued the same record at the same moment: both
+//      copies are stored and collapse, one counts).
 // The register is written only AFTER the PubAck: an id marked before a failed publish would turn
 // the agent's retry into a "duplicate" that was never stored. Redis unreachable: 503, retry.
 import { randomUUID } from 'node:crypto';
@@ -22,6 +23,7 @@ import { MetricRecord, metricsBatchSchema, METRIC_TS_MIN, METRIC_TS_MAX } from '
 import { encodeReport } from '../lib/messages.js';
 import { HttpError, unprocessable } from '../lib/errors.js';
 import { uuidFromName } from '../lib/ids.js';
+import { markNew } from './metric-register.js';
 
 const KIND = 'metrics';
 const REDIS_TIMEOUT_MS = 2000;
@@ -106,16 +108,9 @@ export function metricsRoute(k: Kit): JsonRoute {
           }
           publisher.add(report, (err) => {
             if (err) return k.reject(ctx, KIND, err, tok);
-            const pipe = redis.pipeline();
-            for (const x of todo) pipe.set(x.key, String(at), 'EX', ttl, 'NX');
-            withTimeout(pipe.exec(), REDIS_TIMEOUT_MS).then(
-              (results) => {
-                let accepted = 0;
-                for (const [e, v] of results ?? []) {
-                  if (e) throw e;
-                  if (v === 'OK') accepted++;
-                  else duplicates++;
-                }
+            withTimeout(markNew(redis, todo.map((x) => x.key), String(at), ttl), REDIS_TIMEOUT_MS).then(
+              (accepted) => {
+                duplicates += todo.length - accepted;
                 answer(accepted);
               },
             ).catch((e) => {
