@@ -11,31 +11,13 @@ import type { ServerResponse } from 'node:http';
 import type { NatsConnection, Subscription } from 'nats';
 import type { Logger } from '../lib/log.js';
 import { subjects } from '../lib/messages.js';
-import type { LightEvent, LightMessage } from '../lib/traffic-light.js';
+import { publicLightEvent, type LightMessage } from '../lib/traffic-light.js';
 
 const MAX_BUFFERED = 1024 * 1024;
 
 interface Client {
   res: ServerResponse;
   keepalive: NodeJS.Timeout;
-}
-
-/** The fields a dashboard gets (the customer is implied by the stream). */
-export function publicEvent(e: LightEvent) {
-  return {
-    id: e.id,
-    instance_id: e.instance_id,
-    machine_id: e.machine_id,
-    machine: e.machine,
-    software: e.software,
-    seq: e.seq,
-    from: e.from,
-    to: e.to,
-    reason: e.reason,
-    cause: e.cause,
-    at: e.at,
-    recorded_at: e.recorded_at,
-  };
 }
 
 export class LightHub {
@@ -71,7 +53,7 @@ export class LightHub {
           continue;
         }
         if (!msg || !Array.isArray(msg.events)) continue;
-        const text = msg.events.map((e) => `id: ${e.id}\nevent: light\ndata: ${JSON.stringify(publicEvent(e))}\n\n`).join('');
+        const text = msg.events.map((e) => `id: ${e.id}\nevent: light\ndata: ${JSON.stringify(publicLightEvent(e))}\n\n`).join('');
         for (const c of [...set]) this.write(customerId, c, text);
         this.onSent(msg.events.length * set.size);
       }

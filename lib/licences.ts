@@ -3,7 +3,7 @@
 // time the count goes over the limit. After the grace period gateways refuse machines that are new
 // to the customer (gateway/licence-gate.ts); known machines keep reporting, and nothing already
 // accepted is dropped. Used by the api, the workers and the CLI.
-import type { Pool, PoolClient } from './db/postgres.js';
+import { withTx, type Pool, type PoolClient } from './db/postgres.js';
 
 export type Tier = 'free' | 'paid';
 export const TIERS: Tier[] = ['free', 'paid'];
@@ -145,9 +145,7 @@ export async function reconcileLicences(pool: Pool): Promise<number> {
   );
   let changed = 0;
   for (const { customer_id } of candidates.rows) {
-    const c = await pool.connect();
-    try {
-      await c.query('BEGIN');
+    await withTx(pool, async (c) => {
       const l = await c.query<{ device_limit: number; over: boolean }>(
         'SELECT device_limit, over_limit_since IS NOT NULL AS over FROM licences WHERE customer_id = $1 FOR UPDATE',
         [customer_id],
@@ -158,13 +156,7 @@ export async function reconcileLicences(pool: Pool): Promise<number> {
         await c.query(`UPDATE licences SET over_limit_since = CASE WHEN $2 THEN now() ELSE NULL END WHERE customer_id = $1`, [customer_id, n > row.device_limit]);
         changed++;
       }
-      await c.query('COMMIT');
-    } catch (e) {
-      await c.query('ROLLBACK').catch(() => {});
-      throw e;
-    } finally {
-      c.release();
-    }
+    });
   }
   return changed;
 }

@@ -91,6 +91,24 @@ export interface LightEvent {
 
 export const lightEventId = (instanceId: string, seq: number) => `${instanceId}.${seq}`;
 
+/** What leaves the service of an event (the dashboard's live stream, webhooks): no customer id. */
+export function publicLightEvent(e: LightEvent) {
+  return {
+    id: e.id,
+    instance_id: e.instance_id,
+    machine_id: e.machine_id,
+    machine: e.machine,
+    software: e.software,
+    seq: e.seq,
+    from: e.from,
+    to: e.to,
+    reason: e.reason,
+    cause: e.cause,
+    at: e.at,
+    recorded_at: e.recorded_at,
+  };
+}
+
 /** The live-stream message on core NATS `${SUBJECT_PREFIX}.control.light.<customer id>`. */
 export interface LightMessage {
   v: 1;

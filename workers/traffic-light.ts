@@ -14,7 +14,7 @@
 // queues the webhooks, and only then deletes them from the outbox. A worker that dies in between
 // leaves them in the outbox; the sweep delivers them again (every copy is the same event).
 import type { JetStreamManager, NatsConnection } from 'nats';
-import type { Pool, PoolClient } from '../lib/db/postgres.js';
+import { withTx, type Pool, type PoolClient } from '../lib/db/postgres.js';
 import type { ClickHouseClient } from '../lib/db/clickhouse.js';
 import { insertRows } from '../lib/db/clickhouse.js';
 import type { Logger } from '../lib/log.js';
@@ -134,18 +134,7 @@ export async function recordTransitions(
 /** `recordTransitions` in a transaction of its own (expiry events, the sweep). */
 export async function recordTransitionsTx(pool: Pool, instanceIds: string[], cause: LightCause, p: LightParams, horizonMs: number): Promise<LightEvent[]> {
   if (instanceIds.length === 0) return [];
-  const c = await pool.connect();
-  try {
-    await c.query('BEGIN');
-    const events = await recordTransitions(c, instanceIds, cause, p, horizonMs, true);
-    await c.query('COMMIT');
-    return events;
-  } catch (e) {
-    await c.query('ROLLBACK').catch(() => {});
-    throw e;
-  } finally {
-    c.release();
-  }
+  return withTx(pool, (c) => recordTransitions(c, instanceIds, cause, p, horizonMs, true));
 }
 
 /**
@@ -293,24 +282,15 @@ export class LightEventSink {
   async drainOutbox(olderThanMs: number, limit: number): Promise<number> {
     let total = 0;
     for (;;) {
-      const c = await this.pool.connect();
-      let n = 0;
-      try {
-        await c.query('BEGIN');
+      const n = await withTx(this.pool, async (c) => {
         const r = await c.query<OutboxRow>(
           `SELECT ${OUTBOX_COLUMNS} FROM light_outbox WHERE recorded_at < now() - make_interval(secs => $1::float8)
             ORDER BY recorded_at LIMIT $2 FOR UPDATE SKIP LOCKED`,
           [olderThanMs / 1000, limit],
         );
-        n = r.rows.length;
-        if (n) await this.deliver(r.rows.map(toEvent), c);
-        await c.query('COMMIT');
-      } catch (e) {
-        await c.query('ROLLBACK').catch(() => {});
-        throw e;
-      } finally {
-        c.release();
-      }
+        if (r.rows.length) await this.deliver(r.rows.map(toEvent), c);
+        return r.rows.length;
+      });
       total += n;
       if (n < limit) return total;
     }

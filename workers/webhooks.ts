@@ -9,7 +9,7 @@ import type { Redis } from '../lib/db/redis.js';
 import type { Pool, PoolClient } from '../lib/db/postgres.js';
 import type { Logger } from '../lib/log.js';
 import { QUEUES, bullPrefix } from '../lib/jobs.js';
-import type { LightEvent } from '../lib/traffic-light.js';
+import { publicLightEvent, type LightEvent } from '../lib/traffic-light.js';
 import { signWebhook } from '../lib/webhooks.js';
 import type { WebhookEnqueuer } from './traffic-light.js';
 
@@ -25,23 +25,9 @@ interface DeliveryJob {
   event: LightEvent;
 }
 
-/** The body a receiver gets: the change, without internal fields. */
+/** The body a receiver gets: the change, with the customer's slug (a receiver may serve several). */
 export function webhookPayload(e: LightEvent) {
-  return {
-    type: 'light.changed',
-    id: e.id,
-    customer: e.customer,
-    instance_id: e.instance_id,
-    machine_id: e.machine_id,
-    machine: e.machine,
-    software: e.software,
-    seq: e.seq,
-    from: e.from,
-    to: e.to,
-    reason: e.reason,
-    at: e.at,
-    recorded_at: e.recorded_at,
-  };
+  return { type: 'light.changed', customer: e.customer, ...publicLightEvent(e) };
 }
 
 export class Webhooks implements WebhookEnqueuer {
