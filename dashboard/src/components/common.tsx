@@ -73,6 +73,26 @@ export function Section({ id, title, children, actions }: { id: string; title: C
  * A box that scrolls when its content is too wide (or tall): focusable and named, so keyboard users
  * can scroll it too (WCAG: scrollable regions must be reachable).
  */
+/** A table's header row: a column per label, then (`hidden`) a column named for screen readers only. */
+export function TableHead({ cols, hidden }: { cols: ComponentChildren[]; hidden?: string }) {
+  return (
+    <thead>
+      <tr>
+        {cols.map((c, i) => (
+          <th key={i} scope="col">
+            {c}
+          </th>
+        ))}
+        {hidden !== undefined && (
+          <th scope="col">
+            <span class="sr-only">{hidden}</span>
+          </th>
+        )}
+      </tr>
+    </thead>
+  );
+}
+
 export function Scroll({ label, children, class: cls }: { label: string; children: ComponentChildren; class?: string }) {
   return (
     <div class={`scroll${cls ? ` ${cls}` : ''}`} tabIndex={0} role="region" aria-label={label}>

@@ -10,7 +10,7 @@ import { ago, shortTime } from '../format.js';
 import { useLive, useLiveState } from '../live.js';
 import { navigate, useLocation } from '../router.js';
 import type { FleetSummary, Instance, InstanceList, Light } from '../types.js';
-import { ErrorNote, LightBadge, LightShape, Loading, useFetch, useInterval } from '../components/common.js';
+import { ErrorNote, LightBadge, LightShape, Loading, useFetch, useInterval, TableHead } from '../components/common.js';
 import { useTitle } from '../components/title.js';
 
 const LIGHTS: Light[] = ['red', 'yellow', 'green', 'grey'];
@@ -183,16 +183,7 @@ export function FleetPage() {
             </h2>
           )}
           <table class="fleet-table cards">
-            <thead>
-              <tr>
-                <th scope="col">{t('fleet.col.light')}</th>
-                <th scope="col">{t('fleet.col.instance')}</th>
-                <th scope="col">{by === 'location' ? t('fleet.col.group') : t('fleet.col.location')}</th>
-                <th scope="col">{t('fleet.col.status')}</th>
-                <th scope="col">{t('fleet.col.heartbeat')}</th>
-                <th scope="col">{t('fleet.col.version')}</th>
-              </tr>
-            </thead>
+            <TableHead cols={[t('fleet.col.light'), t('fleet.col.instance'), by === 'location' ? t('fleet.col.group') : t('fleet.col.location'), t('fleet.col.status'), t('fleet.col.heartbeat'), t('fleet.col.version')]} />
             <tbody>
               {g.items.map((i) => (
                 <tr key={i.id} data-instance={i.id} data-light={i.light} class={changed[i.id] && Date.now() - changed[i.id]! < 5000 ? 'flash' : ''}>

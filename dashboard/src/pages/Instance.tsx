@@ -10,7 +10,7 @@ import { ago, bytes, dateTime, duration, shortTime } from '../format.js';
 import { useLive } from '../live.js';
 import { reasonText, type Lang } from '../i18n.js';
 import type { Artifact, AvailableCommand, Command, Diagnostic, HelpText, InstanceDetail, InstanceStatus, LightEvent, MetricName, MetricSeries } from '../types.js';
-import { ErrorNote, LightBadge, Loading, Scroll, Section, useAction, useFetch, useInterval } from '../components/common.js';
+import { ErrorNote, LightBadge, Loading, Scroll, Section, useAction, useFetch, useInterval, TableHead } from '../components/common.js';
 import { SnapshotTree } from '../components/SnapshotTree.js';
 import { MetricChart } from '../components/MetricChart.js';
 import { ParamsForm } from '../components/ParamsForm.js';
@@ -191,17 +191,7 @@ function DiagnosticsSection({ id }: { id: string }) {
       {diags.data && diags.data.items.length > 0 && (
         <Scroll label={t('diag.title')}>
           <table class="diag-table cards">
-            <thead>
-              <tr>
-                <th scope="col">{t('diag.time')}</th>
-                <th scope="col">{t('diag.severity')}</th>
-                <th scope="col">{t('diag.code')}</th>
-                <th scope="col">{t('diag.message')}</th>
-                <th scope="col">
-                  <span class="sr-only">{t('diag.help')}</span>
-                </th>
-              </tr>
-            </thead>
+            <TableHead cols={[t('diag.time'), t('diag.severity'), t('diag.code'), t('diag.message')]} hidden={t('diag.help')} />
             <tbody>
               {diags.data.items.map((d) => {
                 const k = key(d);
@@ -424,15 +414,7 @@ function ArtifactsSection({ machineId, software }: { machineId: string; software
       {arts.data && arts.data.items.length > 0 && (
         <Scroll label={t('artifacts.title')}>
           <table class="cards">
-            <thead>
-              <tr>
-                <th scope="col">{t('artifacts.file')}</th>
-                <th scope="col">{t('artifacts.size')}</th>
-                <th scope="col">{t('artifacts.software')}</th>
-                <th scope="col">{t('artifacts.uploaded')}</th>
-                <th scope="col">SHA-256</th>
-              </tr>
-            </thead>
+            <TableHead cols={[t('artifacts.file'), t('artifacts.size'), t('artifacts.software'), t('artifacts.uploaded'), 'SHA-256']} />
             <tbody>
               {arts.data.items.map((a) => (
                 <tr key={a.id}>
@@ -527,18 +509,7 @@ function CommandsSection({ id, name }: { id: string; name: string }) {
       {cmds.data && cmds.data.items.length > 0 && (
         <Scroll label={t('commands.recent')}>
           <table class="cmd-table cards">
-            <thead>
-              <tr>
-                <th scope="col">{t('commands.command')}</th>
-                <th scope="col">{t('commands.state')}</th>
-                <th scope="col">{t('commands.created')}</th>
-                <th scope="col">{t('commands.finished')}</th>
-                <th scope="col">{t('commands.result')}</th>
-                <th scope="col">
-                  <span class="sr-only">{t('common.actions')}</span>
-                </th>
-              </tr>
-            </thead>
+            <TableHead cols={[t('commands.command'), t('commands.state'), t('commands.created'), t('commands.finished'), t('commands.result')]} hidden={t('common.actions')} />
             <tbody>
               {cmds.data.items.map((c) => (
                 <tr key={c.id} data-command-id={c.id} data-state={c.state}>

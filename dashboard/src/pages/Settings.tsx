@@ -6,7 +6,7 @@ import { ApiError, del, post, put, qs } from '../api.js';
 import { useApp } from '../ctx.js';
 import { dateTime, number } from '../format.js';
 import type { ApiToken, CreatedToken, LicenceStatus, Member, OnboardingStatus, Role, SupportInfo, Webhook, WebhookDelivery, WhitelistRule, WhitelistRuleInput } from '../types.js';
-import { CopyButton, ErrorNote, Loading, Scroll, Section, useAction, useFetch } from '../components/common.js';
+import { CopyButton, ErrorNote, Loading, Scroll, Section, useAction, useFetch, TableHead } from '../components/common.js';
 import { useTitle } from '../components/title.js';
 
 const missingFeature = (e: unknown) => e instanceof ApiError && e.status === 404 && /^no such endpoint/.test(e.detail);
@@ -200,18 +200,7 @@ function TokensSection() {
           {tokens.data && tokens.data.items.length > 0 && (
             <Scroll label={t('tokens.title')}>
               <table class="token-table cards">
-                <thead>
-                  <tr>
-                    <th scope="col">{t('tokens.name')}</th>
-                    <th scope="col">{t('tokens.prefix')}</th>
-                    <th scope="col">{t('tokens.scopes')}</th>
-                    <th scope="col">{t('tokens.createdAt')}</th>
-                    <th scope="col">{t('tokens.state')}</th>
-                    <th scope="col">
-                      <span class="sr-only">{t('common.actions')}</span>
-                    </th>
-                  </tr>
-                </thead>
+                <TableHead cols={[t('tokens.name'), t('tokens.prefix'), t('tokens.scopes'), t('tokens.createdAt'), t('tokens.state')]} hidden={t('common.actions')} />
                 <tbody>
                   {tokens.data.items.map((tok) => (
                     <tr key={tok.id} data-token={tok.id} data-revoked={tok.revoked_at ? 'yes' : 'no'}>
@@ -364,14 +353,7 @@ function Deliveries({ id }: { id: string }) {
   return (
     <Scroll label={t('webhooks.deliveries')}>
       <table class="small-table">
-        <thead>
-          <tr>
-            <th scope="col">{t('webhooks.event')}</th>
-            <th scope="col">{t('commands.state')}</th>
-            <th scope="col">{t('webhooks.attempts')}</th>
-            <th scope="col">{t('webhooks.last')}</th>
-          </tr>
-        </thead>
+        <TableHead cols={[t('webhooks.event'), t('commands.state'), t('webhooks.attempts'), t('webhooks.last')]} />
         <tbody>
           {d.data.items.map((x) => (
             <tr key={x.event_id}>
@@ -476,19 +458,7 @@ function WhitelistSection() {
       {rules.data && rules.data.items.length > 0 && (
         <Scroll label={t('whitelist.title')}>
           <table class="cards">
-            <thead>
-              <tr>
-                <th scope="col">{t('whitelist.codes')}</th>
-                <th scope="col">{t('whitelist.machine')}</th>
-                <th scope="col">{t('whitelist.software')}</th>
-                <th scope="col">{t('whitelist.message')}</th>
-                <th scope="col">{t('whitelist.note')}</th>
-                <th scope="col">{t('whitelist.enabled')}</th>
-                <th scope="col">
-                  <span class="sr-only">{t('common.actions')}</span>
-                </th>
-              </tr>
-            </thead>
+            <TableHead cols={[t('whitelist.codes'), t('whitelist.machine'), t('whitelist.software'), t('whitelist.message'), t('whitelist.note'), t('whitelist.enabled')]} hidden={t('common.actions')} />
             <tbody>
               {rules.data.items.map((r) => (
                 <tr key={r.id} data-rule={r.id}>
@@ -597,16 +567,7 @@ function MembersSection() {
       {members.data && (
         <Scroll label={t('members.title')}>
           <table class="cards">
-            <thead>
-              <tr>
-                <th scope="col">{t('members.email')}</th>
-                <th scope="col">{t('members.role')}</th>
-                <th scope="col">{t('members.since')}</th>
-                <th scope="col">
-                  <span class="sr-only">{t('common.actions')}</span>
-                </th>
-              </tr>
-            </thead>
+            <TableHead cols={[t('members.email'), t('members.role'), t('members.since')]} hidden={t('common.actions')} />
             <tbody>
               {members.data.items.map((m) => (
                 <tr key={m.user_id}>
