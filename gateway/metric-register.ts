@@ -1,7 +1,7 @@
 // The duplicate register of host-metric ids (gateway/metrics.ts): one Lua call marks every id of a
 // request instead of one SET command each. With 100 records per request the pipeline of 100
 // ioredis commands capped a gateway near 730 requests/s (bench/README.md).
-import type { Redis } from '../lib/db/redis.js';
+import { luaCommand, type Redis } from '../lib/db/redis.js';
 
 /**
  * KEYS[i]  register key of record i
@@ -17,13 +17,11 @@ end
 return out
 `;
 
-type WithScript = Redis & { markMetricIds(n: number, ...args: (string | number)[]): Promise<number[]> };
+const markMetricIds = luaCommand<number[]>('markMetricIds', MARK_NEW);
 
 /** Marks `keys` as received; resolves with how many were new (set by this call). */
 export async function markNew(redis: Redis, keys: string[], value: string, ttlS: number): Promise<number> {
-  const r = redis as WithScript;
-  if (typeof r.markMetricIds !== 'function') redis.defineCommand('markMetricIds', { lua: MARK_NEW });
-  const res = await r.markMetricIds(keys.length, ...keys, value, ttlS);
+  const res = await markMetricIds(redis, keys.length, ...keys, value, ttlS);
   let fresh = 0;
   for (const v of res) fresh += v;
   return fresh;

@@ -4,7 +4,7 @@
 //
 // One script call per 1,000 instances instead of two commands per instance: a draining worker
 // spent 12 % of its CPU building and sending 20,000 ioredis commands per batch (bench/README.md).
-import type { Redis } from '../lib/db/redis.js';
+import { luaCommand, type Redis } from '../lib/db/redis.js';
 
 /**
  * KEYS[i]      heartbeat key of instance i
@@ -25,15 +25,8 @@ end
 return #KEYS
 `;
 
+const extendHeartbeats = luaCommand<number>('extendHeartbeats', EXTEND_HEARTBEATS);
 const CHUNK = 1000;
-
-type WithScript = Redis & { extendHeartbeats(n: number, ...args: (string | number)[]): Promise<number> };
-
-function withScript(redis: Redis): WithScript {
-  const r = redis as WithScript;
-  if (typeof r.extendHeartbeats !== 'function') redis.defineCommand('extendHeartbeats', { lua: EXTEND_HEARTBEATS });
-  return r;
-}
 
 export interface HeartbeatKey {
   key: string;
@@ -43,13 +36,12 @@ export interface HeartbeatKey {
 
 /** Sets or extends every key to its expiry time (never earlier than it is). */
 export async function extendHeartbeatKeys(redis: Redis, keys: HeartbeatKey[]): Promise<void> {
-  const r = withScript(redis);
   const calls: Promise<number>[] = [];
   for (let i = 0; i < keys.length; i += CHUNK) {
     const part = keys.slice(i, i + CHUNK);
     const args: (string | number)[] = part.map((k) => k.key);
     for (const k of part) args.push(k.value, k.expireAtMs);
-    calls.push(r.extendHeartbeats(part.length, ...args));
+    calls.push(extendHeartbeats(redis, part.length, ...args));
   }
   await Promise.all(calls);
 }

@@ -12,6 +12,18 @@ export function createRedis(url: string, opts: { lazyConnect?: boolean; bullmq?:
   });
 }
 
+/**
+ * A Lua script as a command of `redis` (ioredis runs it by EVALSHA, loading it once), defined on
+ * the connection the first time it is called. Callers pass the number of keys, then keys and args.
+ */
+export function luaCommand<R>(name: string, lua: string): (redis: Redis, numKeys: number, ...args: (string | number)[]) => Promise<R> {
+  return (redis, numKeys, ...args) => {
+    const r = redis as unknown as Record<string, (n: number, ...a: (string | number)[]) => Promise<R>>;
+    if (typeof r[name] !== 'function') redis.defineCommand(name, { lua });
+    return r[name]!(numKeys, ...args);
+  };
+}
+
 export function redisKeys(prefix: string) {
   return {
     /** Present while the instance's heartbeat is fresh; PX = timeout from the receive time. */
