@@ -10,7 +10,7 @@ import t from 'tap';
 import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { testStack, post, get, eventually } from './helpers/stack.js';
 import { addMembership } from '../lib/accounts.js';
-import { launchBrowser, browserUnavailable, screenshot, axeViolations, horizontalOverflow } from './helpers/browser.js';
+import { launchBrowser, browserUnavailable, screenshot, axeViolations, horizontalOverflow, untilInPage } from './helpers/browser.js';
 
 const skip = browserUnavailable();
 if (skip) t.plan(0, `browser tests skipped: ${skip}`);
@@ -190,14 +190,14 @@ async function run(): Promise<void> {
 
     // Text and colour filters.
     await page.fill('#fleet-q', 'kiosk');
-    await page.waitForFunction("document.querySelectorAll('tr[data-instance]').length === 1");
+    await untilInPage(page, "document.querySelectorAll('tr[data-instance]').length === 1");
     t.match(await page.locator('tr[data-instance]').textContent(), /kiosk-7/, 'text filter');
     await page.fill('#fleet-q', '');
     await page.click('button.chip-red');
     await page.locator('text=No instance matches the filter.').waitFor();
     t.equal(await page.locator('button.chip-red').getAttribute('aria-pressed'), 'true', 'the colour filter says it is on');
     await page.click('button.chip-red');
-    await page.waitForFunction("document.querySelectorAll('tr[data-instance]').length === 3");
+    await untilInPage(page, "document.querySelectorAll('tr[data-instance]').length === 3");
     await screenshot(page, 'fleet-desktop');
     await expectNoAxeViolations(t, page, 'fleet');
   });
@@ -232,7 +232,7 @@ async function run(): Promise<void> {
     await page.waitForURL(`**/instances/${liveId}`);
     await page.locator('h1', { hasText: 'web-01' }).waitFor();
     t.equal(await page.evaluate('window.__sameDocument'), true, 'followed without a reload');
-    await page.waitForFunction("document.activeElement && document.activeElement.id === 'page-title'", undefined, { timeout: 10_000 });
+    await untilInPage(page, "document.activeElement !== null && document.activeElement.id === 'page-title'", 10_000);
     t.pass('focus moved to the new page heading');
     t.equal(await page.locator('.page-head [data-light]').getAttribute('data-light'), 'red');
     const cpu = page.locator('.snap-leaf.typed[data-path="cpu/usage"]');
@@ -281,7 +281,7 @@ async function run(): Promise<void> {
     await chart.locator('summary').click();
     t.equal(await chart.locator('tbody tr').count(), 12, 'the same numbers as a table');
     await page.uncheck('#metrics input[type=checkbox] >> nth=1');
-    await page.waitForFunction("document.querySelectorAll('#metrics .chart').length === 1");
+    await untilInPage(page, "document.querySelectorAll('#metrics .chart').length === 1");
     t.pass('a metric can be hidden');
 
     const link = page.locator('#artifacts a[download]', { hasText: 'crash.log' });

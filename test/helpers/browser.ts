@@ -75,3 +75,18 @@ export async function horizontalOverflow(page: Page): Promise<{ scrollWidth: num
     return { scrollWidth: document.documentElement.scrollWidth, width, culprits };
   })()`);
 }
+
+/**
+ * Waits until `expression` is true in the page. Each check is one evaluation through the DevTools
+ * protocol, which the page's CSP allows; Playwright's own waitForFunction re-evaluates a string
+ * inside the page while polling, which the dashboard's CSP (no 'unsafe-eval') refuses once the
+ * first check was false.
+ */
+export async function untilInPage(page: Page, expression: string, ms = 5_000): Promise<void> {
+  const until = Date.now() + ms;
+  for (;;) {
+    if (await page.evaluate<boolean>(`!!(${expression})`)) return;
+    if (Date.now() > until) throw new Error(`not true in the page within ${ms} ms: ${expression}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
