@@ -19,7 +19,8 @@ import { randomUUID } from 'node:crypto';
 import type { JsonRoute, Kit } from './server.js';
 import type { Validator } from '../lib/validation.js';
 import { compile } from '../lib/validation.js';
-import { MetricRecord, metricsBatchSchema, METRIC_TS_MIN, METRIC_TS_MAX } from '../lib/schemas/metrics.js';
+import { MetricRecord, metricsBatchSchema } from '../lib/schemas/metrics.js';
+import { metricTimes } from '../lib/report-check.js';
 import { encodeReport } from '../lib/messages.js';
 import { HttpError, unprocessable } from '../lib/errors.js';
 import { uuidFromName } from '../lib/ids.js';
@@ -65,15 +66,8 @@ export function metricsRoute(k: Kit): JsonRoute {
     validate,
     finish(ctx, tok, _raw, data, path) {
       const list = (isBatch(data) ? data.items : [data]) as MetricRecord[];
-      const base = isBatch(data) ? (i: number) => `/items/${i}` : () => '';
-      for (let i = 0; i < list.length; i++) {
-        const ts = list[i]!.ts;
-        if (ts === undefined) continue;
-        const ms = Date.parse(ts);
-        if (!(ms >= METRIC_TS_MIN && ms < METRIC_TS_MAX)) {
-          return k.reject(ctx, KIND, unprocessable(`${base(i)}/ts ${JSON.stringify(ts)} is outside 2000-01-01 … 2100-01-01`, [{ path: `${base(i)}/ts`, message: 'out of range' }]), tok);
-        }
-      }
+      const late = metricTimes(list, isBatch(data) ? (i) => `/items/${i}` : () => '');
+      if (late) return k.reject(ctx, KIND, unprocessable(late.detail, late.errors), tok);
 
       let duplicates = 0;
       const seen = new Set<string>();

@@ -11,9 +11,9 @@ import { HttpError, badRequest, forbidden, unprocessable, statusLine } from '../
 import { isSlug, isUuid, uuidFromName } from '../lib/ids.js';
 import { encodeReport } from '../lib/messages.js';
 import { routesOf, colonPath, pathRegex, checkHandlers, type RouteSpec } from '../lib/routes.js';
-import { compile, type Validator } from '../lib/validation.js';
-import { Heartbeat, Status, diagnosticsSchema, helpSchema, SNAPSHOT_MAX_BYTES, SNAPSHOT_MAX_DEPTH, type ReportKind } from '../lib/schemas/ingest.js';
-import { checkSnapshot } from '../lib/snapshot.js';
+import type { Validator } from '../lib/validation.js';
+import { SNAPSHOT_MAX_BYTES, type ReportKind } from '../lib/schemas/ingest.js';
+import { reportChecker, type ReportChecker, type CheckedKind } from '../lib/report-check.js';
 import { Ctx, readBody, H } from './request.js';
 import type { TokenCache, TokenInfo } from './token-cache.js';
 import type { BatchPublisher } from './publisher.js';
@@ -26,7 +26,6 @@ import type { ArtifactStore } from '../lib/artifacts.js';
 import { metricsRoute } from './metrics.js';
 import { artifactRoutes } from './artifacts.js';
 import type { PendingCommands } from './pending-commands.js';
-import { CommandAck } from '../lib/schemas/commands.js';
 
 export interface GatewayDeps {
   cfg: Config;
@@ -131,32 +130,22 @@ export function registerRoutes(app: TemplatedApp, d: GatewayDeps): void {
     return new HttpError(429, `over the rate limit of ${cfg.gateway.rateLimit} requests/s for this token`, { retryAfterS: limiter.retryAfterS() });
   }
 
-  const validators: Partial<Record<ReportKind | 'command_ack', Validator<unknown>>> = {
-    heartbeat: compile(Heartbeat),
-    diagnostics: compile(diagnosticsSchema(cfg.gateway.maxItems)),
-    status: compile(Status),
-    help: compile(helpSchema(cfg.gateway.maxItems)),
-    command_ack: compile(CommandAck),
-  };
+  // Schema and storability of each kind (lib/report-check.ts: the same check a worker repeats on a
+  // report storage refused).
+  const checker = reportChecker(cfg.gateway.maxItems);
 
-  /** Checks beyond what JSON Schema can say (sizes of nested trees). */
+  /** Checks beyond what JSON Schema can say: the snapshot's size (413), then lib/report-check.ts. */
   function extraChecks(kind: string, body: Record<string, unknown>, rawSize: number): HttpError | null {
-    if (kind === 'status' && body.snapshot !== undefined) {
-      if (rawSize > SNAPSHOT_MAX_BYTES && Buffer.byteLength(JSON.stringify(body.snapshot)) > SNAPSHOT_MAX_BYTES) {
-        return new HttpError(413, `snapshot larger than ${SNAPSHOT_MAX_BYTES} bytes`);
-      }
-      if (depthOver(body.snapshot, SNAPSHOT_MAX_DEPTH)) {
-        return unprocessable(`snapshot nested deeper than ${SNAPSHOT_MAX_DEPTH} levels`, [{ path: '/snapshot', message: `depth over ${SNAPSHOT_MAX_DEPTH}` }]);
-      }
-      // Typed leaves (5.10.0) of a known type must fit it (lib/snapshot.ts).
-      const typed = checkSnapshot(body.snapshot);
-      if (typed.length) return unprocessable(`typed snapshot leaf does not fit its type: ${typed.map((e) => `${e.path} ${e.message}`).join('; ')}`, typed);
+    if (kind === 'status' && body.snapshot !== undefined && rawSize > SNAPSHOT_MAX_BYTES && Buffer.byteLength(JSON.stringify(body.snapshot)) > SNAPSHOT_MAX_BYTES) {
+      return new HttpError(413, `snapshot larger than ${SNAPSHOT_MAX_BYTES} bytes`);
     }
-    return null;
+    if (kind !== 'status' && kind !== 'command_ack') return null;
+    const refused = checker.deep(kind, body);
+    return refused ? unprocessable(refused.detail, refused.errors) : null;
   }
 
   function ingestReport(kind: string, route: JsonRoute = {}): Handler {
-    const validate = route.validate ?? validators[kind as ReportKind | 'command_ack']!;
+    const validate = route.validate ?? schemaOf(checker, kind as CheckedKind);
     return (res, req) => {
       // Copy what we need from req now: uWS reuses it once this function returns.
       const ctx = new Ctx(res, 'POST', req.getUrl(), cfg.gateway.trustProxy ? req.getHeader(H.forwardedFor) : '');
@@ -384,13 +373,9 @@ export function authorise(t: TokenInfo, customer: string): HttpError | null {
   return null;
 }
 
-function depthOver(v: unknown, max: number): boolean {
-  const stack: [unknown, number][] = [[v, 1]];
-  while (stack.length) {
-    const [x, d] = stack.pop()!;
-    if (x === null || typeof x !== 'object') continue;
-    if (d > max) return true;
-    for (const c of Array.isArray(x) ? x : Object.values(x)) if (c !== null && typeof c === 'object') stack.push([c, d + 1]);
-  }
-  return false;
+/** The schema check of one kind as a Validator (routes may bring their own: metrics). */
+function schemaOf(checker: ReportChecker, kind: CheckedKind): Validator<unknown> {
+  return Object.assign((data: unknown): data is unknown => checker.schema(kind, data) === null, {
+    errorsOf: (data: unknown) => checker.schema(kind, data)?.errors ?? [],
+  });
 }

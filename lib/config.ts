@@ -69,7 +69,15 @@ export function loadConfig() {
       shutdownGraceMs: num('SHUTDOWN_GRACE_MS', 10_000),
     },
     worker: {
+      // /healthz, /readyz and /metrics (workers/health.ts); 0 = off. `npm start` gives worker i the
+      // port WORKER_HTTP_PORT + i.
       httpPort: num('WORKER_HTTP_PORT', 0),
+      httpHost: str('WORKER_HTTP_HOST', '127.0.0.1'),
+      // Messages pending while this worker has waited this long for one: a stall (logged, counted,
+      // not ready, the pull restarted: workers/ingest-consumer.ts).
+      stallTimeoutMs: num('WORKER_STALL_TIMEOUT_MS', 30_000),
+      // How often /readyz asks Postgres, ClickHouse and Redis whether they answer.
+      healthIntervalMs: num('WORKER_HEALTH_INTERVAL_MS', 2000),
       consumerName: str('CONSUMER_NAME', 'workers'),
       batchMaxMessages: num('WORKER_BATCH_MESSAGES', 256),
       // A gateway message holds up to 512 reports: a batch is also capped by bytes (16 MiB, about
@@ -147,6 +155,10 @@ export function loadConfig() {
     heartbeatTimeoutS: num('HEARTBEAT_TIMEOUT_S', 300),
     warningWindowS: num('WARNING_WINDOW_S', 900),
     idempotencyTtlS: num('IDEMPOTENCY_TTL_S', 86_400),
+    // An agent's `ts` is stored where it lies within this window around the receive time; outside
+    // it the report is still kept (receive time) and flagged as clock skew (docs/api.md "Agent clocks").
+    tsPlausiblePastS: num('TS_PLAUSIBLE_PAST_S', 30 * 86_400),
+    tsPlausibleFutureS: num('TS_PLAUSIBLE_FUTURE_S', 86_400),
     // Host metrics: how long the gateway remembers a client_metric_id for exact duplicate counts
     // (storage is idempotent forever; see docs/api.md).
     metricDedupTtlS: num('METRIC_DEDUP_TTL_S', 86_400),

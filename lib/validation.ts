@@ -8,7 +8,8 @@ import type { FieldError } from './errors.js';
 // ajv-formats is CommonJS with a default export.
 const addFormats = (addFormatsModule as unknown as { default?: typeof addFormatsModule }).default ?? addFormatsModule;
 
-export const ajv = new Ajv({ allErrors: true, strict: false, coerceTypes: false, useDefaults: false });
+// strictNumbers: NaN and ±Infinity are not numbers (JSON's 1e309 parses to Infinity, which no column holds).
+export const ajv = new Ajv({ allErrors: true, strict: false, coerceTypes: false, useDefaults: false, strictNumbers: true });
 (addFormats as unknown as (a: Ajv, f: string[]) => void)(ajv, ['date-time', 'uuid', 'email', 'uri', 'date']);
 
 export type Validator<T> = ((data: unknown) => data is T) & { errorsOf(data: unknown): FieldError[] };

@@ -48,8 +48,11 @@ t.test('heartbeat fields (5.7.0 and older) are stored in Postgres and ClickHouse
     return r.length === 1 ? r : null;
   });
   t.match(rows[0], { version: '5.7.0', group_name: 'line-1', location: 'hall A', ts_ms: String(Date.parse('2026-11-22T10:00:00Z')) });
-  // Characters the row format must escape arrive intact.
-  const odd = { version: 'v\t1\n"\\x\'', ip_addresses: ["a'b", 'c\td', 'e\\f'], group: 'g\u00e9\u0000' };
+  // Characters the row format must escape arrive intact; what Postgres cannot store is refused (422).
+  const nul = await post(ingest('m2b', 'agent', 'heartbeat'), s.token, { group: 'g\u0000' });
+  t.equal(nul.status, 422, 'a NUL is refused, not stripped');
+  t.same(nul.body.errors?.map((e: { path: string }) => e.path), ['/group']);
+  const odd = { version: 'v\t1\n"\\x\'', ip_addresses: ["a'b", 'c\td', 'e\\f'], group: 'g\u00e9\u{1F600}' };
   t.equal((await post(ingest('m2b', 'agent', 'heartbeat'), s.token, odd)).status, 200);
   const back = await eventually(async () => (await chRows<{ version: string; ip_addresses: string[]; group_name: string }>(s.ch, `SELECT version, ip_addresses, group_name FROM heartbeats FINAL WHERE machine = 'm2b'`))[0]);
   t.same(back, { version: odd.version, ip_addresses: odd.ip_addresses, group_name: odd.group }, 'escaped and unescaped exactly');
@@ -85,8 +88,12 @@ t.test('diagnostics are stored and listed newest first; a warning turns the ligh
 });
 
 t.test('status with a snapshot: latest in Postgres, history in ClickHouse, colours', async (t) => {
-  const snapshot = { cpu: { load: 0.5, cores: 4 }, disks: [{ name: 'sda', free: 10 }], ok: true, text: 'nul\u0000 and \ud800 survive' };
+  const snapshot = { cpu: { load: 0.5, cores: 4 }, disks: [{ name: 'sda', free: 10 }], ok: true, text: 'unicode \u{1F600} survives' };
   t.equal((await post(ingest('m5', 'edr', 'heartbeat'), s.token, {})).status, 200);
+  // What Postgres refuses in jsonb (NUL, a lone surrogate) is refused at the gateway, with its path.
+  const bad = await post(ingest('m5', 'edr', 'status'), s.token, { status: 'running', snapshot: { a: { 'k\u0000': 1 }, b: ['x', '\ud800'] } });
+  t.equal(bad.status, 422);
+  t.same(bad.body.errors?.map((e: { path: string }) => e.path).sort(), ['/snapshot/a/k\u0000', '/snapshot/b/1']);
   t.equal((await post(ingest('m5', 'edr', 'status'), s.token, { status: 'running', message: 'fine', snapshot })).status, 200);
   const id = await eventually(async () => {
     const l = await get(`${s.apiUrl}/api/instances?machine=m5`, s.token);

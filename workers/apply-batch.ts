@@ -17,7 +17,7 @@ import { writeArtifacts } from './artifacts.js';
 import type { LightEvent } from '../lib/traffic-light.js';
 import type { ReportLights } from './traffic-light.js';
 import { applyCommandReports, type CommandDeps } from './commands.js';
-import { summarise, instanceKey, machineKey, chTime, parseTs, toInt, pgText, pgJson, type InstanceUpdate } from './reports.js';
+import { summarise, agentTime, instanceKey, machineKey, chTime, toInt, pgText, pgJson, type InstanceUpdate, type TsWindow } from './reports.js';
 import { applyHelpTexts } from './help-texts.js';
 import type { WhitelistCache, Suppression } from './whitelist-cache.js';
 import { noteNewMachines } from './licences.js';
@@ -31,6 +31,8 @@ export interface ApplyDeps extends CommandDeps {
   redisPrefix: string;
   heartbeatTimeoutMs: number;
   idempotencyTtlS: number;
+  /** Where an agent's `ts` is believed (docs/api.md "Agent clocks"). */
+  tsWindow: TsWindow;
   /** Diagnostics whitelist; without it nothing is suppressed. */
   whitelist?: WhitelistCache;
   /** Traffic light: changes of colour caused by the batch (workers/traffic-light.ts). */
@@ -47,7 +49,7 @@ export async function applyBatch(d: ApplyDeps, all: Report[], rejections: Reject
   // Help uploads describe a software, not an instance: their own table (workers/help-texts.ts).
   const reports = all.filter((r) => r.k !== 'help');
   const suppressed: Suppression = d.whitelist ? d.whitelist.classify(reports) : new Map();
-  const updates = summarise(reports, suppressed);
+  const updates = summarise(reports, d.tsWindow, suppressed);
   let lightEvents: LightEvent[] = [];
   const ids =
     updates.size > 0
@@ -134,23 +136,24 @@ async function upsertInstances(c: PoolClient, updates: InstanceUpdate[]): Promis
   const ires = await c.query<{ id: string; machine_id: string; software: string }>(
     `INSERT INTO instances (customer_id, machine_id, software, first_seen_at, last_seen_at, last_heartbeat_at, agent_ts,
                             version, uptime_seconds, pid, ip_addresses, group_name, location, group_priority, sort_priority,
-                            status, status_message, status_at, snapshot, last_warning_at)
+                            status, status_message, status_at, snapshot, last_warning_at, clock_skew)
      SELECT customer_id, machine_id, software, to_timestamp(first_ms / 1000.0), to_timestamp(last_ms / 1000.0),
             to_timestamp(hb_ms / 1000.0), to_timestamp(agent_ms / 1000.0),
             version, uptime_seconds, pid, (SELECT array_agg(x) FROM jsonb_array_elements_text(ips::jsonb) x),
             group_name, location, group_priority, sort_priority,
-            status, status_message, to_timestamp(status_ms / 1000.0), snapshot::jsonb, to_timestamp(warn_ms / 1000.0)
+            status, status_message, to_timestamp(status_ms / 1000.0), snapshot::jsonb, to_timestamp(warn_ms / 1000.0), COALESCE(skew, false)
        FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::float8[], $5::float8[], $6::float8[], $7::float8[],
                    $8::text[], $9::bigint[], $10::bigint[], $11::text[], $12::text[], $13::text[], $14::bigint[], $15::bigint[],
-                   $16::text[], $17::text[], $18::float8[], $19::text[], $20::float8[]) WITH ORDINALITY
+                   $16::text[], $17::text[], $18::float8[], $19::text[], $20::float8[], $21::bool[]) WITH ORDINALITY
             AS t(customer_id, machine_id, software, first_ms, last_ms, hb_ms, agent_ms, version, uptime_seconds, pid, ips,
-                 group_name, location, group_priority, sort_priority, status, status_message, status_ms, snapshot, warn_ms, n)
+                 group_name, location, group_priority, sort_priority, status, status_message, status_ms, snapshot, warn_ms, skew, n)
       ORDER BY n
      ON CONFLICT (machine_id, software) DO UPDATE SET
         first_seen_at = LEAST(instances.first_seen_at, EXCLUDED.first_seen_at),
         last_seen_at = GREATEST(instances.last_seen_at, EXCLUDED.last_seen_at),
         last_heartbeat_at = GREATEST(instances.last_heartbeat_at, EXCLUDED.last_heartbeat_at),
         ${newest('last_heartbeat_at', ['agent_ts', 'version', 'uptime_seconds', 'pid', 'ip_addresses', 'group_name', 'location', 'group_priority', 'sort_priority'])},
+        ${newest('last_heartbeat_at', ['clock_skew'], false)},
         status_at = GREATEST(instances.status_at, EXCLUDED.status_at),
         ${newest('status_at', ['status', 'status_message', 'snapshot'], false)},
         last_warning_at = GREATEST(instances.last_warning_at, EXCLUDED.last_warning_at)
@@ -176,6 +179,7 @@ async function upsertInstances(c: PoolClient, updates: InstanceUpdate[]): Promis
       col((u) => ms(u.status?.at)),
       col((u) => (st(u)?.snapshot !== undefined ? pgJson(st(u)!.snapshot) : null)),
       col((u) => u.lastWarning),
+      col((u) => u.heartbeat?.skew ?? null),
     ],
   );
   const out = new Map<string, Resolved>();
@@ -198,7 +202,7 @@ function newest(timeCol: string, fields: string[], keepOld = true): string {
 
 /** Column order of the rows writeClickHouse builds (TabSeparated, lib/db/clickhouse.ts). */
 const BASE_COLS = ['received_at', 'received_ms', 'customer_id', 'customer', 'machine_id', 'machine', 'software', 'instance_id', 'report_id'];
-const HEARTBEAT_COLS = [...BASE_COLS, 'ts_ms', 'version', 'uptime_seconds', 'pid', 'ip_addresses', 'group_name', 'location', 'group_priority', 'sort_priority'];
+const HEARTBEAT_COLS = [...BASE_COLS, 'ts_ms', 'version', 'uptime_seconds', 'pid', 'ip_addresses', 'group_name', 'location', 'group_priority', 'sort_priority', 'clock_skew', 'agent_ts'];
 const DIAGNOSTIC_COLS = [...BASE_COLS, 'ts_ms', 'item', 'code', 'severity', 'message', 'suppressed', 'rule_id'];
 const STATUS_COLS = [...BASE_COLS, 'status', 'message', 'snapshot'];
 const REJECTION_COLS = ['received_at', 'received_ms', 'id', 'customer_id', 'customer', 'token_id', 'method', 'path', 'status', 'detail', 'body_size', 'remote', 'dropped'];
@@ -214,11 +218,12 @@ async function writeClickHouse(d: ApplyDeps, reports: Report[], rejections: Reje
     const base = tsvRow([chTime(r.at), r.at, r.c, r.cs, id.machineId, r.m, r.s, id.instanceId, r.id]);
     if (r.k === 'heartbeat') {
       const b = r.b as Heartbeat;
+      const t = agentTime(b.ts, r.at, d.tsWindow);
       heartbeats.push(
         base +
           '\t' +
           tsvRow([
-            parseTs(b.ts) ?? r.at,
+            t.ms ?? r.at,
             b.version ?? '',
             b.uptime_seconds ?? null,
             b.pid ?? null,
@@ -227,6 +232,8 @@ async function writeClickHouse(d: ApplyDeps, reports: Report[], rejections: Reje
             b.location ?? '',
             toInt(b.group_priority),
             toInt(b.sort_priority),
+            t.skew ? 1 : 0,
+            typeof b.ts === 'string' ? b.ts : '',
           ]),
       );
     } else if (r.k === 'diagnostics') {

@@ -12,7 +12,8 @@ export interface InstanceUpdate {
   software: string;
   firstSeen: number;
   lastSeen: number;
-  heartbeat: { at: number; agentTs: number | null; body: Heartbeat } | null;
+  /** agentTs: the agent's `ts` when plausible (agentTime); skew: a `ts` was sent and is not. */
+  heartbeat: { at: number; agentTs: number | null; skew: boolean; body: Heartbeat } | null;
   status: { at: number; body: Status } | null;
   lastWarning: number | null;
 }
@@ -27,6 +28,24 @@ export function parseTs(ts: unknown): number | null {
   return Number.isFinite(ms) ? ms : null;
 }
 
+/** How far an agent's `ts` may lie from the receive time and still be stored (TS_PLAUSIBLE_*_S). */
+export interface TsWindow {
+  pastMs: number;
+  futureMs: number;
+}
+
+/**
+ * The agent's time of a report, as stored: its `ts` when within the window around the receive
+ * time, else null with `skew` set (an agent whose clock says 1970, year 0000 or 9999 is still
+ * alive: its report is kept, only its clock is not believed). Absent `ts`: null, no skew.
+ */
+export function agentTime(ts: unknown, receivedAt: number, w: TsWindow): { ms: number | null; skew: boolean } {
+  const ms = parseTs(ts);
+  if (ms === null) return { ms: null, skew: typeof ts === 'string' };
+  if (ms < receivedAt - w.pastMs || ms > receivedAt + w.futureMs) return { ms: null, skew: true };
+  return { ms, skew: false };
+}
+
 export function toInt(v: unknown): number | null {
   if (typeof v === 'number' && Number.isInteger(v)) return v;
   if (typeof v === 'string' && /^-?[0-9]{1,15}$/.test(v)) return Number(v);
@@ -37,7 +56,7 @@ export function toInt(v: unknown): number | null {
  * `suppressed`: per diagnostics report, the whitelist rule (or null) of each item; a suppressed
  * item never sets last_warning_at, so it does not colour the traffic light.
  */
-export function summarise(reports: Report[], suppressed?: Map<Report, (string | null)[]>): Map<string, InstanceUpdate> {
+export function summarise(reports: Report[], w: TsWindow, suppressed?: Map<Report, (string | null)[]>): Map<string, InstanceUpdate> {
   const out = new Map<string, InstanceUpdate>();
   for (const r of reports) {
     const key = instanceKey(r);
@@ -50,7 +69,10 @@ export function summarise(reports: Report[], suppressed?: Map<Report, (string | 
     if (r.at > u.lastSeen) u.lastSeen = r.at;
     if (r.k === 'heartbeat') {
       const b = r.b as Heartbeat;
-      if (!u.heartbeat || r.at >= u.heartbeat.at) u.heartbeat = { at: r.at, agentTs: parseTs(b.ts), body: b };
+      if (!u.heartbeat || r.at >= u.heartbeat.at) {
+        const t = agentTime(b.ts, r.at, w);
+        u.heartbeat = { at: r.at, agentTs: t.ms, skew: t.skew, body: b };
+      }
     } else if (r.k === 'status') {
       if (!u.status || r.at >= u.status.at) u.status = { at: r.at, body: r.b as Status };
     } else if (r.k === 'diagnostics') {

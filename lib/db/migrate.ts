@@ -1,5 +1,6 @@
 // Applies lib/db/schema.ts to Postgres and ClickHouse. Safe to run from several processes at once:
 // a Postgres advisory lock serialises them, and each migration is recorded once it is applied.
+import { ClickHouseError } from '@clickhouse/client';
 import { createClickHouse, chIdent } from './clickhouse.js';
 import { createPool } from './postgres.js';
 import { postgresMigrations, clickhouseMigrations } from './schema.js';
@@ -37,8 +38,8 @@ export async function migrate(t: MigrateTarget, log: (msg: string) => void = () 
       log(`postgres migration ${m.id} applied`);
     }
 
-    // ClickHouse has no transactions; every statement is IF NOT EXISTS, so a half-applied
-    // migration is simply applied again.
+    // ClickHouse has no transactions; every statement is IF NOT EXISTS (or an ADD COLUMN whose
+    // "already exists" is ignored), so a half-applied migration is simply applied again.
     const db = chIdent(t.clickhouseDatabase);
     const root = createClickHouse({ url: t.clickhouseUrl, user: t.clickhouseUser, password: t.clickhousePassword });
     try {
@@ -53,7 +54,7 @@ export async function migrate(t: MigrateTarget, log: (msg: string) => void = () 
       const chDone = new Set(((await rs.json()) as { id: string }[]).map((r) => r.id));
       for (const m of clickhouseMigrations) {
         if (chDone.has(m.id)) continue;
-        for (const sql of m.sql) await ch.command({ query: sql });
+        for (const sql of m.sql) await ch.command({ query: sql }).catch((e) => tolerateDoneAlter(sql, e));
         await ch.insert({ table: 'schema_migrations', values: [{ id: m.id, applied_at: Math.floor(Date.now() / 1000) }], format: 'JSONEachRow' });
         applied.push(`clickhouse ${m.id}`);
         log(`clickhouse migration ${m.id} applied`);
@@ -67,4 +68,10 @@ export async function migrate(t: MigrateTarget, log: (msg: string) => void = () 
     await pool.end();
   }
   return applied;
+}
+
+/** ClickHouse 18.16 has no `ADD COLUMN IF NOT EXISTS`: a column added by an earlier, interrupted run is fine. */
+function tolerateDoneAlter(sql: string, e: unknown): void {
+  if (/^\s*ALTER TABLE\s+\S+\s+ADD COLUMN\b/i.test(sql) && e instanceof ClickHouseError && e.code === '44') return;
+  throw e;
 }

@@ -2,7 +2,9 @@
 // applied entry. `fleet migrate` (and every start) applies what is missing, under an advisory lock.
 //
 // ClickHouse DDL must run on Debian's ClickHouse 18.16 and on current releases: no DateTime64, no
-// LowCardinality, no TTL, no Map/JSON. Times are kept as UInt64 milliseconds next to a DateTime for
+// LowCardinality, no TTL, no Map/JSON, no `ADD COLUMN IF NOT EXISTS` (lib/db/migrate.ts tolerates an
+// ADD COLUMN that already happened), and a view's `SELECT *` is fixed when the view is made (re-create
+// the view after adding columns). Times are kept as UInt64 milliseconds next to a DateTime for
 // partitioning. Every table is a ReplacingMergeTree whose sorting key ends in the id of the report
 // (or record) that produced the row: a batch applied twice collapses to one row; query with FINAL
 // (or through the *_v views) to see each row once before background merges have run.
@@ -368,6 +370,15 @@ export const postgresMigrations: Migration[] = [
        ON CONFLICT DO NOTHING`,
     ],
   },
+  {
+    id: '0008-clock-skew',
+    sql: [
+      // The newest heartbeat carried a `ts` outside the plausible window around its receive time
+      // (TS_PLAUSIBLE_PAST_S / TS_PLAUSIBLE_FUTURE_S): its clock is wrong. agent_ts keeps the newest
+      // plausible one. The traffic light never uses either (receive time only).
+      `ALTER TABLE instances ADD COLUMN clock_skew boolean NOT NULL DEFAULT false`,
+    ],
+  },
 ];
 
 const ENGINE = (orderBy: string, partition = 'toYYYYMM(received_at)') =>
@@ -502,6 +513,19 @@ export const clickhouseMigrations: Migration[] = [
          ver UInt64
        ) ENGINE = ReplacingMergeTree(ver) PARTITION BY toYYYYMM(ts) ORDER BY (customer_id, machine_id, name, client_metric_id)`,
       `CREATE VIEW IF NOT EXISTS host_metrics_v AS SELECT * FROM host_metrics FINAL`,
+    ],
+  },
+  {
+    id: '0005-clock-skew',
+    sql: [
+      // ts_ms holds the agent's `ts` only where it is plausible (else the receive time); clock_skew
+      // = 1 flags a row whose agent sent a `ts` outside the window; agent_ts is that `ts` as sent
+      // ('' when none). Analysts: WHERE clock_skew = 1 lists agents with a broken clock.
+      `ALTER TABLE heartbeats ADD COLUMN clock_skew UInt8 DEFAULT 0`,
+      `ALTER TABLE heartbeats ADD COLUMN agent_ts String DEFAULT ''`,
+      // A view's `SELECT *` keeps the columns the table had when the view was made (18.16).
+      `DROP TABLE IF EXISTS heartbeats_v`,
+      `CREATE VIEW IF NOT EXISTS heartbeats_v AS SELECT * FROM heartbeats FINAL`,
     ],
   },
 ];

@@ -1,11 +1,11 @@
 // Chunked, resumable artifact uploads (decisions.md "Ingest": artifact-init, -chunk, -status,
 // -complete) and the read models of stored artifacts.
 import { Type, type Static } from '@sinclair/typebox';
-import { Slug, Uuid } from './common.js';
+import { Slug, Uuid, Text } from './common.js';
 
 export const ArtifactInit = Type.Object(
   {
-    filename: Type.String({ minLength: 1, maxLength: 255, description: 'shown in listings and in the download (Content-Disposition)' }),
+    filename: Text({ minLength: 1, maxLength: 255, description: 'shown in listings and in the download (Content-Disposition)' }),
     size: Type.Integer({ minimum: 0, description: 'bytes; at most ARTIFACT_MAX_BYTES (2 GiB)' }),
     sha256: Type.Optional(Type.String({ pattern: '^[0-9a-fA-F]{64}$', description: 'hex SHA-256 of the whole file; checked at complete' })),
     content_type: Type.Optional(

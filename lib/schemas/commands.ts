@@ -2,6 +2,7 @@
 // the gateway hands to the agent and what the agent acknowledges. One source for validation, types
 // and the OpenAPI document.
 import { Type, type Static } from '@sinclair/typebox';
+import { Text } from './common.js';
 
 const NTime = Type.Union([Type.String({ format: 'date-time' }), Type.Null()]);
 
@@ -19,8 +20,8 @@ export const CommandStateSchema = Type.Union(
 export const CommandAck = Type.Object(
   {
     result: Type.Union([Type.Literal('success'), Type.Literal('failure')]),
-    message: Type.Optional(Type.String({ maxLength: 8192 })),
-    output: Type.Optional(Type.Unknown({ description: 'any JSON value (text, object, …), bounded by the body limit' })),
+    message: Type.Optional(Text({ maxLength: 8192 })),
+    output: Type.Optional(Type.Unknown({ description: 'any JSON value (text, object, …), bounded by the body limit; strings and keys without NUL' })),
   },
   { $id: 'CommandAck', description: 'The outcome of a command; the same ack again is a no-op (the first ack wins)' },
 );

@@ -2,20 +2,23 @@
 // gateway, TypeScript derives the types the workers use, and the OpenAPI document embeds them.
 // Unknown top-level fields are allowed everywhere (older and newer agents keep working).
 import { Type, type Static } from '@sinclair/typebox';
-import { IsoTime } from './common.js';
+import { IsoTime, Text, Int53, MAX_INT, INT32_MIN, INT32_MAX } from './common.js';
 
-/** An integer, or an integer written as a numeric string (decisions: group_priority, sort_priority). */
-export const IntegerLike = Type.Union([Type.Integer(), Type.String({ pattern: '^-?[0-9]{1,15}$' })]);
+/**
+ * An integer, or an integer written as a numeric string (decisions: group_priority, sort_priority).
+ * Both are within ±(2^53 − 1) (a string of at most 15 digits is).
+ */
+export const IntegerLike = Type.Union([Int53(), Type.String({ pattern: '^-?[0-9]{1,15}$' })]);
 
 export const Heartbeat = Type.Object(
   {
     ts: Type.Optional({ ...IsoTime, description: 'agent time; the server records its own receive time too' }),
-    version: Type.Optional(Type.String({ maxLength: 256 })),
-    uptime_seconds: Type.Optional(Type.Integer({ minimum: 0 })),
-    pid: Type.Optional(Type.Integer({ minimum: 0 })),
-    ip_addresses: Type.Optional(Type.Array(Type.String({ maxLength: 64 }), { maxItems: 256 })),
-    group: Type.Optional(Type.String({ maxLength: 256, description: 'since 5.7.0' })),
-    location: Type.Optional(Type.String({ maxLength: 256, description: 'since 5.7.0' })),
+    version: Type.Optional(Text({ maxLength: 256 })),
+    uptime_seconds: Type.Optional(Type.Integer({ minimum: 0, maximum: MAX_INT })),
+    pid: Type.Optional(Type.Integer({ minimum: 0, maximum: MAX_INT })),
+    ip_addresses: Type.Optional(Type.Array(Text({ maxLength: 64 }), { maxItems: 256 })),
+    group: Type.Optional(Text({ maxLength: 256, description: 'since 5.7.0' })),
+    location: Type.Optional(Text({ maxLength: 256, description: 'since 5.7.0' })),
     group_priority: Type.Optional({ ...IntegerLike, description: 'since 5.7.0' }),
     sort_priority: Type.Optional({ ...IntegerLike, description: 'since 5.7.0' }),
   },
@@ -27,8 +30,8 @@ export const Severity = Type.Integer({ minimum: 0, maximum: 2, description: '0 i
 
 export const DiagnosticItem = Type.Object(
   {
-    code: Type.Integer({ minimum: -2147483648, maximum: 2147483647 }),
-    message: Type.Optional(Type.String({ maxLength: 8192 })),
+    code: Type.Integer({ minimum: INT32_MIN, maximum: INT32_MAX }),
+    message: Type.Optional(Text({ maxLength: 8192 })),
     severity: Severity,
   },
   { $id: 'DiagnosticItem' },
@@ -55,7 +58,7 @@ export const SNAPSHOT_MAX_DEPTH = 32;
 export const Status = Type.Object(
   {
     status: StatusValue,
-    message: Type.Optional(Type.String({ maxLength: 8192 })),
+    message: Type.Optional(Text({ maxLength: 8192 })),
     snapshot: Type.Optional(
       Type.Record(Type.String(), Type.Unknown(), {
         description:
@@ -73,10 +76,10 @@ export const HelpLang = Type.Union([Type.Literal('de'), Type.Literal('en')], { d
 
 export const HelpItem = Type.Object(
   {
-    code: Type.Integer({ minimum: -2147483648, maximum: 2147483647, description: 'diagnostic code' }),
+    code: Type.Integer({ minimum: INT32_MIN, maximum: INT32_MAX, description: 'diagnostic code' }),
     lang: HelpLang,
-    title: Type.Optional(Type.String({ maxLength: 256 })),
-    text: Type.String({ minLength: 1, maxLength: 65536 }),
+    title: Type.Optional(Text({ maxLength: 256 })),
+    text: Text({ minLength: 1, maxLength: 65536 }),
   },
   { $id: 'HelpItem' },
 );

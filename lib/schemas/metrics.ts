@@ -1,7 +1,7 @@
 // Host metrics (decisions.md "Ingest": POST …/logcollector/metrics) and their read models.
 // One record, or `{items: [record, …]}`; each record is idempotent by its client_metric_id.
 import { Type, type Static } from '@sinclair/typebox';
-import { IsoTime, Uuid } from './common.js';
+import { IsoTime, Uuid, Text, STORABLE_TEXT } from './common.js';
 
 export const METRIC_NAME_MAX = 128;
 export const METRIC_VALUES_MAX = 256;
@@ -14,18 +14,18 @@ export const METRIC_TS_MAX = Date.parse('2100-01-01T00:00:00Z');
 // No $id: the record is compiled alone and inside the batch schema (Ajv refuses a $id twice).
 export const MetricRecord = Type.Object(
   {
-    client_metric_id: Type.String({ minLength: 1, maxLength: 128, description: "the agent's id of this record: the same id is stored once, forever" }),
+    client_metric_id: Text({ minLength: 1, maxLength: 128, description: "the agent's id of this record: the same id is stored once, forever" }),
     ts: Type.Optional({ ...IsoTime, description: 'time of the measurement; the receive time when omitted' }),
     values: Type.Record(Type.String(), Type.Number(), {
       minProperties: 1,
       maxProperties: METRIC_VALUES_MAX,
-      propertyNames: { minLength: 1, maxLength: METRIC_NAME_MAX },
+      propertyNames: { minLength: 1, maxLength: METRIC_NAME_MAX, pattern: STORABLE_TEXT },
       description: `metric name -> number; 1 to ${METRIC_VALUES_MAX} names of at most ${METRIC_NAME_MAX} characters`,
     }),
     labels: Type.Optional(
-      Type.Record(Type.String(), Type.String({ maxLength: 256 }), {
+      Type.Record(Type.String(), Text({ maxLength: 256 }), {
         maxProperties: METRIC_LABELS_MAX,
-        propertyNames: { minLength: 1, maxLength: METRIC_NAME_MAX },
+        propertyNames: { minLength: 1, maxLength: METRIC_NAME_MAX, pattern: STORABLE_TEXT },
         description: `label name -> string value; at most ${METRIC_LABELS_MAX}`,
       }),
     ),
