@@ -134,4 +134,10 @@ for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP']) {
     if (child.exitCode === null) child.kill(sig);
   });
 }
+// The stack lives as long as what started it: when npm itself is gone (killed without passing the
+// signal on), this process has a new parent, and stops the stack as on SIGTERM.
+const parent = process.ppid;
+setInterval(() => {
+  if (process.ppid !== parent && child.exitCode === null) child.kill('SIGTERM');
+}, 500).unref();
 child.on('exit', (code, signal) => process.exit(code ?? (signal ? 1 : 0)));

@@ -165,8 +165,9 @@ async function start(): Promise<void> {
     shuttingDown = true;
     log(`${why}: stopping`);
     // Front doors first (no new work), then the workers finish their batches, then the servers.
-    await Promise.all(apps.filter((a) => a.name !== 'worker').map((a) => stop(a, cfg.gateway.shutdownGraceMs + 5000)));
-    await Promise.all(apps.filter((a) => a.name === 'worker').map((a) => stop(a, 30_000)));
+    const isWorker = (a: Managed) => a.script.startsWith('workers/');
+    await Promise.all(apps.filter((a) => !isWorker(a)).map((a) => stop(a, cfg.gateway.shutdownGraceMs + 5000)));
+    await Promise.all(apps.filter(isWorker).map((a) => stop(a, 30_000)));
     await stopServers(servers, log);
     log('stopped');
     process.exit(0);
@@ -181,12 +182,14 @@ async function start(): Promise<void> {
     process.exit(1);
   }
   const workers = Math.max(1, Number(process.env.WORKERS ?? 1));
+  // Every worker has its own /healthz, /readyz and /metrics: worker i on WORKER_HTTP_PORT + i.
+  const workerPort = Number(process.env.WORKER_HTTP_PORT || 8082);
   apps = [
     { name: 'gateway', script: 'gateway/main.js', env: {} },
     ...Array.from({ length: workers }, (_, i) => ({
-      name: 'worker',
+      name: workers > 1 ? `worker ${i + 1}` : 'worker',
       script: 'workers/main.js',
-      env: i === 0 ? { WORKER_HTTP_PORT: process.env.WORKER_HTTP_PORT ?? '8082' } : {},
+      env: { WORKER_HTTP_PORT: workerPort > 0 ? String(workerPort + i) : '0' },
     })),
     { name: 'api', script: 'api/main.js', env: { JWT_SECRET: jwtSecret(cfg) } },
   ];

@@ -1,21 +1,34 @@
 // The workers' side of the stream: one durable pull consumer shared by every worker replica.
-// Messages are gathered into a batch (WORKER_BATCH_MESSAGES messages, or whatever arrived within
-// WORKER_BATCH_WAIT_MS of the first), applied, and acked only once every effect is committed.
+// Messages are pulled by count (workers/pull.ts), gathered into a batch (WORKER_BATCH_MESSAGES
+// messages or WORKER_BATCH_BYTES, or whatever arrived within WORKER_BATCH_WAIT_MS of the first),
+// applied, and acked only once every effect is committed.
 //
-// Failures: a server that is down (transient) -> the batch is nak'ed with a delay and retried, for
-// as long as it takes; never dead-lettered. A failure caused by the data -> the batch is retried
-// message by message, so one bad message cannot hold back the others; a message that still fails
-// after WORKER_MAX_DELIVER deliveries goes to the dead-letter stream (and the rejection log), and
-// the stream moves on.
-import type { Consumer, ConsumerMessages, JetStreamClient, JsMsg } from 'nats';
+// Failures (lib/storage-errors.ts decides which is which):
+//   unavailable  a server is down -> every message of the batch is nak'ed with a delay and
+//                retried, for as long as it takes; never dead-lettered.
+//   data         the reports at fault are isolated (workers/isolate.ts) and each is dead-lettered
+//                alone, at once; every other report of the batch is applied and its message acked.
+//   unknown      isolated the same way; the message of a failing report is retried until its
+//                WORKER_MAX_DELIVER-th delivery, then that report alone is dead-lettered.
+// A dead letter is one report in the dead-letter stream (byte for byte the report, the reason in
+// headers) and one row in the rejection log of the report's own customer, whose detail names the
+// error class and field, never the server's text (other customers' rows, table names).
+//
+// Liveness: a watchdog compares what this worker receives with what the consumer holds. Messages
+// pending while this worker waits for one longer than WORKER_STALL_TIMEOUT_MS is a stall: it is
+// logged, counted, shown in /readyz, and the pull is started afresh.
+import type { Consumer, JetStreamClient, JsMsg } from 'nats';
 import { headers } from 'nats';
-import { randomUUID } from 'node:crypto';
 import type { Logger } from '../lib/log.js';
 import type { Metrics } from '../lib/metrics.js';
-import { decodeBatch, DecodeError, type Report, type RejectionRecord } from '../lib/messages.js';
-import { isTransientPgError } from '../lib/db/postgres.js';
+import { decodeBatch, encodeBatch, DecodeError, type Report, type RejectionRecord } from '../lib/messages.js';
 import { insertRows } from '../lib/db/clickhouse.js';
+import { uuidFromName } from '../lib/ids.js';
+import type { ReportChecker } from '../lib/report-check.js';
+import { classifyFailure, type Failure } from '../lib/storage-errors.js';
 import { applyBatch, type ApplyDeps } from './apply-batch.js';
+import { applyIsolated } from './isolate.js';
+import { MessagePuller, type PullOptions } from './pull.js';
 import { chTime } from './reports.js';
 
 export interface ConsumerOptions {
@@ -29,29 +42,42 @@ export interface ConsumerOptions {
   maxDeliver: number;
   /** Batches applied at once by this worker. */
   concurrency: number;
+  pull: PullOptions;
+  /** Waiting this long for a message while the consumer has some pending is a stall. */
+  stallMs: number;
+  /** How often the watchdog looks. */
+  watchdogMs: number;
 }
 
-interface Decoded {
+/** One thing a batch applies: a report, or a rejection-log record, with the message it came in. */
+interface Unit {
   msg: JsMsg;
-  reports: Report[];
-  rejections: RejectionRecord[];
+  report?: Report;
+  rejection?: RejectionRecord;
 }
 
 const TIMEOUT = Symbol('timeout');
-/** Half the NATS server's default per-client buffer (max_pending, 64 MiB). */
-const PULL_MAX_BYTES = 32 * 1024 * 1024;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 export class IngestConsumer {
   private stopping = false;
-  private messages: ConsumerMessages | null = null;
+  private puller: MessagePuller | null = null;
   private done: Promise<void> | null = null;
+  private readonly inflight = new Set<Promise<void>>();
+  private watchdog: NodeJS.Timeout | null = null;
+  /** Set while the watchdog sees a stall; cleared by the next delivery. */
+  stalledSince: number | null = null;
+  /** Last consumer state the watchdog read, null when it could not (NATS away). */
+  consumerState: { pending: number; ackPending: number; at: number } | null = null;
+  private startedAt = Date.now();
+  private watching = false;
   private readonly m;
 
   constructor(
     private readonly consumer: Consumer,
     private readonly js: JetStreamClient,
     private readonly deps: ApplyDeps,
+    private readonly checker: ReportChecker,
     private readonly opts: ConsumerOptions,
     private readonly log: Logger,
     metrics: Metrics,
@@ -60,45 +86,49 @@ export class IngestConsumer {
       reports: metrics.counter('worker_reports_total', 'Reports applied', ['kind']),
       batches: metrics.histogram('worker_batch_seconds', 'Time to apply one batch', [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5]),
       batchReports: metrics.histogram('worker_batch_reports', 'Reports per applied batch', [1, 10, 100, 1000, 5000, 10000, 50000]),
-      retries: metrics.counter('worker_retries_total', 'Batches or messages nak-ed for a retry', ['reason']),
-      deadLettered: metrics.counter('worker_dead_lettered_total', 'Messages moved to the dead-letter stream'),
+      retries: metrics.counter('worker_retries_total', 'Messages nak-ed for a retry', ['reason']),
+      deadLettered: metrics.counter('worker_dead_lettered_total', 'Reports (or undecodable messages) moved to the dead-letter stream', ['kind']),
+      isolations: metrics.counter('worker_isolations_total', 'Batches storage refused, split to find the reports at fault'),
       lagMs: metrics.gauge('worker_last_report_lag_ms', 'Receive-to-commit time of the newest report of the last batch'),
+      pending: metrics.gauge('worker_consumer_pending', 'Messages in the stream not yet delivered to any worker'),
+      ackPending: metrics.gauge('worker_consumer_ack_pending', 'Messages delivered to workers and not yet acked'),
+      stalls: metrics.counter('worker_consumer_stalls_total', 'Stalls the watchdog found (messages pending, none delivered); each restarts the pull'),
     };
+    const age = metrics.gauge('worker_last_delivery_age_seconds', 'Seconds since this worker last received a message');
+    metrics.onScrape(() => age.set(this.puller ? (Date.now() - this.puller.lastDeliveryAt) / 1000 : 0));
   }
 
   start(): void {
-    this.done = this.run();
+    this.startedAt = Date.now();
+    this.puller = new MessagePuller(this.consumer, this.opts.pull, this.log);
+    this.done = this.loop(this.puller);
+    this.watchdog = setInterval(() => void this.watch(), this.opts.watchdogMs);
+    this.watchdog.unref();
   }
 
   async stop(): Promise<void> {
     this.stopping = true;
+    if (this.watchdog) clearInterval(this.watchdog);
     // Stop pulling; what was already pulled and not acked is redelivered to another worker.
-    this.messages?.stop();
+    this.puller?.stop();
     await this.done;
   }
 
-  private async run(): Promise<void> {
-    while (!this.stopping) {
-      try {
-        // Bounded by bytes, not messages: a backlog of full gateway messages (up to 512 KiB each)
-        // pulled by count overflowed the server's 64 MiB per-client buffer, and NATS cut the worker
-        // off as a slow consumer again and again (a 1,000,000-report drain ran at 17k/s, idle).
-        this.messages = await this.consumer.consume({ max_bytes: Math.min(this.opts.batchMaxBytes * (this.opts.concurrency + 1), PULL_MAX_BYTES) });
-        await this.loop(this.messages);
-      } catch (e) {
-        if (this.stopping) break;
-        this.log.error({ err: e }, 'consumer failed; reconnecting in 1 s');
-        await sleep(1000);
-      }
-    }
+  /** Why this worker is not doing its job, or null. */
+  problem(): string | null {
+    if (this.stalledSince !== null) return `stalled for ${Math.round((Date.now() - this.stalledSince) / 1000)} s (messages pending, none delivered)`;
+    const seen = this.consumerState?.at ?? this.startedAt;
+    if (Date.now() - seen > 3 * this.opts.watchdogMs + 2000) return 'NATS (JetStream) not answering';
+    return null;
   }
 
-  private async loop(messages: ConsumerMessages): Promise<void> {
-    const it = messages[Symbol.asyncIterator]();
+  private async loop(source: MessagePuller): Promise<void> {
+    const it = source[Symbol.asyncIterator]();
     let next = it.next();
     while (!this.stopping) {
       const first = await next;
       if (first.done) break;
+      this.stalledSince = null;
       const batch: JsMsg[] = [first.value];
       let bytes = first.value.data.length;
       next = it.next();
@@ -109,8 +139,7 @@ export class IngestConsumer {
         let timer: NodeJS.Timeout | undefined;
         const r = await Promise.race([next, new Promise<typeof TIMEOUT>((res) => (timer = setTimeout(() => res(TIMEOUT), left)))]);
         clearTimeout(timer);
-        if (r === TIMEOUT) break;
-        if (r.done) break;
+        if (r === TIMEOUT || r.done) break;
         batch.push(r.value);
         bytes += r.value.data.length;
         next = it.next();
@@ -118,16 +147,44 @@ export class IngestConsumer {
       // Up to WORKER_CONCURRENCY batches at once: while one waits for Postgres or ClickHouse, the
       // next is decoded and prepared. Each is acked on its own; the writes are idempotent and take
       // their locks in one order, so concurrent batches never deadlock (at worst one waits).
-      const p: Promise<void> = this.handle(batch).finally(() => this.inflight.delete(p));
+      const p: Promise<void> = this.handle(batch)
+        .catch((e) => this.log.error({ err: e }, 'batch handling failed; its messages are redelivered after ACK_WAIT_S'))
+        .finally(() => this.inflight.delete(p));
       this.inflight.add(p);
       if (this.inflight.size >= this.opts.concurrency) await Promise.race(this.inflight);
     }
     await Promise.all(this.inflight);
   }
 
-  private readonly inflight = new Set<Promise<void>>();
+  /** The watchdog: consumer state into the metrics; a stall into the log, /readyz and a new pull. */
+  private async watch(): Promise<void> {
+    const puller = this.puller;
+    if (!puller || this.stopping || this.watching) return;
+    this.watching = true;
+    let info;
+    try {
+      info = await this.consumer.info(false);
+    } catch (e) {
+      this.log.warn({ err: e }, 'consumer state unknown (NATS)');
+      return;
+    } finally {
+      this.watching = false;
+    }
+    this.consumerState = { pending: info.num_pending, ackPending: info.num_ack_pending, at: Date.now() };
+    this.m.pending.set(info.num_pending);
+    this.m.ackPending.set(info.num_ack_pending);
+    const since = puller.waitingSince;
+    if (since === null) return;
+    const waited = Date.now() - Math.max(since, puller.lastDeliveryAt);
+    const saturated = info.config.max_ack_pending !== undefined && info.config.max_ack_pending > 0 && info.num_ack_pending >= info.config.max_ack_pending;
+    if (waited < this.opts.stallMs || info.num_pending === 0 || saturated) return;
+    this.stalledSince ??= Date.now() - waited;
+    this.m.stalls.inc();
+    this.log.error({ pending: info.num_pending, ackPending: info.num_ack_pending, waitedMs: waited }, 'consumer stalled: messages pending but none delivered; restarting the pull');
+    puller.restart();
+  }
 
-  private decode(msg: JsMsg): Decoded {
+  private decode(msg: JsMsg): Unit[] {
     if (msg.subject === this.opts.rejectionsSubject) {
       let rec: RejectionRecord;
       try {
@@ -135,135 +192,180 @@ export class IngestConsumer {
       } catch (e) {
         throw new DecodeError(`rejection record is not JSON: ${(e as Error).message}`);
       }
-      return { msg, reports: [], rejections: [rec] };
+      return [{ msg, rejection: rec }];
     }
-    return { msg, reports: decodeBatch(msg.data).r, rejections: [] };
+    return decodeBatch(msg.data).r.map((report) => ({ msg, report }));
   }
 
   async handle(batch: JsMsg[]): Promise<void> {
-    const decoded: Decoded[] = [];
+    const units: Unit[] = [];
+    const msgs: JsMsg[] = [];
     for (const msg of batch) {
       try {
-        decoded.push(this.decode(msg));
-      } catch (e) {
-        await this.deadLetter(msg, e, null);
-      }
-    }
-    if (decoded.length === 0) return;
-    const started = Date.now();
-    try {
-      await this.apply(decoded);
-      for (const d of decoded) d.msg.ack();
-      this.observe(decoded, started);
-      return;
-    } catch (e) {
-      if (isTransient(e)) {
-        this.m.retries.labels('transient').inc(decoded.length);
-        this.log.warn({ err: e, messages: decoded.length }, 'batch failed: a server is unavailable; retrying');
-        for (const d of decoded) d.msg.nak(2000);
-        await sleep(1000);
-        return;
-      }
-      this.log.warn({ err: e, messages: decoded.length }, 'batch failed; retrying message by message');
-    }
-    // Isolate the message(s) at fault.
-    for (const d of decoded) {
-      const t0 = Date.now();
-      try {
-        await this.apply([d]);
-        d.msg.ack();
-        this.observe([d], t0);
-      } catch (e) {
-        if (isTransient(e)) {
-          this.m.retries.labels('transient').inc();
-          d.msg.nak(2000);
-        } else if (d.msg.info.redeliveryCount >= this.opts.maxDeliver) {
-          await this.deadLetter(d.msg, e, d);
-        } else {
-          this.m.retries.labels('data').inc();
-          this.log.warn({ err: e, deliveries: d.msg.info.redeliveryCount, seq: d.msg.seq }, 'message failed; will retry');
-          d.msg.nak(1000 * d.msg.info.redeliveryCount);
+        const u = this.decode(msg);
+        if (u.length === 0) {
+          msg.ack(); // an empty batch: nothing to apply
+          continue;
         }
+        units.push(...u);
+        msgs.push(msg);
+      } catch (e) {
+        await this.deadLetterMessage(msg, e);
       }
     }
+    if (units.length === 0) return;
+    const started = Date.now();
+    let isolation;
+    try {
+      isolation = await applyIsolated(units, (u) => this.apply(u), (u) => this.explain(u));
+    } catch (e) {
+      // A server is unavailable: nothing is lost, everything waits for it.
+      this.m.retries.labels('unavailable').inc(msgs.length);
+      this.log.warn({ err: e, messages: msgs.length }, 'batch failed: a server is unavailable; retrying');
+      for (const m of msgs) m.nak(2000);
+      await sleep(1000);
+      return;
+    }
+    const retry = new Set<JsMsg>();
+    if (isolation.applies > 1) {
+      this.m.isolations.inc();
+      this.log.warn({ units: units.length, failed: isolation.failed.length, unresolved: isolation.unresolved.length, applies: isolation.applies }, 'batch refused by storage; isolated the reports at fault');
+    }
+    for (const u of isolation.unresolved) retry.add(u.msg);
+    for (const f of isolation.failed) {
+      const deliveries = f.unit.msg.info.redeliveryCount;
+      if (f.failure.kind === 'data' || deliveries >= this.opts.maxDeliver) {
+        if (!(await this.deadLetterUnit(f.unit, f.error, f.failure))) retry.add(f.unit.msg);
+      } else {
+        this.log.warn({ err: f.error, deliveries, seq: f.unit.msg.seq, report: f.unit.report?.id }, 'report failed; its message will be retried');
+        retry.add(f.unit.msg);
+      }
+    }
+    const failedUnits = new Set<Unit>([...isolation.unresolved, ...isolation.failed.map((f) => f.unit)]);
+    for (const m of msgs) {
+      if (retry.has(m)) {
+        this.m.retries.labels('data').inc();
+        m.nak(Math.min(500 * m.info.redeliveryCount, 5000));
+      } else m.ack();
+    }
+    this.observe(units.filter((u) => !failedUnits.has(u) && !retry.has(u.msg)), started);
   }
 
-  private async apply(decoded: Decoded[]): Promise<void> {
-    const reports = decoded.flatMap((d) => d.reports);
-    const rejections = decoded.flatMap((d) => d.rejections);
+  private async apply(units: Unit[]): Promise<void> {
+    const reports: Report[] = [];
+    const rejections: RejectionRecord[] = [];
+    for (const u of units) {
+      if (u.report) reports.push(u.report);
+      else if (u.rejection) rejections.push(u.rejection);
+    }
     await applyBatch(this.deps, reports, rejections);
   }
 
-  private observe(decoded: Decoded[], started: number): void {
+  /** Why a report cannot be stored, by its schema (null: it looks storable, or is not a report). */
+  private explain(u: Unit): string | null {
+    if (!u.report) return null;
+    const r = this.checker.check(u.report.k, u.report.b);
+    return r ? r.detail.slice(0, 500) : null;
+  }
+
+  private observe(units: Unit[], started: number): void {
     const now = Date.now();
-    let n = 0;
     let newest = 0;
-    for (const d of decoded) {
-      for (const r of d.reports) {
-        this.m.reports.labels(r.k).inc();
-        if (r.at > newest) newest = r.at;
-      }
-      n += d.reports.length;
+    let n = 0;
+    for (const u of units) {
+      const r = u.report;
+      if (!r) continue;
+      n++;
+      this.m.reports.labels(r.k).inc();
+      if (r.at > newest) newest = r.at;
     }
     this.m.batches.observe((now - started) / 1000);
     this.m.batchReports.observe(n);
     if (newest) this.m.lagMs.set(now - newest);
   }
 
-  /** Moves a message to the dead-letter stream byte for byte, logs it, and lets the stream move on. */
-  private async deadLetter(msg: JsMsg, err: unknown, decoded: Decoded | null): Promise<void> {
-    const reason = `${(err as Error)?.message ?? err}`.slice(0, 1000);
-    this.log.error({ err, seq: msg.seq, deliveries: msg.info.redeliveryCount }, 'dead-lettering message');
-    try {
-      const h = headers();
-      h.set('Fleet-Error', reason.replace(/[\r\n]/g, ' '));
-      h.set('Fleet-Deliveries', String(msg.info.redeliveryCount));
-      h.set('Fleet-Subject', msg.subject);
-      h.set('Fleet-Stream-Seq', String(msg.seq));
-      await this.js.publish(this.opts.deadLetterSubject, msg.data, { headers: h, msgID: `dlq-${msg.info.stream}-${msg.seq}` });
-    } catch (e) {
-      // Without a copy in the dead-letter stream the message must stay where it is.
-      this.log.error({ err: e }, 'dead-letter publish failed; leaving the message for redelivery');
+  /**
+   * One report (or rejection record) to the dead-letter stream and the rejection log of its own
+   * customer. False when the dead-letter stream did not take it (the message is then retried).
+   */
+  private async deadLetterUnit(u: Unit, err: unknown, failure: Failure): Promise<boolean> {
+    const msg = u.msg;
+    const deliveries = msg.info.redeliveryCount;
+    const r = u.report;
+    const id = r?.id ?? u.rejection?.id ?? `${msg.info.stream}-${msg.seq}`;
+    this.log.error({ err, report: id, customer: r?.c, kind: r?.k, seq: msg.seq, deliveries, failure }, 'dead-lettering a report');
+    const data = r ? encodeBatch([Buffer.from(JSON.stringify(r))]) : Buffer.from(JSON.stringify(u.rejection));
+    if (!(await this.publishDeadLetter(data, msg, failure, `dlq-${id}`, id))) return false;
+    if (r) {
+      const now = Date.now();
+      await insertRows(this.deps.ch, 'ingest_rejections', [
+        {
+          received_at: chTime(now),
+          received_ms: now,
+          id: uuidFromName('dead-letter', id),
+          customer_id: r.c,
+          customer: r.cs,
+          token_id: r.t,
+          method: 'QUEUE',
+          path: `/api/ingest/${r.cs}/${r.m}/${r.s}/${r.k}`,
+          status: 500,
+          detail: `dead-lettered after ${deliveries} ${deliveries === 1 ? 'delivery' : 'deliveries'}: ${failure.reason}`,
+          body_size: JSON.stringify(r.b ?? null).length,
+          remote: '',
+          dropped: 0,
+        },
+      ]).catch((e) => this.log.warn({ err: e }, 'rejection-log row for a dead letter failed'));
+    }
+    this.m.deadLettered.labels(failure.kind).inc();
+    return true;
+  }
+
+  /** A message that is not a batch at all: byte for byte to the dead-letter stream; no customer known. */
+  private async deadLetterMessage(msg: JsMsg, err: unknown): Promise<void> {
+    const failure = classifyFailure(err);
+    this.log.error({ err, seq: msg.seq, deliveries: msg.info.redeliveryCount }, 'dead-lettering an undecodable message');
+    const id = `${msg.info.stream}-${msg.seq}`;
+    if (!(await this.publishDeadLetter(msg.data, msg, failure, `dlq-${id}`, ''))) {
       msg.nak(5000);
       return;
     }
     const now = Date.now();
-    const rows = (decoded?.reports.length ? decoded.reports : [null]).map((r) => ({
-      received_at: chTime(now),
-      received_ms: now,
-      id: randomUUID(),
-      customer_id: r?.c ?? '',
-      customer: r?.cs ?? '',
-      token_id: r?.t ?? '',
-      method: 'QUEUE',
-      path: r ? `/api/ingest/${r.cs}/${r.m}/${r.s}/${r.k}` : msg.subject,
-      status: 500,
-      detail: `dead-lettered after ${msg.info.redeliveryCount} deliveries: ${reason}`,
-      body_size: msg.data.length,
-      remote: '',
-      dropped: 0,
-    }));
-    await insertRows(this.deps.ch, 'ingest_rejections', rows).catch((e) => this.log.warn({ err: e }, 'rejection-log row for a dead letter failed'));
-    this.m.deadLettered.inc();
+    await insertRows(this.deps.ch, 'ingest_rejections', [
+      {
+        received_at: chTime(now),
+        received_ms: now,
+        id: uuidFromName('dead-letter', id),
+        customer_id: '',
+        customer: '',
+        token_id: '',
+        method: 'QUEUE',
+        path: msg.subject,
+        status: 500,
+        detail: `dead-lettered after ${msg.info.redeliveryCount} deliveries: ${failure.reason}`,
+        body_size: msg.data.length,
+        remote: '',
+        dropped: 0,
+      },
+    ]).catch((e) => this.log.warn({ err: e }, 'rejection-log row for a dead letter failed'));
+    this.m.deadLettered.labels('decode').inc();
     msg.term();
   }
-}
 
-const NET_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH', 'ECONNABORTED', 'UND_ERR_SOCKET']);
-// ClickHouse server codes that say "not now" rather than "not this": memory limit, too many
-// parts, too many simultaneous queries, timeouts, table read-only (replica), network errors.
-const CH_TRANSIENT = new Set(['241', '252', '202', '159', '160', '209', '210', '242', '425', '999']);
-
-export function isTransient(e: unknown): boolean {
-  if (e instanceof DecodeError) return false;
-  const err = e as { code?: string | number; message?: string; cause?: unknown };
-  if (isTransientPgError(e)) return true;
-  if (err?.code !== undefined && NET_CODES.has(String(err.code))) return true;
-  if (err?.code !== undefined && CH_TRANSIENT.has(String(err.code))) return true;
-  const msg = err?.message ?? '';
-  if (/connect ECONNREFUSED|socket hang up|Connection terminated|Timeout error|timeout exceeded|read ECONNRESET|Client has encountered a connection error|Connection is closed|MaxRetriesPerRequest|the database system is (starting up|shutting down)/i.test(msg)) {
-    return true;
+  private async publishDeadLetter(data: Uint8Array, msg: JsMsg, failure: Failure, msgID: string, reportId: string): Promise<boolean> {
+    try {
+      const h = headers();
+      h.set('Fleet-Error', failure.reason.replace(/[\r\n]/g, ' ').slice(0, 1000));
+      h.set('Fleet-Error-Kind', failure.kind);
+      h.set('Fleet-Deliveries', String(msg.info.redeliveryCount));
+      h.set('Fleet-Subject', msg.subject);
+      h.set('Fleet-Stream-Seq', String(msg.seq));
+      if (reportId) h.set('Fleet-Report-Id', reportId);
+      await this.js.publish(this.opts.deadLetterSubject, data, { headers: h, msgID });
+      return true;
+    } catch (e) {
+      // Without a copy in the dead-letter stream the report must stay where it is.
+      this.log.error({ err: e }, 'dead-letter publish failed; leaving the message for redelivery');
+      return false;
+    }
   }
-  if (err?.cause) return isTransient(err.cause);
-  return false;
 }

@@ -1,7 +1,6 @@
 // Worker process: applies what the gateways queued. Reads top-down: config -> Postgres, ClickHouse,
 // Redis, NATS -> stream and durable consumer -> consume -> graceful shutdown (finish the batch in
 // hand, ack it, stop). Any number of replicas may run; they share the durable consumer.
-import { createServer } from 'node:http';
 import { loadConfig } from '../lib/config.js';
 import { shutdownDeadline, drainNats } from '../lib/shutdown.js';
 import { createLogger } from '../lib/log.js';
@@ -12,6 +11,8 @@ import { createRedis } from '../lib/db/redis.js';
 import { connectNats, ensureStreams, ensureConsumer } from '../lib/db/nats.js';
 import { subjects } from '../lib/messages.js';
 import { IngestConsumer } from './ingest-consumer.js';
+import { Readiness, probeDependencies, serveHealth } from './health.js';
+import { reportChecker } from '../lib/report-check.js';
 import { WhitelistCache } from './whitelist-cache.js';
 import { startLicenceSweep } from './licence-sweep.js';
 import { ArtifactStore } from '../lib/artifacts.js';
@@ -28,18 +29,44 @@ const cfg = loadConfig();
 const log = createLogger('worker', cfg.logLevel);
 const metrics = createMetrics('worker');
 
+// A worker rides out any server going away: it waits, retries, says so in /readyz, and never
+// exits for it (a stray rejection from a client library during an outage included).
+let closing = false;
+process.on('unhandledRejection', (e) => log.error({ err: e }, 'unhandled rejection (kept running)'));
+const readiness = new Readiness();
+readiness.set('startup', 'starting');
+// Up before anything else: /readyz says what the start-up is waiting for.
+const server = cfg.worker.httpPort > 0 ? serveHealth(cfg.worker.httpHost, cfg.worker.httpPort, readiness, metrics, log) : null;
+
+/** Start-up steps wait for their server: retried with a growing pause until it answers. */
+async function retrying<T>(what: string, fn: () => Promise<T>): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await fn();
+    } catch (e) {
+      if (closing) throw e;
+      readiness.set('startup', `waiting for ${what}`);
+      log.warn({ err: e, attempt }, `start-up: ${what} failed; retrying`);
+      await new Promise((r) => setTimeout(r, Math.min(500 * attempt, 10_000)));
+    }
+  }
+}
+
 const pool = createPool(cfg.databaseUrl, 6, 'fleet-worker');
 const ch = createClickHouse({ url: cfg.clickhouseUrl, database: cfg.clickhouseDatabase, user: cfg.clickhouseUser, password: cfg.clickhousePassword });
 const redis = createRedis(cfg.redisUrl);
 redis.on('error', (e) => log.warn({ err: e }, 'redis error'));
+const stopProbes = probeDependencies(readiness, { pool, ch, redis }, cfg.worker.healthIntervalMs, log);
 const nc = await connectNats(cfg.natsUrl, `worker-${process.pid}`);
 const jsm = await nc.jetstreamManager();
-await ensureStreams(jsm, cfg);
-await ensureConsumer(jsm, cfg.streamName, cfg.worker.consumerName, cfg.worker.ackWaitS);
+await retrying('the JetStream stream and consumer', async () => {
+  await ensureStreams(jsm, cfg);
+  await ensureConsumer(jsm, cfg.streamName, cfg.worker.consumerName, cfg.worker.ackWaitS);
+});
 const js = nc.jetstream();
 const subj = subjects(cfg.subjectPrefix);
 const whitelist = new WhitelistCache(pool, cfg.cacheRefreshMs, (e) => log.warn({ err: e }, 'whitelist refresh failed'));
-await whitelist.start();
+await retrying('the whitelist (Postgres)', () => whitelist.start());
 
 // Traffic light (docs/architecture.md "Traffic light"): changes recorded by reports, by Redis
 // expiry events and by the sweep; delivered to ClickHouse, NATS (live stream) and webhooks.
@@ -49,28 +76,36 @@ const countLights = (events: LightEvent[]) => events.forEach((e) => lightChanges
 const bull = createRedis(cfg.redisUrl, { bullmq: true });
 bull.on('error', (e) => log.warn({ err: e }, 'redis (jobs) error'));
 const webhooks = new Webhooks(bull, cfg.redisPrefix, pool, cfg.webhooks, log);
-await webhooks.start();
+await retrying('the webhook queue (Redis)', () => webhooks.start());
 const sink = new LightEventSink(pool, ch, nc, cfg.subjectPrefix, webhooks, log);
 const horizonLag = metrics.gauge('worker_light_horizon_lag_ms', 'How far behind the wall clock silence is judged (oldest report still queued)');
 const horizon = new Horizon(jsm, cfg.streamName, log, (ms) => horizonLag.set(ms));
 const sweep = new LightSweep(bull, cfg.redisPrefix, pool, sink, lightParams, horizon, { intervalMs: cfg.light.sweepIntervalMs, batch: cfg.light.sweepBatch }, log, countLights);
-await sweep.start();
+await retrying('the traffic-light sweep (Redis)', () => sweep.start());
 let expiry: ExpiryListener | null = null;
 if (cfg.light.expiryListener) {
-  await ensureExpiryEvents(redis, log);
+  await retrying('Redis expiry events', () => ensureExpiryEvents(redis, log));
   expiry = new ExpiryListener(cfg.redisUrl, cfg.redisPrefix, pool, sink, lightParams, horizon, cfg.light.sweepBatch, log, countLights);
-  await expiry.start();
+  await retrying('the expiry listener (Redis)', () => expiry!.start());
 } else {
   log.info('expiry listener off (LIGHT_EXPIRY_LISTENER=0): the sweep alone turns silent instances red');
 }
+/** Half the NATS server's default per-client buffer (max_pending, 64 MiB). */
+const PULL_BUFFER_BYTES = 32 * 1024 * 1024;
 const hints = new CommandHints(subj.control('commands'), (e) => log.warn({ err: e }, 'command hint not published'));
 hints.attach(nc);
 
 // Opened before consuming starts: its JetStream requests must not queue behind a backlog's first batches.
-const artifactStore = await ArtifactStore.open(nc, cfg);
+const artifactStore = await retrying('the artifact store (JetStream)', () => ArtifactStore.open(nc, cfg));
+
+// Messages per pull: that many of the largest message a gateway publishes (a full group of
+// PUBLISH_MAX_BYTES, or one report of a body at BODY_LIMIT_BYTES) must fit in half the server's
+// per-client buffer (64 MiB), or NATS cuts the worker off as a slow consumer (workers/pull.ts).
+const largestMessage = Math.min(nc.info?.max_payload ?? Infinity, Math.max(cfg.gateway.publishMaxBytes, cfg.gateway.bodyLimit + 64 * 1024));
+const pullMaxMessages = Math.max(1, Math.min(cfg.worker.batchMaxMessages, Math.floor(PULL_BUFFER_BYTES / largestMessage)));
 
 const consumer = new IngestConsumer(
-  await js.consumers.get(cfg.streamName, cfg.worker.consumerName),
+  await retrying('the durable consumer', () => js.consumers.get(cfg.streamName, cfg.worker.consumerName)),
   js,
   {
     pool,
@@ -79,11 +114,13 @@ const consumer = new IngestConsumer(
     redisPrefix: cfg.redisPrefix,
     heartbeatTimeoutMs: cfg.heartbeatTimeoutS * 1000,
     idempotencyTtlS: cfg.idempotencyTtlS,
+    tsWindow: { pastMs: cfg.tsPlausiblePastS * 1000, futureMs: cfg.tsPlausibleFutureS * 1000 },
     whitelist,
     lights: new ReportLights(sink, lightParams, horizon, countLights),
     ackTimeoutS: cfg.commands.ackTimeoutS,
     commandsChanged: (refs) => hints.publish(refs),
   },
+  reportChecker(cfg.gateway.maxItems),
   {
     reportsSubject: subj.reports,
     rejectionsSubject: subj.rejections,
@@ -93,14 +130,22 @@ const consumer = new IngestConsumer(
     batchWaitMs: cfg.worker.batchWaitMs,
     maxDeliver: cfg.worker.maxDeliver,
     concurrency: Math.max(1, cfg.worker.concurrency),
+    pull: { maxMessages: pullMaxMessages, expiresMs: 5000 },
+    stallMs: cfg.worker.stallTimeoutMs,
+    watchdogMs: Math.min(5000, Math.max(250, cfg.worker.stallTimeoutMs / 4)),
   },
   log,
   metrics,
 );
 consumer.start();
-const stopLicenceSweep = await startLicenceSweep({ redisUrl: cfg.redisUrl, redisPrefix: cfg.redisPrefix, everyMs: cfg.licence.sweepMs, pool, log });
+// The consumer's own state (stalls; NATS unreachable) joins the dependency probes in /readyz.
+const consumerHealth = setInterval(() => readiness.set('consumer', consumer.problem()), 1000);
+consumerHealth.unref();
+const stopLicenceSweep = await retrying('the licence sweep (Redis)', () =>
+  startLicenceSweep({ redisUrl: cfg.redisUrl, redisPrefix: cfg.redisPrefix, everyMs: cfg.licence.sweepMs, pool, log }),
+);
 // Incomplete artifact uploads expire (BullMQ job scheduler; one replica runs each sweep).
-const artifactExpiry = await startArtifactExpiry(cfg, artifactStore, pool, log);
+const artifactExpiry = await retrying('the artifact expiry (Redis)', () => startArtifactExpiry(cfg, artifactStore, pool, log));
 
 // Agent commands that waited too long: expired (queued) or timed_out (delivered, no ack).
 const commandExpiry = new CommandExpiry({
@@ -114,25 +159,17 @@ const commandExpiry = new CommandExpiry({
 // In the background: with Redis unreachable, BullMQ waits for it, and the ingest consumer must not.
 commandExpiry.start().catch((e) => log.error({ err: e }, 'command expiry sweep not scheduled'));
 
-let server: ReturnType<typeof createServer> | null = null;
-if (cfg.worker.httpPort > 0) {
-  server = createServer((req, res) => {
-    if (req.url === '/metrics') {
-      void metrics.text().then((t) => res.writeHead(200, { 'Content-Type': metrics.contentType }).end(t));
-    } else if (req.url === '/healthz') {
-      res.writeHead(200, { 'Content-Type': 'application/json' }).end('{"ok":true}');
-    } else res.writeHead(404, { 'Content-Type': 'application/json' }).end('{"detail":"not found"}');
-  }).listen(cfg.worker.httpPort, '127.0.0.1');
-}
-log.info({ stream: cfg.streamName, consumer: cfg.worker.consumerName }, 'consuming');
+readiness.set('startup', null);
+log.info({ stream: cfg.streamName, consumer: cfg.worker.consumerName, pullMaxMessages }, 'consuming');
 
-let closing = false;
 async function shutdown(why: string): Promise<void> {
   if (closing) return;
   closing = true;
   log.info({ why }, 'shutting down: finishing the batch in hand');
   shutdownDeadline(cfg.gateway.shutdownGraceMs + 15_000, log);
   await consumer.stop();
+  clearInterval(consumerHealth);
+  stopProbes();
   whitelist.stop();
   await stopLicenceSweep().catch(() => {});
   await artifactExpiry.close();

@@ -9,8 +9,11 @@ pg.types.setTypeParser(20, (v: string) => Number(v));
 
 export function createPool(url: string, max = 10, applicationName = 'fleet'): Pool {
   const pool = new pg.Pool({ connectionString: url, max, application_name: applicationName, idleTimeoutMillis: 30_000 });
-  // An idle client that loses its connection emits here; without a listener the process would crash.
+  // A client that loses its connection emits 'error': an idle one on the pool, a checked-out one
+  // on itself (seen: a Postgres restart crashed a worker mid-transaction). Without a listener
+  // either would crash the process; the query in flight fails anyway, and is retried by its caller.
   pool.on('error', () => {});
+  pool.on('connect', (client) => client.on('error', () => {}));
   return pool;
 }
 
@@ -29,14 +32,3 @@ export async function withTx<T>(pool: Pool, fn: (c: PoolClient) => Promise<T>): 
   }
 }
 
-/** Errors worth retrying: the server or the connection, not the data. */
-export function isTransientPgError(e: unknown): boolean {
-  const code = (e as { code?: string })?.code ?? '';
-  return (
-    code.startsWith('08') || // connection exception
-    code.startsWith('53') || // insufficient resources
-    code.startsWith('57') || // operator intervention (shutdown)
-    code === '40001' || // serialization failure
-    code === '40P01' // deadlock detected
-  );
-}
