@@ -17,7 +17,7 @@ function instanceSelect(extra = ''): string {
                  ${lightSinceSql('i', '$2::float8', '$3::float8')} AS light_since,
                  i.first_seen_at, i.last_seen_at, i.last_heartbeat_at, i.version, i.uptime_seconds, i.pid,
                  i.ip_addresses, i.group_name, i.location, i.group_priority, i.sort_priority,
-                 i.status, i.status_message, i.status_at ${extra}
+                 i.status, i.status_message, i.status_at, i.agent_ts, i.clock_skew ${extra}
             FROM instances i JOIN machines m ON m.id = i.machine_id`;
 }
 
@@ -45,6 +45,8 @@ function toInstance(r: any) {
     status: r.status,
     status_message: r.status_message,
     status_at: iso(r.status_at),
+    agent_ts: iso(r.agent_ts),
+    clock_skew: r.clock_skew,
   };
 }
 

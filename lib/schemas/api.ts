@@ -35,6 +35,8 @@ export const Instance = Type.Object(
     status: NString,
     status_message: NString,
     status_at: NTime,
+    agent_ts: { ...NTime, description: "the agent's clock at its newest heartbeat whose ts was plausible (docs/api.md \"Agent clocks\")" },
+    clock_skew: Type.Boolean({ description: "the newest heartbeat's ts lay outside the plausible window: the agent's clock is wrong (the light uses receive time)" }),
   },
   { $id: 'Instance' },
 );
