@@ -56,6 +56,15 @@ export class OwnNats {
     await exited;
   }
 
+  /** kill -9: no shutdown at all (a crash); start() again brings it back on the same data. */
+  async kill9(): Promise<void> {
+    const c = this.child;
+    if (!c || c.exitCode !== null) return;
+    const exited = new Promise((r) => c.on('exit', r));
+    c.kill('SIGKILL');
+    await exited;
+  }
+
   async destroy(): Promise<void> {
     await this.stop();
     rmSync(this.dir, { recursive: true, force: true });

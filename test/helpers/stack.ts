@@ -22,6 +22,8 @@ export interface StackOptions {
   env?: Record<string, string>;
   /** A NATS server of the test's own (outage tests), instead of the shared one. */
   natsUrl?: string;
+  /** A Postgres server of the test's own (crash tests): its URL, any database. */
+  pgUrl?: string;
 }
 
 export interface TestStack {
@@ -59,14 +61,14 @@ const base = {
   ch: process.env.CLICKHOUSE_URL ?? 'http://127.0.0.1:28123',
 };
 
-export function dbUrl(name: string): string {
-  const u = new URL(base.pg);
+export function dbUrl(name: string, server = base.pg): string {
+  const u = new URL(server);
   u.pathname = `/${name}`;
   return u.toString();
 }
 
-async function adminQuery(sql: string): Promise<void> {
-  const c = new pg.Client({ connectionString: dbUrl('postgres') });
+async function adminQuery(sql: string, server = base.pg): Promise<void> {
+  const c = new pg.Client({ connectionString: dbUrl('postgres', server) });
   await c.connect();
   try {
     await c.query(sql);
@@ -78,9 +80,10 @@ async function adminQuery(sql: string): Promise<void> {
 export async function testStack(t: Test, name: string, opts: StackOptions = {}): Promise<TestStack> {
   const id = `${name.replace(/[^a-z0-9]/g, '')}${randomBytes(3).toString('hex')}`;
   const natsUrl = opts.natsUrl ?? base.nats;
+  const pgServer = opts.pgUrl ?? base.pg;
   const env: Record<string, string> = {
     NATS_URL: natsUrl,
-    DATABASE_URL: dbUrl(`t_${id}`),
+    DATABASE_URL: dbUrl(`t_${id}`, pgServer),
     REDIS_URL: base.redis,
     CLICKHOUSE_URL: base.ch,
     CLICKHOUSE_DB: `t_${id}`,
@@ -95,7 +98,7 @@ export async function testStack(t: Test, name: string, opts: StackOptions = {}):
     LOG_LEVEL: 'info',
     ...opts.env,
   };
-  await adminQuery(`CREATE DATABASE "t_${id}"`);
+  await adminQuery(`CREATE DATABASE "t_${id}"`, pgServer);
   await migrate({ databaseUrl: env.DATABASE_URL!, clickhouseUrl: base.ch, clickhouseDatabase: env.CLICKHOUSE_DB! });
   const pool = createPool(env.DATABASE_URL!, 5, 'fleet-test');
   const ch = createClickHouse({ url: base.ch, database: env.CLICKHOUSE_DB });
@@ -179,7 +182,7 @@ export async function testStack(t: Test, name: string, opts: StackOptions = {}):
     await pool.end();
     await ch.command({ query: `DROP DATABASE IF EXISTS t_${id}` }).catch(() => {});
     await ch.close();
-    await adminQuery(`DROP DATABASE IF EXISTS "t_${id}" WITH (FORCE)`).catch(() => {});
+    await adminQuery(`DROP DATABASE IF EXISTS "t_${id}" WITH (FORCE)`, pgServer).catch(() => {});
   });
 
   const [g, a] = await Promise.all([

@@ -1,0 +1,123 @@
+// Crashes under load with the default grouping (up to 512 reports per queue message): kill -9 of
+// a worker, of nats-server and of Postgres while two customers report. Every report answered 200
+// is stored exactly once (FINAL); no answer is a 500 (503 with Retry-After while NATS is away);
+// the worker never exits because a server went away, says so in /readyz, and carries on.
+import t from 'tap';
+import { testStack, post, eventually, chRows } from './helpers/stack.js';
+import { OwnNats, freePort } from './helpers/nats-server.js';
+import { OwnPostgres } from './helpers/postgres-server.js';
+
+const nats = new OwnNats(await freePort());
+await nats.start();
+const pgServer = new OwnPostgres(await freePort());
+await pgServer.start();
+const workerPort = await freePort();
+const s = await testStack(t, 'crashes', { natsUrl: nats.url, pgUrl: pgServer.url(), api: false, worker: false, env: { ACK_WAIT_S: '5', WORKER_HTTP_PORT: String(workerPort) } });
+// After the stack's own teardown (tap runs teardowns in the order they were added).
+t.teardown(async () => {
+  await nats.destroy();
+  await pgServer.destroy();
+});
+const B = await s.newCustomer('crash-b');
+await s.pool.query(`UPDATE licences SET device_limit = 100000`);
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const readyz = async () => {
+  try {
+    const r = await fetch(`http://127.0.0.1:${workerPort}/readyz`, { signal: AbortSignal.timeout(2000) });
+    return { status: r.status, body: await r.text() };
+  } catch (e) {
+    return { status: 0, body: String(e) };
+  }
+};
+
+t.test('kill -9 of a worker, nats-server and Postgres during ingest: every acknowledged report stored exactly once', async (t) => {
+  let worker = await s.startWorker();
+  const customers = [
+    { slug: s.customer.slug, token: s.token },
+    { slug: B.customer.slug, token: B.token },
+  ];
+  const acked: { kind: 'heartbeat' | 'diagnostics'; marker: string }[] = [];
+  const answers = new Map<string, number>();
+  const note = (k: string) => answers.set(k, (answers.get(k) ?? 0) + 1);
+  let running = true;
+  let seq = 0;
+  const client = async () => {
+    while (running) {
+      const n = seq++;
+      const c = customers[n % 2]!;
+      const kind = n % 4 === 0 ? 'diagnostics' : 'heartbeat';
+      const marker = `crash-${n}`;
+      const body = kind === 'heartbeat' ? { version: marker } : { items: [{ code: n % 1000, severity: 0, message: marker }] };
+      try {
+        const r = await post(`${s.gatewayUrl}/api/ingest/${c.slug}/m${n % 10}/agent/${kind}`, c.token, body);
+        note(String(r.status));
+        if (r.status === 200 || r.status === 202) acked.push({ kind, marker });
+        else if (r.status === 503 && !r.headers.get('retry-after')) note('503 without Retry-After');
+      } catch {
+        note('network');
+      }
+      await sleep(30);
+    }
+  };
+  const load = Promise.all(Array.from({ length: 12 }, client));
+  const stored = async (kind: string) => Number((await chRows<{ n: string }>(s.ch, `SELECT count() AS n FROM ${kind === 'heartbeat' ? 'heartbeats' : 'diagnostics'} FINAL`))[0]!.n);
+
+  await eventually(async () => (await stored('heartbeat')) > 100, 20_000, 'ingest under way');
+  // 1. A worker dies mid-batch; another takes over (what the first had not acked comes back after ACK_WAIT_S).
+  await worker.stop('SIGKILL');
+  worker = await s.startWorker();
+  await sleep(2000);
+  // 2. nats-server dies and comes back.
+  await nats.kill9();
+  await sleep(2000);
+  await nats.start();
+  await eventually(async () => (await post(`${s.gatewayUrl}/api/ingest/${s.customer.slug}/probe/agent/heartbeat`, s.token, {})).status === 200, 30_000, 'ingest resumes after NATS is back');
+  await sleep(2000);
+  // 3. Postgres dies: the worker waits, says it is not ready, and goes on when it is back.
+  await pgServer.kill9();
+  const down = await eventually(async () => {
+    const r = await readyz();
+    return r.status === 503 && /postgres/.test(r.body) ? r : null;
+  }, 15_000, 'the worker reports Postgres unreachable');
+  t.match(down.body, /not ready: .*postgres: unreachable/);
+  await sleep(2000);
+  await pgServer.start();
+  await eventually(async () => (await readyz()).status === 200, 30_000, 'ready again once Postgres is back');
+  await sleep(2000);
+  running = false;
+  await load;
+  t.comment(`answers: ${[...answers.entries()].map(([k, v]) => `${k}×${v}`).join(', ')}`);
+
+  t.notOk(answers.has('500'), 'no 500');
+  t.notOk(answers.has('503 without Retry-After'), 'every 503 has Retry-After');
+  t.ok(acked.length > 500, `${acked.length} reports acknowledged`);
+  t.ok(worker.running, 'the worker never exited because a server went away');
+  t.equal(s.procs.filter((p) => p.name === 'worker' && !p.running).length, 1, 'only the worker killed on purpose is gone');
+
+  const hb = acked.filter((a) => a.kind === 'heartbeat').map((a) => a.marker);
+  const dg = acked.filter((a) => a.kind === 'diagnostics').map((a) => a.marker);
+  const counts = async (table: string, col: string, markers: string[]) => {
+    const rows = await chRows<{ m: string; n: string }>(s.ch, `SELECT ${col} AS m, count() AS n FROM ${table} FINAL WHERE ${col} LIKE 'crash-%' GROUP BY m`);
+    const got = new Map(rows.map((r) => [r.m, Number(r.n)]));
+    return { missing: markers.filter((m) => !got.has(m)), doubled: [...got.entries()].filter(([, n]) => n > 1).map(([m]) => m) };
+  };
+  const end = await eventually(async () => {
+    const [h, d] = await Promise.all([counts('heartbeats', 'version', hb), counts('diagnostics', 'message', dg)]);
+    return h.missing.length === 0 && d.missing.length === 0 ? { h, d } : null;
+  }, 90_000, 'every acknowledged report stored').catch(async (e) => {
+    const [h, d] = await Promise.all([counts('heartbeats', 'version', hb), counts('diagnostics', 'message', dg)]);
+    t.fail(`${String(e)}: missing ${h.missing.length} heartbeats (${h.missing.slice(0, 5)}), ${d.missing.length} diagnostics`);
+    return { h, d };
+  });
+  t.same(end.h.doubled, [], 'no heartbeat twice (FINAL)');
+  t.same(end.d.doubled, [], 'no diagnostic twice (FINAL)');
+  const inst = await s.pool.query(`SELECT count(*)::int AS n FROM instances WHERE software = 'agent' AND machine_id IN (SELECT id FROM machines WHERE slug LIKE 'm%')`);
+  t.equal(inst.rows[0].n, 10, 'Postgres: one instance per machine (five per customer)');
+  const jsm = await s.nc.jetstreamManager();
+  await eventually(async () => {
+    const info = await jsm.consumers.info(s.env.STREAM_NAME!, 'workers');
+    return info.num_pending + info.num_ack_pending === 0;
+  }, 30_000, 'the stream drained');
+  const dlq = await jsm.streams.info(`${s.env.STREAM_NAME}_DLQ`);
+  t.equal(dlq.state.messages, 0, 'nothing dead-lettered: a server that is down only delays');
+});
