@@ -55,6 +55,18 @@ export function renderTable(r: R): string {
     lines.push('', '| Peak RSS | MB |', '|---|---:|');
     for (const [k, v] of Object.entries(r.peak_rss_mb)) lines.push(`| ${k.replace(/_mb$/, '').replace(/_/g, ' ')} | ${v} |`);
   }
+  if (r.soak && !r.soak.error) {
+    const k = r.soak;
+    lines.push(
+      '',
+      `| Soak: ${k.seconds} s, ${k.customers} customers, valid + boundary + invalid reports (seed ${k.seed}) | value | target |`,
+      '|---|---:|---:|',
+      `| requests (offered / achieved rate) | ${k.requests.toLocaleString('en')} (${k.offered_rate} / ${k.achieved_rate} per s) | |`,
+      `| answers | ${Object.entries(k.answers).map(([s, n]) => `${s}×${n}`).join(', ')} | no 5xx |`,
+      `| acknowledged, stored exactly once (FINAL) | ${k.acknowledged.toLocaleString('en')}, ${k.stored_exactly_once.toLocaleString('en')} | all |`,
+      `| missing / doubled / dead letters | ${k.missing} / ${k.doubled} / ${k.dead_letters} | 0 / 0 / 0 |`,
+    );
+  }
   for (const extra of ['traffic_light', 'commands']) {
     if (r[extra]) lines.push('', `${extra.replace('_', ' ')}:`, '', '```json', JSON.stringify(r[extra], null, 2), '```');
   }

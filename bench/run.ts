@@ -120,6 +120,10 @@ export async function runBench(cfg: Config, root: string, args: string[]): Promi
     if (want('traffic-light')) {
       results.traffic_light = runScript('traffic-light', opt.quick ? ['--instances', '10000', '--timeout-s', '10'] : [], {});
     }
+    if (want('soak')) {
+      // Mixed valid, boundary and invalid reports from several customers; every 200 stored exactly once.
+      results.soak = runScript('soak', ['--seconds', opt.quick ? '10' : '60'], {});
+    }
     if (want('commands')) {
       results.commands = runScript('commands', [], opt.quick ? { BENCH_INSTANCES: '2000', BENCH_DURATION_S: '3', BENCH_ROUNDS: '1', BENCH_WARMUP_S: '1' } : {});
     }
@@ -272,12 +276,12 @@ export async function runBench(cfg: Config, root: string, args: string[]): Promi
       stdio: ['ignore', 'pipe', 'inherit'],
       timeout: 30 * 60_000,
     });
-    if (r.status !== 0) return { error: `exit ${r.status}` };
     const lastLine = r.stdout.trim().split('\n').pop() ?? '{}';
     try {
-      return JSON.parse(lastLine);
+      const out = JSON.parse(lastLine) as Record<string, unknown>;
+      return r.status === 0 ? out : { ...out, exit: r.status };
     } catch {
-      return { error: 'no JSON result', output: r.stdout.slice(-2000) };
+      return { error: r.status === 0 ? 'no JSON result' : `exit ${r.status}`, output: r.stdout.slice(-2000) };
     }
   }
 }

@@ -24,16 +24,24 @@ import { runBench } from '../bench/run.js';
 const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const log = (msg: string) => process.stderr.write(`[stack] ${msg}\n`);
 
-/** Test and bench stacks get their own data folder and ports, so they can run beside `npm start`. */
+/**
+ * Test and bench stacks get their own data folder and ports, so they can run beside `npm start`
+ * (14222, 15432, 16379, 18123, 19000). Every fixed port stays below 32768: above it lies the
+ * kernel's ephemeral range, where a client socket may already hold the port.
+ */
+const STACK_PORTS = {
+  test: { nats: 24222, redis: 26379, pg: 25432, chHttp: 28123, chTcp: 29000 },
+  bench: { nats: 31222, redis: 31379, pg: 31432, chHttp: 31123, chTcp: 31900 },
+};
 function useDefaults(kind: 'test' | 'bench'): void {
-  const base = kind === 'test' ? 20_000 : 40_000;
+  const p = STACK_PORTS[kind];
   const defaults: Record<string, string> = {
     DATA_DIR: `.data/${kind}`,
-    NATS_PORT: String(base + 4222),
-    REDIS_PORT: String(base + 6379),
-    PG_PORT: String(base + 5432),
-    CLICKHOUSE_HTTP_PORT: String(base + 8123),
-    CLICKHOUSE_TCP_PORT: String(base + 9000),
+    NATS_PORT: String(p.nats),
+    REDIS_PORT: String(p.redis),
+    PG_PORT: String(p.pg),
+    CLICKHOUSE_HTTP_PORT: String(p.chHttp),
+    CLICKHOUSE_TCP_PORT: String(p.chTcp),
   };
   for (const [k, v] of Object.entries(defaults)) if (!process.env[k]) process.env[k] = v;
 }

@@ -1,7 +1,8 @@
 // `npm start` as a user meets it: a stack of its own (data folder and every port its own), the demo
 // customer seeded once with its token printed and saved (mode 600), the README's curl answered
-// 200 and the instance listed green within 2 s, a clean stop on SIGTERM, and a second start that
-// reuses the data.
+// 200 and the instance listed green within 2 s, a clean stop on SIGTERM, and a second start, by
+// `npm start` itself with two workers, that reuses the data, gives every worker its own health
+// port, and stops entirely when npm gets SIGTERM (as from a service manager).
 import t from 'tap';
 import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, statSync, chmodSync } from 'node:fs';
@@ -85,9 +86,22 @@ t.test('first start: servers, demo seed, the README example works, clean stop', 
   for (const [name, port] of Object.entries(ports)) t.notOk(await portOpen(port), `${name} closed after stop`);
 });
 
-t.test('second start reuses the data: no new seed, the saved token still works', async (t) => {
-  const st = startStack();
+t.test('second start, as `npm start` with two workers: reuses the data, each worker has its own port, and SIGTERM to npm stops everything', async (t) => {
+  // The command a user (or a service manager) runs; it sends SIGTERM to npm's own pid.
+  const child = spawn('npm', ['start'], { cwd: ROOT, env: { ...env, WORKERS: '2' }, stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  child.stdout.on('data', (d) => (out += d));
+  child.stderr.on('data', (d) => (out += d));
+  const st = { child, exited: new Promise<number | null>((r) => child.on('exit', (c) => r(c))), output: () => out };
   await eventually(async () => /api http:\/\/127\.0\.0\.1/.test(st.output()), 120_000, 'stack up again');
+  for (const port of [ports.WORKER_HTTP_PORT, ports.WORKER_HTTP_PORT + 1]) {
+    const r = await eventually(async () => {
+      const x = await get(`http://127.0.0.1:${port}/readyz`, null).catch(() => null);
+      return x?.status === 200 ? x : null;
+    }, 30_000, `worker on ${port} ready`);
+    t.same(r.body, { ok: true }, `worker /readyz on ${port}`);
+  }
+  t.notMatch(st.output(), /exited \(/, 'no process crash-looped');
   t.notMatch(st.output(), /Seeded/);
   t.match(st.output(), /demo customer exists/);
   const token = readFileSync(join(dataDir, 'demo-token'), 'utf8').trim();
@@ -96,6 +110,11 @@ t.test('second start reuses the data: no new seed, the saved token still works',
     return l.status === 200 ? l.body : null;
   }, 20_000);
   t.equal(list.items[0]?.machine, 'm1', 'the instance from the first run is still there');
-  st.child.kill('SIGINT');
-  t.equal(await st.exited, 0, 'exit 0 on SIGINT');
+  st.child.kill('SIGTERM');
+  t.equal(await st.exited, 0, 'npm exits 0 on SIGTERM');
+  await eventually(async () => {
+    for (const port of [...Object.values(ports), ports.WORKER_HTTP_PORT + 1]) if (await portOpen(port)) return false;
+    return true;
+  }, 60_000, 'every process of the stack stopped (no port left open)');
+  t.match(st.output(), /stopped/);
 });
