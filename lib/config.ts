@@ -124,6 +124,9 @@ export function loadConfig() {
       timeoutMs: num('WEBHOOK_TIMEOUT_MS', 10_000),
       concurrency: num('WEBHOOK_CONCURRENCY', 16),
       maxPerCustomer: num('WEBHOOKS_PER_CUSTOMER', 10),
+      // Internal addresses webhooks may reach after all (on-premises receivers), as comma-separated
+      // CIDRs; empty: public addresses only (lib/egress.ts).
+      allowCidrs: str('WEBHOOK_ALLOW_CIDRS', ''),
     },
     // How often the gateways re-read tokens and other control data from Postgres: a revocation is
     // effective on every replica within this interval (plus one query).
