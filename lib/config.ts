@@ -106,6 +106,13 @@ export function loadConfig() {
       // proxies from closing an idle stream; at most this many open streams per api process.
       sseKeepaliveS: num('SSE_KEEPALIVE_S', 15),
       sseMaxClients: num('SSE_MAX_CLIENTS', 10_000),
+      // Slow clients (api/server.ts): a request's headers and body must arrive within
+      // requestTimeoutMs (408 otherwise); a connection with a request in progress may be silent for
+      // idleTimeoutMs; an idle keep-alive connection stays open keepAliveTimeoutMs (longer than a
+      // proxy's idle timeout in front, or the proxy may reuse a connection the api just closed).
+      requestTimeoutMs: num('API_REQUEST_TIMEOUT_MS', 30_000),
+      idleTimeoutMs: num('API_IDLE_TIMEOUT_MS', 60_000),
+      keepAliveTimeoutMs: num('API_KEEPALIVE_TIMEOUT_MS', 72_000),
     },
     // Traffic light (issue 4; docs/architecture.md "Traffic light").
     light: {
