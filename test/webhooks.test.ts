@@ -55,7 +55,7 @@ t.test('create, list: admin only; bad input 400; the secret shown once', async (
   t.equal((await get(`${s.apiUrl}/api/webhooks`, viewer.jwt)).status, 403, 'viewer may not list');
   t.equal((await get(`${s.apiUrl}/api/webhooks`, s.token)).status, 403, 'an API token is a viewer');
   t.equal((await post(`${s.apiUrl}/api/webhooks`, null, { url: flaky.url })).status, 401);
-  for (const body of [{ url: 'ftp://example.com/x' }, { url: 'not a url' }, { url: 'http://u:p@example.com/' }, { url: flaky.url, secret: 'short' }, {}]) {
+  for (const body of [{ url: 'ftp://example.com/x' }, { url: 'not a url' }, { url: 'http://u:p@example.com/' }, { url: flaky.url, secret: 'short' }, { url: flaky.url, secret: 'whsec_not base64 at all!!' }, {}]) {
     const r = await post(`${s.apiUrl}/api/webhooks`, admin.jwt, body);
     t.equal(r.status, 400, `400 for ${JSON.stringify(body)}`);
     t.type(r.body.detail, 'string');
