@@ -8,6 +8,8 @@ import type { Metrics } from '../lib/metrics.js';
 import type { Pool } from '../lib/db/postgres.js';
 import type { ClickHouseClient } from '../lib/db/clickhouse.js';
 import type { Redis } from '../lib/db/redis.js';
+import type { Socket } from 'node:net';
+import { STATUS_CODES } from 'node:http';
 import cookie from '@fastify/cookie';
 import { HttpError } from '../lib/errors.js';
 import { routesOf, colonPath, pathRegex, checkHandlers } from '../lib/routes.js';
@@ -52,6 +54,49 @@ export interface ApiDeps {
 
 type Handler = (req: FastifyRequest, reply: FastifyReply) => Promise<unknown> | unknown;
 
+/**
+ * Node's timeouts against slow clients. Fastify's defaults switch Node's request timeout off, so a
+ * client that sent headers and then one byte every few seconds held its connection (and its slot)
+ * for as long as it liked. Node checks these timeouts every `connectionsCheckingInterval` (30 s by
+ * default, which would let a request overrun by that much): here a tenth of the timeout, 250 ms to
+ * 5 s. The request timeout covers receiving the request only: a response that lasts (the live
+ * stream, a download) is not cut by it (tested in test/api-timeouts.test.ts).
+ */
+export function serverTimeouts(cfg: Config['api']) {
+  const request = cfg.requestTimeoutMs;
+  return {
+    requestTimeout: request,
+    connectionTimeout: cfg.idleTimeoutMs,
+    keepAliveTimeout: cfg.keepAliveTimeoutMs,
+    http: {
+      requestTimeout: request,
+      headersTimeout: request,
+      connectionsCheckingInterval: request > 0 ? Math.min(5000, Math.max(250, Math.round(request / 10))) : 30_000,
+    },
+  };
+}
+
+/** Answers what Node refuses before a request reaches Fastify (a timeout, bad HTTP) in the API's `{"detail"}` shape. */
+function clientErrorHandler(requestTimeoutMs: number) {
+  return function (this: FastifyInstance, err: NodeJS.ErrnoException, socket: Socket): void {
+    if (err.code === 'ECONNRESET' || socket.destroyed) return;
+    const [status, detail] =
+      err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+        ? [408, `request headers and body not complete within ${requestTimeoutMs} ms`]
+        : err.code === 'HPE_HEADER_OVERFLOW'
+          ? [431, 'request headers too large']
+          : [400, 'malformed HTTP request'];
+    this.log.debug({ err, remote: socket.remoteAddress }, 'client error');
+    // Only when no answer has started on this connection (Node's own rule).
+    const started = (socket as Socket & { _httpMessage?: { headersSent?: boolean } })._httpMessage?.headersSent;
+    if (socket.writable && !started) {
+      const body = JSON.stringify({ detail });
+      socket.write(`HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`);
+    }
+    socket.destroy();
+  };
+}
+
 export async function buildApi(d: ApiDeps): Promise<FastifyInstance> {
   const app = Fastify({
     loggerInstance: d.log as unknown as FastifyBaseLogger,
@@ -60,6 +105,8 @@ export async function buildApi(d: ApiDeps): Promise<FastifyInstance> {
     bodyLimit: 1024 * 1024,
     trustProxy: d.cfg.api.trustProxy,
     ajv: { customOptions: { coerceTypes: 'array', removeAdditional: false, allErrors: true } },
+    ...serverTimeouts(d.cfg.api),
+    clientErrorHandler: clientErrorHandler(d.cfg.api.requestTimeoutMs),
   });
 
   await app.register(cookie);

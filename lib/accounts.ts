@@ -1,5 +1,8 @@
 // Dashboard users and their memberships in customers. Passwords are hashed with scrypt (Node's
-// own implementation: no native dependency), stored as `scrypt$N$r$p$salt$hash`.
+// own implementation: no native dependency), stored as `scrypt$N$r$p$salt$hash`, at OWASP's
+// parameters (N=2^17, r=8, p=1: about 0.35 s of one core and 128 MiB for that time here). A hash
+// with weaker parameters (N=2^14 before) still verifies, and is replaced at the user's next
+// successful login (rehashPassword).
 import { randomBytes, scrypt as scryptCb, timingSafeEqual, type ScryptOptions } from 'node:crypto';
 import type { Pool } from './db/postgres.js';
 
@@ -7,29 +10,74 @@ export type Role = 'owner' | 'admin' | 'viewer';
 export const ROLES: Role[] = ['owner', 'admin', 'viewer'];
 export const ROLE_RANK: Record<Role, number> = { viewer: 1, admin: 2, owner: 3 };
 
-const scrypt = (pw: string, salt: Buffer, len: number, opts: ScryptOptions) =>
-  new Promise<Buffer>((resolve, reject) => scryptCb(pw, salt, len, opts, (e, k) => (e ? reject(e) : resolve(k))));
+export const SCRYPT = { N: 2 ** 17, r: 8, p: 1 } as const;
+const KEY_BYTES = 32;
 
-const N = 16384;
-const R = 8;
-const P = 1;
+interface Params {
+  N: number;
+  r: number;
+  p: number;
+}
+
+// scrypt needs 128·N·r bytes (plus a little); Node refuses above `maxmem` (32 MiB by default).
+const scrypt = (pw: string, salt: Buffer, len: number, o: Params) =>
+  new Promise<Buffer>((resolve, reject) =>
+    scryptCb(pw, salt, len, { N: o.N, r: o.r, p: o.p, maxmem: 2 * 128 * o.N * o.r } satisfies ScryptOptions, (e, k) => (e ? reject(e) : resolve(k))),
+  );
+
+function parse(stored: string): (Params & { salt: Buffer; hash: Buffer }) | null {
+  const [alg, n, r, p, salt, hash] = stored.split('$');
+  const o = { N: Number(n), r: Number(r), p: Number(p) };
+  if (alg !== 'scrypt' || !salt || !hash) return null;
+  // Bounds against a corrupt row asking for gigabytes.
+  if (!Number.isInteger(Math.log2(o.N)) || o.N < 2 || o.N > 2 ** 20 || !(o.r >= 1 && o.r <= 32) || !(o.p >= 1 && o.p <= 16)) return null;
+  return { ...o, salt: Buffer.from(salt, 'base64'), hash: Buffer.from(hash, 'base64') };
+}
 
 export async function hashPassword(password: string): Promise<string> {
   const salt = randomBytes(16);
-  const key = await scrypt(password, salt, 32, { N, r: R, p: P });
-  return `scrypt$${N}$${R}$${P}$${salt.toString('base64')}$${key.toString('base64')}`;
+  const key = await scrypt(password, salt, KEY_BYTES, SCRYPT);
+  return `scrypt$${SCRYPT.N}$${SCRYPT.r}$${SCRYPT.p}$${salt.toString('base64')}$${key.toString('base64')}`;
 }
 
+/** True when a stored hash was made with other (older, weaker) parameters than hashPassword uses now. */
+export function needsRehash(stored: string): boolean {
+  const h = parse(stored);
+  return !h || h.N !== SCRYPT.N || h.r !== SCRYPT.r || h.p !== SCRYPT.p || h.hash.length < KEY_BYTES;
+}
+
+/**
+ * Whether `password` matches `stored`. A hash cheaper than the current parameters is checked with
+ * its own parameters, and a throwaway hash at the current ones runs beside it, so a wrong password
+ * costs the same time for every account: new hash, old hash, or none (DUMMY_HASH).
+ */
 export async function verifyPassword(password: string, stored: string): Promise<boolean> {
-  const [alg, n, r, p, salt, hash] = stored.split('$');
-  if (alg !== 'scrypt' || !salt || !hash) return false;
-  const expected = Buffer.from(hash, 'base64');
-  const key = await scrypt(password, Buffer.from(salt, 'base64'), expected.length, { N: Number(n), r: Number(r), p: Number(p) });
-  return timingSafeEqual(key, expected);
+  const h = parse(stored);
+  if (!h || h.hash.length === 0) {
+    await scrypt(password, DUMMY_SALT, KEY_BYTES, SCRYPT);
+    return false;
+  }
+  const cheaper = h.N * h.r * h.p < SCRYPT.N * SCRYPT.r * SCRYPT.p;
+  const [key] = await Promise.all([scrypt(password, h.salt, h.hash.length, h), cheaper ? scrypt(password, DUMMY_SALT, KEY_BYTES, SCRYPT) : null]);
+  return timingSafeEqual(key, h.hash);
 }
 
-/** A hash to compare against when the account does not exist, so both cases take the same time. */
-export const DUMMY_HASH = 'scrypt$16384$8$1$AAAAAAAAAAAAAAAAAAAAAA==$AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=';
+/**
+ * After a successful login: replaces a hash made with older parameters by one at the current
+ * parameters. Only if the row still holds the hash that was verified (a password changed in the
+ * meantime stays). Returns whether it did.
+ */
+export async function rehashPassword(pool: Pool, userId: string, password: string, verified: string): Promise<boolean> {
+  if (!needsRehash(verified)) return false;
+  const fresh = await hashPassword(password);
+  const r = await pool.query('UPDATE users SET password_hash = $1 WHERE id = $2 AND password_hash = $3', [fresh, userId, verified]);
+  return (r.rowCount ?? 0) > 0;
+}
+
+const DUMMY_SALT = Buffer.alloc(16);
+
+/** A hash to compare against when the account does not exist: the current parameters, so both cases take the same time. */
+export const DUMMY_HASH = `scrypt$${SCRYPT.N}$${SCRYPT.r}$${SCRYPT.p}$${DUMMY_SALT.toString('base64')}$${Buffer.alloc(KEY_BYTES).toString('base64')}`;
 
 export function newPassword(): string {
   return randomBytes(15).toString('base64url');

@@ -114,6 +114,13 @@ export function loadConfig() {
       // proxies from closing an idle stream; at most this many open streams per api process.
       sseKeepaliveS: num('SSE_KEEPALIVE_S', 15),
       sseMaxClients: num('SSE_MAX_CLIENTS', 10_000),
+      // Slow clients (api/server.ts): a request's headers and body must arrive within
+      // requestTimeoutMs (408 otherwise); a connection with a request in progress may be silent for
+      // idleTimeoutMs; an idle keep-alive connection stays open keepAliveTimeoutMs (longer than a
+      // proxy's idle timeout in front, or the proxy may reuse a connection the api just closed).
+      requestTimeoutMs: num('API_REQUEST_TIMEOUT_MS', 30_000),
+      idleTimeoutMs: num('API_IDLE_TIMEOUT_MS', 60_000),
+      keepAliveTimeoutMs: num('API_KEEPALIVE_TIMEOUT_MS', 72_000),
     },
     // Traffic light (issue 4; docs/architecture.md "Traffic light").
     light: {
@@ -132,6 +139,9 @@ export function loadConfig() {
       timeoutMs: num('WEBHOOK_TIMEOUT_MS', 10_000),
       concurrency: num('WEBHOOK_CONCURRENCY', 16),
       maxPerCustomer: num('WEBHOOKS_PER_CUSTOMER', 10),
+      // Internal addresses webhooks may reach after all (on-premises receivers), as comma-separated
+      // CIDRs; empty: public addresses only (lib/egress.ts).
+      allowCidrs: str('WEBHOOK_ALLOW_CIDRS', ''),
     },
     // How often the gateways re-read tokens and other control data from Postgres: a revocation is
     // effective on every replica within this interval (plus one query).

@@ -350,7 +350,7 @@ export const routes: RouteSpec[] = [
     body: WebhookBody,
     responses: {
       201: { description: 'created; the secret is shown only here', schema: WebhookCreated },
-      400: err('bad URL or body'),
+      400: err('bad URL or body, or a URL whose host is (or resolves to) an address webhooks may not reach'),
       ...authErrors,
       409: err('the customer has the maximum number of webhooks'),
     },

@@ -1,6 +1,10 @@
 // Webhooks: managed by admins through the api; on each change to or from red a signed POST,
 // retried with exponential backoff until the receiver takes it; failures visible through the api.
+// The receivers listen on 127.0.0.1, which the egress policy refuses unless allowed: this stack
+// allows it (WEBHOOK_ALLOW_CIDRS), as an on-premises installation would its own receivers; what is
+// refused without that is test/webhook-egress.test.ts.
 import t from 'tap';
+import { Webhook } from 'standardwebhooks';
 import { createServer, type IncomingMessage, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { testStack, post, get, eventually } from './helpers/stack.js';
@@ -8,7 +12,7 @@ import { stored } from './helpers/lights.js';
 import { verifyWebhook } from '../lib/webhooks.js';
 
 const s = await testStack(t, 'hooks', {
-  env: { HEARTBEAT_TIMEOUT_S: '2', WEBHOOK_BACKOFF_MS: '200', WEBHOOK_ATTEMPTS: '4', LIGHT_SWEEP_INTERVAL_MS: '1000' },
+  env: { HEARTBEAT_TIMEOUT_S: '2', WEBHOOK_BACKOFF_MS: '200', WEBHOOK_ATTEMPTS: '4', LIGHT_SWEEP_INTERVAL_MS: '1000', WEBHOOK_ALLOW_CIDRS: '127.0.0.1/32' },
 });
 const ingest = (m: string, kind: string) => `${s.gatewayUrl}/api/ingest/${s.customer.slug}/${m}/agent/${kind}`;
 const admin = await s.newUser('admin');
@@ -23,7 +27,7 @@ interface Received {
 }
 
 /** A receiver that answers `plan[n]` to its n-th request (the last entry from then on). */
-async function receiver(plan: number[]): Promise<{ url: string; got: Received[]; server: Server }> {
+async function receiver(plan: number[], o: { host?: string; headers?: Record<string, string> } = {}): Promise<{ url: string; got: Received[]; server: Server }> {
   const got: Received[] = [];
   const server = createServer((req, res) => {
     let body = '';
@@ -31,12 +35,13 @@ async function receiver(plan: number[]): Promise<{ url: string; got: Received[];
     req.on('end', () => {
       const answered = plan[Math.min(got.length, plan.length - 1)]!;
       got.push({ at: Date.now(), headers: req.headers, body, answered });
-      res.writeHead(answered, { 'Content-Type': 'text/plain' }).end(answered === 200 ? 'ok' : 'not now');
+      res.writeHead(answered, { 'Content-Type': 'text/plain', ...o.headers }).end(answered === 200 ? 'ok' : 'not now');
     });
   });
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  const host = o.host ?? '127.0.0.1';
+  await new Promise<void>((r) => server.listen(0, host, r));
   t.teardown(() => new Promise<void>((r) => server.close(() => r())));
-  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/hook`, got, server };
+  return { url: `http://${host}:${(server.address() as AddressInfo).port}/hook`, got, server };
 }
 
 const flaky = await receiver([500, 500, 200]);
@@ -50,7 +55,7 @@ t.test('create, list: admin only; bad input 400; the secret shown once', async (
   t.equal((await get(`${s.apiUrl}/api/webhooks`, viewer.jwt)).status, 403, 'viewer may not list');
   t.equal((await get(`${s.apiUrl}/api/webhooks`, s.token)).status, 403, 'an API token is a viewer');
   t.equal((await post(`${s.apiUrl}/api/webhooks`, null, { url: flaky.url })).status, 401);
-  for (const body of [{ url: 'ftp://example.com/x' }, { url: 'not a url' }, { url: 'http://u:p@example.com/' }, { url: flaky.url, secret: 'short' }, {}]) {
+  for (const body of [{ url: 'ftp://example.com/x' }, { url: 'not a url' }, { url: 'http://u:p@example.com/' }, { url: flaky.url, secret: 'short' }, { url: flaky.url, secret: 'whsec_not base64 at all!!' }, {}]) {
     const r = await post(`${s.apiUrl}/api/webhooks`, admin.jwt, body);
     t.equal(r.status, 400, `400 for ${JSON.stringify(body)}`);
     t.type(r.body.detail, 'string');
@@ -87,7 +92,12 @@ t.test('to red: a receiver that fails twice gets the event on the third attempt,
   t.ok(b!.at - a!.at >= 180 && c!.at - b!.at >= 380, `backoff grows: ${b!.at - a!.at} ms, then ${c!.at - b!.at} ms`);
   for (const x of [a, b, c]) {
     t.ok(verifyWebhook(secret, String(x!.headers['x-fleet-timestamp']), x!.body, String(x!.headers['x-fleet-signature'])), 'signature verifies');
+    // The Standard Webhooks signature, checked by its reference library with the secret as given.
+    t.doesNotThrow(() => new Webhook(secret).verify(x!.body, x!.headers as Record<string, string>), 'Standard Webhooks signature verifies');
+    t.equal(x!.headers['webhook-timestamp'], x!.headers['x-fleet-timestamp']);
   }
+  t.same([a, b, c].map((x) => x!.headers['webhook-id']), [c!.headers['x-fleet-event-id'], c!.headers['x-fleet-event-id'], c!.headers['x-fleet-event-id']], 'webhook-id: the event id, the same on every retry');
+  t.throws(() => new Webhook('whsec_' + Buffer.alloc(32, 1).toString('base64')).verify(c!.body, c!.headers as Record<string, string>), 'not with another secret (Standard Webhooks)');
   t.notOk(verifyWebhook('whsec_wrong', String(c!.headers['x-fleet-timestamp']), c!.body, String(c!.headers['x-fleet-signature'])), 'not with another secret');
   t.notOk(verifyWebhook(secret, String(c!.headers['x-fleet-timestamp']), c!.body.replace('red', 'rot'), String(c!.headers['x-fleet-signature'])), 'not for another body');
   const body = JSON.parse(c!.body);
@@ -115,6 +125,9 @@ t.test('a receiver that keeps failing: the delivery is marked failed after WEBHO
   }, 15_000, 'failed delivery');
   t.match(d[0], { to: 'red', state: 'failed', attempts: 4, last_status: 500, last_error: 'HTTP 500', delivered_at: null, next_attempt_at: null });
   t.equal(broken.got.length, 4, 'exactly WEBHOOK_ATTEMPTS attempts');
+  // A secret chosen at creation is the HMAC key as it is: the libraries' "raw" format.
+  const x = broken.got[0]!;
+  t.doesNotThrow(() => new Webhook('a-secret-of-my-own-choosing', { format: 'raw' }).verify(x.body, x.headers as Record<string, string>), 'raw secret verifies');
   const h = (await get(`${s.apiUrl}/api/webhooks`, admin.jwt)).body.items.find((w: { id: string }) => w.id === brokenId);
   t.match(h, { consecutive_failures: 4, last_error: 'HTTP 500', last_success_at: null });
   t.equal((await get(`${s.apiUrl}/api/webhooks/${brokenId}/deliveries?state=delivered`, admin.jwt)).body.items.length, 0);
@@ -144,4 +157,23 @@ t.test("another customer's admin: 404 on this customer's webhooks; delete", asyn
   await eventually(async () => (await stored(s, 'm1'))?.light === 'red', 8000, 'red again');
   await new Promise((r) => setTimeout(r, 500));
   t.equal(flaky.got.length, 4);
+});
+
+t.test('a redirect is not followed, not even to an address the allow list leaves out: HTTP 302, and the target sees nothing', async (t) => {
+  // 127.0.0.2 is loopback too, but outside WEBHOOK_ALLOW_CIDRS=127.0.0.1/32.
+  const target = await receiver([200], { host: '127.0.0.2' });
+  const redirecting = await receiver([302], { headers: { Location: target.url } });
+  const c = await s.newCustomer('redir');
+  const cAdmin = await s.newUser('admin', { customer: c.customer });
+  t.equal((await post(`${s.apiUrl}/api/webhooks`, cAdmin.jwt, { url: target.url })).status, 400, 'the target itself may not be registered');
+  const h = await post(`${s.apiUrl}/api/webhooks`, cAdmin.jwt, { url: redirecting.url });
+  t.equal(h.status, 201);
+  t.equal((await post(`${s.gatewayUrl}/api/ingest/${c.customer.slug}/r1/agent/heartbeat`, c.token, {})).status, 200);
+  const d = await eventually(async () => {
+    const r = await get(`${s.apiUrl}/api/webhooks/${h.body.id}/deliveries?state=failed`, cAdmin.jwt);
+    return r.body.items?.length === 1 ? r.body.items : null;
+  }, 20_000, 'failed delivery');
+  t.match(d[0], { to: 'red', state: 'failed', attempts: 4, last_status: 302, last_error: 'HTTP 302' });
+  t.equal(redirecting.got.length, 4, 'every attempt reached the registered receiver');
+  t.equal(target.got.length, 0, 'the redirect target got no request');
 });

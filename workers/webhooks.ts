@@ -4,13 +4,19 @@
 // `<webhook id>.<instance id>.<seq>`, so an event handed over twice (outbox redelivery) is queued
 // once. Every attempt is recorded in Postgres (webhook_deliveries, and the webhook's last success
 // or failure), which the api shows: GET /api/webhooks, GET /api/webhooks/{id}/deliveries.
+//
+// Every attempt goes through the egress policy (lib/egress.ts): the host is resolved, every address
+// checked (WEBHOOK_ALLOW_CIDRS), and the connection made to the checked addresses only; redirects
+// are not followed. What the customer sees of a failure is generic (`address not allowed`,
+// `timeout`, `connection refused`, `connection failed`, `HTTP <status>`); the reason is logged.
 import { Queue, Worker, type Job } from 'bullmq';
 import type { Redis } from '../lib/db/redis.js';
 import type { Pool, PoolClient } from '../lib/db/postgres.js';
 import type { Logger } from '../lib/log.js';
 import { QUEUES, bullPrefix } from '../lib/jobs.js';
 import { publicLightEvent, type LightEvent } from '../lib/traffic-light.js';
-import { signWebhook } from '../lib/webhooks.js';
+import { signatureHeaders } from '../lib/webhooks.js';
+import { EgressPolicy, egressPost } from '../lib/egress.js';
 import type { WebhookEnqueuer } from './traffic-light.js';
 
 export interface WebhookOptions {
@@ -18,6 +24,8 @@ export interface WebhookOptions {
   backoffMs: number;
   timeoutMs: number;
   concurrency: number;
+  /** WEBHOOK_ALLOW_CIDRS: internal addresses deliveries may reach after all. */
+  allowCidrs: string;
 }
 
 interface DeliveryJob {
@@ -33,6 +41,7 @@ export function webhookPayload(e: LightEvent) {
 export class Webhooks implements WebhookEnqueuer {
   private queue: Queue<DeliveryJob> | null = null;
   private worker: Worker<DeliveryJob> | null = null;
+  private readonly policy: EgressPolicy;
 
   constructor(
     private readonly connection: Redis,
@@ -40,7 +49,9 @@ export class Webhooks implements WebhookEnqueuer {
     private readonly pool: Pool,
     private readonly opts: WebhookOptions,
     private readonly log: Logger,
-  ) {}
+  ) {
+    this.policy = new EgressPolicy({ allowCidrs: opts.allowCidrs });
+  }
 
   async start(): Promise<void> {
     const prefix = bullPrefix(this.redisPrefix);
@@ -89,30 +100,28 @@ export class Webhooks implements WebhookEnqueuer {
     const attempt = Math.max(job.attemptsStarted, job.attemptsMade + 1);
     const body = JSON.stringify(webhookPayload(event));
     const ts = Math.floor(Date.now() / 1000);
-    let status: number | null = null;
-    let error: string | null = null;
-    try {
-      const res = await fetch(hook.url, {
-        method: 'POST',
-        headers: {
-          'Content-Type': 'application/json',
-          'User-Agent': 'fleet-ingest-webhook/1',
-          'X-Fleet-Event': 'light.changed',
-          'X-Fleet-Event-Id': event.id,
-          'X-Fleet-Delivery-Attempt': String(attempt),
-          'X-Fleet-Timestamp': String(ts),
-          'X-Fleet-Signature': signWebhook(hook.secret, ts, body),
-        },
-        body,
-        redirect: 'manual',
-        signal: AbortSignal.timeout(this.opts.timeoutMs),
-      });
-      status = res.status;
-      await res.arrayBuffer().catch(() => {});
-      if (!res.ok) error = `HTTP ${res.status}`;
-    } catch (e) {
-      const err = e as Error & { cause?: { code?: string; message?: string } };
-      error = err.name === 'TimeoutError' ? `no answer within ${this.opts.timeoutMs} ms` : `${err.cause?.code ?? err.cause?.message ?? err.message}`;
+    const r = await egressPost(this.policy, hook.url, {
+      headers: {
+        'Content-Type': 'application/json',
+        'User-Agent': 'fleet-ingest-webhook/1',
+        'X-Fleet-Event': 'light.changed',
+        'X-Fleet-Event-Id': event.id,
+        'X-Fleet-Delivery-Attempt': String(attempt),
+        ...signatureHeaders(hook.secret, event.id, ts, body),
+      },
+      body,
+      timeoutMs: this.opts.timeoutMs,
+    });
+    const { status, error } = r;
+    if (error !== null) {
+      // The reason (which address, which class, the socket error) is for operators only.
+      let host = '';
+      try {
+        host = new URL(hook.url).host;
+      } catch {
+        /* stored URLs are valid */
+      }
+      this.log.warn({ webhookId, customerId: event.customer_id, eventId: event.id, attempt, host, address: r.address, status, error, detail: r.detail }, 'webhook delivery failed');
     }
     const final = error === null || attempt >= this.opts.attempts;
     const state = error === null ? 'delivered' : final ? 'failed' : 'retrying';

@@ -1,10 +1,12 @@
-// Login and logout. Failed logins are counted in Redis per account and per client address (so the
+// Login and logout. Passwords are checked with scrypt (lib/accounts.ts); an unknown account is
+// checked against a dummy hash of the same cost, and a hash with older parameters is upgraded at a
+// successful login. Failed logins are counted in Redis per account and per client address (so the
 // limit holds across api replicas); over the limit: 429 with Retry-After, even for the right
 // password, until the window has passed.
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { ApiDeps } from '../server.js';
 import { HttpError, badRequest } from '../../lib/errors.js';
-import { findUserByLogin, verifyPassword, defaultCustomer, DUMMY_HASH } from '../../lib/accounts.js';
+import { findUserByLogin, verifyPassword, rehashPassword, defaultCustomer, DUMMY_HASH } from '../../lib/accounts.js';
 import { SESSION_COOKIE } from '../session.js';
 
 export function authHandlers(d: ApiDeps) {
@@ -44,6 +46,10 @@ export function authHandlers(d: ApiDeps) {
         throw new HttpError(401, 'wrong e-mail address, user name or password');
       }
       await d.redis.del(keys[0]![0]);
+      // A hash made with older scrypt parameters is replaced now that the password is known.
+      await rehashPassword(d.pool, user.id, b.password, user.password_hash)
+        .then((done) => done && d.log.info({ userId: user.id }, 'password hash upgraded to the current scrypt parameters'))
+        .catch((e) => d.log.warn({ err: e, userId: user.id }, 'password rehash failed; the old hash stays'));
       const customer = await defaultCustomer(d.pool, user.id);
       const { token, expiresAt } = await d.sessions.issue({ sub: user.id, email: user.email, is_system_admin: user.is_system_admin, cid: customer?.id ?? null });
       setSessionCookie(reply, token, d.sessions.ttlS, cfg.cookieSecure);

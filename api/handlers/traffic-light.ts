@@ -66,6 +66,11 @@ export function trafficLightHandlers(d: ApiDeps) {
         throw new HttpError(503, `too many live streams on this api replica (${d.lights.maxClients}); retry later`, { retryAfterS: 5 });
       }
       reply.hijack();
+      // The stream writes a keep-alive comment every SSE_KEEPALIVE_S; the idle timeout
+      // (API_IDLE_TIMEOUT_MS) must not cut a quiet stream, only one whose writes have stalled (a
+      // client that stopped reading). Node's request timeout does not apply: the request is complete.
+      const idle = d.cfg.api.idleTimeoutMs;
+      req.raw.socket.setTimeout(idle > 0 ? Math.max(idle, d.cfg.api.sseKeepaliveS * 2000 + 5000) : 0);
       d.lights.open(p.customerId, reply.raw);
     },
   };

@@ -1,11 +1,14 @@
 // Webhooks of the caller's customer (admin role): create, list, delete, and their deliveries.
 // The worker side (signing, delivery, retries) is workers/webhooks.ts; the signature lib/webhooks.ts.
+// A URL is checked against the egress policy (lib/egress.ts) here and again at every delivery: here
+// so that an internal target is refused at once, there because DNS can change in between.
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { ApiDeps } from '../server.js';
 import { principal } from '../auth.js';
 import { HttpError, badRequest, notFound } from '../../lib/errors.js';
 import { withTx } from '../../lib/db/postgres.js';
-import { newWebhookSecret } from '../../lib/webhooks.js';
+import { newWebhookSecret, secretProblem } from '../../lib/webhooks.js';
+import { EgressPolicy, EgressRefused, EgressUrlError, NOT_ALLOWED } from '../../lib/egress.js';
 
 const iso = (d: Date | null) => (d ? d.toISOString() : null);
 
@@ -25,20 +28,35 @@ function toWebhook(r: any) {
   };
 }
 
-function checkUrl(raw: string): string {
-  let u: URL;
-  try {
-    u = new URL(raw);
-  } catch {
-    throw badRequest('url is not a valid absolute URL');
-  }
-  if (u.protocol !== 'http:' && u.protocol !== 'https:') throw badRequest('url must be http:// or https://');
-  if (u.username || u.password) throw badRequest('url must not carry credentials; the signature authenticates the sender');
-  return u.toString();
-}
-
 export function webhookHandlers(d: ApiDeps) {
   const max = d.cfg.webhooks.maxPerCustomer;
+  const policy = new EgressPolicy({ allowCidrs: d.cfg.webhooks.allowCidrs });
+
+  /**
+   * 400 for a URL that is not http(s), carries credentials, names a refused address or metadata
+   * host, or whose host name resolves to any refused address. One detail for every refusal, so the
+   * answer does not tell what is behind an internal name; the reason goes to the log. A name that
+   * does not resolve now is accepted: every delivery resolves and checks it again.
+   */
+  async function checkUrl(raw: string, customerId: string): Promise<string> {
+    let u: URL;
+    try {
+      u = EgressPolicy.parseUrl(raw);
+    } catch (e) {
+      if (e instanceof EgressUrlError) throw badRequest(e.message);
+      throw e;
+    }
+    try {
+      await policy.resolve(u);
+    } catch (e) {
+      if (e instanceof EgressRefused) {
+        d.log.info({ customerId, host: u.host, reason: e.reason }, 'webhook url refused by the egress policy');
+        throw badRequest(`url: ${NOT_ALLOWED}; webhooks must point to public internet addresses`);
+      }
+      d.log.info({ customerId, host: u.host, err: (e as Error).message }, 'webhook host does not resolve now; accepted, checked again at each delivery');
+    }
+    return u.toString();
+  }
 
   async function own(customerId: string, id: string): Promise<void> {
     const r = await d.pool.query('SELECT 1 FROM webhooks WHERE customer_id = $1 AND id = $2', [customerId, id]);
@@ -55,7 +73,11 @@ export function webhookHandlers(d: ApiDeps) {
     async create_webhook(req: FastifyRequest, reply: FastifyReply) {
       const p = principal(req);
       const b = req.body as { url: string; secret?: string; description?: string };
-      const url = checkUrl(b.url);
+      if (b.secret !== undefined) {
+        const problem = secretProblem(b.secret);
+        if (problem) throw badRequest(problem);
+      }
+      const url = await checkUrl(b.url, p.customerId);
       const secret = b.secret ?? newWebhookSecret();
       const row = await withTx(d.pool, async (c) => {
         // One creation at a time per customer, so the limit holds under concurrent requests.
