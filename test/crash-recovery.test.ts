@@ -8,12 +8,21 @@ import { OwnNats, freePort } from './helpers/nats-server.js';
 import { OwnPostgres } from './helpers/postgres-server.js';
 
 const nats = new OwnNats(await freePort());
-await nats.start();
 const pgServer = new OwnPostgres(await freePort());
+// Registered first, run last (tap runs teardowns in the order they were added; the stack's own
+// comes after): the servers go even when a start-up step below fails.
+let stackUp = false;
+t.teardown(async () => {
+  if (!stackUp) {
+    await nats.destroy();
+    await pgServer.destroy();
+  }
+});
+await nats.start();
 await pgServer.start();
 const workerPort = await freePort();
 const s = await testStack(t, 'crashes', { natsUrl: nats.url, pgUrl: pgServer.url(), api: false, worker: false, env: { ACK_WAIT_S: '5', WORKER_HTTP_PORT: String(workerPort) } });
-// After the stack's own teardown (tap runs teardowns in the order they were added).
+stackUp = true;
 t.teardown(async () => {
   await nats.destroy();
   await pgServer.destroy();

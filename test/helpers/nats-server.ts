@@ -1,7 +1,8 @@
 // A NATS server of a test's own, for tests that stop and restart it.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
-import { createServer, connect } from 'node:net';
+import { createServer, connect as tcpConnect } from 'node:net';
+import { connect } from 'nats';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
@@ -17,7 +18,7 @@ export async function freePort(): Promise<number> {
 
 function probe(port: number): Promise<boolean> {
   return new Promise((resolve) => {
-    const s = connect(port, '127.0.0.1');
+    const s = tcpConnect(port, '127.0.0.1');
     s.on('data', () => {
       s.destroy();
       resolve(true);
@@ -42,10 +43,25 @@ export class OwnNats {
   async start(): Promise<void> {
     this.child = spawn('nats-server', ['-a', '127.0.0.1', '-p', String(this.port), '-js', '-sd', this.dir], { stdio: 'ignore' });
     for (let i = 0; i < 100; i++) {
-      if (await probe(this.port)) return;
+      if (await probe(this.port)) break;
+      if (i === 99) throw new Error('own nats-server did not start');
       await new Promise((r) => setTimeout(r, 100));
     }
-    throw new Error('own nats-server did not start');
+    // The port answers before JetStream does (it recovers its store first, slowly on a busy machine).
+    const nc = await connect({ servers: this.url, reconnect: false });
+    try {
+      for (let i = 0; ; i++) {
+        try {
+          await (await nc.jetstreamManager({ timeout: 2000 })).getAccountInfo();
+          return;
+        } catch (e) {
+          if (i >= 30) throw e;
+          await new Promise((r) => setTimeout(r, 200));
+        }
+      }
+    } finally {
+      await nc.close();
+    }
   }
 
   async stop(): Promise<void> {
