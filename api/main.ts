@@ -1,7 +1,7 @@
 // Read-API process: dashboard, auth and queries, apart from the ingest path. Reads top-down:
 // config -> Postgres, ClickHouse, Redis, NATS (in the background) -> Fastify app from the route
 // table -> listen -> graceful close.
-import { loadConfig } from '../lib/config.js';
+import { configOrExit } from '../lib/config.js';
 import { shutdownDeadline, drainNats } from '../lib/shutdown.js';
 import { createLogger } from '../lib/log.js';
 import { createMetrics } from '../lib/metrics.js';
@@ -16,7 +16,7 @@ import { ArtifactStore } from '../lib/artifacts.js';
 import { subjects } from '../lib/messages.js';
 import { CommandHints } from '../lib/commands.js';
 
-const cfg = loadConfig();
+const cfg = configOrExit('api');
 let closing = false;
 const log = createLogger('api', cfg.logLevel);
 const metrics = createMetrics('api');

@@ -12,7 +12,7 @@ import type { Socket } from 'node:net';
 import { STATUS_CODES } from 'node:http';
 import cookie from '@fastify/cookie';
 import { HttpError } from '../lib/errors.js';
-import { routesOf, colonPath, pathRegex, checkHandlers } from '../lib/routes.js';
+import { routesOf, colonPath, checkHandlers, allowedMethods } from '../lib/routes.js';
 import { toFieldErrors } from '../lib/validation.js';
 import { resolvePrincipal, authorise } from './auth.js';
 import type { Sessions } from './session.js';
@@ -103,7 +103,8 @@ export async function buildApi(d: ApiDeps): Promise<FastifyInstance> {
     // One line per request would drown the useful logs; api_responses_total counts them instead.
     logController: new LogController({ disableRequestLogging: true }),
     bodyLimit: 1024 * 1024,
-    trustProxy: d.cfg.api.trustProxy,
+    // The same rule as the gateway's (lib/client-address.ts): right-most untrusted X-Forwarded-For entry.
+    trustProxy: d.cfg.trustProxy ?? false,
     ajv: { customOptions: { coerceTypes: 'array', removeAdditional: false, allErrors: true } },
     ...serverTimeouts(d.cfg.api),
     clientErrorHandler: clientErrorHandler(d.cfg.api.requestTimeoutMs),
@@ -166,10 +167,10 @@ export async function buildApi(d: ApiDeps): Promise<FastifyInstance> {
     });
   }
 
-  const patterns = table.map((r) => ({ re: pathRegex(r.path), method: r.method }));
+  const methodsOn = allowedMethods('api');
   app.setNotFoundHandler((req, reply) => {
     const path = req.url.split('?')[0]!;
-    const allowed = [...new Set(patterns.filter((p) => p.re.test(path)).map((p) => p.method))];
+    const allowed = methodsOn(path);
     if (allowed.length) return reply.code(405).header('Allow', allowed.join(', ')).send({ detail: `method ${req.method} not allowed here; use ${allowed.join(', ')}` });
     return reply.code(404).send({ detail: `no such endpoint: ${path.slice(0, 200)}` });
   });

@@ -8,7 +8,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdirSync, writeFileSync, rmSync } from 'node:fs';
 import { join, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { loadConfig, type Config } from '../lib/config.js';
+import { configOrExit, type Config } from '../lib/config.js';
 import { migrate } from '../lib/db/migrate.js';
 import { connectNats, ensureStreams } from '../lib/db/nats.js';
 import { createPool } from '../lib/db/postgres.js';
@@ -48,7 +48,7 @@ function useDefaults(kind: 'test' | 'bench'): void {
 
 /** A throw-away stack: the four servers started empty under DATA_DIR. */
 async function freshServers(fast: boolean): Promise<{ cfg: Config; servers: LocalServer[] }> {
-  const cfg = loadConfig();
+  const cfg = configOrExit('stack');
   for (const sub of ['nats', 'redis', 'postgres', 'clickhouse']) rmSync(join(cfg.dataDir, sub), { recursive: true, force: true });
   mkdirSync(cfg.dataDir, { recursive: true });
   const servers = await startLocalServers(cfg, log, { fast });
@@ -163,7 +163,7 @@ async function stop(m: Managed, ms: number): Promise<void> {
 }
 
 async function start(): Promise<void> {
-  const cfg = loadConfig();
+  const cfg = configOrExit('stack');
   mkdirSync(cfg.dataDir, { recursive: true });
   const servers = await startLocalServers(cfg, log);
   let apps: Managed[] = [];
@@ -189,9 +189,9 @@ async function start(): Promise<void> {
     await stopServers(servers, log);
     process.exit(1);
   }
-  const workers = Math.max(1, Number(process.env.WORKERS ?? 1));
+  const workers = cfg.worker.processes;
   // Every worker has its own /healthz, /readyz and /metrics: worker i on WORKER_HTTP_PORT + i.
-  const workerPort = Number(process.env.WORKER_HTTP_PORT || 8082);
+  const workerPort = process.env.WORKER_HTTP_PORT ? cfg.worker.httpPort : 8082;
   apps = [
     { name: 'gateway', script: 'gateway/main.js', env: {} },
     ...Array.from({ length: workers }, (_, i) => ({
@@ -250,7 +250,7 @@ async function bench(args: string[]): Promise<void> {
 }
 
 async function serversOnly(): Promise<void> {
-  const cfg = loadConfig();
+  const cfg = configOrExit('stack');
   const servers: LocalServer[] = await startLocalServers(cfg, log);
   await prepare(cfg);
   log('servers up; Ctrl-C stops them');

@@ -2,7 +2,7 @@
 // config -> uWS (native or refuse) -> Postgres (tokens) -> NATS (stream) -> routes -> listen ->
 // graceful shutdown (stop accepting, settle every report in flight, drain NATS, exit).
 import { Events } from 'nats';
-import { loadConfig } from '../lib/config.js';
+import { configOrExit } from '../lib/config.js';
 import { shutdownDeadline, drainNats } from '../lib/shutdown.js';
 import { createLogger } from '../lib/log.js';
 import { createMetrics } from '../lib/metrics.js';
@@ -20,7 +20,7 @@ import { createRedis } from '../lib/db/redis.js';
 import { ArtifactStore } from '../lib/artifacts.js';
 import { PendingCommands } from './pending-commands.js';
 
-const cfg = loadConfig();
+const cfg = configOrExit('gateway');
 const log = createLogger('gateway', cfg.logLevel);
 
 let uwsLoaded;

@@ -1,8 +1,9 @@
 // One HTTP request on uWS, and the rules for touching it: everything needed from the request is
 // copied before any await (uWS reuses it), onData chunks are copied before being kept, onAborted is
 // always registered and nothing is written after an abort, and every write happens inside cork().
-import type { HttpResponse } from './uws.js';
+import type { HttpResponse, HttpRequest } from './uws.js';
 import { HttpError, statusLine } from '../lib/errors.js';
+import { clientAddress, type TrustProxy } from '../lib/client-address.js';
 
 /**
  * Strings handed to uWS are converted to bytes on every call; pre-encoded bytes are not. Measured
@@ -50,7 +51,9 @@ export class Ctx {
     readonly res: HttpResponse,
     readonly method: string,
     readonly path: string,
+    /** X-Forwarded-For as received ('' when no proxy is trusted: it is not even read). */
     readonly forwardedFor: string,
+    private readonly trust: TrustProxy = null,
   ) {
     res.onAborted(() => {
       this.aborted = true;
@@ -64,15 +67,15 @@ export class Ctx {
     f?.();
   }
 
-  /** The client's address: X-Forwarded-For's first hop when the proxy is trusted, else the peer. */
+  /** The client's address: the peer, or behind trusted proxies the right-most untrusted X-Forwarded-For entry (lib/client-address.ts). */
   remote(): string {
     if (this.remoteText !== null) return this.remoteText;
-    if (this.forwardedFor) this.remoteText = this.forwardedFor.split(',')[0]!.trim();
-    else if (!this.aborted && !this.done) this.remoteText = Buffer.from(this.res.getRemoteAddressAsText()).toString();
-    else this.remoteText = '';
+    const peer = !this.aborted && !this.done ? Buffer.from(this.res.getRemoteAddressAsText()).toString() : '';
+    this.remoteText = clientAddress(peer, this.forwardedFor, this.trust);
     return this.remoteText;
   }
 
+  /** `close`: close the connection once the answer is sent. */
   send(status: number, body: string | Uint8Array, headers?: Record<string, string>, close = false): void {
     if (this.aborted || this.done) return;
     this.done = true;
@@ -87,10 +90,10 @@ export class Ctx {
   }
 
   sendError(err: HttpError): void {
-    const headers = err.retryAfterS ? { 'Retry-After': String(err.retryAfterS) } : undefined;
-    // A body we refused to read (413) or could not finish (408): close, so the connection does
-    // not go on carrying the rest of it.
-    this.send(err.status, err.body(), headers, err.status === 413 || err.status === 408);
+    const headers: Record<string, string> | undefined = err.retryAfterS ? { 'Retry-After': String(err.retryAfterS) } : err.allow ? { Allow: err.allow.join(', ') } : undefined;
+    // A body we refused to read (413) or could not finish (408), or framing we cannot trust (400
+    // on conflicting lengths): close, so the connection does not go on carrying the rest of it.
+    this.send(err.status, err.body(), headers, err.status === 413 || err.status === 408 || err.close === true);
   }
 }
 
@@ -115,4 +118,49 @@ export function readBody(ctx: Ctx, limit: number, onBody: (body: Buffer) => void
       onBody(body);
     }
   });
+}
+
+/**
+ * Why the request's Content-Length headers cannot be trusted, or null. uWS frames the body by the
+ * first one; a second that differs is request smuggling (RFC 9112 §6.3: 400 and close). One walk
+ * over the header list; identical repeats are one length.
+ */
+export function conflictingLength(req: HttpRequest): string | null {
+  let first: string | null = null;
+  let conflict = false;
+  req.forEach((k, v) => {
+    if (k !== 'content-length') return;
+    for (const part of v.split(',')) {
+      const x = part.trim();
+      if (first === null) first = x;
+      else if (x !== first) conflict = true;
+    }
+  });
+  return conflict ? 'conflicting Content-Length headers' : null;
+}
+
+// A connection whose framing cannot be trusted is answered 400 and closed, but uWS has already
+// parsed whatever else arrived with it and dispatches it, synchronously, as the next request: the
+// smuggled one. It is recognised by arriving from the same peer in the same turn of the event loop
+// (the set is emptied at the next turn) and closed without an answer, one turn later so that the
+// 400 before it is sent first. Another connection from the same address in that same turn (behind a
+// proxy) is closed too: it was not acknowledged, and its client retries.
+const quarantined = new Set<string>();
+const peerOf = (res: HttpResponse) => Buffer.from(res.getRemoteAddressAsText()).toString();
+
+export function quarantine(res: HttpResponse): void {
+  if (quarantined.size === 0) setImmediate(() => quarantined.clear());
+  quarantined.add(peerOf(res));
+}
+
+/** Wraps a route handler: a request dispatched right behind a framing violation is never served. */
+export function unlessQuarantined<H extends (res: HttpResponse, req: HttpRequest) => void>(h: H): H {
+  return ((res: HttpResponse, req: HttpRequest) => {
+    if (quarantined.size === 0 || !quarantined.has(peerOf(res))) return h(res, req);
+    let gone = false;
+    res.onAborted(() => (gone = true));
+    setImmediate(() => {
+      if (!gone) res.close();
+    });
+  }) as H;
 }

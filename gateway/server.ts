@@ -3,6 +3,7 @@
 // JSON (400), schema (422), then one report handed to the publisher and answered when JetStream has
 // stored it (200), or 503. Every refusal is answered `{"detail"}` and goes to the rejection log.
 import { randomUUID } from 'node:crypto';
+import { isUtf8 } from 'node:buffer';
 import type { TemplatedApp, HttpResponse, HttpRequest } from './uws.js';
 import type { Config } from '../lib/config.js';
 import type { Logger } from '../lib/log.js';
@@ -10,11 +11,11 @@ import type { Metrics } from '../lib/metrics.js';
 import { HttpError, badRequest, forbidden, unprocessable, statusLine } from '../lib/errors.js';
 import { isSlug, isUuid, uuidFromName } from '../lib/ids.js';
 import { encodeReport } from '../lib/messages.js';
-import { routesOf, colonPath, pathRegex, checkHandlers, type RouteSpec } from '../lib/routes.js';
+import { routesOf, colonPath, checkHandlers, allowedMethods } from '../lib/routes.js';
 import type { Validator } from '../lib/validation.js';
 import { SNAPSHOT_MAX_BYTES, type ReportKind } from '../lib/schemas/ingest.js';
 import { reportChecker, type ReportChecker, type CheckedKind } from '../lib/report-check.js';
-import { Ctx, readBody, H } from './request.js';
+import { Ctx, readBody, H, conflictingLength, quarantine, unlessQuarantined } from './request.js';
 import type { TokenCache, TokenInfo } from './token-cache.js';
 import type { BatchPublisher } from './publisher.js';
 import type { RejectionLog } from './rejection-log.js';
@@ -148,7 +149,7 @@ export function registerRoutes(app: TemplatedApp, d: GatewayDeps): void {
     const validate = route.validate ?? schemaOf(checker, kind as CheckedKind);
     return (res, req) => {
       // Copy what we need from req now: uWS reuses it once this function returns.
-      const ctx = new Ctx(res, 'POST', req.getUrl(), cfg.gateway.trustProxy ? req.getHeader(H.forwardedFor) : '');
+      const ctx = new Ctx(res, 'POST', req.getUrl(), cfg.trustProxy ? req.getHeader(H.forwardedFor) : '', cfg.trustProxy);
       const customer = req.getParameter(0)!;
       const machine = req.getParameter(1)!;
       const software = route.software ?? req.getParameter(2)!;
@@ -157,7 +158,14 @@ export function registerRoutes(app: TemplatedApp, d: GatewayDeps): void {
       const contentType = req.getHeader(H.contentType);
       const contentLength = req.getHeader(H.contentLength);
       const idemKey = req.getHeader(H.idempotencyKey);
+      // uWS frames the body by the first Content-Length; a second one that differs is a request
+      // smuggling attempt (RFC 9112 §6.3): refuse it and close, so the rest is never read as a request.
+      const framing = conflictingLength(req);
 
+      if (framing) {
+        quarantine(res);
+        return reject(ctx, kind, new HttpError(400, framing, { close: true }));
+      }
       const gate = begin(ctx, kind, { customer, machine, software }, authorization);
       if (gate === null) return;
       const { bearer, known } = gate;
@@ -203,6 +211,8 @@ export function registerRoutes(app: TemplatedApp, d: GatewayDeps): void {
         if (ctx.done) return;
         let data: unknown = {};
         if (raw.length > 0) {
+          // JSON is UTF-8 (RFC 8259); decoding would turn bad bytes into U+FFFD and store that.
+          if (!isUtf8(raw)) return reject(ctx, kind, badRequest('the body is not valid UTF-8'), tok);
           try {
             data = JSON.parse(raw.toString('utf8'));
           } catch (e) {
@@ -328,25 +338,24 @@ export function registerRoutes(app: TemplatedApp, d: GatewayDeps): void {
   const table = routesOf('gateway');
   checkHandlers('gateway', handlers);
   for (const r of table) {
-    const h = handlers[r.operationId]!;
+    const h = unlessQuarantined(handlers[r.operationId]!);
     const path = colonPath(r.path);
     if (r.method === 'GET') app.get(path, h);
     else if (r.method === 'POST') app.post(path, h);
     else if (r.method === 'PUT') app.put(path, h);
     else app.del(path, h);
   }
-  app.any('/*', notFoundOrMethod(table, (ctx, err) => (ctx.path.startsWith('/api/ingest') ? reject(ctx, 'unknown', err) : ctx.sendError(err))));
+  app.any('/*', unlessQuarantined(notFoundOrMethod((ctx, err) => (ctx.path.startsWith('/api/ingest') ? reject(ctx, 'unknown', err) : ctx.sendError(err)))));
 }
 
-/** 404 for an unknown path, 405 (with Allow) for a known path and the wrong method. */
-function notFoundOrMethod(table: RouteSpec[], respond: (ctx: Ctx, err: HttpError) => void): Handler {
-  const patterns = table.map((r) => ({ re: pathRegex(r.path), method: r.method }));
+/** 404 for an unknown path, 405 with `Allow` for a known path and the wrong method (lib/routes.ts). */
+function notFoundOrMethod(respond: (ctx: Ctx, err: HttpError) => void): Handler {
+  const methodsOn = allowedMethods('gateway');
   return (res, req) => {
     const ctx = new Ctx(res, req.getCaseSensitiveMethod(), req.getUrl(), '');
-    const allowed = patterns.filter((p) => p.re.test(ctx.path)).map((p) => p.method);
+    const allowed = methodsOn(ctx.path);
     if (allowed.length === 0) return respond(ctx, new HttpError(404, `no such endpoint: ${ctx.path.slice(0, 200)}`));
-    const err = new HttpError(405, `method ${ctx.method} not allowed here; use ${[...new Set(allowed)].join(', ')}`);
-    respond(ctx, err);
+    respond(ctx, new HttpError(405, `method ${ctx.method} not allowed here; use ${allowed.join(', ')}`, { allow: allowed }));
   };
 }
 

@@ -1,210 +1,396 @@
-// The one module that reads the environment. Every process takes its settings from here; the
-// README's configuration table lists the same variables with the same defaults.
+// The one module that reads the environment. Every setting is declared once, in `Settings` (a
+// TypeBox schema: type, bounds, default, meaning), validated when a process starts: a bad value
+// stops it with one line per variable, naming the variable, its value and what is allowed
+// (`GATEWAY_PORT="99999": must be an integer from 0 to 65535`). The README's configuration table
+// lists the same variables with the same defaults (test/config.test.ts keeps them in step).
 import { resolve } from 'node:path';
+import { Type, type TSchema, type Static } from '@sinclair/typebox';
+import { Ajv } from 'ajv';
+import { compileTrust, type TrustProxy } from './client-address.js';
 
-function str(name: string, fallback: string): string {
-  const v = process.env[name];
-  return v === undefined || v === '' ? fallback : v;
+const MAX = Number.MAX_SAFE_INTEGER;
+const Int = (dflt: number, min: number, max: number, description: string) => Type.Integer({ default: dflt, minimum: min, maximum: max, description });
+const Port = (dflt: number, description: string) => Int(dflt, 0, 65535, description);
+/** A count or a duration that must be at least 1. */
+const Pos = (dflt: number, description: string, max = MAX) => Int(dflt, 1, max, description);
+/** 0 has a meaning (off, no limit). */
+const Nat = (dflt: number, description: string, max = MAX) => Int(dflt, 0, max, description);
+const Bool = (dflt: boolean, description: string) => Type.Boolean({ default: dflt, description });
+const Str = (dflt: string, description: string, opts: { pattern?: string; minLength?: number; allowed?: string } = {}) =>
+  Type.String({ default: dflt, description, ...opts });
+/** Derived from other settings when unset (the default says how). */
+const Derived = (description: string, opts: { pattern?: string; allowed?: string } = {}) => Type.Optional(Type.String({ description, minLength: 1, ...opts }));
+const Enum = <T extends string>(values: readonly T[], dflt: T, description: string) => Type.Union(values.map((v) => Type.Literal(v)), { default: dflt, description });
+
+const HOST = { minLength: 1, allowed: 'a host name or address' };
+const NAME = { pattern: '^[A-Za-z0-9_-]{1,64}$', allowed: 'letters, digits, _ and -, 1 to 64 characters' };
+const URL_LIST = (schemes: string) => ({ pattern: `^(${schemes})://[^\\s,]+(,(${schemes})://[^\\s,]+)*$`, allowed: `${schemes.replace(/\|/g, ' or ')} URLs` });
+
+/** Every setting: environment variable -> type, bounds, default, meaning. */
+export const Settings = Type.Object({
+  DATA_DIR: Str('.data', 'data of the project-local servers, demo-token', HOST),
+  NATS_PORT: Port(14222, 'project-local nats-server'),
+  REDIS_PORT: Port(16379, 'project-local redis-server'),
+  PG_PORT: Port(15432, 'project-local PostgreSQL'),
+  CLICKHOUSE_HTTP_PORT: Port(18123, 'project-local ClickHouse, HTTP'),
+  CLICKHOUSE_TCP_PORT: Port(19000, 'project-local ClickHouse, native protocol'),
+  NATS_URL: Derived('NATS (comma-separated for a cluster); default nats://127.0.0.1:$NATS_PORT', URL_LIST('nats|tls')),
+  DATABASE_URL: Derived('PostgreSQL; default postgres://postgres@127.0.0.1:$PG_PORT/fleet', { pattern: '^postgres(ql)?://\\S+$', allowed: 'a postgres:// URL' }),
+  REDIS_URL: Derived('Redis; default redis://127.0.0.1:$REDIS_PORT/0', { pattern: '^rediss?://\\S+$', allowed: 'a redis:// or rediss:// URL' }),
+  CLICKHOUSE_URL: Derived('ClickHouse HTTP interface; default http://127.0.0.1:$CLICKHOUSE_HTTP_PORT', { pattern: '^https?://\\S+$', allowed: 'an http:// or https:// URL' }),
+  CLICKHOUSE_DB: Str('fleet', 'ClickHouse database', { pattern: '^[A-Za-z_][A-Za-z0-9_]{0,63}$', allowed: 'a ClickHouse identifier' }),
+  CLICKHOUSE_USER: Str('default', 'ClickHouse login', { minLength: 1 }),
+  CLICKHOUSE_PASSWORD: Str('', 'ClickHouse password'),
+  STREAM_NAME: Str('INGEST', 'JetStream stream (names on shared servers)', NAME),
+  SUBJECT_PREFIX: Str('ingest', 'NATS subject prefix', { pattern: '^[A-Za-z0-9_-]+(\\.[A-Za-z0-9_-]+)*$', allowed: 'NATS subject tokens (letters, digits, _ and -) joined by dots' }),
+  REDIS_PREFIX: Str('fleet:', 'Redis key prefix', { minLength: 1 }),
+  STREAM_MAX_BYTES: Pos(8 * 1024 ** 3, 'stream size; when full, ingest answers 503'),
+  STREAM_REPLICAS: Int(1, 1, 5, 'JetStream replicas (3 on a NATS cluster)'),
+
+  GATEWAY_HOST: Str('127.0.0.1', 'gateway listen address', HOST),
+  GATEWAY_PORT: Port(8080, 'gateway listen port (0 = any free port)'),
+  UWS_ALLOW_FALLBACK: Bool(false, "let the gateway run on uWS's slow pure-JS fallback"),
+  TRUST_PROXY: Str('', 'the proxies in front (docs/operations.md "Security"): a number of hops, or their addresses (CIDRs, loopback, linklocal, uniquelocal); empty: none', {
+    allowed: 'empty, a number of proxy hops (e.g. 1), or comma-separated proxy addresses or CIDRs',
+  }),
+  BODY_TIMEOUT_MS: Pos(30_000, 'a body not complete this long after the headers: 408'),
+  BODY_LIMIT_BYTES: Int(1024 * 1024, 1024, 64 * 1024 * 1024, 'request body limit (413 above)'),
+  // Diagnostic items are numbered in a UInt16 column.
+  MAX_ITEMS: Int(1000, 1, 65535, 'diagnostics items, or host-metric records, per request'),
+  RATE_LIMIT_PER_S: Pos(1000, 'per token and gateway replica (429 above)'),
+  RATE_LIMIT_BURST: Pos(2000, 'burst of the per-token rate'),
+  REJECTION_LOG_RATE_PER_S: Pos(20, 'rejection-log rows per source address and second; the rest is counted'),
+  REJECTION_LOG_BURST: Pos(100, 'burst of the rejection-log rate'),
+  PUBLISH_TIMEOUT_MS: Pos(5000, 'wait for a PubAck before answering 503'),
+  PUBLISH_MAX_REPORTS: Int(512, 1, 100_000, 'reports per JetStream publish'),
+  PUBLISH_MAX_BYTES: Int(512 * 1024, 1024, 64 * 1024 * 1024, 'bytes per JetStream publish'),
+  PUBLISH_MAX_INFLIGHT: Int(8, 1, 1024, 'publishes a gateway waits on at once'),
+  SHUTDOWN_GRACE_MS: Nat(10_000, 'on SIGTERM, how long the gateway waits for reports in flight'),
+
+  WORKERS: Int(1, 1, 64, 'worker processes `npm start` runs'),
+  WORKER_HTTP_PORT: Port(0, 'worker /healthz, /readyz and /metrics (0 = off; under npm start 8082, worker i on 8082 + i)'),
+  WORKER_HTTP_HOST: Str('127.0.0.1', 'address of the worker endpoints', HOST),
+  WORKER_STALL_TIMEOUT_MS: Pos(30_000, 'messages pending while a worker waited this long for one: a stall'),
+  WORKER_HEALTH_INTERVAL_MS: Pos(2000, "how often a worker's /readyz asks Postgres, ClickHouse and Redis"),
+  CONSUMER_NAME: Str('workers', 'the durable consumer all workers share', NAME),
+  WORKER_BATCH_MESSAGES: Int(256, 1, 100_000, 'messages per worker batch'),
+  WORKER_BATCH_BYTES: Int(16 * 1024 * 1024, 1024, 1024 ** 3, 'bytes per worker batch'),
+  WORKER_BATCH_WAIT_MS: Nat(50, 'how long a worker gathers a batch'),
+  WORKER_CONCURRENCY: Int(2, 1, 64, 'batches one worker applies at once'),
+  ACK_WAIT_S: Pos(30, 'unacked messages are redelivered after this'),
+  WORKER_MAX_DELIVER: Int(5, 1, 1000, 'deliveries before a report failing for an unknown reason is dead-lettered'),
+
+  API_HOST: Str('127.0.0.1', 'read API listen address', HOST),
+  API_PORT: Port(8081, 'read API listen port (0 = any free port)'),
+  JWT_SECRET: Str('', 'HS256 key of dashboard sessions; the same on every api replica (npm start generates one)', {
+    pattern: '^$|^.{32,}$',
+    allowed: 'empty (a random key per process) or at least 32 characters',
+  }),
+  JWT_TTL_S: Pos(12 * 3600, 'session lifetime'),
+  COOKIE_SECURE: Bool(false, 'mark the session cookie Secure (set it behind TLS)'),
+  LOGIN_MAX_FAILURES_PER_ACCOUNT: Pos(5, 'failed logins per account before 429'),
+  LOGIN_MAX_FAILURES_PER_ADDRESS: Pos(20, 'failed logins per client address before 429'),
+  LOGIN_WINDOW_S: Pos(900, 'window of the failed-login counts'),
+  PUBLIC_API_URL: Str('/', 'the api server /openapi.json names (/ = where the document came from)', { pattern: '^(/|https?://\\S+)$', allowed: '/ or an http(s) URL' }),
+  PUBLIC_GATEWAY_URL: Derived('the gateway server /openapi.json names; default http://$GATEWAY_HOST:$GATEWAY_PORT', { pattern: '^https?://\\S+$', allowed: 'an http(s) URL' }),
+  WHITELIST_MAX_RULES: Pos(1000, 'whitelist rules per customer (409 above)'),
+  SSE_KEEPALIVE_S: Pos(15, 'live stream keep-alive comment'),
+  SSE_MAX_CLIENTS: Pos(10_000, 'open live streams per api replica (503 above)'),
+  API_REQUEST_TIMEOUT_MS: Pos(30_000, "a request's headers and body must arrive within this (408)"),
+  API_IDLE_TIMEOUT_MS: Pos(60_000, 'a connection with a request in progress may be silent this long'),
+  API_KEEPALIVE_TIMEOUT_MS: Pos(72_000, 'an idle keep-alive connection stays open this long'),
+
+  LIGHT_EXPIRY_LISTENER: Bool(true, 'workers listen for Redis expired-key events (off: only the sweep makes red)'),
+  LIGHT_SWEEP_INTERVAL_MS: Pos(5000, 'how often the sweep repairs missed expiry events'),
+  LIGHT_SWEEP_BATCH: Pos(5000, 'instances per traffic-light transaction'),
+  WEBHOOK_ATTEMPTS: Int(10, 1, 100, 'deliveries of one event before it is failed'),
+  WEBHOOK_BACKOFF_MS: Pos(1000, 'first retry delay, doubled each time'),
+  WEBHOOK_TIMEOUT_MS: Pos(10_000, 'per delivery attempt'),
+  WEBHOOK_CONCURRENCY: Int(16, 1, 1000, 'deliveries in flight per worker'),
+  WEBHOOKS_PER_CUSTOMER: Pos(10, 'webhooks a customer may register'),
+  WEBHOOK_ALLOW_CIDRS: Str('', 'internal addresses webhooks may reach after all (comma-separated CIDRs)'),
+  CACHE_REFRESH_MS: Pos(1000, 'how often gateways re-read tokens and help-text coverage, workers the whitelist'),
+  LICENCE_SWEEP_MS: Pos(60_000, 'how often one worker re-checks device counts against licence limits'),
+  SUPPORT_COMMUNITY_URL: Str('https://community.example.com/fleet', 'support contact of every tier'),
+  SUPPORT_EMAIL: Str('support@example.com', 'support contact of every tier'),
+  SUPPORT_PHONE: Str('+49 30 1234567', 'phone support, paid tier'),
+  SUPPORT_PHONE_HOURS: Str('Mon-Fri 08:00-18:00 CET', 'phone support hours'),
+  SUPPORT_CONTACT_NAME: Str('Customer Success Team', 'named contact, paid tier'),
+  SUPPORT_CONTACT_EMAIL: Str('success@example.com', 'named contact, paid tier'),
+  SUPPORT_CONTACT_PHONE: Str('', 'named contact phone (default: the support phone)'),
+  HEARTBEAT_TIMEOUT_S: Pos(300, 'heartbeat silence before red'),
+  WARNING_WINDOW_S: Pos(900, 'a warning keeps the light yellow this long'),
+  IDEMPOTENCY_TTL_S: Pos(86_400, 'how long an Idempotency-Key is remembered'),
+  TS_PLAUSIBLE_PAST_S: Nat(30 * 86_400, "an agent's ts older than this before the receive time is not believed"),
+  TS_PLAUSIBLE_FUTURE_S: Nat(86_400, "an agent's ts later than this after the receive time is not believed"),
+  METRIC_DEDUP_TTL_S: Pos(86_400, 'how long gateways remember a client_metric_id for exact duplicate counts'),
+  // Chunk sizes and counts are Postgres `integer` columns.
+  ARTIFACT_CHUNK_BYTES: Int(1024 * 1024, 1024, 64 * 1024 * 1024, 'chunk size of artifact uploads (413 above)'),
+  ARTIFACT_MAX_BYTES: Pos(2 * 1024 ** 3, 'largest artifact (413 at init above)'),
+  ARTIFACT_UPLOAD_TTL_S: Pos(86_400, 'an upload not completed this long after its init expires'),
+  ARTIFACT_SWEEP_MS: Pos(60_000, 'how often the expiry job looks for expired uploads'),
+  ARTIFACT_EXPIRY_GRACE_S: Nat(600, 'chunks of an expired upload are deleted this long after its expiry'),
+  ARTIFACT_STORE_MAX_BYTES: Nat(0, 'size limit of the artifact object store (0: none of its own)'),
+  ARTIFACT_INFLIGHT_BYTES: Pos(64 * 1024 * 1024, 'chunk bodies one gateway holds in memory at once'),
+  COMMAND_QUEUE_TTL_S: Pos(86_400, 'an agent command not delivered within this time expires'),
+  COMMAND_ACK_TIMEOUT_S: Pos(3600, 'a delivered agent command not acked within this time times out'),
+  COMMAND_SWEEP_MS: Pos(30_000, 'how often the workers end overdue commands'),
+  COMMAND_RESYNC_MS: Pos(10_000, 'how often each gateway re-reads all open commands'),
+  COMMAND_MAX_OPEN: Pos(100, 'open commands per instance (409 above)'),
+  COMMAND_ARGS_MAX_BYTES: Pos(64 * 1024, "size of a command's args"),
+  LOG_LEVEL: Enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const, 'info', 'pino level'),
+});
+export type Settings = Static<typeof Settings>;
+
+/** Every variable the services read (deploy manifests may set only these). */
+export const SETTING_NAMES = Object.keys(Settings.properties) as (keyof Settings)[];
+
+/** One or more settings are invalid; `problems` has one line per variable. */
+export class ConfigError extends Error {
+  constructor(readonly problems: string[]) {
+    super(`invalid configuration: ${problems.join('; ')}`);
+    this.name = 'ConfigError';
+  }
 }
 
-function num(name: string, fallback: number): number {
-  const v = process.env[name];
-  if (v === undefined || v === '') return fallback;
-  const n = Number(v);
-  if (!Number.isFinite(n)) throw new Error(`environment variable ${name} must be a number, got ${JSON.stringify(v)}`);
-  return n;
+const BOOLS: Record<string, boolean> = { true: true, false: false, '1': true, '0': false, yes: true, no: false, on: true, off: false };
+
+type Prop = TSchema & { type?: string; minimum?: number; maximum?: number; allowed?: string; anyOf?: { const: string }[]; pattern?: string; minLength?: number };
+
+/** What a setting may be, in words. */
+function allowed(s: Prop): string {
+  if (s.type === 'integer') {
+    if (s.maximum !== undefined && s.maximum < MAX) return `an integer from ${s.minimum} to ${s.maximum}`;
+    return s.minimum === 0 ? 'a whole number (0 or more)' : `an integer of at least ${s.minimum}`;
+  }
+  if (s.type === 'boolean') return 'true or false (also 1/0, yes/no, on/off)';
+  if (s.anyOf) return `one of ${s.anyOf.map((x) => x.const).join(', ')}`;
+  return s.allowed ?? (s.minLength ? 'a non-empty string' : 'a string');
 }
 
-function bool(name: string, fallback: boolean): boolean {
-  const v = process.env[name];
-  if (v === undefined || v === '') return fallback;
-  return v === '1' || v.toLowerCase() === 'true' || v.toLowerCase() === 'yes';
+let validate: ReturnType<Ajv['compile']> | null = null;
+
+/** Reads and checks every setting from `env`; throws a ConfigError naming each bad one. */
+export function parseSettings(env: NodeJS.ProcessEnv = process.env): Settings {
+  const out: Record<string, unknown> = {};
+  const problems: string[] = [];
+  const bad = (name: string, s: Prop) => problems.push(`${name}=${JSON.stringify(env[name])}: must be ${allowed(s)}`);
+  for (const [name, schema] of Object.entries(Settings.properties) as [string, Prop][]) {
+    const raw = env[name];
+    if (raw === undefined || raw === '') {
+      if (schema.default !== undefined) out[name] = schema.default;
+      continue;
+    }
+    const v = raw.trim();
+    if (schema.type === 'integer') {
+      if (!/^[+-]?[0-9]+$/.test(v)) bad(name, schema);
+      else out[name] = Number(v);
+    } else if (schema.type === 'boolean') {
+      const b = BOOLS[v.toLowerCase()];
+      if (b === undefined) bad(name, schema);
+      else out[name] = b;
+    } else out[name] = v;
+  }
+  validate ??= new Ajv({ allErrors: true, strict: false, strictNumbers: true }).compile(Settings);
+  if (!validate(out)) {
+    const seen = new Set(problems.map((p) => p.slice(0, p.indexOf('='))));
+    for (const e of validate.errors ?? []) {
+      const name = e.instancePath.slice(1);
+      if (!name || seen.has(name)) continue;
+      seen.add(name);
+      bad(name, Settings.properties[name as keyof Settings] as Prop);
+    }
+  }
+  if (out.TRUST_PROXY !== undefined) {
+    try {
+      compileTrust(out.TRUST_PROXY as string);
+    } catch (e) {
+      problems.push(`TRUST_PROXY=${JSON.stringify(env.TRUST_PROXY)}: ${(e as Error).message}`);
+    }
+  }
+  if (problems.length > 0) {
+    // In the order the settings are declared (and the README lists them).
+    const order = (p: string) => SETTING_NAMES.indexOf(p.slice(0, p.indexOf('=')) as keyof Settings);
+    throw new ConfigError(problems.sort((a, b) => order(a) - order(b)));
+  }
+  return out as Settings;
 }
 
-export function loadConfig() {
-  const dataDir = resolve(str('DATA_DIR', '.data'));
+/** The settings, shaped by what reads them. */
+export function loadConfig(env: NodeJS.ProcessEnv = process.env) {
+  const s = parseSettings(env);
   const ports = {
-    nats: num('NATS_PORT', 14222),
-    redis: num('REDIS_PORT', 16379),
-    postgres: num('PG_PORT', 15432),
-    clickhouseHttp: num('CLICKHOUSE_HTTP_PORT', 18123),
-    clickhouseTcp: num('CLICKHOUSE_TCP_PORT', 19000),
+    nats: s.NATS_PORT,
+    redis: s.REDIS_PORT,
+    postgres: s.PG_PORT,
+    clickhouseHttp: s.CLICKHOUSE_HTTP_PORT,
+    clickhouseTcp: s.CLICKHOUSE_TCP_PORT,
   };
+  const trustProxy: TrustProxy = compileTrust(s.TRUST_PROXY);
   return {
-    dataDir,
+    dataDir: resolve(s.DATA_DIR),
     ports,
     // Where the servers are. Unset: the project-local servers started by `npm start` on loopback.
-    natsUrl: str('NATS_URL', `nats://127.0.0.1:${ports.nats}`),
-    databaseUrl: str('DATABASE_URL', `postgres://postgres@127.0.0.1:${ports.postgres}/fleet`),
-    redisUrl: str('REDIS_URL', `redis://127.0.0.1:${ports.redis}/0`),
-    clickhouseUrl: str('CLICKHOUSE_URL', `http://127.0.0.1:${ports.clickhouseHttp}`),
-    clickhouseDatabase: str('CLICKHOUSE_DB', 'fleet'),
-    clickhouseUser: str('CLICKHOUSE_USER', 'default'),
-    clickhousePassword: str('CLICKHOUSE_PASSWORD', ''),
+    natsUrl: s.NATS_URL ?? `nats://127.0.0.1:${ports.nats}`,
+    databaseUrl: s.DATABASE_URL ?? `postgres://postgres@127.0.0.1:${ports.postgres}/fleet`,
+    redisUrl: s.REDIS_URL ?? `redis://127.0.0.1:${ports.redis}/0`,
+    clickhouseUrl: s.CLICKHOUSE_URL ?? `http://127.0.0.1:${ports.clickhouseHttp}`,
+    clickhouseDatabase: s.CLICKHOUSE_DB,
+    clickhouseUser: s.CLICKHOUSE_USER,
+    clickhousePassword: s.CLICKHOUSE_PASSWORD,
     // Names that keep two deployments (or two test files) apart on shared servers.
-    streamName: str('STREAM_NAME', 'INGEST'),
-    subjectPrefix: str('SUBJECT_PREFIX', 'ingest'),
-    redisPrefix: str('REDIS_PREFIX', 'fleet:'),
-    streamMaxBytes: num('STREAM_MAX_BYTES', 8 * 1024 ** 3),
-    streamReplicas: num('STREAM_REPLICAS', 1),
+    streamName: s.STREAM_NAME,
+    subjectPrefix: s.SUBJECT_PREFIX,
+    redisPrefix: s.REDIS_PREFIX,
+    streamMaxBytes: s.STREAM_MAX_BYTES,
+    streamReplicas: s.STREAM_REPLICAS,
+    // Behind proxies: which hops to trust for the client address (lib/client-address.ts); the
+    // same rule in the gateway and the api.
+    trustProxy,
 
     gateway: {
-      host: str('GATEWAY_HOST', '127.0.0.1'),
-      port: num('GATEWAY_PORT', 8080),
-      allowUwsFallback: bool('UWS_ALLOW_FALLBACK', false),
-      // Behind a proxy: take the client address for the rejection log from X-Forwarded-For.
-      trustProxy: bool('TRUST_PROXY', false),
-      bodyTimeoutMs: num('BODY_TIMEOUT_MS', 30_000),
-      bodyLimit: num('BODY_LIMIT_BYTES', 1024 * 1024),
-      maxItems: num('MAX_ITEMS', 1000),
-      rateLimit: num('RATE_LIMIT_PER_S', 1000),
-      rateBurst: num('RATE_LIMIT_BURST', 2000),
+      host: s.GATEWAY_HOST,
+      port: s.GATEWAY_PORT,
+      allowUwsFallback: s.UWS_ALLOW_FALLBACK,
+      bodyTimeoutMs: s.BODY_TIMEOUT_MS,
+      bodyLimit: s.BODY_LIMIT_BYTES,
+      maxItems: s.MAX_ITEMS,
+      rateLimit: s.RATE_LIMIT_PER_S,
+      rateBurst: s.RATE_LIMIT_BURST,
       // Rejection log: per source (remote address) this many rows per second, then counted only.
-      rejectionLogRate: num('REJECTION_LOG_RATE_PER_S', 20),
-      rejectionLogBurst: num('REJECTION_LOG_BURST', 100),
-      publishTimeoutMs: num('PUBLISH_TIMEOUT_MS', 5000),
-      publishMaxReports: num('PUBLISH_MAX_REPORTS', 512),
-      publishMaxBytes: num('PUBLISH_MAX_BYTES', 512 * 1024),
-      publishMaxInflight: num('PUBLISH_MAX_INFLIGHT', 8),
-      shutdownGraceMs: num('SHUTDOWN_GRACE_MS', 10_000),
+      rejectionLogRate: s.REJECTION_LOG_RATE_PER_S,
+      rejectionLogBurst: s.REJECTION_LOG_BURST,
+      publishTimeoutMs: s.PUBLISH_TIMEOUT_MS,
+      publishMaxReports: s.PUBLISH_MAX_REPORTS,
+      publishMaxBytes: s.PUBLISH_MAX_BYTES,
+      publishMaxInflight: s.PUBLISH_MAX_INFLIGHT,
+      shutdownGraceMs: s.SHUTDOWN_GRACE_MS,
     },
     worker: {
-      // /healthz, /readyz and /metrics (workers/health.ts); 0 = off. `npm start` gives worker i the
-      // port WORKER_HTTP_PORT + i.
-      httpPort: num('WORKER_HTTP_PORT', 0),
-      httpHost: str('WORKER_HTTP_HOST', '127.0.0.1'),
+      processes: s.WORKERS,
+      // /healthz, /readyz and /metrics (workers/health.ts); 0 = off.
+      httpPort: s.WORKER_HTTP_PORT,
+      httpHost: s.WORKER_HTTP_HOST,
       // Messages pending while this worker has waited this long for one: a stall (logged, counted,
       // not ready, the pull restarted: workers/ingest-consumer.ts).
-      stallTimeoutMs: num('WORKER_STALL_TIMEOUT_MS', 30_000),
-      // How often /readyz asks Postgres, ClickHouse and Redis whether they answer.
-      healthIntervalMs: num('WORKER_HEALTH_INTERVAL_MS', 2000),
-      consumerName: str('CONSUMER_NAME', 'workers'),
-      batchMaxMessages: num('WORKER_BATCH_MESSAGES', 256),
+      stallTimeoutMs: s.WORKER_STALL_TIMEOUT_MS,
+      healthIntervalMs: s.WORKER_HEALTH_INTERVAL_MS,
+      consumerName: s.CONSUMER_NAME,
+      batchMaxMessages: s.WORKER_BATCH_MESSAGES,
       // A gateway message holds up to 512 reports: a batch is also capped by bytes (16 MiB, about
       // 80k heartbeats). Larger batches share one upsert per instance among more reports.
-      batchMaxBytes: num('WORKER_BATCH_BYTES', 16 * 1024 * 1024),
-      batchWaitMs: num('WORKER_BATCH_WAIT_MS', 50),
+      batchMaxBytes: s.WORKER_BATCH_BYTES,
+      batchWaitMs: s.WORKER_BATCH_WAIT_MS,
       // Batches one worker applies at once (overlaps one batch's database waits with the next).
-      concurrency: num('WORKER_CONCURRENCY', 2),
-      ackWaitS: num('ACK_WAIT_S', 30),
-      // Deliveries of one message that failed for a reason in the data before it is dead-lettered.
-      maxDeliver: num('WORKER_MAX_DELIVER', 5),
+      concurrency: s.WORKER_CONCURRENCY,
+      ackWaitS: s.ACK_WAIT_S,
+      // Deliveries of a report failing for an unknown reason before it is dead-lettered.
+      maxDeliver: s.WORKER_MAX_DELIVER,
     },
     api: {
-      host: str('API_HOST', '127.0.0.1'),
-      port: num('API_PORT', 8081),
+      host: s.API_HOST,
+      port: s.API_PORT,
       // HS256 key for dashboard sessions. Every api replica needs the same one; `npm start`
       // generates one into $DATA_DIR/jwt-secret. Unset elsewhere: a random key per process.
-      jwtSecret: str('JWT_SECRET', ''),
-      jwtTtlS: num('JWT_TTL_S', 12 * 3600),
-      // Mark the session cookie Secure (set it when TLS terminates in front of the api).
-      cookieSecure: bool('COOKIE_SECURE', false),
-      trustProxy: bool('TRUST_PROXY', false),
-      // Failed logins before 429: per account, and per client address, within the window.
-      loginMaxFailuresPerAccount: num('LOGIN_MAX_FAILURES_PER_ACCOUNT', 5),
-      loginMaxFailuresPerAddress: num('LOGIN_MAX_FAILURES_PER_ADDRESS', 20),
-      loginWindowS: num('LOGIN_WINDOW_S', 900),
+      jwtSecret: s.JWT_SECRET,
+      jwtTtlS: s.JWT_TTL_S,
+      cookieSecure: s.COOKIE_SECURE,
+      loginMaxFailuresPerAccount: s.LOGIN_MAX_FAILURES_PER_ACCOUNT,
+      loginMaxFailuresPerAddress: s.LOGIN_MAX_FAILURES_PER_ADDRESS,
+      loginWindowS: s.LOGIN_WINDOW_S,
       // Base URLs the OpenAPI document (/openapi.json) names as servers. PUBLIC_API_URL `/` means
       // "where the document came from"; set both to what clients use behind the proxy.
-      publicApiUrl: str('PUBLIC_API_URL', '/'),
-      publicGatewayUrl: str('PUBLIC_GATEWAY_URL', `http://${str('GATEWAY_HOST', '127.0.0.1')}:${num('GATEWAY_PORT', 8080)}`),
-      // Whitelist rules per customer (each diagnostic is checked against its customer's rules).
-      whitelistMaxRules: num('WHITELIST_MAX_RULES', 1000),
-      // Live stream of traffic-light changes (Server-Sent Events): a comment line this often keeps
-      // proxies from closing an idle stream; at most this many open streams per api process.
-      sseKeepaliveS: num('SSE_KEEPALIVE_S', 15),
-      sseMaxClients: num('SSE_MAX_CLIENTS', 10_000),
+      publicApiUrl: s.PUBLIC_API_URL,
+      publicGatewayUrl: s.PUBLIC_GATEWAY_URL ?? `http://${s.GATEWAY_HOST}:${s.GATEWAY_PORT}`,
+      whitelistMaxRules: s.WHITELIST_MAX_RULES,
+      sseKeepaliveS: s.SSE_KEEPALIVE_S,
+      sseMaxClients: s.SSE_MAX_CLIENTS,
       // Slow clients (api/server.ts): a request's headers and body must arrive within
       // requestTimeoutMs (408 otherwise); a connection with a request in progress may be silent for
       // idleTimeoutMs; an idle keep-alive connection stays open keepAliveTimeoutMs (longer than a
       // proxy's idle timeout in front, or the proxy may reuse a connection the api just closed).
-      requestTimeoutMs: num('API_REQUEST_TIMEOUT_MS', 30_000),
-      idleTimeoutMs: num('API_IDLE_TIMEOUT_MS', 60_000),
-      keepAliveTimeoutMs: num('API_KEEPALIVE_TIMEOUT_MS', 72_000),
+      requestTimeoutMs: s.API_REQUEST_TIMEOUT_MS,
+      idleTimeoutMs: s.API_IDLE_TIMEOUT_MS,
+      keepAliveTimeoutMs: s.API_KEEPALIVE_TIMEOUT_MS,
     },
-    // Traffic light (issue 4; docs/architecture.md "Traffic light").
+    // Traffic light (docs/architecture.md "Traffic light").
     light: {
-      // Listen for Redis expired-key events (the fast path to red). Off: only the sweep makes red.
-      expiryListener: bool('LIGHT_EXPIRY_LISTENER', true),
-      // The sweep (a BullMQ repeatable job, one worker at a time) repairs missed expiry events.
-      sweepIntervalMs: num('LIGHT_SWEEP_INTERVAL_MS', 5000),
-      // Instances per sweep transaction; a sweep loops until nothing is left.
-      sweepBatch: num('LIGHT_SWEEP_BATCH', 5000),
+      expiryListener: s.LIGHT_EXPIRY_LISTENER,
+      sweepIntervalMs: s.LIGHT_SWEEP_INTERVAL_MS,
+      sweepBatch: s.LIGHT_SWEEP_BATCH,
     },
     webhooks: {
-      // Deliveries of one event to one webhook before it is marked failed; the wait before retry n
-      // is WEBHOOK_BACKOFF_MS * 2^(n-1).
-      attempts: num('WEBHOOK_ATTEMPTS', 10),
-      backoffMs: num('WEBHOOK_BACKOFF_MS', 1000),
-      timeoutMs: num('WEBHOOK_TIMEOUT_MS', 10_000),
-      concurrency: num('WEBHOOK_CONCURRENCY', 16),
-      maxPerCustomer: num('WEBHOOKS_PER_CUSTOMER', 10),
+      // The wait before retry n is WEBHOOK_BACKOFF_MS * 2^(n-1).
+      attempts: s.WEBHOOK_ATTEMPTS,
+      backoffMs: s.WEBHOOK_BACKOFF_MS,
+      timeoutMs: s.WEBHOOK_TIMEOUT_MS,
+      concurrency: s.WEBHOOK_CONCURRENCY,
+      maxPerCustomer: s.WEBHOOKS_PER_CUSTOMER,
       // Internal addresses webhooks may reach after all (on-premises receivers), as comma-separated
       // CIDRs; empty: public addresses only (lib/egress.ts).
-      allowCidrs: str('WEBHOOK_ALLOW_CIDRS', ''),
+      allowCidrs: s.WEBHOOK_ALLOW_CIDRS,
     },
-    // How often the gateways re-read tokens and other control data from Postgres: a revocation is
-    // effective on every replica within this interval (plus one query).
-    cacheRefreshMs: num('CACHE_REFRESH_MS', 1000),
-    licence: {
-      // How often one worker re-checks every customer's device count against its limit (starts and
-      // ends grace periods when machines age out of the 30-day window or come back).
-      sweepMs: num('LICENCE_SWEEP_MS', 60_000),
-    },
-    // Support contacts by licence tier (GET /api/support-info): free = community and e-mail; paid
-    // also phone and a named contact.
+    // A revocation is effective on every replica within this interval (plus one query).
+    cacheRefreshMs: s.CACHE_REFRESH_MS,
+    licence: { sweepMs: s.LICENCE_SWEEP_MS },
+    // Support contacts by licence tier (GET /api/support-info).
     support: {
-      communityUrl: str('SUPPORT_COMMUNITY_URL', 'https://community.example.com/fleet'),
-      email: str('SUPPORT_EMAIL', 'support@example.com'),
-      phone: str('SUPPORT_PHONE', '+49 30 1234567'),
-      phoneHours: str('SUPPORT_PHONE_HOURS', 'Mon-Fri 08:00-18:00 CET'),
-      contactName: str('SUPPORT_CONTACT_NAME', 'Customer Success Team'),
-      contactEmail: str('SUPPORT_CONTACT_EMAIL', 'success@example.com'),
-      contactPhone: str('SUPPORT_CONTACT_PHONE', ''),
+      communityUrl: s.SUPPORT_COMMUNITY_URL,
+      email: s.SUPPORT_EMAIL,
+      phone: s.SUPPORT_PHONE,
+      phoneHours: s.SUPPORT_PHONE_HOURS,
+      contactName: s.SUPPORT_CONTACT_NAME,
+      contactEmail: s.SUPPORT_CONTACT_EMAIL,
+      contactPhone: s.SUPPORT_CONTACT_PHONE,
     },
-    heartbeatTimeoutS: num('HEARTBEAT_TIMEOUT_S', 300),
-    warningWindowS: num('WARNING_WINDOW_S', 900),
-    idempotencyTtlS: num('IDEMPOTENCY_TTL_S', 86_400),
+    heartbeatTimeoutS: s.HEARTBEAT_TIMEOUT_S,
+    warningWindowS: s.WARNING_WINDOW_S,
+    idempotencyTtlS: s.IDEMPOTENCY_TTL_S,
     // An agent's `ts` is stored where it lies within this window around the receive time; outside
     // it the report is still kept (receive time) and flagged as clock skew (docs/api.md "Agent clocks").
-    tsPlausiblePastS: num('TS_PLAUSIBLE_PAST_S', 30 * 86_400),
-    tsPlausibleFutureS: num('TS_PLAUSIBLE_FUTURE_S', 86_400),
+    tsPlausiblePastS: s.TS_PLAUSIBLE_PAST_S,
+    tsPlausibleFutureS: s.TS_PLAUSIBLE_FUTURE_S,
     // Host metrics: how long the gateway remembers a client_metric_id for exact duplicate counts
     // (storage is idempotent forever; see docs/api.md).
-    metricDedupTtlS: num('METRIC_DEDUP_TTL_S', 86_400),
+    metricDedupTtlS: s.METRIC_DEDUP_TTL_S,
     // Chunked artifact uploads (lib/artifacts.ts): chunks live in the JetStream object store
     // `${STREAM_NAME}_ARTIFACTS`, upload records in the KV bucket `${STREAM_NAME}_UPLOADS`.
     artifacts: {
-      chunkSize: num('ARTIFACT_CHUNK_BYTES', 1024 * 1024),
-      maxSize: num('ARTIFACT_MAX_BYTES', 2 * 1024 ** 3),
-      // An upload not completed this long after its init expires; its chunks are deleted.
-      uploadTtlS: num('ARTIFACT_UPLOAD_TTL_S', 86_400),
-      // How often the expiry job (BullMQ, in the workers) looks for expired uploads.
-      sweepMs: num('ARTIFACT_SWEEP_MS', 60_000),
-      // Chunks are deleted this long after the upload expired (a complete that started just
-      // before the expiry has this long to finish).
-      expiryGraceS: num('ARTIFACT_EXPIRY_GRACE_S', 600),
-      // Object-store size limit (0: bounded only by the NATS server's storage).
-      storeMaxBytes: num('ARTIFACT_STORE_MAX_BYTES', 0),
-      // Chunk bodies one gateway holds in memory at once; past that a chunk gets 503 Retry-After.
-      maxInflightBytes: num('ARTIFACT_INFLIGHT_BYTES', 64 * 1024 * 1024),
+      chunkSize: s.ARTIFACT_CHUNK_BYTES,
+      maxSize: s.ARTIFACT_MAX_BYTES,
+      uploadTtlS: s.ARTIFACT_UPLOAD_TTL_S,
+      sweepMs: s.ARTIFACT_SWEEP_MS,
+      expiryGraceS: s.ARTIFACT_EXPIRY_GRACE_S,
+      storeMaxBytes: s.ARTIFACT_STORE_MAX_BYTES,
+      maxInflightBytes: s.ARTIFACT_INFLIGHT_BYTES,
     },
     commands: {
-      // A queued command not delivered within this time expires; a delivered one not acked within
+      // A queued command not delivered within queueTtlS expires; a delivered one not acked within
       // ackTimeoutS times out. Both deadlines are fixed when the state is entered.
-      queueTtlS: num('COMMAND_QUEUE_TTL_S', 86_400),
-      ackTimeoutS: num('COMMAND_ACK_TIMEOUT_S', 3600),
-      // How often the expiry job (BullMQ, run by the workers) looks for overdue commands.
-      sweepMs: num('COMMAND_SWEEP_MS', 30_000),
-      // Gateways re-read every open command this often (NATS hints make changes visible at once;
-      // this is the safety net for a lost hint).
-      resyncMs: num('COMMAND_RESYNC_MS', 10_000),
-      // Open (queued or delivered) commands per instance; more is refused with 409.
-      maxOpenPerInstance: num('COMMAND_MAX_OPEN', 100),
-      argsMaxBytes: num('COMMAND_ARGS_MAX_BYTES', 64 * 1024),
+      queueTtlS: s.COMMAND_QUEUE_TTL_S,
+      ackTimeoutS: s.COMMAND_ACK_TIMEOUT_S,
+      sweepMs: s.COMMAND_SWEEP_MS,
+      // NATS hints make changes visible at once; this is the safety net for a lost hint.
+      resyncMs: s.COMMAND_RESYNC_MS,
+      maxOpenPerInstance: s.COMMAND_MAX_OPEN,
+      argsMaxBytes: s.COMMAND_ARGS_MAX_BYTES,
     },
-    logLevel: str('LOG_LEVEL', 'info'),
+    logLevel: s.LOG_LEVEL,
   };
 }
 
 export type Config = ReturnType<typeof loadConfig>;
+
+/**
+ * For entry points: the configuration, or one line per bad setting on stderr and exit code 2
+ * (no stack trace: the operator needs the variable, not the code path).
+ */
+export function configOrExit(program: string, env: NodeJS.ProcessEnv = process.env): Config {
+  try {
+    return loadConfig(env);
+  } catch (e) {
+    if (!(e instanceof ConfigError)) throw e;
+    for (const p of e.problems) process.stderr.write(`${program}: invalid configuration: ${p}\n`);
+    process.exit(2);
+  }
+}

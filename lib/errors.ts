@@ -10,12 +10,18 @@ export class HttpError extends Error {
   readonly status: number;
   readonly errors?: FieldError[];
   readonly retryAfterS?: number;
-  constructor(status: number, detail: string, opts: { errors?: FieldError[]; retryAfterS?: number } = {}) {
+  /** 405: the methods the path has (the `Allow` header). */
+  readonly allow?: string[];
+  /** Close the connection after the answer (framing that cannot be trusted). */
+  readonly close?: boolean;
+  constructor(status: number, detail: string, opts: { errors?: FieldError[]; retryAfterS?: number; allow?: string[]; close?: boolean } = {}) {
     super(detail);
     this.name = 'HttpError';
     this.status = status;
     this.errors = opts.errors;
     this.retryAfterS = opts.retryAfterS;
+    this.allow = opts.allow;
+    this.close = opts.close;
   }
   get detail(): string {
     return this.message;

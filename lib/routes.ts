@@ -899,6 +899,15 @@ export function pathRegex(path: string): RegExp {
   return new RegExp('^' + path.replace(/[.*+?^$()|[\]\\]/g, '\\$&').replace(/\{\w+\}/g, '[^/]+') + '/?$');
 }
 
+/**
+ * The methods `service` serves on a path (empty: no such path), for 404 versus 405 and the `Allow`
+ * header of a 405; the gateway and the api both answer with it.
+ */
+export function allowedMethods(service: Service): (path: string) => string[] {
+  const patterns = routesOf(service).map((r) => ({ re: pathRegex(r.path), method: r.method }));
+  return (path) => [...new Set(patterns.filter((p) => p.re.test(path)).map((p) => p.method))];
+}
+
 export function checkHandlers(service: Service, handlers: Record<string, unknown>): void {
   const wanted = new Set(routesOf(service).map((r) => r.operationId));
   const missing = [...wanted].filter((id) => !(id in handlers));

@@ -1,7 +1,7 @@
 // `fleet`: the operator's command line (commander for parsing: subcommands, help and errors for free).
 // Reads the same environment as the services (lib/config.ts): DATABASE_URL, CLICKHOUSE_URL, ...
 import { Command } from 'commander';
-import { loadConfig } from '../config.js';
+import { configOrExit, type Config } from '../config.js';
 import { migrate } from '../db/migrate.js';
 import { createPool } from '../db/postgres.js';
 import { createCustomer, createToken, findCustomer, listTokens, revokeToken, type Scope } from '../admin.js';
@@ -10,7 +10,9 @@ import { withTx } from '../db/postgres.js';
 import { getLicence, deviceCount, licenceView, setLicence, TIERS, type LicenceChange, type Tier } from '../licences.js';
 import { upload, UploadError } from './upload.js';
 
-const cfg = loadConfig();
+// Read when a command runs, not before: `fleet --help` works whatever the environment holds.
+let loaded: Config | undefined;
+const config = (): Config => (loaded ??= configOrExit('fleet'));
 const program = new Command('fleet').description('Fleet ingest service administration').showHelpAfterError();
 
 function fail(msg: string): never {
@@ -19,7 +21,7 @@ function fail(msg: string): never {
 }
 
 async function withPool<T>(fn: (pool: ReturnType<typeof createPool>) => Promise<T>): Promise<T> {
-  const pool = createPool(cfg.databaseUrl, 2, 'fleet-cli');
+  const pool = createPool(config().databaseUrl, 2, 'fleet-cli');
   try {
     return await fn(pool);
   } finally {
@@ -31,7 +33,7 @@ program
   .command('migrate')
   .description('apply the Postgres and ClickHouse schema (lib/db/schema.ts)')
   .action(async () => {
-    const applied = await migrate(cfg, (m) => process.stdout.write(`${m}\n`));
+    const applied = await migrate(config(), (m) => process.stdout.write(`${m}\n`));
     if (applied.length === 0) process.stdout.write('schema up to date\n');
   });
 
@@ -169,7 +171,7 @@ program
   .action(async (file: string, o: { customer: string; machine: string; software: string; token?: string; url?: string; contentType?: string; parallel: string; maxChunks?: string; progress: boolean }) => {
     const token = o.token ?? process.env.FLEET_TOKEN;
     if (!token) fail('no token: pass --token or set FLEET_TOKEN');
-    const url = o.url ?? process.env.FLEET_URL ?? `http://${cfg.gateway.host}:${cfg.gateway.port}`;
+    const url = o.url ?? process.env.FLEET_URL ?? `http://${config().gateway.host}:${config().gateway.port}`;
     const parallel = Number(o.parallel);
     if (!Number.isInteger(parallel) || parallel < 1 || parallel > 64) fail('--parallel must be an integer from 1 to 64');
     const maxChunks = o.maxChunks === undefined ? undefined : Number(o.maxChunks);
