@@ -3,11 +3,6 @@
 // error shape for everything: `{"detail": ...}`.
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyRequest, type FastifyReply, type FastifyError } from 'fastify';
 import type { Config } from '../lib/config.js';
-import type { Logger } from '../lib/log.js';
-import type { Metrics } from '../lib/metrics.js';
-import type { Pool } from '../lib/db/postgres.js';
-import type { ClickHouseClient } from '../lib/db/clickhouse.js';
-import type { Redis } from '../lib/db/redis.js';
 import type { Socket } from 'node:net';
 import { STATUS_CODES } from 'node:http';
 import cookie from '@fastify/cookie';
@@ -15,7 +10,6 @@ import { HttpError } from '../lib/errors.js';
 import { routesOf, colonPath, checkHandlers, allowedMethods } from '../lib/routes.js';
 import { toFieldErrors } from '../lib/validation.js';
 import { resolvePrincipal, authorise } from './auth.js';
-import type { Sessions } from './session.js';
 import { instanceHandlers } from './handlers/instances.js';
 import { authHandlers } from './handlers/auth.js';
 import { whitelistHandlers } from './handlers/whitelist.js';
@@ -28,29 +22,13 @@ import { tokenHandlers } from './handlers/tokens.js';
 import { licenceHandlers } from './handlers/licences.js';
 import { metricHandlers } from './handlers/metrics.js';
 import { artifactHandlers } from './handlers/artifacts.js';
-import type { ArtifactStore } from '../lib/artifacts.js';
 import { trafficLightHandlers } from './handlers/traffic-light.js';
 import { webhookHandlers } from './handlers/webhooks.js';
-import type { LightHub } from './light-stream.js';
 import { commandHandlers } from './handlers/commands.js';
-import type { CommandHints } from '../lib/commands.js';
 import { dashboardHandlers } from './handlers/dashboard.js';
+import type { ApiDeps, ApiHandlers } from './types.js';
 
-export interface ApiDeps {
-  cfg: Config;
-  log: Logger;
-  metrics: Metrics;
-  pool: Pool;
-  ch: ClickHouseClient;
-  redis: Redis;
-  sessions: Sessions;
-  /** Artifact chunks in NATS; null until the api has connected to NATS (downloads answer 503). */
-  artifacts: () => ArtifactStore | null;
-  /** The live stream of traffic-light changes (fed from NATS). */
-  lights: LightHub;
-  /** Tells the gateways (core NATS) that an instance's open agent commands changed. */
-  hints: CommandHints;
-}
+export type { ApiDeps };
 
 type Handler = (req: FastifyRequest, reply: FastifyReply) => Promise<unknown> | unknown;
 
@@ -114,7 +92,8 @@ export async function buildApi(d: ApiDeps): Promise<FastifyInstance> {
   // Open live streams end before the server closes, or close would wait for them.
   app.addHook('preClose', async () => d.lights.close());
 
-  const handlers: Record<string, Handler> = {
+  // Each typed by its route (api/types.ts); the operations routes (ops() in lib/routes.ts) take nothing.
+  const handlers: ApiHandlers & { api_healthz: Handler; api_readyz: Handler; api_metrics: Handler } = {
     ...authHandlers(d),
     ...instanceHandlers(d),
     ...whitelistHandlers(d),
@@ -163,7 +142,9 @@ export async function buildApi(d: ApiDeps): Promise<FastifyInstance> {
               authorise(p, r.auth);
               req.principal = p;
             },
-      handler: handlers[r.operationId]!,
+      // The one place the typed handlers meet Fastify's untyped registration: the schema just above is
+      // the one each handler's types come from.
+      handler: (handlers as unknown as Record<string, Handler>)[r.operationId]!,
     });
   }
 

@@ -12,8 +12,8 @@
 // Retry-After above it). At complete the gateway queues the artifact (one report, like any other);
 // a worker writes its Postgres row.
 import { createHash, randomUUID } from 'node:crypto';
-import type { Handler, JsonRoute, Kit, IngestPath } from './server.js';
-import { Ctx, conflictingLength, quarantine } from './request.js';
+import type { Handler, JsonRoute, Kit, IngestPath } from './types.js';
+import { Ctx } from './request.js';
 import type { TokenInfo } from './token-cache.js';
 import { compile } from '../lib/validation.js';
 import { ArtifactInit } from '../lib/schemas/artifacts.js';
@@ -86,7 +86,6 @@ export function artifactRoutes(k: Kit) {
   const budget = new ByteBudget(A.maxInflightBytes);
   const inflight = metrics.gauge('gateway_artifact_chunk_bytes_in_memory', 'Chunk bodies this gateway holds right now');
   const chunkBytes = metrics.counter('gateway_artifact_chunk_bytes_total', 'Chunk bytes stored (not counting repeats)');
-  const fwd = (req: { getHeader(h: string): string }) => (cfg.trustProxy ? req.getHeader('x-forwarded-for') : '');
 
   /** The upload, if it exists, belongs to this token's customer and this path, and has not expired. */
   function usable(got: { rec: UploadRecord } | null, tok: TokenInfo, path: IngestPath, id: string): UploadRecord | HttpError {
@@ -168,20 +167,12 @@ export function artifactRoutes(k: Kit) {
   // ---- chunk ----
   const chunk: Handler = (res, req) => {
     const KIND = 'artifact-chunk';
-    const ctx = new Ctx(res, 'PUT', req.getUrl(), fwd(req), cfg.trustProxy);
-    const path = { customer: req.getParameter(0)!, machine: req.getParameter(1)!, software: req.getParameter(2)! };
-    const id = req.getParameter(3)!;
-    const nText = req.getParameter(4)!;
-    const authorization = req.getHeader('authorization');
-    const contentType = req.getHeader('content-type');
-    const contentLength = req.getHeader('content-length');
-    const framing = conflictingLength(req);
-    if (framing) {
-      quarantine(res);
-      return k.reject(ctx, KIND, new HttpError(400, framing, { close: true }), undefined, path.customer);
-    }
+    const ctx = Ctx.of(res, req, cfg.trustProxy, 5, 'PUT');
+    const [customer = '', machine = '', software = '', id = '', nText = ''] = ctx.head.params;
+    const path = { customer, machine, software };
+    const { contentType, contentLength } = ctx.head;
 
-    const a = k.begin(ctx, KIND, path, authorization);
+    const a = k.begin(ctx, KIND, path);
     if (!a) return;
     const refuse = (err: HttpError) => k.reject(ctx, KIND, err, a.known, path.customer);
     if (!isUuid(id)) return refuse(badRequest(`invalid upload id ${JSON.stringify(id.slice(0, 80))}: must be a UUID`));
@@ -270,10 +261,10 @@ export function artifactRoutes(k: Kit) {
   /** Shared start of the GET status and POST complete handlers (no body). */
   function withUpload(kind: string, method: string, then: (ctx: Ctx, tok: TokenInfo, rec: UploadRecord, path: IngestPath) => Promise<void>): Handler {
     return (res, req) => {
-      const ctx = new Ctx(res, method, req.getUrl(), fwd(req), cfg.trustProxy);
-      const path = { customer: req.getParameter(0)!, machine: req.getParameter(1)!, software: req.getParameter(2)! };
-      const id = req.getParameter(3)!;
-      const a = k.begin(ctx, kind, path, req.getHeader('authorization'));
+      const ctx = Ctx.of(res, req, cfg.trustProxy, 4, method);
+      const [customer = '', machine = '', software = '', id = ''] = ctx.head.params;
+      const path = { customer, machine, software };
+      const a = k.begin(ctx, kind, path);
       if (!a) return;
       if (!isUuid(id)) return k.reject(ctx, kind, badRequest(`invalid upload id ${JSON.stringify(id.slice(0, 80))}: must be a UUID`), a.known, path.customer);
       void (async () => {

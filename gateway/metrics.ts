@@ -16,7 +16,7 @@
 // The register is written only AFTER the PubAck: an id marked before a failed publish would turn
 // the agent's retry into a "duplicate" that was never stored. Redis unreachable: 503, retry.
 import { randomUUID } from 'node:crypto';
-import type { JsonRoute, Kit } from './server.js';
+import type { JsonRoute, Kit } from './types.js';
 import type { Validator } from '../lib/validation.js';
 import { compile } from '../lib/validation.js';
 import { MetricRecord, metricsBatchSchema } from '../lib/schemas/metrics.js';

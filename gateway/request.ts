@@ -2,7 +2,7 @@
 // copied before any await (uWS reuses it), onData chunks are copied before being kept, onAborted is
 // always registered and nothing is written after an abort, and every write happens inside cork().
 import type { HttpResponse, HttpRequest } from './uws.js';
-import { HttpError, statusLine } from '../lib/errors.js';
+import { type HttpError, statusLine } from '../lib/errors.js';
 import { clientAddress, type TrustProxy } from '../lib/client-address.js';
 
 /**
@@ -38,6 +38,20 @@ export const H = {
   forwardedFor: bytes('x-forwarded-for'),
 };
 
+/** What the gateway reads of a request, copied out of uWS's request object (valid only until the handler returns). */
+export interface RequestHead {
+  /** Path parameters, in the order of the route's placeholders. */
+  params: string[];
+  authorization: string;
+  contentType: string;
+  contentLength: string;
+  idempotencyKey: string;
+  /** Why the body's framing cannot be trusted (conflicting Content-Length headers), or null. */
+  framing: string | null;
+}
+
+const NO_HEAD: RequestHead = { params: [], authorization: '', contentType: '', contentLength: '', idempotencyKey: '', framing: null };
+
 export class Ctx {
   aborted = false;
   done = false;
@@ -47,6 +61,24 @@ export class Ctx {
   onEnd: (() => void) | null = null;
   private remoteText: string | null = null;
 
+  /**
+   * The one place a request is read: everything the handlers need is copied here, before any
+   * await. `params`: how many path parameters the route has.
+   */
+  static of(res: HttpResponse, req: HttpRequest, trust: TrustProxy, params = 0, method = req.getCaseSensitiveMethod()): Ctx {
+    const p: string[] = [];
+    for (let i = 0; i < params; i++) p.push(req.getParameter(i) ?? '');
+    const head: RequestHead = {
+      params: p,
+      authorization: req.getHeader(H.authorization),
+      contentType: req.getHeader(H.contentType),
+      contentLength: req.getHeader(H.contentLength),
+      idempotencyKey: req.getHeader(H.idempotencyKey),
+      framing: conflictingLength(req),
+    };
+    return new Ctx(res, method, req.getUrl(), trust ? req.getHeader(H.forwardedFor) : '', trust, head);
+  }
+
   constructor(
     readonly res: HttpResponse,
     readonly method: string,
@@ -54,6 +86,7 @@ export class Ctx {
     /** X-Forwarded-For as received ('' when no proxy is trusted: it is not even read). */
     readonly forwardedFor: string,
     private readonly trust: TrustProxy = null,
+    readonly head: RequestHead = NO_HEAD,
   ) {
     res.onAborted(() => {
       this.aborted = true;
@@ -128,14 +161,20 @@ export function readBody(ctx: Ctx, limit: number, onBody: (body: Buffer) => void
 export function conflictingLength(req: HttpRequest): string | null {
   let first: string | null = null;
   let conflict = false;
-  req.forEach((k, v) => {
-    if (k !== 'content-length') return;
-    for (const part of v.split(',')) {
-      const x = part.trim();
-      if (first === null) first = x;
-      else if (x !== first) conflict = true;
-    }
-  });
+  try {
+    req.forEach((k, v) => {
+      if (k !== 'content-length') return;
+      for (const part of v.split(',')) {
+        const x = part.trim();
+        if (first === null) first = x;
+        else if (x !== first) conflict = true;
+      }
+    });
+  } catch {
+    // uWS's pure-JS fallback (UWS_ALLOW_FALLBACK=1) has no forEach; Node's own HTTP parser under
+    // it refuses conflicting lengths with 400 before the gateway sees the request.
+    return null;
+  }
   return conflict ? 'conflicting Content-Length headers' : null;
 }
 

@@ -4,7 +4,7 @@
 // with weaker parameters (N=2^14 before) still verifies, and is replaced at the user's next
 // successful login (rehashPassword).
 import { randomBytes, scrypt as scryptCb, timingSafeEqual, type ScryptOptions } from 'node:crypto';
-import type { Pool } from './db/postgres.js';
+import { withTx, type Pool, type PoolClient } from './db/postgres.js';
 
 export type Role = 'owner' | 'admin' | 'viewer';
 export const ROLES: Role[] = ['owner', 'admin', 'viewer'];
@@ -134,14 +134,48 @@ export async function findUserByLogin(pool: Pool, login: string): Promise<(User 
   return r.rows[0] ?? null;
 }
 
-export async function addMembership(pool: Pool, userId: string, customerId: string, role: Role): Promise<void> {
-  if (!ROLES.includes(role)) throw new Error(`unknown role ${role}: use ${ROLES.join(', ')}`);
-  await pool.query(
-    `INSERT INTO memberships (user_id, customer_id, role) VALUES ($1, $2, $3)
-     ON CONFLICT (user_id, customer_id) DO UPDATE SET role = EXCLUDED.role`,
-    [userId, customerId, role],
-  );
+/** A change of membership the rules forbid; `status`: how the api answers it. */
+export class MembershipError extends Error {
+  constructor(
+    message: string,
+    readonly status: 404 | 409,
+  ) {
+    super(message);
+    this.name = 'MembershipError';
+  }
 }
+
+/** Locks the customer's memberships (so two owners cannot demote each other at once). */
+async function lockMembers(c: PoolClient, customerId: string) {
+  const r = await c.query<{ user_id: string; role: Role }>('SELECT user_id, role FROM memberships WHERE customer_id = $1 ORDER BY user_id FOR UPDATE', [customerId]);
+  return { all: new Map(r.rows.map((m) => [m.user_id, m.role])), owners: r.rows.filter((m) => m.role === 'owner').length };
+}
+
+/**
+ * Gives a user a role in a customer, or changes it: the one way memberships change (api and CLI).
+ * A customer never loses its last owner: demoting or removing them is refused (409).
+ */
+export async function setMembership(pool: Pool, userId: string, customerId: string, role: Role | null, opts: { mustExist?: boolean } = {}): Promise<void> {
+  if (role !== null && !ROLES.includes(role)) throw new Error(`unknown role ${role}: use ${ROLES.join(', ')}`);
+  await withTx(pool, async (c) => {
+    const members = await lockMembers(c, customerId);
+    const current = members.all.get(userId);
+    if (!current && (opts.mustExist || role === null)) throw new MembershipError('no such member', 404);
+    if (current === 'owner' && role !== 'owner' && members.owners === 1) {
+      throw new MembershipError(`the last owner cannot be ${role === null ? 'removed' : 'demoted'}: make another member owner first`, 409);
+    }
+    if (role === null) await c.query('DELETE FROM memberships WHERE customer_id = $1 AND user_id = $2', [customerId, userId]);
+    else {
+      await c.query(
+        `INSERT INTO memberships (user_id, customer_id, role) VALUES ($1, $2, $3)
+         ON CONFLICT (user_id, customer_id) DO UPDATE SET role = EXCLUDED.role`,
+        [userId, customerId, role],
+      );
+    }
+  });
+}
+
+export const addMembership = (pool: Pool, userId: string, customerId: string, role: Role) => setMembership(pool, userId, customerId, role);
 
 /** The customer a user lands in after login: the oldest membership. */
 export async function defaultCustomer(pool: Pool, userId: string): Promise<{ id: string; slug: string; role: Role } | null> {

@@ -15,6 +15,7 @@ import type { NatsConnection } from 'nats';
 import type { Pool, PoolClient } from './db/postgres.js';
 import { withTx } from './db/postgres.js';
 import { HttpError, notFound, unprocessable } from './errors.js';
+import { treeErrors } from './storable.js';
 import type { AvailableCommand, Command, CommandState } from './schemas/commands.js';
 import { CommandStates } from './schemas/commands.js';
 
@@ -83,7 +84,10 @@ export interface QueueInput {
 
 /** Stores an advertised command as queued (with its `queued` event). 404, 413, 422 or 409 otherwise. */
 export async function queueCommand(pool: Pool, q: QueueInput): Promise<{ command: Command; ref: InstanceRef }> {
-  const argsJson = safeJson(q.args);
+  // What Postgres cannot store is refused, as at the gateway (lib/storable.ts): 422 with the path.
+  const bad = treeErrors(q.args, '/args');
+  if (bad.length) throw unprocessable(`args cannot be stored: ${bad.map((e) => `${e.path} ${e.message}`).join('; ')}`, bad);
+  const argsJson = JSON.stringify(q.args ?? {});
   if (Buffer.byteLength(argsJson) > q.argsMaxBytes) throw new HttpError(413, `args of ${Buffer.byteLength(argsJson)} bytes are over the limit of ${q.argsMaxBytes} bytes`);
   return withTx(pool, async (c) => {
     // The row lock serialises queueing for one instance, so the open-command limit holds.
@@ -218,13 +222,6 @@ function toCommand(r: CommandRow): Command {
 }
 
 const actorOf = (userId: string | null) => (userId ? `user:${userId}` : 'system');
-
-/** JSON for a Postgres jsonb parameter: NULs and lone surrogates cannot be stored (see workers/reports.ts). */
-export function safeJson(v: unknown): string {
-  const json = JSON.stringify(v ?? null);
-  if (!/\\u0000|\\ud[89a-f]/i.test(json)) return json;
-  return JSON.stringify(v, (_k, x) => (typeof x === 'string' ? x.replace(/\u0000/g, '').toWellFormed() : x));
-}
 
 // ---- hints over core NATS ----------------------------------------------------------------------
 

@@ -51,7 +51,7 @@ export interface RouteSpec {
   path: string;
   operationId: string;
   summary: string;
-  tags: string[];
+  tags: readonly string[];
   auth: Auth;
   params?: TSchema;
   query?: TSchema;
@@ -130,7 +130,14 @@ const ops = (service: Service): RouteSpec[] => [
   },
 ];
 
-export const routes: RouteSpec[] = [
+/** One route, its literal types kept (what api/types.ts derives each handler's types from). */
+const route = <const R extends RouteSpec>(r: R): R => r;
+
+/**
+ * Every route. Kept as literal types (`as const`), so each handler of the api gets the static types
+ * of its own params, query and body (api/types.ts).
+ */
+export const routes = [
   ingest('heartbeat', 'Report liveness (spec 2.2)', Heartbeat, {
     200: { description: 'accepted (durably queued); `commands` while agent commands are pending for this instance', schema: OkWithCommands },
   }),
@@ -144,7 +151,7 @@ export const routes: RouteSpec[] = [
   ingest('help', 'Upload diagnostic help texts (DE and EN) for this software', HelpUpload, {
     200: { description: 'accepted (durably queued); stored by the workers, honoured by every gateway within seconds', schema: HelpStored },
   }),
-  {
+  route({
     service: 'gateway',
     method: 'POST',
     path: '/api/ingest/{customer}/{machine}/logcollector/metrics',
@@ -159,8 +166,8 @@ export const routes: RouteSpec[] = [
       ...ingestErrors,
       503: err('the queue or the duplicate register did not answer; retry after Retry-After (nothing is stored twice)'),
     },
-  },
-  {
+  }),
+  route({
     ...ingest('artifact-init', 'Start a chunked, resumable artifact upload', ArtifactInit, {}),
     operationId: 'ingest_artifact_init',
     tags: ['ingest', 'artifacts'],
@@ -171,8 +178,8 @@ export const routes: RouteSpec[] = [
       413: err('body over 1 MiB, or `size` over ARTIFACT_MAX_BYTES (2 GiB)'),
       503: err('the upload store did not durably accept the upload; retry after Retry-After'),
     },
-  },
-  {
+  }),
+  route({
     service: 'gateway',
     method: 'PUT',
     path: '/api/ingest/{customer}/{machine}/{software}/artifact-chunk/{upload_id}/{n}',
@@ -192,8 +199,8 @@ export const routes: RouteSpec[] = [
       422: err('chunk number out of range, or the chunk does not have the length it must have'),
       503: err('the store did not accept the chunk, or this gateway holds too many chunk bodies; retry after Retry-After'),
     },
-  },
-  {
+  }),
+  route({
     service: 'gateway',
     method: 'GET',
     path: '/api/ingest/{customer}/{machine}/{software}/artifact-status/{upload_id}',
@@ -210,8 +217,8 @@ export const routes: RouteSpec[] = [
       429: err('over the per-token rate'),
       503: err('the upload store did not answer; retry'),
     },
-  },
-  {
+  }),
+  route({
     service: 'gateway',
     method: 'POST',
     path: '/api/ingest/{customer}/{machine}/{software}/artifact-complete/{upload_id}',
@@ -229,10 +236,10 @@ export const routes: RouteSpec[] = [
       429: err('over the per-token rate'),
       503: err('the store or the queue did not answer; retry'),
     },
-  },
+  }),
   ...ops('gateway'),
 
-  {
+  route({
     service: 'api',
     method: 'POST',
     path: '/auth/login',
@@ -247,8 +254,8 @@ export const routes: RouteSpec[] = [
       401: err('wrong e-mail address, user name or password'),
       429: err('too many failed logins for this account or address; see Retry-After'),
     },
-  },
-  {
+  }),
+  route({
     service: 'api',
     method: 'POST',
     path: '/auth/logout',
@@ -257,8 +264,8 @@ export const routes: RouteSpec[] = [
     tags: ['auth'],
     auth: 'none',
     responses: { 200: { description: 'logged out', schema: Ok } },
-  },
-  {
+  }),
+  route({
     service: 'api',
     method: 'GET',
     path: '/api/instances',
@@ -268,8 +275,8 @@ export const routes: RouteSpec[] = [
     auth: 'viewer',
     query: InstanceListQuery,
     responses: { 200: { description: 'instances', schema: InstanceList }, 400: err('bad query'), ...authErrors },
-  },
-  {
+  }),
+  route({
     service: 'api',
     method: 'GET',
     path: '/api/instances/{id}',
@@ -279,8 +286,8 @@ export const routes: RouteSpec[] = [
     auth: 'viewer',
     params: IdParams,
     responses: { 200: { description: 'the instance', schema: InstanceDetail }, 400: err('ill-formed id'), ...authErrors, 404: err('no such instance') },
-  },
-  {
+  }),
+  route({
     service: 'api',
     method: 'GET',
     path: '/api/instances/{id}/diagnostics',
@@ -291,9 +298,9 @@ export const routes: RouteSpec[] = [
     params: IdParams,
     query: DiagnosticsQuery,
     responses: { 200: { description: 'diagnostics', schema: DiagnosticList }, 400: err('bad query or id'), ...authErrors, 404: err('no such instance') },
-  },
+  }),
   // Traffic light (issue 4).
-  {
+  route({
     service: 'api',
     method: 'GET',
     path: '/api/instances/{id}/events',
@@ -304,8 +311,8 @@ export const routes: RouteSpec[] = [
     params: IdParams,
     query: LightEventsQuery,
     responses: { 200: { description: 'changes of colour', schema: LightEventList }, 400: err('bad query or id'), ...authErrors, 404: err('no such instance') },
-  },
-  {
+  }),
+  route({
     service: 'api',
     method: 'GET',
     path: '/api/fleet/summary',
@@ -314,8 +321,8 @@ export const routes: RouteSpec[] = [
     tags: ['traffic light'],
     auth: 'viewer',
     responses: { 200: { description: 'counts per colour', schema: FleetSummary }, ...authErrors },
-  },
-  {
+  }),
+  route({
     service: 'api',
     method: 'GET',
     path: '/api/fleet/stream',
@@ -328,8 +335,8 @@ export const routes: RouteSpec[] = [
       ...authErrors,
       503: err('too many open streams on this api replica; retry after Retry-After'),
     },
-  },
-  {
+  }),
+  route({
     service: 'api',
     method: 'GET',
     path: '/api/webhooks',
@@ -338,8 +345,8 @@ export const routes: RouteSpec[] = [
     tags: ['webhooks'],
     auth: 'admin',
     responses: { 200: { description: 'webhooks (never their secrets)', schema: WebhookList }, ...authErrors },
-  },
-  {
+  }),
+  route({
     service: 'api',
     method: 'POST',
     path: '/api/webhooks',
@@ -354,8 +361,8 @@ export const routes: RouteSpec[] = [
       ...authErrors,
       409: err('the customer has the maximum number of webhooks'),
     },
-  },
-  {
+  }),
+  route({
     service: 'api',
     method: 'DELETE',
     path: '/api/webhooks/{id}',
@@ -365,8 +372,8 @@ export const routes: RouteSpec[] = [
     auth: 'admin',
     params: IdParams,
     responses: { 204: { description: 'deleted' }, 400: err('ill-formed id'), ...authErrors, 404: err('no such webhook') },
-  },
-  {
+  }),
+  route({
     service: 'api',
     method: 'GET',
     path: '/api/webhooks/{id}/deliveries',
@@ -377,8 +384,8 @@ export const routes: RouteSpec[] = [
     params: IdParams,
     query: DeliveriesQuery,
     responses: { 200: { description: 'deliveries', schema: WebhookDeliveryList }, 400: err('bad query or id'), ...authErrors, 404: err('no such webhook') },
-  },
-  {
+  }),
+  route({
     service: 'api',
     method: 'GET',
     path: '/api/machines/{id}/metrics',
@@ -394,8 +401,8 @@ export const routes: RouteSpec[] = [
       ...authErrors,
       404: err('no such machine'),
     },
-  },
-  {
+  }),
+  route({
     service: 'api',
     method: 'GET',
     path: '/api/machines/{id}/artifacts',
@@ -406,8 +413,8 @@ export const routes: RouteSpec[] = [
     params: IdParams,
     query: ArtifactListQuery,
     responses: { 200: { description: 'artifacts', schema: ArtifactList }, 400: err('ill-formed id or query'), ...authErrors, 404: err('no such machine') },
-  },
-  {
+  }),
+  route({
     service: 'api',
     method: 'GET',
     path: '/api/artifacts/{id}/download',
@@ -425,8 +432,8 @@ export const routes: RouteSpec[] = [
       416: err('range not satisfiable (Content-Range: bytes */size)'),
       503: err('the artifact store is not reachable; retry'),
     },
-  },
-  {
+  }),
+  route({
     service: 'api',
     method: 'GET',
     path: '/api/instances/{id}/status',
@@ -436,8 +443,8 @@ export const routes: RouteSpec[] = [
     auth: 'viewer',
     params: IdParams,
     responses: { 200: { description: 'latest status (all null before the first status report)', schema: InstanceStatus }, 400: err('ill-formed id'), ...authErrors, 404: err('no such instance') },
-  },
-  {
+  }),
+  route({
     service: 'api',
     method: 'GET',
     path: '/api/instances/{id}/status/history',
@@ -448,10 +455,10 @@ export const routes: RouteSpec[] = [
     params: IdParams,
     query: StatusHistoryQuery,
     responses: { 200: { description: 'status history', schema: StatusHistory }, 400: err('bad query or id'), ...authErrors, 404: err('no such instance') },
-  },
-  ...helpRoutes('/api/instances/{id}/help', 'get_instance_help'),
-  ...helpRoutes('/instances/{id}/help', 'get_instance_help_short'),
-  {
+  }),
+  helpRoute('/api/instances/{id}/help', 'get_instance_help'),
+  helpRoute('/instances/{id}/help', 'get_instance_help_short'),
+  route({
     service: 'api',
     method: 'GET',
     path: '/api/whitelist',
@@ -460,8 +467,8 @@ export const routes: RouteSpec[] = [
     tags: ['whitelist'],
     auth: 'viewer',
     responses: { 200: { description: 'rules', schema: WhitelistRuleList }, ...authErrors },
-  },
-  {
+  }),
+  route({
     service: 'api',
     method: 'POST',
     path: '/api/whitelist',
@@ -471,8 +478,8 @@ export const routes: RouteSpec[] = [
     auth: 'admin',
     body: WhitelistRuleInput,
     responses: { 201: { description: 'the new rule', schema: WhitelistRule }, 400: err('invalid rule'), ...authErrors, 409: err('the customer has the maximum number of rules') },
-  },
-  {
+  }),
+  route({
     service: 'api',
     method: 'GET',
     path: '/api/whitelist/{id}',
@@ -482,8 +489,8 @@ export const routes: RouteSpec[] = [
     auth: 'viewer',
     params: IdParams,
     responses: { 200: { description: 'the rule', schema: WhitelistRule }, 400: err('ill-formed id'), ...authErrors, 404: err('no such rule') },
-  },
-  {
+  }),
+  route({
     service: 'api',
     method: 'PUT',
     path: '/api/whitelist/{id}',
@@ -494,8 +501,8 @@ export const routes: RouteSpec[] = [
     params: IdParams,
     body: WhitelistRuleInput,
     responses: { 200: { description: 'the rule', schema: WhitelistRule }, 400: err('invalid rule or id'), ...authErrors, 404: err('no such rule') },
-  },
-  {
+  }),
+  route({
     service: 'api',
     method: 'DELETE',
     path: '/api/whitelist/{id}',
@@ -505,8 +512,8 @@ export const routes: RouteSpec[] = [
     auth: 'admin',
     params: IdParams,
     responses: { 204: { description: 'deleted' }, 400: err('ill-formed id'), ...authErrors, 404: err('no such rule') },
-  },
-  {
+  }),
+  route({
     service: 'api',
     method: 'GET',
     path: '/api/ingest-rejections',
@@ -516,8 +523,8 @@ export const routes: RouteSpec[] = [
     auth: 'viewer',
     query: RejectionQuery,
     responses: { 200: { description: 'rejections', schema: RejectionList }, 400: err('bad query'), ...authErrors },
-  },
-  {
+  }),
+  route({
     service: 'api',
     method: 'GET',
     path: '/api/admin/ingest-rejections',
@@ -527,8 +534,8 @@ export const routes: RouteSpec[] = [
     auth: 'system-admin',
     query: AdminRejectionQuery,
     responses: { 200: { description: 'rejections', schema: RejectionList }, 400: err('bad query'), ...authErrors },
-  },
-  {
+  }),
+  route({
     service: 'api',
     method: 'GET',
     path: '/openapi.json',
@@ -537,8 +544,8 @@ export const routes: RouteSpec[] = [
     tags: ['docs'],
     auth: 'none',
     responses: { 200: { description: 'OpenAPI 3.1 document', schema: Type.Record(Type.String(), Type.Unknown()) } },
-  },
-  {
+  }),
+  route({
     service: 'api',
     method: 'GET',
     path: '/docs',
@@ -547,8 +554,8 @@ export const routes: RouteSpec[] = [
     tags: ['docs'],
     auth: 'none',
     responses: { 200: { description: 'HTML page', contentType: 'text/html' } },
-  },
-  {
+  }),
+  route({
     service: 'api',
     method: 'GET',
     path: '/docs/{file}',
@@ -558,9 +565,9 @@ export const routes: RouteSpec[] = [
     auth: 'none',
     params: DocsFileParams,
     responses: { 200: { description: 'the file', contentType: 'application/octet-stream' }, 404: err('no such file') },
-  },
+  }),
   // Accounts, customers, members, API tokens (issue 8).
-  {
+  route({
     service: 'api',
     method: 'GET',
     path: '/auth/me',
@@ -569,8 +576,8 @@ export const routes: RouteSpec[] = [
     tags: ['auth'],
     auth: 'user',
     responses: { 200: { description: 'the user', schema: A.Me }, ...authErrors },
-  },
-  {
+  }),
+  route({
     service: 'api',
     method: 'POST',
     path: '/auth/conversions/ack',
@@ -580,8 +587,8 @@ export const routes: RouteSpec[] = [
     auth: 'user',
     body: A.ConversionAckBody,
     responses: { 200: { description: 'acknowledged', schema: A.ConversionAck }, 400: err('bad body'), ...authErrors },
-  },
-  {
+  }),
+  route({
     service: 'api',
     method: 'GET',
     path: '/api/auth/my-customers',
@@ -590,8 +597,8 @@ export const routes: RouteSpec[] = [
     tags: ['auth'],
     auth: 'user',
     responses: { 200: { description: 'customers', schema: A.MyCustomers }, ...authErrors },
-  },
-  {
+  }),
+  route({
     service: 'api',
     method: 'POST',
     path: '/api/auth/switch-customer',
@@ -607,8 +614,8 @@ export const routes: RouteSpec[] = [
       403: err('not a member of that customer (or no such customer)'),
       404: err('no such customer (system administrators only; others get 403)'),
     },
-  },
-  {
+  }),
+  route({
     service: 'api',
     method: 'GET',
     path: '/api/members',
@@ -617,8 +624,8 @@ export const routes: RouteSpec[] = [
     tags: ['members'],
     auth: 'owner',
     responses: { 200: { description: 'members', schema: A.MemberList }, ...authErrors },
-  },
-  {
+  }),
+  route({
     service: 'api',
     method: 'POST',
     path: '/api/members',
@@ -633,8 +640,8 @@ export const routes: RouteSpec[] = [
       ...authErrors,
       409: err('already a member, or the user name is taken'),
     },
-  },
-  {
+  }),
+  route({
     service: 'api',
     method: 'PUT',
     path: '/api/members/{user_id}',
@@ -645,8 +652,8 @@ export const routes: RouteSpec[] = [
     params: A.UserIdParams,
     body: A.UpdateMemberBody,
     responses: { 200: { description: 'changed', schema: A.Member }, 400: err('bad id or role'), ...authErrors, 404: err('no such member'), 409: err('the last owner cannot be demoted') },
-  },
-  {
+  }),
+  route({
     service: 'api',
     method: 'DELETE',
     path: '/api/members/{user_id}',
@@ -656,8 +663,8 @@ export const routes: RouteSpec[] = [
     auth: 'owner',
     params: A.UserIdParams,
     responses: { 200: { description: 'removed', schema: Ok }, 400: err('bad id'), ...authErrors, 404: err('no such member'), 409: err('the last owner cannot be removed') },
-  },
-  {
+  }),
+  route({
     service: 'api',
     method: 'GET',
     path: '/api/tokens',
@@ -666,8 +673,8 @@ export const routes: RouteSpec[] = [
     tags: ['tokens'],
     auth: 'admin',
     responses: { 200: { description: 'tokens', schema: A.ApiTokenList }, ...authErrors },
-  },
-  {
+  }),
+  route({
     service: 'api',
     method: 'POST',
     path: '/api/tokens',
@@ -677,8 +684,8 @@ export const routes: RouteSpec[] = [
     auth: 'admin',
     body: A.CreateTokenBody,
     responses: { 201: { description: 'created', schema: A.CreatedToken }, 400: err('bad name or scopes'), ...authErrors },
-  },
-  {
+  }),
+  route({
     service: 'api',
     method: 'DELETE',
     path: '/api/tokens/{id}',
@@ -688,9 +695,9 @@ export const routes: RouteSpec[] = [
     auth: 'admin',
     params: IdParams,
     responses: { 200: { description: 'revoked (again: unchanged)', schema: A.ApiToken }, 400: err('ill-formed id'), ...authErrors, 404: err('no such token') },
-  },
+  }),
   // Licences, onboarding, support (issue 8).
-  {
+  route({
     service: 'api',
     method: 'GET',
     path: '/api/dashboard/license-status',
@@ -699,8 +706,8 @@ export const routes: RouteSpec[] = [
     tags: ['licences'],
     auth: 'viewer',
     responses: { 200: { description: 'licence status', schema: A.LicenceStatus }, ...authErrors },
-  },
-  {
+  }),
+  route({
     service: 'api',
     method: 'GET',
     path: '/api/customers/{id}/license-key',
@@ -710,8 +717,8 @@ export const routes: RouteSpec[] = [
     auth: 'viewer',
     params: IdParams,
     responses: { 200: { description: 'licence', schema: A.LicenceKey }, 400: err('ill-formed id'), ...authErrors, 404: err('no such customer') },
-  },
-  {
+  }),
+  route({
     service: 'api',
     method: 'PUT',
     path: '/api/customers/{id}/license',
@@ -722,8 +729,8 @@ export const routes: RouteSpec[] = [
     params: IdParams,
     body: A.SetLicenceBody,
     responses: { 200: { description: 'the licence after the change', schema: A.LicenceKey }, 400: err('bad id or body'), ...authErrors, 404: err('no such customer') },
-  },
-  {
+  }),
+  route({
     service: 'api',
     method: 'GET',
     path: '/api/onboarding/status',
@@ -732,8 +739,8 @@ export const routes: RouteSpec[] = [
     tags: ['onboarding'],
     auth: 'viewer',
     responses: { 200: { description: 'progress', schema: A.OnboardingStatus }, ...authErrors },
-  },
-  {
+  }),
+  route({
     service: 'api',
     method: 'GET',
     path: '/api/support-info',
@@ -742,8 +749,8 @@ export const routes: RouteSpec[] = [
     tags: ['support'],
     auth: 'viewer',
     responses: { 200: { description: 'contacts', schema: A.SupportInfo }, ...authErrors },
-  },
-  {
+  }),
+  route({
     service: 'gateway',
     method: 'POST',
     path: '/api/ingest/{customer}/{machine}/{software}/commands/{command_id}/ack',
@@ -759,8 +766,8 @@ export const routes: RouteSpec[] = [
       400: err('malformed path slug or command id, malformed JSON or a bad Idempotency-Key'),
       404: err('no such command for this instance'),
     },
-  },
-  {
+  }),
+  route({
     service: 'api',
     method: 'GET',
     path: '/api/instances/{id}/commands/available',
@@ -770,8 +777,8 @@ export const routes: RouteSpec[] = [
     auth: 'viewer',
     params: IdParams,
     responses: { 200: { description: 'advertised commands', schema: AvailableCommandList }, 400: err('ill-formed id'), ...authErrors, 404: err('no such instance') },
-  },
-  {
+  }),
+  route({
     service: 'api',
     method: 'POST',
     path: '/api/instances/{id}/commands',
@@ -790,8 +797,8 @@ export const routes: RouteSpec[] = [
       413: err('args over COMMAND_ARGS_MAX_BYTES'),
       422: err('the latest snapshot does not advertise this command, or the args do not match its params'),
     },
-  },
-  {
+  }),
+  route({
     service: 'api',
     method: 'GET',
     path: '/api/instances/{id}/commands',
@@ -802,8 +809,8 @@ export const routes: RouteSpec[] = [
     params: IdParams,
     query: CommandListQuery,
     responses: { 200: { description: 'commands', schema: CommandList }, 400: err('ill-formed id or query'), ...authErrors, 404: err('no such instance') },
-  },
-  {
+  }),
+  route({
     service: 'api',
     method: 'POST',
     path: '/api/commands/{id}/cancel',
@@ -819,17 +826,17 @@ export const routes: RouteSpec[] = [
       404: err('no such command'),
       409: err('the command is no longer queued'),
     },
-  },
+  }),
   ...dashboardRoutes(),
   ...ops('api'),
-];
+] as const;
 
 /**
  * The dashboard (issue 9): a single-page app served by the api itself. Every page path answers the
  * same HTML shell (no data in it: the page reads the API with the session cookie), so a deep link
  * or a reload works; the scripts and styles come from /assets. The JSON API stays under /api and /auth.
  */
-function dashboardRoutes(): RouteSpec[] {
+function dashboardRoutes() {
   const page = (path: string, operationId: string, summary: string, params?: TSchema): RouteSpec => ({
     service: 'api',
     method: 'GET',
@@ -846,7 +853,7 @@ function dashboardRoutes(): RouteSpec[] {
     page('/login', 'dashboard_login', 'Dashboard: log in'),
     page('/instances/{id}', 'dashboard_instance', 'Dashboard: one instance (status, diagnostics, colour history, metrics, artifacts, commands)', DashboardInstanceParams),
     page('/settings', 'dashboard_settings', 'Dashboard: settings (API tokens, whitelist, webhooks, licence, onboarding, support)'),
-    {
+    route({
       service: 'api',
       method: 'GET',
       path: '/assets/{file}',
@@ -856,33 +863,30 @@ function dashboardRoutes(): RouteSpec[] {
       auth: 'none',
       params: DashboardAssetParams,
       responses: { 200: { description: 'the file', contentType: 'application/octet-stream' }, 404: err('no such file') },
-    },
+    }),
   ];
 }
 
-function helpRoutes(path: string, operationId: string): RouteSpec[] {
-  return [
-    {
-      service: 'api',
-      method: 'GET',
-      path,
-      operationId,
-      summary:
-        path.startsWith('/api')
-          ? 'Help text for a diagnostic code of this instance\'s software, in DE or EN'
-          : 'Help text for a diagnostic code (spec 4.2 path; the same as /api/instances/{id}/help)',
-      tags: ['help'],
-      auth: 'viewer',
-      params: IdParams,
-      query: HelpQuery,
-      responses: {
-        200: { description: 'the text', schema: HelpText },
-        400: err('ill-formed id, missing or bad code or lang'),
-        ...authErrors,
-        404: { description: 'no such instance, or no text for this code in this language (`available` lists the languages there are)', schema: HelpMissing },
-      },
+function helpRoute<const O extends string>(path: string, operationId: O) {
+  return route({
+    service: 'api',
+    method: 'GET',
+    path,
+    operationId,
+    summary: path.startsWith('/api')
+      ? "Help text for a diagnostic code of this instance's software, in DE or EN"
+      : 'Help text for a diagnostic code (spec 4.2 path; the same as /api/instances/{id}/help)',
+    tags: ['help'],
+    auth: 'viewer',
+    params: IdParams,
+    query: HelpQuery,
+    responses: {
+      200: { description: 'the text', schema: HelpText },
+      400: err('ill-formed id, missing or bad code or lang'),
+      ...authErrors,
+      404: { description: 'no such instance, or no text for this code in this language (`available` lists the languages there are)', schema: HelpMissing },
     },
-  ];
+  });
 }
 
 export function routesOf(service: Service): RouteSpec[] {

@@ -3,6 +3,7 @@
 // connection is closed after API_KEEPALIVE_TIMEOUT_MS, and the live stream (a response that lasts)
 // outlives both the request timeout and the idle timeout. Raw sockets, against the real api process.
 import t from 'tap';
+import type { IncomingMessage } from 'node:http';
 import { connect, type Socket } from 'node:net';
 import { request } from 'node:http';
 import { testStack, get } from './helpers/stack.js';
@@ -124,7 +125,7 @@ t.test('the live stream stays open well past the request and idle timeouts', asy
   const start = Date.now();
   const req = request(`${s.apiUrl}/api/fleet/stream`, { headers: { Authorization: `Bearer ${viewer.jwt}` } });
   let closedAt = 0;
-  const res = await new Promise<import('node:http').IncomingMessage>((resolve, reject) => {
+  const res = await new Promise<IncomingMessage>((resolve, reject) => {
     req.on('response', resolve);
     req.on('error', reject);
     req.end();

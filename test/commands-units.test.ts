@@ -2,7 +2,8 @@
 // delivered/ack fields of a queued report, and the NATS hint format.
 import t from 'tap';
 import { randomUUID } from 'node:crypto';
-import { advertisedCommands, checkArgs, decodeHint, encodeHint, safeJson } from '../lib/commands.js';
+import { advertisedCommands, checkArgs, decodeHint, encodeHint } from '../lib/commands.js';
+import { pgJson } from '../lib/db/postgres.js';
 import { decodeBatch, encodeBatch, encodeReport } from '../lib/messages.js';
 
 t.test('advertised commands: modules.<module>.commands, malformed entries skipped', async (t) => {
@@ -57,8 +58,8 @@ t.test('hints round-trip; anything unreadable is no hint', async (t) => {
   t.same(decodeHint(Buffer.from('{"i":[["a","b"],[1,2,3],["a","b","c"]]}')), [{ customerId: 'a', machine: 'b', software: 'c' }]);
 });
 
-t.test('JSON for jsonb: NULs and lone surrogates cannot reach Postgres', async (t) => {
-  t.equal(safeJson({ a: 'x' }), '{"a":"x"}');
-  t.equal(safeJson({ a: 'x\u0000y', b: '\ud800' }), '{"a":"xy","b":"\ufffd"}');
-  t.equal(safeJson(undefined), 'null');
+t.test('JSON for jsonb: NULs and lone surrogates cannot reach Postgres, in values or keys (one sanitiser, lib/db/postgres.ts)', async (t) => {
+  t.equal(pgJson({ a: 'x' }), '{"a":"x"}');
+  t.equal(pgJson({ a: 'x\u0000y', b: '\ud800' }), '{"a":"xy","b":"\ufffd"}');
+  t.equal(pgJson({ 'k\u0000': { 'n\ud800': 1 } }), '{"k":{"n\ufffd":1}}');
 });

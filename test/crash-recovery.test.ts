@@ -9,24 +9,23 @@ import { OwnPostgres } from './helpers/postgres-server.js';
 
 const nats = new OwnNats(await freePort());
 const pgServer = new OwnPostgres(await freePort());
-// Registered first, run last (tap runs teardowns in the order they were added; the stack's own
-// comes after): the servers go even when a start-up step below fails.
-let stackUp = false;
-t.teardown(async () => {
-  if (!stackUp) {
-    await nats.destroy();
-    await pgServer.destroy();
-  }
-});
-await nats.start();
-await pgServer.start();
 const workerPort = await freePort();
-const s = await testStack(t, 'crashes', { natsUrl: nats.url, pgUrl: pgServer.url(), api: false, worker: false, env: { ACK_WAIT_S: '5', WORKER_HTTP_PORT: String(workerPort) } });
-stackUp = true;
-t.teardown(async () => {
+const destroyServers = async () => {
   await nats.destroy();
   await pgServer.destroy();
-});
+};
+let s: Awaited<ReturnType<typeof testStack>>;
+try {
+  await nats.start();
+  await pgServer.start();
+  s = await testStack(t, 'crashes', { natsUrl: nats.url, pgUrl: pgServer.url(), api: false, worker: false, env: { ACK_WAIT_S: '5', WORKER_HTTP_PORT: String(workerPort) } });
+} catch (e) {
+  // Before the stack's teardown exists: the servers must not outlive (or keep alive) the test.
+  await destroyServers();
+  throw e;
+}
+// Runs after the stack's own teardown (tap runs teardowns in the order they were added).
+t.teardown(destroyServers);
 const B = await s.newCustomer('crash-b');
 await s.pool.query(`UPDATE licences SET device_limit = 100000`);
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -83,7 +82,7 @@ t.test('kill -9 of a worker, nats-server and Postgres during ingest: every ackno
   await eventually(async () => (await post(`${s.gatewayUrl}/api/ingest/${s.customer.slug}/probe/agent/heartbeat`, s.token, {})).status === 200, 30_000, 'ingest resumes after NATS is back');
   await sleep(2000);
   // 3. Postgres dies: the worker waits, says it is not ready, and goes on when it is back.
-  await pgServer.kill9();
+  pgServer.kill9();
   const down = await eventually(async () => {
     const r = await readyz();
     return r.status === 503 && /postgres/.test(r.body) ? r : null;

@@ -5,6 +5,7 @@
 // following a redirect, with generic errors, with the URL's host name as Host and TLS server name.
 // Every connection made here goes to a listener on the loopback interface.
 import t from 'tap';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import fc from 'fast-check';
 import { createServer, type Server } from 'node:http';
 import { createServer as createTcpServer, type AddressInfo } from 'node:net';
@@ -209,7 +210,7 @@ interface Listener {
   hits: { host: string | undefined; url: string | undefined; body: string }[];
 }
 
-async function listen(host: string, handler: (req: import('node:http').IncomingMessage, res: import('node:http').ServerResponse) => void = (_q, r) => r.end('ok')): Promise<Listener> {
+async function listen(host: string, handler: (req: IncomingMessage, res: ServerResponse) => void = (_q, r) => r.end('ok')): Promise<Listener> {
   const l: Listener = { server: null as unknown as Server, port: 0, hits: [] };
   l.server = createServer((req, res) => {
     let body = '';

@@ -19,7 +19,12 @@ t.test('heartbeat: 200 {ok:true}, then listed green with its last-seen time', as
   t.equal(i.light, 'green');
   t.ok(Date.parse(i.last_seen_at) > Date.now() - 10_000, 'last seen just now');
   t.ok(i.last_heartbeat_at);
-  const key = await s.redis.pttl(`${s.env.REDIS_PREFIX}hb:${i.id}`);
+  // The worker commits Postgres before it writes the Redis key (workers/apply-batch.ts): an
+  // instance listed green may not have its key yet (PTTL -2). Wait for the key, not for luck.
+  const key = await eventually(async () => {
+    const ms = await s.redis.pttl(`${s.env.REDIS_PREFIX}hb:${i.id}`);
+    return ms > 0 ? ms : null;
+  }, 5000, 'heartbeat key written');
   t.ok(key > 290_000 && key <= 300_000, `heartbeat key expires in about 300 s (${key} ms)`);
 });
 

@@ -191,7 +191,7 @@ function visibleText(operationId: string, text: string): string {
 
 async function walk(t: Test, who: string, creds: { api: string; gateway: string }): Promise<void> {
   let calls = 0;
-  for (const r of routes) {
+  for (const r of routes as readonly RouteSpec[]) {
     const withParams = /\{\w+\}/.test(r.path.replace(/\{(customer|machine|software|n)\}/g, ''));
     // Every id of A wherever the route takes an id (path, query or body); once otherwise.
     const takesIds = withParams || JSON.stringify([r.query ?? null, r.body ?? null]).includes('"uuid"');

@@ -5,7 +5,8 @@ import { uuidFromName, isSlug, isUuid, newApiToken, hashToken } from '../lib/ids
 import { RateLimiter } from '../gateway/rate-limiter.js';
 import { pathRegex, routes, checkHandlers } from '../lib/routes.js';
 import { countTap } from '../deploy/test-runner.js';
-import { pgJson, pgText, chTime } from '../workers/reports.js';
+import { chTime } from '../workers/reports.js';
+import { pgJson, pgText } from '../lib/db/postgres.js';
 import { tsvValue, tsvRow } from '../lib/db/clickhouse.js';
 
 t.test('a batch round-trips, the raw body untouched', async (t) => {

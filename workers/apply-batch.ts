@@ -6,7 +6,7 @@
 //   Redis       keys whose expiry is an absolute time (receive time + timeout), only ever extended.
 import type { Report, RejectionRecord } from '../lib/messages.js';
 import type { Pool, PoolClient } from '../lib/db/postgres.js';
-import { withTx } from '../lib/db/postgres.js';
+import { withTx, pgText, pgJson } from '../lib/db/postgres.js';
 import type { ClickHouseClient } from '../lib/db/clickhouse.js';
 import { insertTsv, tsvRow } from '../lib/db/clickhouse.js';
 import type { Redis } from '../lib/db/redis.js';
@@ -17,7 +17,7 @@ import { writeArtifacts } from './artifacts.js';
 import type { LightEvent } from '../lib/traffic-light.js';
 import type { ReportLights } from './traffic-light.js';
 import { applyCommandReports, type CommandDeps } from './commands.js';
-import { summarise, agentTime, instanceKey, machineKey, chTime, toInt, pgText, pgJson, type InstanceUpdate, type TsWindow } from './reports.js';
+import { summarise, agentTime, instanceKey, machineKey, chTime, toInt, type InstanceUpdate, type TsWindow } from './reports.js';
 import { applyHelpTexts } from './help-texts.js';
 import type { WhitelistCache, Suppression } from './whitelist-cache.js';
 import { noteNewMachines } from './licences.js';

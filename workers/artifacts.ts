@@ -3,7 +3,8 @@
 import type { Report } from '../lib/messages.js';
 import type { Pool } from '../lib/db/postgres.js';
 import type { ArtifactReport } from '../lib/artifacts.js';
-import { instanceKey, pgText } from './reports.js';
+import { instanceKey } from './reports.js';
+import { pgText } from '../lib/db/postgres.js';
 
 export async function writeArtifacts(pool: Pool, reports: Report[], ids: Map<string, { machineId: string; instanceId: string }>): Promise<void> {
   const rows: { a: ArtifactReport; machineId: string; instanceId: string }[] = [];

@@ -9,11 +9,10 @@
 // Instances whose open commands changed are hinted to the gateways after the commit.
 import type { Report } from '../lib/messages.js';
 import type { Pool } from '../lib/db/postgres.js';
-import { withTx } from '../lib/db/postgres.js';
+import { withTx, pgText, pgJson } from '../lib/db/postgres.js';
 import { isUuid } from '../lib/ids.js';
-import { safeJson, type InstanceRef } from '../lib/commands.js';
+import type { InstanceRef } from '../lib/commands.js';
 import type { CommandAck } from '../lib/schemas/commands.js';
-import { pgText } from './reports.js';
 
 export interface CommandDeps {
   pool: Pool;
@@ -119,7 +118,7 @@ export async function applyCommandReports(d: CommandDeps, reports: Report[]): Pr
           as.map((x) => x.ref.software),
           as.map((x) => (x.body.result === 'success' ? 'succeeded' : 'failed')),
           as.map((x) => pgText(x.body.message) ?? null),
-          as.map((x) => (x.body.output === undefined ? null : safeJson(x.body.output))),
+          as.map((x) => (x.body.output === undefined ? null : pgJson(x.body.output))),
           as.map((x) => x.at),
         ],
       );

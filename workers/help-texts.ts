@@ -5,7 +5,7 @@
 import type { Pool } from '../lib/db/postgres.js';
 import type { Report } from '../lib/messages.js';
 import type { HelpUpload } from '../lib/schemas/ingest.js';
-import { pgText } from './reports.js';
+import { pgText } from '../lib/db/postgres.js';
 
 interface Row {
   customerId: string;

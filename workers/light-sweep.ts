@@ -6,14 +6,9 @@
 // expiry listener records at the same moment is still recorded once). It also delivers changes
 // left in the outbox by a worker that died or could not reach ClickHouse.
 //
-// Every worker runs a BullMQ worker for the job and upserts its scheduler (idempotent); BullMQ
-// gives each run to one worker, and a Postgres advisory lock makes sure that a run which outlasts
-// the interval is never overlapped by the next one on another worker.
-import { Queue, Worker } from 'bullmq';
-import type { Redis } from '../lib/db/redis.js';
+// A scheduled job (lib/jobs.ts) gives each run to one worker, and a Postgres advisory lock makes
+// sure that a run which outlasts the interval is never overlapped by the next one on another worker.
 import type { Pool } from '../lib/db/postgres.js';
-import type { Logger } from '../lib/log.js';
-import { QUEUES, bullPrefix } from '../lib/jobs.js';
 import type { LightEvent } from '../lib/traffic-light.js';
 import { recordTransitionsTx, type Horizon, type LightEventSink, type LightParams } from './traffic-light.js';
 
@@ -28,42 +23,14 @@ export interface SweepResult {
 }
 
 export class LightSweep {
-  private queue: Queue | null = null;
-  private worker: Worker | null = null;
-
   constructor(
-    private readonly connection: Redis,
-    private readonly redisPrefix: string,
     private readonly pool: Pool,
     private readonly sink: LightEventSink,
     private readonly params: LightParams,
     private readonly horizon: Horizon,
-    private readonly opts: { intervalMs: number; batch: number },
-    private readonly log: Logger,
+    private readonly opts: { batch: number },
     private readonly onEvents: (events: LightEvent[]) => void = () => {},
   ) {}
-
-  async start(): Promise<void> {
-    const prefix = bullPrefix(this.redisPrefix);
-    this.queue = new Queue(QUEUES.lightSweep, { connection: this.connection, prefix });
-    this.queue.on('error', (e) => this.log.warn({ err: e }, 'sweep queue error'));
-    await this.queue.upsertJobScheduler(
-      'light-sweep',
-      { every: this.opts.intervalMs },
-      { name: 'sweep', opts: { removeOnComplete: true, removeOnFail: 20 } },
-    );
-    this.worker = new Worker(
-      QUEUES.lightSweep,
-      async () => {
-        const r = await this.sweep();
-        if (r.changes || r.redelivered) this.log.info(r, 'traffic-light sweep');
-        return r;
-      },
-      { connection: this.connection, prefix, concurrency: 1 },
-    );
-    this.worker.on('error', (e) => this.log.warn({ err: e }, 'sweep worker error'));
-    this.worker.on('failed', (_job, e) => this.log.warn({ err: e }, 'traffic-light sweep failed'));
-  }
 
   /** One run; skipped (ran: false) while another worker's run holds the lock. */
   async sweep(): Promise<SweepResult> {
@@ -110,10 +77,5 @@ export class LightSweep {
       [this.params.heartbeatTimeoutS, this.params.warningWindowS, this.opts.batch, horizonMs],
     );
     return r.rows.map((x) => x.id);
-  }
-
-  async stop(): Promise<void> {
-    await this.worker?.close().catch(() => {});
-    await this.queue?.close().catch(() => {});
   }
 }

@@ -1,7 +1,7 @@
 // Worker process: applies what the gateways queued. Reads top-down: config -> Postgres, ClickHouse,
 // Redis, NATS -> stream and durable consumer -> consume -> graceful shutdown (finish the batch in
 // hand, ack it, stop). Any number of replicas may run; they share the durable consumer.
-import { loadConfig } from '../lib/config.js';
+import { configOrExit } from '../lib/config.js';
 import { shutdownDeadline, drainNats } from '../lib/shutdown.js';
 import { createLogger } from '../lib/log.js';
 import { createMetrics } from '../lib/metrics.js';
@@ -14,18 +14,19 @@ import { IngestConsumer } from './ingest-consumer.js';
 import { Readiness, probeDependencies, serveHealth } from './health.js';
 import { reportChecker } from '../lib/report-check.js';
 import { WhitelistCache } from './whitelist-cache.js';
-import { startLicenceSweep } from './licence-sweep.js';
 import { ArtifactStore } from '../lib/artifacts.js';
-import { startArtifactExpiry } from './artifact-expiry.js';
+import { sweepUploads } from './artifact-expiry.js';
 import { Horizon, LightEventSink, ReportLights } from './traffic-light.js';
 import { ExpiryListener, ensureExpiryEvents } from './light-expiry.js';
 import { LightSweep } from './light-sweep.js';
 import { Webhooks } from './webhooks.js';
 import type { LightEvent } from '../lib/traffic-light.js';
-import { CommandExpiry } from './command-expiry.js';
+import { sweepCommands } from './command-expiry.js';
 import { CommandHints } from '../lib/commands.js';
+import { QUEUES, scheduledJob, removeLegacyJobs } from '../lib/jobs.js';
+import { reconcileLicences } from '../lib/licences.js';
 
-const cfg = loadConfig();
+const cfg = configOrExit('worker');
 const log = createLogger('worker', cfg.logLevel);
 const metrics = createMetrics('worker');
 
@@ -80,8 +81,7 @@ await retrying('the webhook queue (Redis)', () => webhooks.start());
 const sink = new LightEventSink(pool, ch, nc, cfg.subjectPrefix, webhooks, log);
 const horizonLag = metrics.gauge('worker_light_horizon_lag_ms', 'How far behind the wall clock silence is judged (oldest report still queued)');
 const horizon = new Horizon(jsm, cfg.streamName, log, (ms) => horizonLag.set(ms));
-const sweep = new LightSweep(bull, cfg.redisPrefix, pool, sink, lightParams, horizon, { intervalMs: cfg.light.sweepIntervalMs, batch: cfg.light.sweepBatch }, log, countLights);
-await retrying('the traffic-light sweep (Redis)', () => sweep.start());
+const sweep = new LightSweep(pool, sink, lightParams, horizon, { batch: cfg.light.sweepBatch }, countLights);
 let expiry: ExpiryListener | null = null;
 if (cfg.light.expiryListener) {
   await retrying('Redis expiry events', () => ensureExpiryEvents(redis, log));
@@ -141,23 +141,31 @@ consumer.start();
 // The consumer's own state (stalls; NATS unreachable) joins the dependency probes in /readyz.
 const consumerHealth = setInterval(() => readiness.set('consumer', consumer.problem()), 1000);
 consumerHealth.unref();
-const stopLicenceSweep = await retrying('the licence sweep (Redis)', () =>
-  startLicenceSweep({ redisUrl: cfg.redisUrl, redisPrefix: cfg.redisPrefix, everyMs: cfg.licence.sweepMs, pool, log }),
-);
-// Incomplete artifact uploads expire (BullMQ job scheduler; one replica runs each sweep).
-const artifactExpiry = await retrying('the artifact expiry (Redis)', () => startArtifactExpiry(cfg, artifactStore, pool, log));
-
-// Agent commands that waited too long: expired (queued) or timed_out (delivered, no ack).
-const commandExpiry = new CommandExpiry({
-  pool,
-  redisUrl: cfg.redisUrl,
-  redisPrefix: cfg.redisPrefix,
-  everyMs: cfg.commands.sweepMs,
-  log,
-  commandsChanged: (refs) => hints.publish(refs),
+// Scheduled jobs (lib/jobs.ts): each runs every interval on one worker replica.
+const jobCtx = { connection: bull, redisPrefix: cfg.redisPrefix, log };
+const jobs = [
+  // The traffic light: what Redis expiry events missed (workers/light-sweep.ts).
+  scheduledJob(jobCtx, { queue: QUEUES.lightSweep, everyMs: cfg.light.sweepIntervalMs, run: async () => {
+    const r = await sweep.sweep();
+    return { changes: r.changes, redelivered: r.redelivered };
+  } }),
+  // Grace periods start and end as machines age out of the 30-day window or come back.
+  scheduledJob(jobCtx, { queue: QUEUES.licenceSweep, everyMs: cfg.licence.sweepMs, run: async () => ({ changed: await reconcileLicences(pool) }) }),
+  // Incomplete artifact uploads expire.
+  scheduledJob(jobCtx, { queue: QUEUES.artifactExpiry, everyMs: cfg.artifacts.sweepMs, run: () =>
+    sweepUploads(artifactStore, pool, { now: Date.now(), graceMs: cfg.artifacts.expiryGraceS * 1000, keepCompletedMs: cfg.artifacts.uploadTtlS * 1000 }),
+  }),
+  // Agent commands that waited too long: expired (queued) or timed_out (delivered, no ack).
+  scheduledJob(jobCtx, { queue: QUEUES.commandExpiry, everyMs: cfg.commands.sweepMs, run: async () => {
+    const r = await sweepCommands(pool);
+    if (r.refs.length > 0) hints.publish(r.refs);
+    return { expired: r.expired, timed_out: r.timedOut };
+  } }),
+];
+await retrying('the scheduled jobs (Redis)', async () => {
+  await removeLegacyJobs(jobCtx);
+  for (const j of jobs) await j.start();
 });
-// In the background: with Redis unreachable, BullMQ waits for it, and the ingest consumer must not.
-commandExpiry.start().catch((e) => log.error({ err: e }, 'command expiry sweep not scheduled'));
 
 readiness.set('startup', null);
 log.info({ stream: cfg.streamName, consumer: cfg.worker.consumerName, pullMaxMessages }, 'consuming');
@@ -171,10 +179,7 @@ async function shutdown(why: string): Promise<void> {
   clearInterval(consumerHealth);
   stopProbes();
   whitelist.stop();
-  await stopLicenceSweep().catch(() => {});
-  await artifactExpiry.close();
-  await Promise.allSettled([expiry?.stop(), sweep.stop(), webhooks.stop()]);
-  await commandExpiry.stop();
+  await Promise.allSettled([expiry?.stop(), webhooks.stop(), ...jobs.map((j) => j.stop())]);
   server?.close();
   await drainNats(nc);
   await Promise.allSettled([pool.end(), ch.close(), redis.quit(), bull.quit()]);

@@ -95,25 +95,3 @@ export function chTime(ms: number): string {
   }
   return lastText;
 }
-
-/**
- * Postgres text and jsonb refuse NUL characters, and jsonb refuses lone UTF-16 surrogates; both are
- * valid in JSON, so an accepted report may carry them. Strip NULs and replace lone surrogates
- * (U+FFFD) rather than fail the batch: an accepted report is never lost over a character.
- */
-export function pgText(s: string | null | undefined): string | null {
-  if (s === null || s === undefined) return null;
-  return s.includes('\u0000') ? s.replace(/\u0000/g, '').toWellFormed() : s.toWellFormed();
-}
-
-export function pgJson(v: unknown): string {
-  const json = JSON.stringify(v);
-  if (!/\\u0000|\\ud[89a-f]/i.test(json)) return json;
-  return JSON.stringify(v, (_k, x) => {
-    if (typeof x === 'string') return pgText(x);
-    if (x && typeof x === 'object' && !Array.isArray(x) && Object.keys(x).some((k) => k !== pgText(k))) {
-      return Object.fromEntries(Object.entries(x).map(([k, y]) => [pgText(k), y]));
-    }
-    return x;
-  });
-}

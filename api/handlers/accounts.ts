@@ -1,12 +1,10 @@
 // The logged-in user (/auth/me, conversions), their customers (list, switch) and the members of the
 // active customer (owners manage them).
 import { createHash } from 'node:crypto';
-import type { FastifyReply, FastifyRequest } from 'fastify';
-import type { ApiDeps } from '../server.js';
+import type { ApiDeps, HandlersOf } from '../types.js';
 import { anyPrincipal, principal, type Principal } from '../auth.js';
 import { HttpError, badRequest, forbidden, notFound } from '../../lib/errors.js';
-import { createUser, normaliseEmail, newPassword, EMAIL_RE, DuplicateUserError, type Role } from '../../lib/accounts.js';
-import { withTx } from '../../lib/db/postgres.js';
+import { createUser, normaliseEmail, newPassword, EMAIL_RE, DuplicateUserError, setMembership, MembershipError, type Role } from '../../lib/accounts.js';
 import { setSessionCookie } from './auth.js';
 
 const iso = (d: Date | null) => (d ? d.toISOString() : null);
@@ -22,7 +20,7 @@ interface CustomerRef {
   member: boolean;
 }
 
-export function accountHandlers(d: ApiDeps) {
+export function accountHandlers(d: ApiDeps): HandlersOf<'add_member' | 'auth_conversions_ack' | 'auth_me' | 'list_members' | 'my_customers' | 'remove_member' | 'switch_customer' | 'update_member'> {
   const { pool } = d;
 
   async function user(id: string) {
@@ -54,7 +52,7 @@ export function accountHandlers(d: ApiDeps) {
   }
 
   return {
-    async auth_me(req: FastifyRequest) {
+    async auth_me(req) {
       const p = anyPrincipal(req);
       const u = await user(p.userId!);
       const customers = await customersOf(u.id, u.is_system_admin);
@@ -76,9 +74,9 @@ export function accountHandlers(d: ApiDeps) {
       };
     },
 
-    async auth_conversions_ack(req: FastifyRequest) {
+    async auth_conversions_ack(req) {
       const p = anyPrincipal(req);
-      const { ids } = req.body as { ids: string[] };
+      const { ids } = req.body;
       // Only the user's own events and those of their customers; others (and repeats) are ignored.
       const r = await pool.query(
         `UPDATE conversions SET acked_at = now(), acked_by = $1
@@ -89,15 +87,15 @@ export function accountHandlers(d: ApiDeps) {
       return { ok: true, acked: r.rowCount ?? 0 };
     },
 
-    async my_customers(req: FastifyRequest) {
+    async my_customers(req) {
       const p = anyPrincipal(req);
       const items = await customersOf(p.userId!, p.isSystemAdmin);
       return { items, active_customer_id: activeOf(p, items)?.id ?? null };
     },
 
-    async switch_customer(req: FastifyRequest, reply: FastifyReply) {
+    async switch_customer(req, reply) {
       const p = anyPrincipal(req);
-      const b = req.body as { customer_id?: string; customer?: string };
+      const b = req.body;
       if (!b.customer_id && !b.customer) throw badRequest('send customer_id or customer (slug)');
       const u = await user(p.userId!);
       const r = await pool.query<{ id: string; slug: string; role: Role | null }>(
@@ -115,7 +113,7 @@ export function accountHandlers(d: ApiDeps) {
       return { token, token_type: 'Bearer', expires_at: expiresAt.toISOString(), user: u, customer: { id: c.id, slug: c.slug, role } };
     },
 
-    async list_members(req: FastifyRequest) {
+    async list_members(req) {
       const p = principal(req);
       const r = await pool.query(
         `SELECT u.id AS user_id, u.email, u.username, m.role, m.created_at
@@ -126,9 +124,9 @@ export function accountHandlers(d: ApiDeps) {
       return { items: r.rows.map((m) => ({ ...m, created_at: iso(m.created_at) })) };
     },
 
-    async add_member(req: FastifyRequest, reply: FastifyReply) {
+    async add_member(req, reply) {
       const p = principal(req);
-      const b = req.body as { email: string; role: Role; username?: string };
+      const b = req.body;
       const email = b.email.trim();
       if (!EMAIL_RE.test(email)) throw badRequest(`invalid e-mail address ${JSON.stringify(email.slice(0, 100))}`);
       let created = false;
@@ -154,33 +152,29 @@ export function accountHandlers(d: ApiDeps) {
       return { member: m, created_user: created, ...(password ? { initial_password: password } : {}) };
     },
 
-    async update_member(req: FastifyRequest) {
+    async update_member(req) {
       const p = principal(req);
-      const { user_id } = req.params as { user_id: string };
-      const { role } = req.body as { role: Role };
-      await withTx(pool, async (c) => {
-        const owners = await lockMembers(c, p.customerId);
-        const current = owners.all.get(user_id);
-        if (!current) throw notFound('no such member');
-        if (current === 'owner' && role !== 'owner' && owners.owners === 1) throw conflict('the last owner cannot be demoted: make another member owner first');
-        await c.query('UPDATE memberships SET role = $3 WHERE customer_id = $1 AND user_id = $2', [p.customerId, user_id, role]);
-      });
+      const { user_id } = req.params;
+      await membership(() => setMembership(pool, user_id, p.customerId, req.body.role, { mustExist: true }));
       return member(p.customerId, user_id);
     },
 
-    async remove_member(req: FastifyRequest) {
+    async remove_member(req) {
       const p = principal(req);
-      const { user_id } = req.params as { user_id: string };
-      await withTx(pool, async (c) => {
-        const owners = await lockMembers(c, p.customerId);
-        const current = owners.all.get(user_id);
-        if (!current) throw notFound('no such member');
-        if (current === 'owner' && owners.owners === 1) throw conflict('the last owner cannot be removed: make another member owner first');
-        await c.query('DELETE FROM memberships WHERE customer_id = $1 AND user_id = $2', [p.customerId, user_id]);
-      });
+      await membership(() => setMembership(pool, req.params.user_id, p.customerId, null));
       return { ok: true };
     },
   };
+
+  /** The rules of lib/accounts.ts in HTTP: 404 for a stranger, 409 for the last owner. */
+  async function membership(change: () => Promise<void>): Promise<void> {
+    try {
+      await change();
+    } catch (e) {
+      if (e instanceof MembershipError) throw e.status === 404 ? notFound(e.message) : conflict(e.message);
+      throw e;
+    }
+  }
 
   async function member(customerId: string, userId: string) {
     const r = await pool.query(
@@ -191,10 +185,4 @@ export function accountHandlers(d: ApiDeps) {
     if (!r.rows[0]) throw notFound('no such member');
     return { ...r.rows[0], created_at: iso(r.rows[0].created_at) };
   }
-}
-
-/** Locks the customer's memberships (so two owners cannot demote each other at once). */
-async function lockMembers(c: import('../../lib/db/postgres.js').PoolClient, customerId: string) {
-  const r = await c.query<{ user_id: string; role: Role }>('SELECT user_id, role FROM memberships WHERE customer_id = $1 ORDER BY user_id FOR UPDATE', [customerId]);
-  return { all: new Map(r.rows.map((m) => [m.user_id, m.role])), owners: r.rows.filter((m) => m.role === 'owner').length };
 }

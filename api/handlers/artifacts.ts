@@ -3,11 +3,11 @@
 // chunks (2 × ARTIFACT_CHUNK_BYTES, 2 MiB) of a download at a time, whatever the artifact's size. One byte range
 // per request is served (206); a range past the end is 416; several ranges get the whole file.
 import { Readable } from 'node:stream';
-import type { FastifyReply, FastifyRequest } from 'fastify';
-import type { ApiDeps } from '../server.js';
+import type { ApiDeps, HandlersOf } from '../types.js';
 import { principal } from '../auth.js';
 import { HttpError, notFound } from '../../lib/errors.js';
 import { parseRange, contentDisposition, type ArtifactStore } from '../../lib/artifacts.js';
+import { ownedMachine } from '../../lib/ownership.js';
 
 interface Row {
   id: string;
@@ -74,14 +74,13 @@ export async function* artifactBytes(store: ArtifactStore, uploadId: string, chu
   }
 }
 
-export function artifactHandlers(d: ApiDeps) {
+export function artifactHandlers(d: ApiDeps): HandlersOf<'download_artifact' | 'list_machine_artifacts'> {
   return {
-    async list_machine_artifacts(req: FastifyRequest) {
+    async list_machine_artifacts(req) {
       const p = principal(req);
-      const { id } = req.params as { id: string };
-      const q = req.query as { software?: string; limit?: number; offset?: number };
-      const m = await d.pool.query('SELECT 1 FROM machines WHERE customer_id = $1 AND id = $2', [p.customerId, id]);
-      if (!m.rowCount) throw notFound('no such machine');
+      const { id } = req.params;
+      const q = req.query;
+      await ownedMachine(d.pool, p.customerId, id);
       const where = ['a.customer_id = $1', 'a.machine_id = $2'];
       const params: unknown[] = [p.customerId, id];
       if (q.software) where.push(`a.software = $${params.push(q.software)}`);
@@ -93,9 +92,9 @@ export function artifactHandlers(d: ApiDeps) {
       return { items: rows.rows.map(toArtifact), total: total.rows[0]!.n };
     },
 
-    async download_artifact(req: FastifyRequest, reply: FastifyReply) {
+    async download_artifact(req, reply) {
       const p = principal(req);
-      const { id } = req.params as { id: string };
+      const { id } = req.params;
       const r = await d.pool.query<Row>(`${SELECT} WHERE a.customer_id = $1 AND a.id = $2`, [p.customerId, id]);
       const a = r.rows[0];
       if (!a) throw notFound('no such artifact');

@@ -3,13 +3,13 @@
 // successful login. Failed logins are counted in Redis per account and per client address (so the
 // limit holds across api replicas); over the limit: 429 with Retry-After, even for the right
 // password, until the window has passed.
-import type { FastifyReply, FastifyRequest } from 'fastify';
-import type { ApiDeps } from '../server.js';
+import type { FastifyReply } from 'fastify';
+import type { ApiDeps, HandlersOf } from '../types.js';
 import { HttpError, badRequest } from '../../lib/errors.js';
 import { findUserByLogin, verifyPassword, rehashPassword, defaultCustomer, DUMMY_HASH } from '../../lib/accounts.js';
 import { SESSION_COOKIE } from '../session.js';
 
-export function authHandlers(d: ApiDeps) {
+export function authHandlers(d: ApiDeps): HandlersOf<'auth_login' | 'auth_logout'> {
   const cfg = d.cfg.api;
   const key = (kind: string, v: string) => `${d.cfg.redisPrefix}login:${kind}:${v}`;
 
@@ -28,8 +28,8 @@ export function authHandlers(d: ApiDeps) {
   }
 
   return {
-    async auth_login(req: FastifyRequest, reply: FastifyReply) {
-      const b = req.body as { email?: string; username?: string; login?: string; password: string };
+    async auth_login(req, reply) {
+      const b = req.body;
       const login = (b.login ?? b.email ?? b.username ?? '').trim();
       if (!login) throw badRequest('send email (or username) and password');
       const keys: [string, number][] = [
@@ -62,7 +62,7 @@ export function authHandlers(d: ApiDeps) {
       };
     },
 
-    async auth_logout(_req: FastifyRequest, reply: FastifyReply) {
+    async auth_logout(_req, reply) {
       reply.clearCookie(SESSION_COOKIE, { path: '/' });
       return { ok: true };
     },

@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { gzipSync } from 'node:zlib';
 import type { FastifyReply, FastifyRequest } from 'fastify';
-import type { ApiDeps } from '../server.js';
+import type { ApiDeps, HandlersOf } from '../types.js';
 import { HttpError, notFound } from '../../lib/errors.js';
 
 /** dist/dashboard, next to dist/api (this file is dist/api/handlers/dashboard.js once compiled). */
@@ -74,7 +74,9 @@ function send(req: FastifyRequest, reply: FastifyReply, f: File, cache: string) 
   return reply.send(f.body);
 }
 
-export function dashboardHandlers(_d: ApiDeps, dir = DASHBOARD_DIR) {
+type Page = (req: FastifyRequest, reply: FastifyReply) => unknown;
+
+export function dashboardHandlers(_d: ApiDeps, dir = DASHBOARD_DIR): HandlersOf<'dashboard_asset'> & Record<'dashboard_fleet' | 'dashboard_login' | 'dashboard_instance' | 'dashboard_settings', Page> {
   let built: ReturnType<typeof load> = null;
   const files = () => {
     built ??= load(dir);
@@ -97,8 +99,8 @@ export function dashboardHandlers(_d: ApiDeps, dir = DASHBOARD_DIR) {
     dashboard_login: page,
     dashboard_instance: page,
     dashboard_settings: page,
-    dashboard_asset: (req: FastifyRequest, reply: FastifyReply) => {
-      const f = files().assets.get((req.params as { file: string }).file);
+    dashboard_asset: (req, reply) => {
+      const f = files().assets.get(req.params.file);
       if (!f) throw notFound('no such file');
       // Asset names carry a hash of their content: they never change.
       return send(req, reply, f, 'public, max-age=31536000, immutable');

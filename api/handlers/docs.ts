@@ -4,8 +4,7 @@ import { readFileSync, existsSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { FastifyReply, FastifyRequest } from 'fastify';
-import type { ApiDeps } from '../server.js';
+import type { ApiDeps, HandlersOf } from '../types.js';
 import { notFound } from '../../lib/errors.js';
 import { openApiDocument } from '../../lib/openapi.js';
 import { DOCS_FILES } from '../../lib/schemas/docs.js';
@@ -58,7 +57,7 @@ const INIT = `window.addEventListener('load', function () {
 
 const TYPES: Record<string, string> = { '.css': 'text/css; charset=utf-8', '.js': 'text/javascript; charset=utf-8', '.png': 'image/png' };
 
-export function docsHandlers(d: ApiDeps) {
+export function docsHandlers(d: ApiDeps): HandlersOf<'docs_asset' | 'docs_page' | 'openapi_document'> {
   const doc = JSON.stringify(openApiDocument({ gatewayUrl: d.cfg.api.publicGatewayUrl, apiUrl: d.cfg.api.publicApiUrl, version: projectVersion() }));
   const dist = dirname(require.resolve('swagger-ui-dist/package.json'));
   const files = new Map<string, { body: Buffer; type: string }>();
@@ -68,10 +67,10 @@ export function docsHandlers(d: ApiDeps) {
   }
 
   return {
-    openapi_document: (_req: FastifyRequest, reply: FastifyReply) => reply.type('application/json').send(doc),
-    docs_page: (_req: FastifyRequest, reply: FastifyReply) => reply.type('text/html; charset=utf-8').send(PAGE),
-    docs_asset: (req: FastifyRequest, reply: FastifyReply) => {
-      const f = files.get((req.params as { file: string }).file);
+    openapi_document: (_req, reply) => reply.type('application/json').send(doc),
+    docs_page: (_req, reply) => reply.type('text/html; charset=utf-8').send(PAGE),
+    docs_asset: (req, reply) => {
+      const f = files.get(req.params.file);
       if (!f) throw notFound('no such file');
       return reply.type(f.type).header('Cache-Control', 'public, max-age=3600').send(f.body);
     },

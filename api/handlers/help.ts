@@ -1,19 +1,17 @@
 // Help texts for a diagnostic code, per the instance's customer and software. Served at
 // /api/instances/{id}/help and, as the spec names it, /instances/{id}/help (same handler).
-import type { FastifyReply, FastifyRequest } from 'fastify';
-import type { ApiDeps } from '../server.js';
+import type { FastifyReply } from 'fastify';
+import type { ApiDeps, HandlersOf, RequestOf, ApiRoutes } from '../types.js';
 import { principal } from '../auth.js';
-import { notFound } from '../../lib/errors.js';
+import { ownedInstance } from '../../lib/ownership.js';
 
-export function helpHandlers(d: ApiDeps) {
-  async function getHelp(req: FastifyRequest, reply: FastifyReply) {
+export function helpHandlers(d: ApiDeps): HandlersOf<'get_instance_help' | 'get_instance_help_short'> {
+  async function getHelp(req: RequestOf<ApiRoutes['get_instance_help']>, reply: FastifyReply) {
     const p = principal(req);
-    const { id } = req.params as { id: string };
-    const q = req.query as { code: number; lang: string };
+    const { id } = req.params;
+    const q = req.query;
     const lang = q.lang.toLowerCase();
-    const inst = await d.pool.query<{ software: string }>('SELECT software FROM instances WHERE customer_id = $1 AND id = $2', [p.customerId, id]);
-    const software = inst.rows[0]?.software;
-    if (software === undefined) throw notFound('no such instance');
+    const { software } = await ownedInstance<{ software: string }>(d.pool, p.customerId, id, 'software');
     const r = await d.pool.query<{ lang: 'de' | 'en'; title: string; text: string; updated_at: Date }>(
       `SELECT lang, title, text, updated_at FROM help_texts WHERE customer_id = $1 AND software = $2 AND code = $3 ORDER BY lang`,
       [p.customerId, software, q.code],

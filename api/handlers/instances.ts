@@ -1,12 +1,12 @@
 // Instances and their diagnostics, scoped to the caller's customer.
-import type { FastifyRequest } from 'fastify';
-import type { ApiDeps } from '../server.js';
+import type { ApiDeps, HandlersOf } from '../types.js';
 import { principal } from '../auth.js';
 import { notFound } from '../../lib/errors.js';
 import { lightSql, lightReasonSql, lightSinceSql } from '../../lib/traffic-light.js';
+import { ownedInstance } from '../../lib/ownership.js';
 import { queryRows } from '../../lib/db/clickhouse.js';
 import { chStr, chInt } from '../../lib/db/clickhouse-sql.js';
-import { instanceOrderBy, groupInstances, type GroupKey } from '../instance-order.js';
+import { instanceOrderBy, groupInstances } from '../instance-order.js';
 
 const iso = (d: Date | null) => (d ? d.toISOString() : null);
 
@@ -50,7 +50,7 @@ function toInstance(r: any) {
   };
 }
 
-export function instanceHandlers(d: ApiDeps) {
+export function instanceHandlers(d: ApiDeps): HandlersOf<'get_instance' | 'list_instance_diagnostics' | 'list_instances'> {
   const t = d.cfg.heartbeatTimeoutS;
   const w = d.cfg.warningWindowS;
 
@@ -61,9 +61,9 @@ export function instanceHandlers(d: ApiDeps) {
   }
 
   return {
-    async list_instances(req: FastifyRequest) {
+    async list_instances(req) {
       const p = principal(req);
-      const q = req.query as { light?: string; machine?: string; software?: string; group?: string; location?: string; sort?: string; group_by?: GroupKey; limit?: number; offset?: number };
+      const q = req.query;
       const where = ['i.customer_id = $1'];
       const params: unknown[] = [p.customerId, t, w];
       if (q.machine) where.push(`m.slug = $${params.push(q.machine)}`);
@@ -77,17 +77,17 @@ export function instanceHandlers(d: ApiDeps) {
       return q.group_by ? { items, total: total.rows[0]!.n, groups: groupInstances(items, q.group_by) } : { items, total: total.rows[0]!.n };
     },
 
-    async get_instance(req: FastifyRequest) {
+    async get_instance(req) {
       const p = principal(req);
-      const row = await findInstance(p.customerId, (req.params as { id: string }).id);
+      const row = await findInstance(p.customerId, req.params.id);
       return { ...toInstance(row), snapshot: row.snapshot ?? null };
     },
 
-    async list_instance_diagnostics(req: FastifyRequest) {
+    async list_instance_diagnostics(req) {
       const p = principal(req);
-      const { id } = req.params as { id: string };
-      await findInstance(p.customerId, id);
-      const q = req.query as { from?: string; to?: string; severity?: number; code?: number; suppressed?: 'exclude' | 'include' | 'only'; limit?: number };
+      const { id } = req.params;
+      await ownedInstance(d.pool, p.customerId, id);
+      const q = req.query;
       const cond = [`customer_id = ${chStr(p.customerId)}`, `instance_id = ${chStr(id)}`];
       // Suppressed (whitelisted) diagnostics are kept, but hidden unless asked for.
       if ((q.suppressed ?? 'exclude') === 'exclude') cond.push('suppressed = 0');

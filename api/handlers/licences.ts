@@ -1,7 +1,6 @@
 // Licence status and key, licence changes (system administrators), onboarding progress and support
 // contacts, all for the active customer (a system administrator may read or change any licence).
-import type { FastifyRequest } from 'fastify';
-import type { ApiDeps } from '../server.js';
+import type { ApiDeps, HandlersOf, RequestOf, ApiRoutes } from '../types.js';
 import { principal } from '../auth.js';
 import { badRequest, notFound } from '../../lib/errors.js';
 import { withTx, type Pool } from '../../lib/db/postgres.js';
@@ -42,13 +41,13 @@ const STEPS = [
   { key: 'teammate_invited', title: 'Invite a teammate', hint: 'Settings -> Members: add a colleague by e-mail.' },
 ] as const;
 
-export function licenceHandlers(d: ApiDeps) {
+export function licenceHandlers(d: ApiDeps): HandlersOf<'license_key' | 'license_status' | 'onboarding_status' | 'set_license' | 'support_info'> {
   const { pool } = d;
 
   /** The licence of customer `id` for this caller: the active customer, or any for a system admin. */
-  async function visibleLicence(req: FastifyRequest): Promise<LicenceRow> {
+  async function visibleLicence(req: RequestOf<ApiRoutes['license_key']>): Promise<LicenceRow> {
     const p = principal(req);
-    const { id } = req.params as { id: string };
+    const { id } = req.params;
     if (id !== p.customerId && !p.isSystemAdmin) throw notFound('no such customer');
     const l = await getLicence(pool, id);
     if (!l) throw notFound('no such customer');
@@ -82,20 +81,20 @@ export function licenceHandlers(d: ApiDeps) {
   }
 
   return {
-    async license_status(req: FastifyRequest) {
+    async license_status(req) {
       const p = principal(req);
       const l = await getLicence(pool, p.customerId);
       if (!l) throw notFound('no such customer');
       return licenceView(l, await deviceCount(pool, p.customerId));
     },
 
-    async license_key(req: FastifyRequest) {
+    async license_key(req) {
       return licenceKey(pool, await visibleLicence(req));
     },
 
-    async set_license(req: FastifyRequest) {
-      const { id } = req.params as { id: string };
-      const body = req.body as LicenceChange;
+    async set_license(req) {
+      const { id } = req.params;
+      const body: LicenceChange = req.body;
       const exists = await pool.query('SELECT 1 FROM customers WHERE id = $1', [id]);
       if (!exists.rowCount) throw notFound('no such customer');
       let l: LicenceRow;
@@ -109,7 +108,7 @@ export function licenceHandlers(d: ApiDeps) {
       return licenceKey(pool, l);
     },
 
-    async onboarding_status(req: FastifyRequest) {
+    async onboarding_status(req) {
       const p = principal(req);
       const [tok, ms, mates] = await Promise.all([
         pool.query<{ at: Date | null }>('SELECT min(created_at) AS at FROM api_tokens WHERE customer_id = $1', [p.customerId]),
@@ -132,7 +131,7 @@ export function licenceHandlers(d: ApiDeps) {
       return { steps, done, total: steps.length, progress: done / steps.length, percent: Math.round((done / steps.length) * 100), complete: done === steps.length };
     },
 
-    async support_info(req: FastifyRequest) {
+    async support_info(req) {
       const p = principal(req);
       const l = await getLicence(pool, p.customerId);
       const tier = l?.tier ?? 'free';

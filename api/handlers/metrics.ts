@@ -2,12 +2,12 @@
 // ClickHouse. With `name`: one series, aggregated per step (avg, min, max, count); without: the
 // names the machine reported in the range. Every record counts once however many copies of it
 // reached the table (grouped by client_metric_id, the first copy's values).
-import type { FastifyRequest } from 'fastify';
-import type { ApiDeps } from '../server.js';
+import type { ApiDeps, HandlersOf } from '../types.js';
 import { principal } from '../auth.js';
-import { HttpError, notFound } from '../../lib/errors.js';
+import { HttpError } from '../../lib/errors.js';
 import { queryRows } from '../../lib/db/clickhouse.js';
 import { chStr, chInt } from '../../lib/db/clickhouse-sql.js';
+import { ownedMachine } from '../../lib/ownership.js';
 
 const UNIT_MS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
 const NICE_STEPS_S = [1, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10_800, 21_600, 43_200, 86_400, 604_800];
@@ -27,18 +27,15 @@ export function autoStep(rangeMs: number): number {
   return (NICE_STEPS_S.find((s) => s >= want) ?? Math.ceil(want / 86_400) * 86_400) * 1000;
 }
 
-export function metricHandlers(d: ApiDeps) {
-  async function machine(customerId: string, id: string): Promise<void> {
-    const r = await d.pool.query('SELECT 1 FROM machines WHERE customer_id = $1 AND id = $2', [customerId, id]);
-    if (!r.rowCount) throw notFound('no such machine');
-  }
+export function metricHandlers(d: ApiDeps): HandlersOf<'get_machine_metrics'> {
+  const machine = (customerId: string, id: string) => ownedMachine(d.pool, customerId, id);
 
   return {
-    async get_machine_metrics(req: FastifyRequest) {
+    async get_machine_metrics(req) {
       const p = principal(req);
-      const { id } = req.params as { id: string };
+      const { id } = req.params;
       await machine(p.customerId, id);
-      const q = req.query as { name?: string; from?: string; to?: string; step?: string };
+      const q = req.query;
       const to = q.to ? Date.parse(q.to) : Date.now();
       const from = q.from ? Date.parse(q.from) : to - 86_400_000;
       if (!(from < to)) throw new HttpError(400, '`from` must be before `to`');

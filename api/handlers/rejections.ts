@@ -2,8 +2,7 @@
 // gateways' rate-limited records). A customer sees the rows attributed to it (its tokens, or its
 // dead-lettered reports); rows with no known customer (missing or unknown token, unknown path)
 // only a system admin sees, at /api/admin/ingest-rejections.
-import type { FastifyRequest } from 'fastify';
-import type { ApiDeps } from '../server.js';
+import type { ApiDeps, HandlersOf } from '../types.js';
 import { principal } from '../auth.js';
 import { badRequest } from '../../lib/errors.js';
 import { queryRows } from '../../lib/db/clickhouse.js';
@@ -17,7 +16,7 @@ interface Query {
   customer?: string;
 }
 
-export function rejectionHandlers(d: ApiDeps) {
+export function rejectionHandlers(d: ApiDeps): HandlersOf<'list_ingest_rejections' | 'list_unattributed_ingest_rejections'> {
   async function list(customerId: string, q: Query) {
     const cond = [`customer_id = ${chStr(customerId)}`];
     const from = q.from ? Date.parse(q.from) : null;
@@ -51,11 +50,11 @@ export function rejectionHandlers(d: ApiDeps) {
   }
 
   return {
-    async list_ingest_rejections(req: FastifyRequest) {
+    async list_ingest_rejections(req) {
       const p = principal(req);
       return list(p.customerId, req.query as Query);
     },
-    async list_unattributed_ingest_rejections(req: FastifyRequest) {
+    async list_unattributed_ingest_rejections(req) {
       return list('', req.query as Query);
     },
   };

@@ -1,13 +1,13 @@
 // Latest status (Postgres instances.snapshot) and status history (ClickHouse status_history) of
 // one instance, with typed snapshot leaves (5.10.0) resolved (lib/snapshot.ts). The raw tree as the
 // agent sent it stays available at GET /api/instances/{id}.
-import type { FastifyRequest } from 'fastify';
-import type { ApiDeps } from '../server.js';
+import type { ApiDeps, HandlersOf } from '../types.js';
 import { principal } from '../auth.js';
-import { badRequest, notFound } from '../../lib/errors.js';
+import { badRequest } from '../../lib/errors.js';
 import { resolveSnapshot } from '../../lib/snapshot.js';
 import { queryRows } from '../../lib/db/clickhouse.js';
 import { chStr, chInt } from '../../lib/db/clickhouse-sql.js';
+import { ownedInstance } from '../../lib/ownership.js';
 
 function parseSnapshot(s: string): unknown {
   if (!s) return null;
@@ -18,20 +18,14 @@ function parseSnapshot(s: string): unknown {
   }
 }
 
-export function statusHandlers(d: ApiDeps) {
-  async function exists(customerId: string, id: string) {
-    const r = await d.pool.query<{ status: string | null; status_message: string | null; status_at: Date | null; snapshot: unknown }>(
-      'SELECT status, status_message, status_at, snapshot FROM instances WHERE customer_id = $1 AND id = $2',
-      [customerId, id],
-    );
-    if (!r.rows[0]) throw notFound('no such instance');
-    return r.rows[0];
-  }
+export function statusHandlers(d: ApiDeps): HandlersOf<'get_instance_status' | 'list_instance_status_history'> {
+  const exists = (customerId: string, id: string) =>
+    ownedInstance<{ status: string | null; status_message: string | null; status_at: Date | null; snapshot: unknown }>(d.pool, customerId, id, 'status, status_message, status_at, snapshot');
 
   return {
-    async get_instance_status(req: FastifyRequest) {
+    async get_instance_status(req) {
       const p = principal(req);
-      const { id } = req.params as { id: string };
+      const { id } = req.params;
       const row = await exists(p.customerId, id);
       return {
         instance_id: id,
@@ -42,11 +36,11 @@ export function statusHandlers(d: ApiDeps) {
       };
     },
 
-    async list_instance_status_history(req: FastifyRequest) {
+    async list_instance_status_history(req) {
       const p = principal(req);
-      const { id } = req.params as { id: string };
+      const { id } = req.params;
       await exists(p.customerId, id);
-      const q = req.query as { from?: string; to?: string; limit?: number; snapshot?: boolean };
+      const q = req.query;
       const cond = [`customer_id = ${chStr(p.customerId)}`, `instance_id = ${chStr(id)}`];
       const from = q.from ? Date.parse(q.from) : null;
       const to = q.to ? Date.parse(q.to) : null;

@@ -1,21 +1,21 @@
 // Traffic light: counts per colour, an instance's changes of colour, the live stream. Every query
 // is scoped to the caller's customer.
-import type { FastifyReply, FastifyRequest } from 'fastify';
-import type { ApiDeps } from '../server.js';
+import type { ApiDeps, HandlersOf } from '../types.js';
 import { principal } from '../auth.js';
-import { HttpError, notFound } from '../../lib/errors.js';
+import { HttpError } from '../../lib/errors.js';
 import { lightSql } from '../../lib/traffic-light.js';
 import { queryRows } from '../../lib/db/clickhouse.js';
 import { chStr, chInt } from '../../lib/db/clickhouse-sql.js';
+import { ownedInstance } from '../../lib/ownership.js';
 
 const iso = (ms: number | string) => new Date(Number(ms)).toISOString();
 
-export function trafficLightHandlers(d: ApiDeps) {
+export function trafficLightHandlers(d: ApiDeps): HandlersOf<'fleet_light_stream' | 'fleet_summary' | 'list_instance_light_events'> {
   const t = d.cfg.heartbeatTimeoutS;
   const w = d.cfg.warningWindowS;
 
   return {
-    async fleet_summary(req: FastifyRequest) {
+    async fleet_summary(req) {
       const p = principal(req);
       // Derived at read time, like the instance list: always right, events or not.
       const r = await d.pool.query<{ light: string; n: number }>(
@@ -27,12 +27,11 @@ export function trafficLightHandlers(d: ApiDeps) {
       return { total: lights.green + lights.yellow + lights.red + lights.grey, lights };
     },
 
-    async list_instance_light_events(req: FastifyRequest) {
+    async list_instance_light_events(req) {
       const p = principal(req);
-      const { id } = req.params as { id: string };
-      const found = await d.pool.query('SELECT 1 FROM instances WHERE customer_id = $1 AND id = $2', [p.customerId, id]);
-      if (!found.rows[0]) throw notFound('no such instance');
-      const q = req.query as { from?: string; to?: string; limit?: number };
+      const { id } = req.params;
+      await ownedInstance(d.pool, p.customerId, id);
+      const q = req.query;
       const cond = [`customer_id = ${chStr(p.customerId)}`, `instance_id = ${chStr(id)}`];
       if (q.from) cond.push(`at_ms >= ${chInt(Date.parse(q.from))}`);
       if (q.to) cond.push(`at_ms <= ${chInt(Date.parse(q.to))}`);
@@ -60,7 +59,7 @@ export function trafficLightHandlers(d: ApiDeps) {
       };
     },
 
-    async fleet_light_stream(req: FastifyRequest, reply: FastifyReply) {
+    async fleet_light_stream(req, reply) {
       const p = principal(req);
       if (d.lights.count >= d.lights.maxClients) {
         throw new HttpError(503, `too many live streams on this api replica (${d.lights.maxClients}); retry later`, { retryAfterS: 5 });

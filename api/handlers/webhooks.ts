@@ -2,8 +2,7 @@
 // The worker side (signing, delivery, retries) is workers/webhooks.ts; the signature lib/webhooks.ts.
 // A URL is checked against the egress policy (lib/egress.ts) here and again at every delivery: here
 // so that an internal target is refused at once, there because DNS can change in between.
-import type { FastifyReply, FastifyRequest } from 'fastify';
-import type { ApiDeps } from '../server.js';
+import type { ApiDeps, HandlersOf } from '../types.js';
 import { principal } from '../auth.js';
 import { HttpError, badRequest, notFound } from '../../lib/errors.js';
 import { withTx } from '../../lib/db/postgres.js';
@@ -28,7 +27,7 @@ function toWebhook(r: any) {
   };
 }
 
-export function webhookHandlers(d: ApiDeps) {
+export function webhookHandlers(d: ApiDeps): HandlersOf<'create_webhook' | 'delete_webhook' | 'list_webhook_deliveries' | 'list_webhooks'> {
   const max = d.cfg.webhooks.maxPerCustomer;
   const policy = new EgressPolicy({ allowCidrs: d.cfg.webhooks.allowCidrs });
 
@@ -64,15 +63,15 @@ export function webhookHandlers(d: ApiDeps) {
   }
 
   return {
-    async list_webhooks(req: FastifyRequest) {
+    async list_webhooks(req) {
       const p = principal(req);
       const r = await d.pool.query(`SELECT ${COLUMNS} FROM webhooks WHERE customer_id = $1 ORDER BY created_at, id`, [p.customerId]);
       return { items: r.rows.map(toWebhook) };
     },
 
-    async create_webhook(req: FastifyRequest, reply: FastifyReply) {
+    async create_webhook(req, reply) {
       const p = principal(req);
-      const b = req.body as { url: string; secret?: string; description?: string };
+      const b = req.body;
       if (b.secret !== undefined) {
         const problem = secretProblem(b.secret);
         if (problem) throw badRequest(problem);
@@ -93,19 +92,19 @@ export function webhookHandlers(d: ApiDeps) {
       return reply.code(201).send({ ...toWebhook(row), secret });
     },
 
-    async delete_webhook(req: FastifyRequest, reply: FastifyReply) {
+    async delete_webhook(req, reply) {
       const p = principal(req);
-      const { id } = req.params as { id: string };
+      const { id } = req.params;
       const r = await d.pool.query('DELETE FROM webhooks WHERE customer_id = $1 AND id = $2', [p.customerId, id]);
       if (r.rowCount === 0) throw notFound('no such webhook');
       return reply.code(204).send();
     },
 
-    async list_webhook_deliveries(req: FastifyRequest) {
+    async list_webhook_deliveries(req) {
       const p = principal(req);
-      const { id } = req.params as { id: string };
+      const { id } = req.params;
       await own(p.customerId, id);
-      const q = req.query as { state?: string; limit?: number };
+      const q = req.query;
       const params: unknown[] = [p.customerId, id];
       const r = await d.pool.query(
         `SELECT event_id, instance_id, from_light, to_light, event_at, state, attempts, last_status, last_error,

@@ -1,8 +1,7 @@
 // Diagnostics whitelist rules of the active customer (decisions.md "Diagnostics whitelist").
 // Viewers list and read; admins create, replace and delete. A deletion is soft (deleted_at) so that
 // the workers' polled copies (workers/whitelist-cache.ts) learn of it in their next delta.
-import type { FastifyReply, FastifyRequest } from 'fastify';
-import type { ApiDeps } from '../server.js';
+import type { ApiDeps, HandlersOf } from '../types.js';
 import { principal } from '../auth.js';
 import { HttpError, badRequest, notFound } from '../../lib/errors.js';
 import type { WhitelistRuleInput } from '../../lib/schemas/whitelist.js';
@@ -50,7 +49,7 @@ function columns(b: WhitelistRuleInput): unknown[] {
   return [b.machine ?? null, b.software ?? null, from, to, b.message ?? null, b.note ?? '', b.enabled ?? true];
 }
 
-export function whitelistHandlers(d: ApiDeps) {
+export function whitelistHandlers(d: ApiDeps): HandlersOf<'create_whitelist_rule' | 'delete_whitelist_rule' | 'get_whitelist_rule' | 'list_whitelist_rules' | 'update_whitelist_rule'> {
   const max = d.cfg.api.whitelistMaxRules;
 
   async function one(customerId: string, id: string): Promise<Row> {
@@ -60,13 +59,13 @@ export function whitelistHandlers(d: ApiDeps) {
   }
 
   return {
-    async list_whitelist_rules(req: FastifyRequest) {
+    async list_whitelist_rules(req) {
       const p = principal(req);
       const r = await d.pool.query<Row>(`SELECT ${COLS} FROM whitelist_rules WHERE customer_id = $1 AND deleted_at IS NULL ORDER BY created_at, id`, [p.customerId]);
       return { items: r.rows.map(toRule) };
     },
 
-    async create_whitelist_rule(req: FastifyRequest, reply: FastifyReply) {
+    async create_whitelist_rule(req, reply) {
       const p = principal(req);
       const cols = columns(req.body as WhitelistRuleInput);
       // The count and the insert in one statement: concurrent creates cannot pass the limit by much
@@ -82,12 +81,12 @@ export function whitelistHandlers(d: ApiDeps) {
       return reply.code(201).send(toRule(r.rows[0]));
     },
 
-    async get_whitelist_rule(req: FastifyRequest) {
+    async get_whitelist_rule(req) {
       const p = principal(req);
-      return toRule(await one(p.customerId, (req.params as { id: string }).id));
+      return toRule(await one(p.customerId, req.params.id));
     },
 
-    async update_whitelist_rule(req: FastifyRequest) {
+    async update_whitelist_rule(req) {
       const p = principal(req);
       const cols = columns(req.body as WhitelistRuleInput);
       const r = await d.pool.query<Row>(
@@ -95,17 +94,17 @@ export function whitelistHandlers(d: ApiDeps) {
             SET machine_pattern = $3, software_pattern = $4, code_from = $5, code_to = $6, message_pattern = $7, note = $8, enabled = $9
           WHERE customer_id = $1 AND id = $2 AND deleted_at IS NULL
          RETURNING ${COLS}`,
-        [p.customerId, (req.params as { id: string }).id, ...cols],
+        [p.customerId, req.params.id, ...cols],
       );
       if (!r.rows[0]) throw notFound('no such whitelist rule');
       return toRule(r.rows[0]);
     },
 
-    async delete_whitelist_rule(req: FastifyRequest, reply: FastifyReply) {
+    async delete_whitelist_rule(req, reply) {
       const p = principal(req);
       const r = await d.pool.query(`UPDATE whitelist_rules SET deleted_at = now() WHERE customer_id = $1 AND id = $2 AND deleted_at IS NULL`, [
         p.customerId,
-        (req.params as { id: string }).id,
+        req.params.id,
       ]);
       if (!r.rowCount) throw notFound('no such whitelist rule');
       return reply.code(204).send();

@@ -5,7 +5,7 @@ import { configOrExit, type Config } from '../config.js';
 import { migrate } from '../db/migrate.js';
 import { createPool } from '../db/postgres.js';
 import { createCustomer, createToken, findCustomer, listTokens, revokeToken, type Scope } from '../admin.js';
-import { createUser, addMembership, findUserByLogin, newPassword, ROLES, type Role } from '../accounts.js';
+import { createUser, setMembership, MembershipError, findUserByLogin, newPassword, ROLES, type Role } from '../accounts.js';
 import { withTx } from '../db/postgres.js';
 import { getLicence, deviceCount, licenceView, setLicence, TIERS, type LicenceChange, type Tier } from '../licences.js';
 import { upload, UploadError } from './upload.js';
@@ -110,7 +110,12 @@ user
       if (!u) fail(`no user ${login}`);
       const c = await findCustomer(p, slug);
       if (!c) fail(`no customer ${slug}`);
-      await addMembership(p, u.id, c.id, o.role as Role);
+      try {
+        await setMembership(p, u.id, c.id, o.role as Role);
+      } catch (e) {
+        if (e instanceof MembershipError) fail(e.message);
+        throw e;
+      }
     });
     process.stdout.write(`${login} is ${o.role} of ${slug}\n`);
   });

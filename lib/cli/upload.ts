@@ -13,6 +13,10 @@ import { homedir } from 'node:os';
 import { join, resolve, basename } from 'node:path';
 import cliProgress from 'cli-progress';
 
+/** A gateway answer: JSON (fields as documented in docs/api.md) or text. */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any -- the answers of several endpoints, read field by field
+type Answer = any;
+
 export interface UploadOptions {
   url: string;
   token: string;
@@ -69,7 +73,7 @@ export async function upload(o: UploadOptions): Promise<UploadResult> {
   const auth = { Authorization: `Bearer ${o.token}` };
 
   /** fetch with retries on 429, 503 and network errors; any other answer is returned. */
-  async function call(method: string, url: string, body?: Buffer | string, headers: Record<string, string> = {}): Promise<{ status: number; body: any }> {
+  async function call(method: string, url: string, body?: Buffer | string, headers: Record<string, string> = {}): Promise<{ status: number; body: Answer }> {
     for (let attempt = 1; ; attempt++) {
       let wait = Math.min(30_000, 500 * 2 ** (attempt - 1));
       try {
@@ -91,7 +95,7 @@ export async function upload(o: UploadOptions): Promise<UploadResult> {
       await sleep(wait);
     }
   }
-  const detail = (r: { status: number; body: any }) => `${r.status} ${typeof r.body === 'object' && r.body?.detail ? r.body.detail : String(r.body).slice(0, 200)}`;
+  const detail = (r: { status: number; body: Answer }) => `${r.status} ${typeof r.body === 'object' && r.body?.detail ? r.body.detail : String(r.body).slice(0, 200)}`;
 
   // Resume?
   let state: State | null = null;
@@ -101,7 +105,7 @@ export async function upload(o: UploadOptions): Promise<UploadResult> {
   } catch {
     /* none */
   }
-  let status: { status: number; body: any } | null = null;
+  let status: { status: number; body: Answer } | null = null;
   if (state) {
     status = await call('GET', `${base}/artifact-status/${state.upload_id}`);
     if (status.status !== 200) {

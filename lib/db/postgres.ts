@@ -32,3 +32,25 @@ export async function withTx<T>(pool: Pool, fn: (c: PoolClient) => Promise<T>): 
   }
 }
 
+/**
+ * The one Postgres sanitiser. Postgres text and jsonb refuse NUL characters, and jsonb refuses lone
+ * UTF-16 surrogates; both are valid in JSON. The gateway and the api refuse them (422, lib/storable.ts);
+ * what is written anyway (reports queued by an older gateway) has NULs stripped and lone surrogates
+ * replaced (U+FFFD), in values and in object keys alike, rather than failing the write.
+ */
+export function pgText(s: string | null | undefined): string | null {
+  if (s === null || s === undefined) return null;
+  return s.includes('\u0000') ? s.replace(/\u0000/g, '').toWellFormed() : s.toWellFormed();
+}
+
+export function pgJson(v: unknown): string {
+  const json = JSON.stringify(v);
+  if (!/\\u0000|\\ud[89a-f]/i.test(json)) return json;
+  return JSON.stringify(v, (_k, x) => {
+    if (typeof x === 'string') return pgText(x);
+    if (x && typeof x === 'object' && !Array.isArray(x) && Object.keys(x).some((k) => k !== pgText(k))) {
+      return Object.fromEntries(Object.entries(x).map(([k, y]) => [pgText(k), y]));
+    }
+    return x;
+  });
+}

@@ -42,6 +42,10 @@ export class OwnNats {
 
   async start(): Promise<void> {
     this.child = spawn('nats-server', ['-a', '127.0.0.1', '-p', String(this.port), '-js', '-sd', this.dir], { stdio: 'ignore' });
+    // Never outlive the test, nor keep it from ending when a step before the teardown failed.
+    const child = this.child;
+    child.unref();
+    process.once('exit', () => child.kill('SIGKILL'));
     for (let i = 0; i < 100; i++) {
       if (await probe(this.port)) break;
       if (i === 99) throw new Error('own nats-server did not start');

@@ -104,7 +104,8 @@ export async function testStack(t: Test, name: string, opts: StackOptions = {}):
   const ch = createClickHouse({ url: base.ch, database: env.CLICKHOUSE_DB });
   const redis = createRedis(base.redis);
   const nc = await connectNats(natsUrl, `test-${id}`);
-  await ensureStreams(await nc.jetstreamManager(), {
+  // A patient first request: a nats-server of the test's own, on a busy machine, may take a while.
+  await ensureStreams(await nc.jetstreamManager({ timeout: 20_000 }), {
     streamName: env.STREAM_NAME!,
     subjectPrefix: env.SUBJECT_PREFIX!,
     streamMaxBytes: Number(env.STREAM_MAX_BYTES ?? 1024 ** 3),

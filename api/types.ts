@@ -1,0 +1,60 @@
+// What the api's modules share: its dependencies and the type of each route handler. Types only:
+// importing this file creates no cycle between api/server.ts and the handler modules.
+//
+// Handlers are typed from the route table (lib/routes.ts) through Fastify's TypeBox type provider:
+// the handler of `list_instances` receives `req.query` as `Static<InstanceListQuery>`, the schema
+// Fastify validated it with, so no handler casts what it reads.
+import type { FastifyReply, FastifyRequest, RawRequestDefaultExpression, RawServerDefault, RouteGenericInterface } from 'fastify';
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import type { TSchema } from '@sinclair/typebox';
+import type { Config } from '../lib/config.js';
+import type { Logger } from '../lib/log.js';
+import type { Metrics } from '../lib/metrics.js';
+import type { Pool } from '../lib/db/postgres.js';
+import type { ClickHouseClient } from '../lib/db/clickhouse.js';
+import type { Redis } from '../lib/db/redis.js';
+import type { ArtifactStore } from '../lib/artifacts.js';
+import type { CommandHints } from '../lib/commands.js';
+import type { routes } from '../lib/routes.js';
+import type { Sessions } from './session.js';
+import type { LightHub } from './light-stream.js';
+
+export interface ApiDeps {
+  cfg: Config;
+  log: Logger;
+  metrics: Metrics;
+  pool: Pool;
+  ch: ClickHouseClient;
+  redis: Redis;
+  sessions: Sessions;
+  /** Artifact chunks in NATS; null until the api has connected to NATS (downloads answer 503). */
+  artifacts: () => ArtifactStore | null;
+  /** The live stream of traffic-light changes (fed from NATS). */
+  lights: LightHub;
+  /** Tells the gateways (core NATS) that an instance's open agent commands changed. */
+  hints: CommandHints;
+}
+
+type Route = (typeof routes)[number];
+type ApiRoute = Extract<Route, { service: 'api' }>;
+type Part<R, K extends string> = R extends { readonly [P in K]: infer S extends TSchema } ? S : undefined;
+
+/** The request of one route, its params, query and body typed by the route's own schemas. */
+export type RequestOf<R> = FastifyRequest<
+  RouteGenericInterface,
+  RawServerDefault,
+  RawRequestDefaultExpression,
+  { params: Part<R, 'params'>; querystring: Part<R, 'query'>; body: Part<R, 'body'> },
+  TypeBoxTypeProvider
+>;
+
+/** Every api route, by operationId. */
+export type ApiRoutes = { [R in ApiRoute as R['operationId']]: R };
+
+/** Every api route's handler, by operationId. */
+export type ApiHandlers = {
+  [R in ApiRoute as R['operationId']]: (req: RequestOf<R>, reply: FastifyReply) => unknown;
+};
+
+/** The handlers one module provides. */
+export type HandlersOf<K extends keyof ApiHandlers> = Pick<ApiHandlers, K>;
