@@ -1,4 +1,4 @@
-// Chunked, resumable artifact uploads on the gateway (decisions.md "Ingest"):
+// Chunked, resumable artifact uploads on the gateway (docs/decisions.md "Ingest"):
 //
 //   POST …/artifact-init                    {filename, size, sha256?, content_type?} -> 201 {upload_id, chunk_size, chunks, expires_at}
 //   PUT  …/artifact-chunk/{upload_id}/{n}    raw bytes -> 200 {ok, received}; the same chunk again is a no-op

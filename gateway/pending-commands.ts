@@ -23,6 +23,7 @@ import type { Metrics } from '../lib/metrics.js';
 import { HttpError, notFound } from '../lib/errors.js';
 import { decodeHint, instanceKeyOf } from '../lib/commands.js';
 import { RateLimiter } from './rate-limiter.js';
+import { OpenStates } from '../lib/schemas/commands.js';
 
 interface Cmd {
   id: string;
@@ -53,7 +54,7 @@ export interface Offer {
 const SELECT = `SELECT c.id, c.customer_id, m.slug AS machine, i.software, c.module, c.command, c.args,
                        CASE WHEN c.state = 'queued' THEN c.expires_at ELSE c.ack_deadline END AS deadline
                   FROM commands c JOIN instances i ON i.id = c.instance_id JOIN machines m ON m.id = i.machine_id
-                 WHERE c.state IN ('queued', 'delivered')`;
+                 WHERE c.state IN (${OpenStates.map((x) => `'${x}'`).join(', ')})`;
 
 const RECENT_MAX = 100_000;
 

@@ -8,6 +8,7 @@ import { randomUUID } from 'node:crypto';
 import type { JetStreamClient, NatsConnection, PubAck } from 'nats';
 import { encodeBatch } from '../lib/messages.js';
 import { QueueUnavailableError } from '../lib/errors.js';
+import { JetStreamApiCodes, jsApiCode } from '../lib/db/jetstream-errors.js';
 
 export type Settle = (err: QueueUnavailableError | null) => void;
 
@@ -158,8 +159,9 @@ function classify(e: unknown): QueueUnavailableError {
   // JetStream API errors carry the reason in api_error (the message is just the code).
   const api = (e as { api_error?: { err_code?: number; description?: string } }).api_error;
   const m = api?.description ?? messageOf(e);
-  // 10077 maximum bytes, 10047 insufficient storage, 10028 maximum messages per subject, ...
-  if (/maximum (bytes|messages)|storage|insufficient resources/i.test(m)) {
+  const code = jsApiCode(e);
+  const full = code === JetStreamApiCodes.StreamStoreFailed || code === JetStreamApiCodes.StorageResourcesExceeded || code === JetStreamApiCodes.InsufficientResources;
+  if (full || /maximum (bytes|messages)|storage|insufficient resources/i.test(m)) {
     return new QueueUnavailableError('queue full: the stream is at its limit; retry later', 5);
   }
   if (/no responders|stream not found|503/i.test(m)) return new QueueUnavailableError('queue unavailable: no stream answered', 2);

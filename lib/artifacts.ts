@@ -17,6 +17,7 @@
 // object's SHA-256 digest (kept by the object store) is checked as it is read.
 import { createHash } from 'node:crypto';
 import { StorageType, headers, nuid, type NatsConnection, type JetStreamManager, type KV, type ObjectStore, type ObjectInfo, type StoredMsg } from 'nats';
+import { JetStreamApiCodes, jsApiCode } from './db/jetstream-errors.js';
 
 /** JetStream direct get (nats.js has it on the manager, its typings do not declare it). */
 type DirectGet = { direct: { getMessage(stream: string, q: { seq: number; next_by_subj: string }): Promise<StoredMsg> } };
@@ -92,7 +93,7 @@ export function bitmapList(b64: string, chunks: number, on = true): number[] {
   return out;
 }
 
-const isWrongLastSeq = (e: unknown) => (e as { api_error?: { err_code?: number } })?.api_error?.err_code === 10071;
+const isWrongLastSeq = (e: unknown) => jsApiCode(e) === JetStreamApiCodes.StreamWrongLastSequence;
 
 /** The object store's digest form: `SHA-256=` + padded base64url. */
 function digestOf(hash: ReturnType<typeof createHash>): string {

@@ -2,7 +2,7 @@
 // cancelling (api, bench), reading a command with its history, and the NATS hint that tells every
 // gateway to re-read the open commands of some instances.
 //
-// Lifecycle (decisions.md "Agent commands"):
+// Lifecycle (docs/decisions.md "Agent commands"):
 //   queued     POST /api/instances/{id}/commands (api), expires_at = now + COMMAND_QUEUE_TTL_S
 //   delivered  the gateway handed it out in the answer to a heartbeat or status report and put its
 //              id into that report (Report.dc); the worker that applies the report records it,
@@ -17,7 +17,7 @@ import { withTx } from './db/postgres.js';
 import { HttpError, notFound, unprocessable } from './errors.js';
 import { treeErrors } from './storable.js';
 import type { AvailableCommand, Command, CommandState } from './schemas/commands.js';
-import { CommandStates } from './schemas/commands.js';
+import { CommandStates, OpenStates } from './schemas/commands.js';
 
 /** An instance as the gateway knows it: no id lookup needed on the request path. */
 export interface InstanceRef {
@@ -111,7 +111,7 @@ export async function queueCommand(pool: Pool, q: QueueInput): Promise<{ command
     }
     const argsErr = checkArgs(hit.params, q.args);
     if (argsErr) throw unprocessable(argsErr, [{ path: '/args', message: argsErr }]);
-    const open = await c.query<{ n: number }>(`SELECT count(*)::int AS n FROM commands WHERE instance_id = $1 AND state IN ('queued', 'delivered')`, [q.instanceId]);
+    const open = await c.query<{ n: number }>('SELECT count(*)::int AS n FROM commands WHERE instance_id = $1 AND state = ANY($2::text[])', [q.instanceId, OpenStates]);
     if (open.rows[0]!.n >= q.maxOpen) throw new HttpError(409, `this instance already has ${open.rows[0]!.n} open commands (the limit is ${q.maxOpen}); wait for them or cancel some`);
     const ins = await c.query<{ id: string; created_at: Date }>(
       `INSERT INTO commands (customer_id, instance_id, module, command, args, created_by, expires_at)

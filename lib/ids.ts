@@ -1,7 +1,7 @@
 // Identifiers: slugs in paths, UUIDs for everything the service creates, API tokens.
 import { createHash, randomBytes } from 'node:crypto';
 
-/** Customer, machine and software slugs: spec 2.1, 1 to 64 characters (decisions.md). */
+/** Customer, machine and software slugs: spec 2.1, 1 to 64 characters (docs/docs/decisions.md). */
 export const SLUG_RE = /^[a-z0-9][a-z0-9-]{0,63}$/;
 export const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 

@@ -1,4 +1,4 @@
-// Typed snapshot leaves (spec 2.4, release 5.10.0; decisions.md "Typed snapshot leaves").
+// Typed snapshot leaves (spec 2.4, release 5.10.0; docs/decisions.md "Typed snapshot leaves").
 //
 // A status snapshot is a free tree. Since 5.10.0 a leaf may describe itself: an object (not an
 // array) with a `value` key and a string `type` key is a typed leaf; `unit`, `label` and `hint` are

@@ -116,3 +116,13 @@ export function classifyFailure(e: unknown): Failure {
 }
 
 export const isUnavailable = (e: unknown): boolean => classifyFailure(e).kind === 'unavailable';
+
+/**
+ * At an adapter (lib/db/postgres.ts, lib/db/clickhouse.ts): a failure that means the server is not
+ * there becomes a DependencyUnavailableError naming it, so callers need not know each client's
+ * errors; anything else is returned unchanged.
+ */
+export function asUnavailable(dependency: string, e: unknown): unknown {
+  if (e instanceof DependencyUnavailableError || classifyFailure(e).kind !== 'unavailable') return e;
+  return new DependencyUnavailableError(dependency, `${dependency} unavailable: ${(e as Error)?.message ?? e}`, e);
+}

@@ -1,4 +1,4 @@
-// The traffic light (decisions.md "Traffic light"), derived from what Postgres holds about an
+// The traffic light (docs/decisions.md "Traffic light"), derived from what Postgres holds about an
 // instance: the last heartbeat's receive time, the latest status, the last unsuppressed warning.
 // The api computes it in SQL at read time, so what it shows is right even when no event fired.
 //

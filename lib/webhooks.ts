@@ -16,8 +16,8 @@
 // its clock (replays).
 import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 
-export const SIGNATURE_HEADER = 'x-fleet-signature';
-export const TIMESTAMP_HEADER = 'x-fleet-timestamp';
+export const SIGNATURE_HEADER = 'X-Fleet-Signature';
+export const TIMESTAMP_HEADER = 'X-Fleet-Timestamp';
 export const STANDARD_ID_HEADER = 'webhook-id';
 export const STANDARD_TIMESTAMP_HEADER = 'webhook-timestamp';
 export const STANDARD_SIGNATURE_HEADER = 'webhook-signature';
@@ -63,11 +63,11 @@ export function verifyStandard(secret: string, id: string, timestamp: string, bo
 /** Every signature header of one delivery. */
 export function signatureHeaders(secret: string, id: string, timestamp: number, body: string): Record<string, string> {
   return {
-    'webhook-id': id,
-    'webhook-timestamp': String(timestamp),
-    'webhook-signature': signStandard(secret, id, timestamp, body),
-    'X-Fleet-Timestamp': String(timestamp),
-    'X-Fleet-Signature': signWebhook(secret, timestamp, body),
+    [STANDARD_ID_HEADER]: id,
+    [STANDARD_TIMESTAMP_HEADER]: String(timestamp),
+    [STANDARD_SIGNATURE_HEADER]: signStandard(secret, id, timestamp, body),
+    [TIMESTAMP_HEADER]: String(timestamp),
+    [SIGNATURE_HEADER]: signWebhook(secret, timestamp, body),
   };
 }
 

@@ -1,4 +1,4 @@
-// Diagnostics whitelist rules (decisions.md "Diagnostics whitelist"): which diagnostics a customer
+// Diagnostics whitelist rules (docs/decisions.md "Diagnostics whitelist"): which diagnostics a customer
 // has declared harmless. A rule has optional machine, software and message patterns and a code range;
 // a diagnostic matching a rule is stored with suppressed = 1 and the rule's id (never dropped) and
 // does not colour the traffic light.

@@ -1,4 +1,4 @@
-// Diagnostics whitelist rules of the active customer (decisions.md "Diagnostics whitelist").
+// Diagnostics whitelist rules of the active customer (docs/decisions.md "Diagnostics whitelist").
 // Viewers list and read; admins create, replace and delete. A deletion is soft (deleted_at) so that
 // the workers' polled copies (workers/whitelist-cache.ts) learn of it in their next delta.
 import type { ApiDeps, HandlersOf } from '../types.js';

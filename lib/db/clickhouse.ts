@@ -1,7 +1,10 @@
-// ClickHouse client. Inserts are JSONEachRow batches; every table is a ReplacingMergeTree keyed by
-// a report id, so a redelivered batch collapses into the rows already there (read with FINAL).
+// ClickHouse client. Inserts are TabSeparated (the workers' report rows) or JSONEachRow (the rest);
+// every table is a ReplacingMergeTree keyed by a report id, so a redelivered batch collapses into
+// the rows already there (read with FINAL). A server that is not there surfaces as
+// DependencyUnavailableError (lib/storage-errors.ts).
 import { Readable } from 'node:stream';
 import { createClient, type ClickHouseClient } from '@clickhouse/client';
+import { asUnavailable } from '../storage-errors.js';
 
 export type { ClickHouseClient };
 
@@ -21,7 +24,9 @@ export function createClickHouse(opts: { url: string; database?: string; user?: 
 
 export async function insertRows(ch: ClickHouseClient, table: string, rows: object[]): Promise<void> {
   if (rows.length === 0) return;
-  await ch.insert({ table, values: rows, format: 'JSONEachRow' });
+  await ch.insert({ table, values: rows, format: 'JSONEachRow' }).catch((e: unknown) => {
+    throw asUnavailable('clickhouse', e);
+  });
 }
 
 export async function queryRows<T>(ch: ClickHouseClient, query: string, params: Record<string, unknown> = {}): Promise<T[]> {
@@ -64,10 +69,14 @@ export function tsvRow(values: TsvValue[]): string {
 
 export async function insertTsv(ch: ClickHouseClient, table: string, columns: readonly string[], rows: string[]): Promise<void> {
   if (rows.length === 0) return;
-  await ch.insert({
-    table,
-    values: Readable.from([Buffer.from(rows.join('\n') + '\n')], { objectMode: false }),
-    format: 'TabSeparated',
-    columns: columns as [string, ...string[]],
-  });
+  await ch
+    .insert({
+      table,
+      values: Readable.from([Buffer.from(rows.join('\n') + '\n')], { objectMode: false }),
+      format: 'TabSeparated',
+      columns: columns as [string, ...string[]],
+    })
+    .catch((e: unknown) => {
+      throw asUnavailable('clickhouse', e);
+    });
 }

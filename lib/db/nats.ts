@@ -12,6 +12,7 @@ import {
   type StreamConfig,
 } from 'nats';
 import { subjects, deadLetterStream } from '../messages.js';
+import { isNotFound } from './jetstream-errors.js';
 
 export type { NatsConnection };
 
@@ -35,10 +36,6 @@ export interface StreamSettings {
   streamReplicas: number;
 }
 
-function isNotFound(e: unknown): boolean {
-  const err = e as { api_error?: { err_code?: number }; code?: string; message?: string };
-  return err?.api_error?.err_code === 10059 || err?.api_error?.err_code === 10014 || err?.code === '404' || /not found/i.test(err?.message ?? '');
-}
 
 async function upsertStream(jsm: JetStreamManager, cfg: Partial<StreamConfig> & { name: string }): Promise<void> {
   try {

@@ -1,5 +1,6 @@
 // Postgres pool and transaction helper.
 import pg from 'pg';
+import { asUnavailable } from '../storage-errors.js';
 
 export type Pool = pg.Pool;
 export type PoolClient = pg.PoolClient;
@@ -18,7 +19,9 @@ export function createPool(url: string, max = 10, applicationName = 'fleet'): Po
 }
 
 export async function withTx<T>(pool: Pool, fn: (c: PoolClient) => Promise<T>): Promise<T> {
-  const client = await pool.connect();
+  const client = await pool.connect().catch((e: unknown) => {
+    throw asUnavailable('postgres', e);
+  });
   try {
     await client.query('BEGIN');
     const out = await fn(client);
@@ -26,7 +29,7 @@ export async function withTx<T>(pool: Pool, fn: (c: PoolClient) => Promise<T>): 
     return out;
   } catch (e) {
     await client.query('ROLLBACK').catch(() => {});
-    throw e;
+    throw asUnavailable('postgres', e);
   } finally {
     client.release();
   }

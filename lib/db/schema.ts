@@ -189,7 +189,7 @@ export const postgresMigrations: Migration[] = [
   {
     id: '0004-diagnostics-suite',
     sql: [
-      // Diagnostics whitelist (decisions.md): per customer, optional machine / software / message
+      // Diagnostics whitelist (docs/docs/decisions.md): per customer, optional machine / software / message
       // patterns (`*` and `?` only, lib/whitelist.ts) and a code range (a single code is from = to).
       // Deleting a rule sets deleted_at (and so updated_at), so the workers' polled copies see the
       // deletion in their next delta; soft-deleted rows are never listed.

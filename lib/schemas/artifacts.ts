@@ -1,4 +1,4 @@
-// Chunked, resumable artifact uploads (decisions.md "Ingest": artifact-init, -chunk, -status,
+// Chunked, resumable artifact uploads (docs/decisions.md "Ingest": artifact-init, -chunk, -status,
 // -complete) and the read models of stored artifacts.
 import { Type, type Static } from '@sinclair/typebox';
 import { Slug, Uuid, Text } from './common.js';

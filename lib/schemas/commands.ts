@@ -1,4 +1,4 @@
-// Agent commands (decisions.md "Agent commands"): what an agent advertises, what a user queues, what
+// Agent commands (docs/decisions.md "Agent commands"): what an agent advertises, what a user queues, what
 // the gateway hands to the agent and what the agent acknowledges. One source for validation, types
 // and the OpenAPI document.
 import { Type, type Static } from '@sinclair/typebox';

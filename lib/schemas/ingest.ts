@@ -1,4 +1,4 @@
-// Ingest payloads (spec part 2, decisions.md "Ingest"). One source: Ajv compiles these for the
+// Ingest payloads (spec part 2, docs/decisions.md "Ingest"). One source: Ajv compiles these for the
 // gateway, TypeScript derives the types the workers use, and the OpenAPI document embeds them.
 // Unknown top-level fields are allowed everywhere (older and newer agents keep working).
 import { Type, type Static } from '@sinclair/typebox';
@@ -85,7 +85,7 @@ export const HelpItem = Type.Object(
 );
 export type HelpItem = Static<typeof HelpItem>;
 
-/** Help-text upload (decisions.md): per customer (the token's) and software (the path's). */
+/** Help-text upload (docs/docs/decisions.md): per customer (the token's) and software (the path's). */
 export function helpSchema(maxItems: number) {
   return Type.Object(
     { items: Type.Array(HelpItem, { minItems: 1, maxItems }) },

@@ -1,4 +1,4 @@
-// Host metrics (decisions.md "Ingest": POST …/logcollector/metrics) and their read models.
+// Host metrics (docs/decisions.md "Ingest": POST …/logcollector/metrics) and their read models.
 // One record, or `{items: [record, …]}`; each record is idempotent by its client_metric_id.
 import { Type, type Static } from '@sinclair/typebox';
 import { IsoTime, Uuid, Text, STORABLE_TEXT } from './common.js';

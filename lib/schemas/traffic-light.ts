@@ -60,7 +60,7 @@ export const Webhook = Type.Object(
 );
 
 export const WebhookCreated = Type.Composite(
-  [Webhook, Type.Object({ secret: Type.String({ description: 'signs every delivery (X-Fleet-Signature); shown only here' }) })],
+  [Webhook, Type.Object({ secret: Type.String({ description: 'signs every delivery (webhook-signature, Standard Webhooks; and X-Fleet-Signature for one release); shown only here' }) })],
   { $id: 'WebhookCreated' },
 );
 

@@ -1,9 +1,11 @@
-// Whitelist rules as the read API takes and returns them (decisions.md "Diagnostics whitelist").
+// Whitelist rules as the read API takes and returns them (docs/decisions.md "Diagnostics whitelist").
 import { Type, type Static } from '@sinclair/typebox';
+import { SLUG_PATTERN_RE } from '../whitelist.js';
+import { INT32_MIN, INT32_MAX } from './common.js';
 
-const CodeInt = Type.Integer({ minimum: -2147483648, maximum: 2147483647 });
+const CodeInt = Type.Integer({ minimum: INT32_MIN, maximum: INT32_MAX });
 const SlugPattern = Type.String({
-  pattern: '^[a-z0-9*?-]{1,128}$',
+  pattern: SLUG_PATTERN_RE.source,
   description: 'slug pattern: slug characters, `*` (any run, also none) and `?` (one character); matches the whole slug',
 });
 const MessagePattern = Type.String({

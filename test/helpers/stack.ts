@@ -165,12 +165,15 @@ export async function testStack(t: Test, name: string, opts: StackOptions = {}):
 
   t.teardown(async () => {
     await Promise.all(procs.map((p) => p.stop('SIGKILL')));
-    const jsm = await nc.jetstreamManager();
-    await jsm.streams.delete(env.STREAM_NAME!).catch(() => {});
-    await jsm.streams.delete(deadLetterStream(env.STREAM_NAME!)).catch(() => {});
-    // Streams named after this one: KV buckets and object stores (`KV_<stream>_…`, `OBJ_<stream>_…`).
-    for await (const name of jsm.streams.names()) {
-      if (name.includes(env.STREAM_NAME!)) await jsm.streams.delete(name).catch(() => {});
+    // A test with a NATS server of its own may have stopped it already: then there is nothing to delete.
+    if (!opts.natsUrl) {
+      const jsm = await nc.jetstreamManager();
+      await jsm.streams.delete(env.STREAM_NAME!).catch(() => {});
+      await jsm.streams.delete(deadLetterStream(env.STREAM_NAME!)).catch(() => {});
+      // Streams named after this one: KV buckets and object stores (`KV_<stream>_…`, `OBJ_<stream>_…`).
+      for await (const name of jsm.streams.names()) {
+        if (name.includes(env.STREAM_NAME!)) await jsm.streams.delete(name).catch(() => {});
+      }
     }
     await nc.close();
     let cursor = '0';
