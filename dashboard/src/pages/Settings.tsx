@@ -6,7 +6,8 @@ import { ApiError, del, post, put, qs } from '../api.js';
 import { useApp } from '../ctx.js';
 import { dateTime, number } from '../format.js';
 import type { ApiToken, CreatedToken, LicenceStatus, Member, OnboardingStatus, Role, SupportInfo, Webhook, WebhookDelivery, WhitelistRule, WhitelistRuleInput } from '../types.js';
-import { CopyButton, ErrorNote, Loading, Scroll, Section, useAction, useFetch, TableHead } from '../components/common.js';
+import { ErrorNote, Loading, Scroll, Section, useAction, useFetch, TableHead } from '../components/common.js';
+import { SecretBox } from '../components/SecretBox.js';
 import { useTitle } from '../components/title.js';
 
 const missingFeature = (e: unknown) => e instanceof ApiError && e.status === 404 && /^no such endpoint/.test(e.detail);
@@ -179,20 +180,15 @@ function TokensSection() {
           </form>
           {create.error ? <ErrorNote error={create.error} /> : null}
           {created && (
-            <div class="secret-box" role="region" aria-labelledby="new-token-h">
-              <h3 id="new-token-h">{t('tokens.created', { name: created.name || created.prefix })}</h3>
-              <p class="note warn">{t('tokens.onlyOnce')}</p>
-              <div class="row">
-                <label for="new-token" class="sr-only">
-                  {t('tokens.value')}
-                </label>
-                <input id="new-token" class="mono grow" readOnly value={created.token} onFocus={(e) => e.currentTarget.select()} />
-                <CopyButton text={created.token} targetId="new-token" />
-              </div>
-              <button type="button" class="link" onClick={() => setCreated(null)}>
-                {t('tokens.hide')}
-              </button>
-            </div>
+            <SecretBox
+              id="new-token"
+              title={t('tokens.created', { name: created.name || created.prefix })}
+              note={t('tokens.onlyOnce')}
+              label={t('tokens.value')}
+              value={created.token}
+              selectOnFocus
+              onHide={() => setCreated(null)}
+            />
           )}
           {tokens.error ? <ErrorNote error={tokens.error} onRetry={tokens.reload} /> : null}
           {revoke.error ? <ErrorNote error={revoke.error} /> : null}
@@ -287,20 +283,15 @@ function WebhooksSection() {
           </form>
           {create.error ? <ErrorNote error={create.error} /> : null}
           {created?.secret && (
-            <div class="secret-box" role="region" aria-labelledby="new-secret-h">
-              <h3 id="new-secret-h">{t('webhooks.created')}</h3>
-              <p class="note warn">{t('webhooks.onlyOnce')}</p>
-              <div class="row">
-                <label for="new-secret" class="sr-only">
-                  {t('webhooks.secret')}
-                </label>
-                <input id="new-secret" class="mono grow" readOnly value={created.secret} onFocus={(e) => e.currentTarget.select()} />
-                <CopyButton text={created.secret} targetId="new-secret" />
-              </div>
-              <button type="button" class="link" onClick={() => setCreated(null)}>
-                {t('tokens.hide')}
-              </button>
-            </div>
+            <SecretBox
+              id="new-secret"
+              title={t('webhooks.created')}
+              note={t('webhooks.onlyOnce')}
+              label={t('webhooks.secret')}
+              value={created.secret}
+              selectOnFocus
+              onHide={() => setCreated(null)}
+            />
           )}
           {hooks.error ? <ErrorNote error={hooks.error} onRetry={hooks.reload} /> : null}
           {remove.error ? <ErrorNote error={remove.error} /> : null}
@@ -549,18 +540,7 @@ function MembersSection() {
         </button>
       </form>
       {add.error ? <ErrorNote error={add.error} /> : null}
-      {initial && (
-        <div class="secret-box">
-          <p class="note warn">{t('members.initialPassword', { email: initial.email })}</p>
-          <div class="row">
-            <label for="initial-pw" class="sr-only">
-              {t('members.password')}
-            </label>
-            <input id="initial-pw" class="mono grow" readOnly value={initial.password} />
-            <CopyButton text={initial.password} targetId="initial-pw" />
-          </div>
-        </div>
-      )}
+      {initial && <SecretBox id="initial-pw" note={t('members.initialPassword', { email: initial.email })} label={t('members.password')} value={initial.password} />}
       {members.error ? <ErrorNote error={members.error} onRetry={members.reload} /> : null}
       {change.error ? <ErrorNote error={change.error} /> : null}
       {remove.error ? <ErrorNote error={remove.error} /> : null}
