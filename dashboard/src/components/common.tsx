@@ -40,6 +40,12 @@ export function Loading() {
   );
 }
 
+/** In place of a part the server does not offer (see missingFeature). */
+export function Unavailable() {
+  const { t } = useApp();
+  return <p class="muted">{t('common.unavailable')}</p>;
+}
+
 export function ErrorNote({ error, onRetry }: { error: unknown; onRetry?: () => void }) {
   const { t } = useApp();
   const e = error as ApiError;

@@ -4,13 +4,13 @@
 // take the others down.
 import { Fragment } from 'preact';
 import { useEffect, useMemo, useState } from 'preact/hooks';
-import { ApiError, post, qs } from '../api.js';
+import { ApiError, missingFeature, post, qs } from '../api.js';
 import { useApp } from '../ctx.js';
 import { ago, bytes, dateTime, duration, shortTime } from '../format.js';
 import { useLive } from '../live.js';
 import { reasonText, type Lang } from '../i18n.js';
 import type { Artifact, AvailableCommand, Command, Diagnostic, HelpText, InstanceDetail, InstanceStatus, LightEvent, MetricName, MetricSeries } from '../types.js';
-import { ErrorNote, LightBadge, Loading, Scroll, Section, useAction, useFetch, useInterval, TableHead } from '../components/common.js';
+import { ErrorNote, LightBadge, Loading, Scroll, Section, Unavailable, useAction, useFetch, useInterval, TableHead } from '../components/common.js';
 import { SnapshotTree } from '../components/SnapshotTree.js';
 import { MetricChart } from '../components/MetricChart.js';
 import { ParamsForm } from '../components/ParamsForm.js';
@@ -18,9 +18,6 @@ import { useTitle } from '../components/title.js';
 import { statusKey } from './Fleet.js';
 
 const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
-
-/** A route this server does not have (a feature not deployed): a 404 "no such endpoint". */
-const missingFeature = (e: unknown) => e instanceof ApiError && e.status === 404 && /^no such endpoint/.test(e.detail);
 
 export function InstancePage({ id }: { id: string }) {
   const { t, lang } = useApp();
@@ -281,11 +278,6 @@ function HelpPanel({ id, code }: { id: string; code: number }) {
       ) : null}
     </div>
   );
-}
-
-function Unavailable() {
-  const { t } = useApp();
-  return <p class="muted">{t('common.unavailable')}</p>;
 }
 
 const CAUSES = ['report', 'expiry', 'sweep'] as const;

@@ -2,15 +2,13 @@
 // (a new token is shown once, with a copy button), webhooks (the secret likewise), whitelist rules,
 // members, and the support contacts. Changing needs the admin role (members: owner); viewers read.
 import { useState } from 'preact/hooks';
-import { ApiError, del, post, put, qs } from '../api.js';
+import { del, missingFeature, post, put, qs } from '../api.js';
 import { useApp } from '../ctx.js';
 import { dateTime, number } from '../format.js';
 import type { ApiToken, CreatedToken, LicenceStatus, Member, OnboardingStatus, Role, SupportInfo, Webhook, WebhookDelivery, WhitelistRule, WhitelistRuleInput } from '../types.js';
-import { ErrorNote, Loading, Scroll, Section, useAction, useFetch, TableHead } from '../components/common.js';
+import { ErrorNote, Loading, Scroll, Section, Unavailable, useAction, useFetch, TableHead } from '../components/common.js';
 import { SecretBox } from '../components/SecretBox.js';
 import { useTitle } from '../components/title.js';
-
-const missingFeature = (e: unknown) => e instanceof ApiError && e.status === 404 && /^no such endpoint/.test(e.detail);
 
 export function SettingsPage() {
   const { t, role } = useApp();
@@ -251,7 +249,7 @@ function WebhooksSection() {
   if (missingFeature(hooks.error)) {
     return (
       <Section id="webhooks" title={t('webhooks.title')}>
-        <p class="muted">{t('common.unavailable')}</p>
+        <Unavailable />
       </Section>
     );
   }
