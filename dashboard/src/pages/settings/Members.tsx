@@ -1,0 +1,103 @@
+// Members (owner): invite by e-mail (a new account's first password shown once), change a role,
+// remove a member.
+import { useState } from 'preact/hooks';
+import { del, post, put } from '../../api.js';
+import { useApp } from '../../ctx.js';
+import { dateTime } from '../../format.js';
+import type { Member, Role } from '../../types.js';
+import { ErrorNote, Scroll, Section, useAction, useFetch, TableHead } from '../../components/common.js';
+import { SecretBox } from '../../components/SecretBox.js';
+
+export function MembersSection() {
+  const { t, lang, me } = useApp();
+  const members = useFetch<{ items: Member[] }>('/api/members');
+  const [email, setEmail] = useState('');
+  const [role, setRole] = useState<Role>('viewer');
+  const [initial, setInitial] = useState<{ email: string; password: string } | null>(null);
+  const add = useAction(async () => {
+    const r = await post<{ member: Member; created_user: boolean; initial_password?: string }>('/api/members', { email: email.trim(), role });
+    setInitial(r.initial_password ? { email: r.member.email, password: r.initial_password } : null);
+    setEmail('');
+    await members.reload();
+  });
+  const change = useAction(async (m: Member, r: Role) => {
+    await put(`/api/members/${m.user_id}`, { role: r });
+    await members.reload();
+  });
+  const remove = useAction(async (m: Member) => {
+    if (!confirm(t('members.confirmRemove', { email: m.email }))) return;
+    await del(`/api/members/${m.user_id}`);
+    await members.reload();
+  });
+  const roles: Role[] = ['viewer', 'admin', 'owner'];
+  return (
+    <Section id="members" title={t('members.title')}>
+      <form
+        class="inline-form"
+        onSubmit={(e) => {
+          e.preventDefault();
+          void add.run();
+        }}
+      >
+        <div class="field grow">
+          <label for="member-email">{t('members.email')}</label>
+          <input id="member-email" type="email" required value={email} onInput={(e) => setEmail(e.currentTarget.value)} autoComplete="off" />
+        </div>
+        <div class="field">
+          <label for="member-role">{t('members.role')}</label>
+          <select id="member-role" value={role} onChange={(e) => setRole(e.currentTarget.value as Role)}>
+            {roles.map((r) => (
+              <option key={r} value={r}>
+                {t(`role.${r}`)}
+              </option>
+            ))}
+          </select>
+        </div>
+        <button type="submit" class="primary" disabled={add.busy}>
+          {t('members.invite')}
+        </button>
+      </form>
+      {add.error ? <ErrorNote error={add.error} /> : null}
+      {initial && <SecretBox id="initial-pw" note={t('members.initialPassword', { email: initial.email })} label={t('members.password')} value={initial.password} />}
+      {members.error ? <ErrorNote error={members.error} onRetry={members.reload} /> : null}
+      {change.error ? <ErrorNote error={change.error} /> : null}
+      {remove.error ? <ErrorNote error={remove.error} /> : null}
+      {members.data && (
+        <Scroll label={t('members.title')}>
+          <table class="cards">
+            <TableHead cols={[t('members.email'), t('members.role'), t('members.since')]} hidden={t('common.actions')} />
+            <tbody>
+              {members.data.items.map((m) => (
+                <tr key={m.user_id}>
+                  <td data-label={t('members.email')}>
+                    {m.email}
+                    {m.user_id === me?.user.id && <span class="muted small"> ({t('members.you')})</span>}
+                  </td>
+                  <td data-label={t('members.role')}>
+                    <label class="sr-only" for={`role-${m.user_id}`}>
+                      {t('members.roleOf', { email: m.email })}
+                    </label>
+                    <select id={`role-${m.user_id}`} value={m.role} disabled={change.busy} onChange={(e) => void change.run(m, e.currentTarget.value as Role)}>
+                      {roles.map((r) => (
+                        <option key={r} value={r}>
+                          {t(`role.${r}`)}
+                        </option>
+                      ))}
+                    </select>
+                  </td>
+                  <td data-label={t('members.since')}>{dateTime(m.created_at, lang)}</td>
+                  <td>
+                    <button type="button" class="small danger" disabled={remove.busy} onClick={() => void remove.run(m)}>
+                      {t('members.remove')}
+                      <span class="sr-only"> {m.email}</span>
+                    </button>
+                  </td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </Scroll>
+      )}
+    </Section>
+  );
+}
