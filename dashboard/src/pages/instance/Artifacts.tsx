@@ -1,0 +1,52 @@
+// Files the machine uploaded (this software's, or all), to download.
+import { useState } from 'preact/hooks';
+import { missingFeature, qs } from '../../api.js';
+import { useApp } from '../../ctx.js';
+import { bytes, dateTime } from '../../format.js';
+import type { Artifact } from '../../types.js';
+import { ErrorNote, Loading, Scroll, Section, Unavailable, useFetch, useInterval, TableHead } from '../../components/common.js';
+
+export function ArtifactsSection({ machineId, software }: { machineId: string; software: string }) {
+  const { t, lang } = useApp();
+  const [all, setAll] = useState(false);
+  const arts = useFetch<{ items: Artifact[]; total: number }>(`/api/machines/${machineId}/artifacts${qs({ software: all ? null : software, limit: 100 })}`);
+  useInterval(() => void arts.reload(), 60_000);
+  return (
+    <Section
+      id="artifacts"
+      title={t('artifacts.title')}
+      actions={
+        <label class="check">
+          <input type="checkbox" checked={all} onChange={(e) => setAll(e.currentTarget.checked)} /> {t('artifacts.allSoftware')}
+        </label>
+      }
+    >
+      {missingFeature(arts.error) ? <Unavailable /> : arts.error ? <ErrorNote error={arts.error} onRetry={arts.reload} /> : null}
+      {!arts.data && !arts.error ? <Loading /> : null}
+      {arts.data && arts.data.items.length === 0 && <p class="muted">{t('artifacts.none')}</p>}
+      {arts.data && arts.data.items.length > 0 && (
+        <Scroll label={t('artifacts.title')}>
+          <table class="cards">
+            <TableHead cols={[t('artifacts.file'), t('artifacts.size'), t('artifacts.software'), t('artifacts.uploaded'), 'SHA-256']} />
+            <tbody>
+              {arts.data.items.map((a) => (
+                <tr key={a.id}>
+                  <td data-label={t('artifacts.file')}>
+                    <a href={a.download} download={a.filename}>
+                      {a.filename}
+                    </a>
+                  </td>
+                  <td data-label={t('artifacts.size')}>{bytes(a.size, lang)}</td>
+                  <td data-label={t('artifacts.software')}>{a.software}</td>
+                  <td data-label={t('artifacts.uploaded')}>{dateTime(a.uploaded_at, lang)}</td>
+                  <td data-label="SHA-256">{a.sha256 ? <code title={a.sha256}>{a.sha256.slice(0, 12)}…</code> : <span class="muted">—</span>}</td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+          {arts.data.total > arts.data.items.length && <p class="muted small">{t('artifacts.more', { shown: arts.data.items.length, total: arts.data.total })}</p>}
+        </Scroll>
+      )}
+    </Section>
+  );
+}
