@@ -4,7 +4,7 @@ import { missingFeature, qs } from '../../api.js';
 import { useApp } from '../../ctx.js';
 import { bytes, dateTime } from '../../format.js';
 import type { Artifact } from '../../types.js';
-import { ErrorNote, Loading, Scroll, Section, Unavailable, useFetch, useInterval, TableHead } from '../../components/common.js';
+import { DataTable, ErrorNote, Loading, Section, Unavailable, useFetch, useInterval } from '../../components/common.js';
 
 export function ArtifactsSection({ machineId, software }: { machineId: string; software: string }) {
   const { t, lang } = useApp();
@@ -23,30 +23,28 @@ export function ArtifactsSection({ machineId, software }: { machineId: string; s
     >
       {missingFeature(arts.error) ? <Unavailable /> : arts.error ? <ErrorNote error={arts.error} onRetry={arts.reload} /> : null}
       {!arts.data && !arts.error ? <Loading /> : null}
-      {arts.data && arts.data.items.length === 0 && <p class="muted">{t('artifacts.none')}</p>}
-      {arts.data && arts.data.items.length > 0 && (
-        <Scroll label={t('artifacts.title')}>
-          <table class="cards">
-            <TableHead cols={[t('artifacts.file'), t('artifacts.size'), t('artifacts.software'), t('artifacts.uploaded'), 'SHA-256']} />
-            <tbody>
-              {arts.data.items.map((a) => (
-                <tr key={a.id}>
-                  <td data-label={t('artifacts.file')}>
-                    <a href={a.download} download={a.filename}>
-                      {a.filename}
-                    </a>
-                  </td>
-                  <td data-label={t('artifacts.size')}>{bytes(a.size, lang)}</td>
-                  <td data-label={t('artifacts.software')}>{a.software}</td>
-                  <td data-label={t('artifacts.uploaded')}>{dateTime(a.uploaded_at, lang)}</td>
-                  <td data-label="SHA-256">{a.sha256 ? <code title={a.sha256}>{a.sha256.slice(0, 12)}…</code> : <span class="muted">—</span>}</td>
-                </tr>
-              ))}
-            </tbody>
-          </table>
-          {arts.data.total > arts.data.items.length && <p class="muted small">{t('artifacts.more', { shown: arts.data.items.length, total: arts.data.total })}</p>}
-        </Scroll>
-      )}
+      <DataTable
+        items={arts.data?.items}
+        none={t('artifacts.none')}
+        label={t('artifacts.title')}
+        class="cards"
+        cols={[t('artifacts.file'), t('artifacts.size'), t('artifacts.software'), t('artifacts.uploaded'), 'SHA-256']}
+        row={(a) => (
+          <tr key={a.id}>
+            <td data-label={t('artifacts.file')}>
+              <a href={a.download} download={a.filename}>
+                {a.filename}
+              </a>
+            </td>
+            <td data-label={t('artifacts.size')}>{bytes(a.size, lang)}</td>
+            <td data-label={t('artifacts.software')}>{a.software}</td>
+            <td data-label={t('artifacts.uploaded')}>{dateTime(a.uploaded_at, lang)}</td>
+            <td data-label="SHA-256">{a.sha256 ? <code title={a.sha256}>{a.sha256.slice(0, 12)}…</code> : <span class="muted">—</span>}</td>
+          </tr>
+        )}
+      >
+        {arts.data && arts.data.total > arts.data.items.length && <p class="muted small">{t('artifacts.more', { shown: arts.data.items.length, total: arts.data.total })}</p>}
+      </DataTable>
     </Section>
   );
 }

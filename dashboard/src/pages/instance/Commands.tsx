@@ -5,7 +5,7 @@ import { missingFeature, post, qs } from '../../api.js';
 import { useApp } from '../../ctx.js';
 import { shortTime } from '../../format.js';
 import type { AvailableCommand, Command } from '../../types.js';
-import { ErrorNote, Loading, Scroll, Section, Unavailable, useAction, useFetch, useInterval, TableHead } from '../../components/common.js';
+import { DataTable, ErrorNote, Loading, Section, Unavailable, useAction, useFetch, useInterval } from '../../components/common.js';
 import { ParamsForm } from '../../components/ParamsForm.js';
 
 const OPEN_STATES = ['queued', 'delivered'];
@@ -75,39 +75,37 @@ export function CommandsSection({ id, name }: { id: string; name: string }) {
       <h3>{t('commands.recent')}</h3>
       {cmds.error ? <ErrorNote error={cmds.error} onRetry={cmds.reload} /> : null}
       {cancel.error ? <ErrorNote error={cancel.error} /> : null}
-      {cmds.data && cmds.data.items.length === 0 && <p class="muted">{t('commands.none')}</p>}
-      {cmds.data && cmds.data.items.length > 0 && (
-        <Scroll label={t('commands.recent')}>
-          <table class="cmd-table cards">
-            <TableHead cols={[t('commands.command'), t('commands.state'), t('commands.created'), t('commands.finished'), t('commands.result')]} hidden={t('common.actions')} />
-            <tbody>
-              {cmds.data.items.map((c) => (
-                <tr key={c.id} data-command-id={c.id} data-state={c.state}>
-                  <td data-label={t('commands.command')}>
-                    <code>
-                      {c.module}.{c.command}
-                    </code>
-                    {Object.keys(c.args ?? {}).length > 0 && <div class="muted small">{JSON.stringify(c.args)}</div>}
-                  </td>
-                  <td data-label={t('commands.state')}>
-                    <span class={`state state-${c.state}`}>{t(`commands.st.${c.state}`)}</span>
-                  </td>
-                  <td data-label={t('commands.created')}>{shortTime(c.created_at, lang)}</td>
-                  <td data-label={t('commands.finished')}>{c.finished_at ? shortTime(c.finished_at, lang) : '—'}</td>
-                  <td data-label={t('commands.result')}>{c.result_message ?? (c.result_output != null ? <code>{JSON.stringify(c.result_output).slice(0, 200)}</code> : '—')}</td>
-                  <td>
-                    {canAdmin && c.state === 'queued' && (
-                      <button type="button" class="small" disabled={cancel.busy} onClick={() => void cancel.run(c)}>
-                        {t('commands.cancel')}
-                      </button>
-                    )}
-                  </td>
-                </tr>
-              ))}
-            </tbody>
-          </table>
-        </Scroll>
-      )}
+      <DataTable
+        items={cmds.data?.items}
+        none={t('commands.none')}
+        label={t('commands.recent')}
+        class="cmd-table cards"
+        cols={[t('commands.command'), t('commands.state'), t('commands.created'), t('commands.finished'), t('commands.result')]}
+        hidden={t('common.actions')}
+        row={(c) => (
+          <tr key={c.id} data-command-id={c.id} data-state={c.state}>
+            <td data-label={t('commands.command')}>
+              <code>
+                {c.module}.{c.command}
+              </code>
+              {Object.keys(c.args ?? {}).length > 0 && <div class="muted small">{JSON.stringify(c.args)}</div>}
+            </td>
+            <td data-label={t('commands.state')}>
+              <span class={`state state-${c.state}`}>{t(`commands.st.${c.state}`)}</span>
+            </td>
+            <td data-label={t('commands.created')}>{shortTime(c.created_at, lang)}</td>
+            <td data-label={t('commands.finished')}>{c.finished_at ? shortTime(c.finished_at, lang) : '—'}</td>
+            <td data-label={t('commands.result')}>{c.result_message ?? (c.result_output != null ? <code>{JSON.stringify(c.result_output).slice(0, 200)}</code> : '—')}</td>
+            <td>
+              {canAdmin && c.state === 'queued' && (
+                <button type="button" class="small" disabled={cancel.busy} onClick={() => void cancel.run(c)}>
+                  {t('commands.cancel')}
+                </button>
+              )}
+            </td>
+          </tr>
+        )}
+      />
     </Section>
   );
 }

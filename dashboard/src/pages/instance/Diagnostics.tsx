@@ -6,7 +6,7 @@ import { qs } from '../../api.js';
 import { useApp } from '../../ctx.js';
 import { shortTime } from '../../format.js';
 import type { Diagnostic } from '../../types.js';
-import { ErrorNote, Loading, Scroll, Section, useFetch, useInterval, TableHead } from '../../components/common.js';
+import { DataTable, ErrorNote, Loading, Section, useFetch, useInterval } from '../../components/common.js';
 import { HelpPanel } from './HelpPanel.js';
 
 const SEVERITIES = [0, 1, 2] as const;
@@ -54,52 +54,50 @@ export function DiagnosticsSection({ id }: { id: string }) {
     >
       {diags.error ? <ErrorNote error={diags.error} onRetry={diags.reload} /> : null}
       {!diags.data && !diags.error ? <Loading /> : null}
-      {diags.data && diags.data.items.length === 0 && <p class="muted">{suppressed ? t('diag.none') : t('diag.noneUnsuppressed')}</p>}
-      {diags.data && diags.data.items.length > 0 && (
-        <Scroll label={t('diag.title')}>
-          <table class="diag-table cards">
-            <TableHead cols={[t('diag.time'), t('diag.severity'), t('diag.code'), t('diag.message')]} hidden={t('diag.help')} />
-            <tbody>
-              {diags.data.items.map((d) => {
-                const k = key(d);
-                const isOpen = open === k;
-                return (
-                  <Fragment key={k}>
-                    <tr class={d.suppressed ? 'suppressed' : ''} data-code={d.code}>
-                      <td data-label={t('diag.time')}>
-                        <time dateTime={d.received_at}>{shortTime(d.received_at, lang)}</time>
-                      </td>
-                      <td data-label={t('diag.severity')}>
-                        <Severity s={d.severity} />
-                      </td>
-                      <td data-label={t('diag.code')}>
-                        <code>{d.code}</code>
-                      </td>
-                      <td data-label={t('diag.message')}>
-                        {d.message || <span class="muted">—</span>}
-                        {d.suppressed && <span class="tag">{t('diag.suppressed')}</span>}
-                      </td>
-                      <td>
-                        <button type="button" class="small" aria-expanded={isOpen} aria-controls={`help-${k}`} onClick={() => setOpen(isOpen ? null : k)}>
-                          {isOpen ? t('diag.hideHelp') : t('diag.help')}
-                          <span class="sr-only"> {d.code}</span>
-                        </button>
-                      </td>
-                    </tr>
-                    {isOpen && (
-                      <tr class="help-row">
-                        <td colSpan={5} id={`help-${k}`}>
-                          <HelpPanel id={id} code={d.code} />
-                        </td>
-                      </tr>
-                    )}
-                  </Fragment>
-                );
-              })}
-            </tbody>
-          </table>
-        </Scroll>
-      )}
+      <DataTable
+        items={diags.data?.items}
+        none={suppressed ? t('diag.none') : t('diag.noneUnsuppressed')}
+        label={t('diag.title')}
+        class="diag-table cards"
+        cols={[t('diag.time'), t('diag.severity'), t('diag.code'), t('diag.message')]}
+        hidden={t('diag.help')}
+        row={(d) => {
+          const k = key(d);
+          const isOpen = open === k;
+          return (
+            <Fragment key={k}>
+              <tr class={d.suppressed ? 'suppressed' : ''} data-code={d.code}>
+                <td data-label={t('diag.time')}>
+                  <time dateTime={d.received_at}>{shortTime(d.received_at, lang)}</time>
+                </td>
+                <td data-label={t('diag.severity')}>
+                  <Severity s={d.severity} />
+                </td>
+                <td data-label={t('diag.code')}>
+                  <code>{d.code}</code>
+                </td>
+                <td data-label={t('diag.message')}>
+                  {d.message || <span class="muted">—</span>}
+                  {d.suppressed && <span class="tag">{t('diag.suppressed')}</span>}
+                </td>
+                <td>
+                  <button type="button" class="small" aria-expanded={isOpen} aria-controls={`help-${k}`} onClick={() => setOpen(isOpen ? null : k)}>
+                    {isOpen ? t('diag.hideHelp') : t('diag.help')}
+                    <span class="sr-only"> {d.code}</span>
+                  </button>
+                </td>
+              </tr>
+              {isOpen && (
+                <tr class="help-row">
+                  <td colSpan={5} id={`help-${k}`}>
+                    <HelpPanel id={id} code={d.code} />
+                  </td>
+                </tr>
+              )}
+            </Fragment>
+          );
+        }}
+      />
     </Section>
   );
 }

@@ -5,7 +5,7 @@ import { del, post, put } from '../../api.js';
 import { useApp } from '../../ctx.js';
 import { dateTime } from '../../format.js';
 import type { Member, Role } from '../../types.js';
-import { ErrorNote, Scroll, Section, useAction, useFetch, TableHead } from '../../components/common.js';
+import { DataTable, ErrorNote, Section, useAction, useFetch } from '../../components/common.js';
 import { SecretBox } from '../../components/SecretBox.js';
 
 export function MembersSection() {
@@ -62,42 +62,40 @@ export function MembersSection() {
       {members.error ? <ErrorNote error={members.error} onRetry={members.reload} /> : null}
       {change.error ? <ErrorNote error={change.error} /> : null}
       {remove.error ? <ErrorNote error={remove.error} /> : null}
-      {members.data && (
-        <Scroll label={t('members.title')}>
-          <table class="cards">
-            <TableHead cols={[t('members.email'), t('members.role'), t('members.since')]} hidden={t('common.actions')} />
-            <tbody>
-              {members.data.items.map((m) => (
-                <tr key={m.user_id}>
-                  <td data-label={t('members.email')}>
-                    {m.email}
-                    {m.user_id === me?.user.id && <span class="muted small"> ({t('members.you')})</span>}
-                  </td>
-                  <td data-label={t('members.role')}>
-                    <label class="sr-only" for={`role-${m.user_id}`}>
-                      {t('members.roleOf', { email: m.email })}
-                    </label>
-                    <select id={`role-${m.user_id}`} value={m.role} disabled={change.busy} onChange={(e) => void change.run(m, e.currentTarget.value as Role)}>
-                      {roles.map((r) => (
-                        <option key={r} value={r}>
-                          {t(`role.${r}`)}
-                        </option>
-                      ))}
-                    </select>
-                  </td>
-                  <td data-label={t('members.since')}>{dateTime(m.created_at, lang)}</td>
-                  <td>
-                    <button type="button" class="small danger" disabled={remove.busy} onClick={() => void remove.run(m)}>
-                      {t('members.remove')}
-                      <span class="sr-only"> {m.email}</span>
-                    </button>
-                  </td>
-                </tr>
-              ))}
-            </tbody>
-          </table>
-        </Scroll>
-      )}
+      <DataTable
+        items={members.data?.items}
+        label={t('members.title')}
+        class="cards"
+        cols={[t('members.email'), t('members.role'), t('members.since')]}
+        hidden={t('common.actions')}
+        row={(m) => (
+          <tr key={m.user_id}>
+            <td data-label={t('members.email')}>
+              {m.email}
+              {m.user_id === me?.user.id && <span class="muted small"> ({t('members.you')})</span>}
+            </td>
+            <td data-label={t('members.role')}>
+              <label class="sr-only" for={`role-${m.user_id}`}>
+                {t('members.roleOf', { email: m.email })}
+              </label>
+              <select id={`role-${m.user_id}`} value={m.role} disabled={change.busy} onChange={(e) => void change.run(m, e.currentTarget.value as Role)}>
+                {roles.map((r) => (
+                  <option key={r} value={r}>
+                    {t(`role.${r}`)}
+                  </option>
+                ))}
+              </select>
+            </td>
+            <td data-label={t('members.since')}>{dateTime(m.created_at, lang)}</td>
+            <td>
+              <button type="button" class="small danger" disabled={remove.busy} onClick={() => void remove.run(m)}>
+                {t('members.remove')}
+                <span class="sr-only"> {m.email}</span>
+              </button>
+            </td>
+          </tr>
+        )}
+      />
     </Section>
   );
 }

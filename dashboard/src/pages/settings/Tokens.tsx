@@ -4,7 +4,7 @@ import { del, post } from '../../api.js';
 import { useApp } from '../../ctx.js';
 import { dateTime } from '../../format.js';
 import type { ApiToken, CreatedToken } from '../../types.js';
-import { ErrorNote, Scroll, Section, useAction, useFetch, TableHead } from '../../components/common.js';
+import { DataTable, ErrorNote, Section, useAction, useFetch } from '../../components/common.js';
 import { SecretBox } from '../../components/SecretBox.js';
 import { NeedsRole } from './NeedsRole.js';
 
@@ -71,37 +71,35 @@ export function TokensSection() {
           )}
           {tokens.error ? <ErrorNote error={tokens.error} onRetry={tokens.reload} /> : null}
           {revoke.error ? <ErrorNote error={revoke.error} /> : null}
-          {tokens.data && tokens.data.items.length === 0 && <p class="muted">{t('tokens.none')}</p>}
-          {tokens.data && tokens.data.items.length > 0 && (
-            <Scroll label={t('tokens.title')}>
-              <table class="token-table cards">
-                <TableHead cols={[t('tokens.name'), t('tokens.prefix'), t('tokens.scopes'), t('tokens.createdAt'), t('tokens.state')]} hidden={t('common.actions')} />
-                <tbody>
-                  {tokens.data.items.map((tok) => (
-                    <tr key={tok.id} data-token={tok.id} data-revoked={tok.revoked_at ? 'yes' : 'no'}>
-                      <td data-label={t('tokens.name')}>{tok.name || <span class="muted">—</span>}</td>
-                      <td data-label={t('tokens.prefix')}>
-                        <code>{tok.prefix}…</code>
-                      </td>
-                      <td data-label={t('tokens.scopes')}>{tok.scopes.join(', ')}</td>
-                      <td data-label={t('tokens.createdAt')}>{dateTime(tok.created_at, lang)}</td>
-                      <td data-label={t('tokens.state')}>
-                        {tok.revoked_at ? <span class="state state-cancelled">{t('tokens.revokedAt', { when: dateTime(tok.revoked_at, lang) })}</span> : <span class="state state-succeeded">{t('tokens.active')}</span>}
-                      </td>
-                      <td>
-                        {!tok.revoked_at && (
-                          <button type="button" class="small danger" disabled={revoke.busy} onClick={() => void revoke.run(tok)}>
-                            {t('tokens.revoke')}
-                            <span class="sr-only"> {tok.name || tok.prefix}</span>
-                          </button>
-                        )}
-                      </td>
-                    </tr>
-                  ))}
-                </tbody>
-              </table>
-            </Scroll>
-          )}
+          <DataTable
+            items={tokens.data?.items}
+            none={t('tokens.none')}
+            label={t('tokens.title')}
+            class="token-table cards"
+            cols={[t('tokens.name'), t('tokens.prefix'), t('tokens.scopes'), t('tokens.createdAt'), t('tokens.state')]}
+            hidden={t('common.actions')}
+            row={(tok) => (
+              <tr key={tok.id} data-token={tok.id} data-revoked={tok.revoked_at ? 'yes' : 'no'}>
+                <td data-label={t('tokens.name')}>{tok.name || <span class="muted">—</span>}</td>
+                <td data-label={t('tokens.prefix')}>
+                  <code>{tok.prefix}…</code>
+                </td>
+                <td data-label={t('tokens.scopes')}>{tok.scopes.join(', ')}</td>
+                <td data-label={t('tokens.createdAt')}>{dateTime(tok.created_at, lang)}</td>
+                <td data-label={t('tokens.state')}>
+                  {tok.revoked_at ? <span class="state state-cancelled">{t('tokens.revokedAt', { when: dateTime(tok.revoked_at, lang) })}</span> : <span class="state state-succeeded">{t('tokens.active')}</span>}
+                </td>
+                <td>
+                  {!tok.revoked_at && (
+                    <button type="button" class="small danger" disabled={revoke.busy} onClick={() => void revoke.run(tok)}>
+                      {t('tokens.revoke')}
+                      <span class="sr-only"> {tok.name || tok.prefix}</span>
+                    </button>
+                  )}
+                </td>
+              </tr>
+            )}
+          />
         </>
       )}
     </Section>

@@ -5,7 +5,7 @@ import { del, missingFeature, post, qs } from '../../api.js';
 import { useApp } from '../../ctx.js';
 import { dateTime } from '../../format.js';
 import type { Webhook, WebhookDelivery } from '../../types.js';
-import { ErrorNote, Loading, Scroll, Section, Unavailable, useAction, useFetch, TableHead } from '../../components/common.js';
+import { DataTable, ErrorNote, Loading, Section, Unavailable, useAction, useFetch } from '../../components/common.js';
 import { SecretBox } from '../../components/SecretBox.js';
 import { NeedsRole } from './NeedsRole.js';
 
@@ -122,24 +122,23 @@ function Deliveries({ id }: { id: string }) {
   if (!d.data) return <Loading />;
   if (d.data.items.length === 0) return <p class="muted small">{t('webhooks.noDeliveries')}</p>;
   return (
-    <Scroll label={t('webhooks.deliveries')}>
-      <table class="small-table">
-        <TableHead cols={[t('webhooks.event'), t('commands.state'), t('webhooks.attempts'), t('webhooks.last')]} />
-        <tbody>
-          {d.data.items.map((x) => (
-            <tr key={x.event_id}>
-              <td>
-                {t(`light.${x.from}`)} → {t(`light.${x.to}`)} <span class="muted small">{dateTime(x.event_at, lang)}</span>
-              </td>
-              <td>
-                <span class={`state state-${x.state === 'delivered' ? 'succeeded' : x.state === 'failed' ? 'failed' : 'queued'}`}>{t(`webhooks.st.${x.state}`)}</span>
-              </td>
-              <td>{x.attempts}</td>
-              <td>{x.last_status ? `HTTP ${x.last_status}` : x.last_error ?? '—'}</td>
-            </tr>
-          ))}
-        </tbody>
-      </table>
-    </Scroll>
+    <DataTable
+      items={d.data.items}
+      label={t('webhooks.deliveries')}
+      class="small-table"
+      cols={[t('webhooks.event'), t('commands.state'), t('webhooks.attempts'), t('webhooks.last')]}
+      row={(x) => (
+        <tr key={x.event_id}>
+          <td>
+            {t(`light.${x.from}`)} → {t(`light.${x.to}`)} <span class="muted small">{dateTime(x.event_at, lang)}</span>
+          </td>
+          <td>
+            <span class={`state state-${x.state === 'delivered' ? 'succeeded' : x.state === 'failed' ? 'failed' : 'queued'}`}>{t(`webhooks.st.${x.state}`)}</span>
+          </td>
+          <td>{x.attempts}</td>
+          <td>{x.last_status ? `HTTP ${x.last_status}` : x.last_error ?? '—'}</td>
+        </tr>
+      )}
+    />
   );
 }

@@ -4,7 +4,7 @@ import { useState } from 'preact/hooks';
 import { del, post, put } from '../../api.js';
 import { useApp } from '../../ctx.js';
 import type { WhitelistRule, WhitelistRuleInput } from '../../types.js';
-import { ErrorNote, Scroll, Section, useAction, useFetch, TableHead } from '../../components/common.js';
+import { DataTable, ErrorNote, Section, useAction, useFetch } from '../../components/common.js';
 
 const emptyRule = { machine: '', software: '', code_from: '', code_to: '', message: '', note: '' };
 
@@ -87,47 +87,45 @@ export function WhitelistSection() {
       {rules.error ? <ErrorNote error={rules.error} onRetry={rules.reload} /> : null}
       {toggle.error ? <ErrorNote error={toggle.error} /> : null}
       {remove.error ? <ErrorNote error={remove.error} /> : null}
-      {rules.data && rules.data.items.length === 0 && <p class="muted">{t('whitelist.none')}</p>}
-      {rules.data && rules.data.items.length > 0 && (
-        <Scroll label={t('whitelist.title')}>
-          <table class="cards">
-            <TableHead cols={[t('whitelist.codes'), t('whitelist.machine'), t('whitelist.software'), t('whitelist.message'), t('whitelist.note'), t('whitelist.enabled')]} hidden={t('common.actions')} />
-            <tbody>
-              {rules.data.items.map((r) => (
-                <tr key={r.id} data-rule={r.id}>
-                  <td data-label={t('whitelist.codes')}>
-                    <code>{ruleCodes(r)}</code>
-                  </td>
-                  <td data-label={t('whitelist.machine')}>{r.machine ?? <span class="muted">{t('whitelist.any')}</span>}</td>
-                  <td data-label={t('whitelist.software')}>{r.software ?? <span class="muted">{t('whitelist.any')}</span>}</td>
-                  <td data-label={t('whitelist.message')}>{r.message ?? <span class="muted">{t('whitelist.any')}</span>}</td>
-                  <td data-label={t('whitelist.note')}>{r.note}</td>
-                  <td data-label={t('whitelist.enabled')}>
-                    {canAdmin ? (
-                      <label class="check">
-                        <input type="checkbox" checked={r.enabled} disabled={toggle.busy} onChange={() => void toggle.run(r)} />
-                        <span class="sr-only">{t('whitelist.enabledFor', { codes: ruleCodes(r) })}</span>
-                      </label>
-                    ) : r.enabled ? (
-                      t('common.yes')
-                    ) : (
-                      t('common.no')
-                    )}
-                  </td>
-                  <td>
-                    {canAdmin && (
-                      <button type="button" class="small danger" disabled={remove.busy} onClick={() => void remove.run(r)}>
-                        {t('common.delete')}
-                        <span class="sr-only"> {ruleCodes(r)}</span>
-                      </button>
-                    )}
-                  </td>
-                </tr>
-              ))}
-            </tbody>
-          </table>
-        </Scroll>
-      )}
+      <DataTable
+        items={rules.data?.items}
+        none={t('whitelist.none')}
+        label={t('whitelist.title')}
+        class="cards"
+        cols={[t('whitelist.codes'), t('whitelist.machine'), t('whitelist.software'), t('whitelist.message'), t('whitelist.note'), t('whitelist.enabled')]}
+        hidden={t('common.actions')}
+        row={(r) => (
+          <tr key={r.id} data-rule={r.id}>
+            <td data-label={t('whitelist.codes')}>
+              <code>{ruleCodes(r)}</code>
+            </td>
+            <td data-label={t('whitelist.machine')}>{r.machine ?? <span class="muted">{t('whitelist.any')}</span>}</td>
+            <td data-label={t('whitelist.software')}>{r.software ?? <span class="muted">{t('whitelist.any')}</span>}</td>
+            <td data-label={t('whitelist.message')}>{r.message ?? <span class="muted">{t('whitelist.any')}</span>}</td>
+            <td data-label={t('whitelist.note')}>{r.note}</td>
+            <td data-label={t('whitelist.enabled')}>
+              {canAdmin ? (
+                <label class="check">
+                  <input type="checkbox" checked={r.enabled} disabled={toggle.busy} onChange={() => void toggle.run(r)} />
+                  <span class="sr-only">{t('whitelist.enabledFor', { codes: ruleCodes(r) })}</span>
+                </label>
+              ) : r.enabled ? (
+                t('common.yes')
+              ) : (
+                t('common.no')
+              )}
+            </td>
+            <td>
+              {canAdmin && (
+                <button type="button" class="small danger" disabled={remove.busy} onClick={() => void remove.run(r)}>
+                  {t('common.delete')}
+                  <span class="sr-only"> {ruleCodes(r)}</span>
+                </button>
+              )}
+            </td>
+          </tr>
+        )}
+      />
     </Section>
   );
 }
