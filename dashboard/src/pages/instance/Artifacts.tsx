@@ -5,6 +5,7 @@ import { useApp } from '../../ctx.js';
 import { bytes, dateTime } from '../../format.js';
 import type { Artifact } from '../../types.js';
 import { DataTable, ErrorNote, Loading, Section, Unavailable, useFetch, useInterval } from '../../components/common.js';
+import { Check } from '../../components/forms.js';
 
 export function ArtifactsSection({ machineId, software }: { machineId: string; software: string }) {
   const { t, lang } = useApp();
@@ -16,9 +17,9 @@ export function ArtifactsSection({ machineId, software }: { machineId: string; s
       id="artifacts"
       title={t('artifacts.title')}
       actions={
-        <label class="check">
-          <input type="checkbox" checked={all} onChange={(e) => setAll(e.currentTarget.checked)} /> {t('artifacts.allSoftware')}
-        </label>
+        <Check checked={all} onChange={setAll}>
+          {t('artifacts.allSoftware')}
+        </Check>
       }
     >
       {missingFeature(arts.error) ? <Unavailable /> : arts.error ? <ErrorNote error={arts.error} onRetry={arts.reload} /> : null}

@@ -7,13 +7,16 @@ import { useApp } from '../../ctx.js';
 import { shortTime } from '../../format.js';
 import type { Diagnostic } from '../../types.js';
 import { DataTable, ErrorNote, Loading, Section, useFetch, useInterval } from '../../components/common.js';
+import { Check, Options } from '../../components/forms.js';
 import { HelpPanel } from './HelpPanel.js';
 
 const SEVERITIES = [0, 1, 2] as const;
 
+const severityKey = (s: number) => (s >= 2 ? 'error' : s === 1 ? 'warning' : 'info');
+
 function Severity({ s }: { s: number }) {
   const { t } = useApp();
-  const k = s >= 2 ? 'error' : s === 1 ? 'warning' : 'info';
+  const k = severityKey(s);
   return (
     <span class={`sev sev-${k}`}>
       <span aria-hidden="true">{s >= 2 ? '■' : s === 1 ? '▲' : '●'}</span> {t(`severity.${k}`)}
@@ -39,16 +42,12 @@ export function DiagnosticsSection({ id }: { id: string }) {
           <div class="field inline">
             <label for="diag-sev">{t('diag.minSeverity')}</label>
             <select id="diag-sev" value={minSev} onChange={(e) => setMinSev(Number(e.currentTarget.value))}>
-              {SEVERITIES.map((s) => (
-                <option key={s} value={s}>
-                  {t(`severity.${s >= 2 ? 'error' : s === 1 ? 'warning' : 'info'}`)}
-                </option>
-              ))}
+              <Options values={SEVERITIES} label={(s) => t(`severity.${severityKey(s)}`)} />
             </select>
           </div>
-          <label class="check">
-            <input type="checkbox" checked={suppressed} onChange={(e) => setSuppressed(e.currentTarget.checked)} /> {t('diag.showSuppressed')}
-          </label>
+          <Check checked={suppressed} onChange={setSuppressed}>
+            {t('diag.showSuppressed')}
+          </Check>
         </>
       }
     >

@@ -4,6 +4,7 @@ import { missingFeature, qs } from '../../api.js';
 import { useApp } from '../../ctx.js';
 import type { MetricName, MetricSeries } from '../../types.js';
 import { ErrorNote, Loading, Section, Unavailable, useFetch, useInterval } from '../../components/common.js';
+import { Check, Options } from '../../components/forms.js';
 import { MetricChart } from '../../components/MetricChart.js';
 
 const RANGES = { '1h': 3600, '6h': 6 * 3600, '24h': 86400, '7d': 7 * 86400 } as const;
@@ -28,11 +29,7 @@ export function MetricsSection({ machineId, machine }: { machineId: string; mach
         <div class="field inline">
           <label for="metrics-range">{t('metrics.range')}</label>
           <select id="metrics-range" value={range} onChange={(e) => setRange(e.currentTarget.value as Range)}>
-            {(Object.keys(RANGES) as Range[]).map((r) => (
-              <option key={r} value={r}>
-                {t(`metrics.range.${r}`)}
-              </option>
-            ))}
+            <Options values={Object.keys(RANGES) as Range[]} label={(r) => t(`metrics.range.${r}`)} />
           </select>
         </div>
       }
@@ -45,14 +42,9 @@ export function MetricsSection({ machineId, machine }: { machineId: string; mach
         <fieldset class="metric-pick">
           <legend>{t('metrics.pick')}</legend>
           {all.map((n) => (
-            <label key={n} class="check">
-              <input
-                type="checkbox"
-                checked={shown.includes(n)}
-                onChange={(e) => setPicked(e.currentTarget.checked ? [...shown, n] : shown.filter((x) => x !== n))}
-              />{' '}
+            <Check key={n} checked={shown.includes(n)} onChange={(on) => setPicked(on ? [...shown, n] : shown.filter((x) => x !== n))}>
               {n}
-            </label>
+            </Check>
           ))}
         </fieldset>
       )}

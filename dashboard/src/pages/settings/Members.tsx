@@ -6,6 +6,7 @@ import { useApp } from '../../ctx.js';
 import { dateTime } from '../../format.js';
 import type { Member, Role } from '../../types.js';
 import { DataTable, ErrorNote, Section, useAction, useFetch } from '../../components/common.js';
+import { ActionForm, Options } from '../../components/forms.js';
 import { SecretBox } from '../../components/SecretBox.js';
 
 export function MembersSection() {
@@ -30,15 +31,10 @@ export function MembersSection() {
     await members.reload();
   });
   const roles: Role[] = ['viewer', 'admin', 'owner'];
+  const roleName = (r: Role) => t(`role.${r}`);
   return (
     <Section id="members" title={t('members.title')}>
-      <form
-        class="inline-form"
-        onSubmit={(e) => {
-          e.preventDefault();
-          void add.run();
-        }}
-      >
+      <ActionForm class="inline-form" onSubmit={add.run}>
         <div class="field grow">
           <label for="member-email">{t('members.email')}</label>
           <input id="member-email" type="email" required value={email} onInput={(e) => setEmail(e.currentTarget.value)} autoComplete="off" />
@@ -46,17 +42,13 @@ export function MembersSection() {
         <div class="field">
           <label for="member-role">{t('members.role')}</label>
           <select id="member-role" value={role} onChange={(e) => setRole(e.currentTarget.value as Role)}>
-            {roles.map((r) => (
-              <option key={r} value={r}>
-                {t(`role.${r}`)}
-              </option>
-            ))}
+            <Options values={roles} label={roleName} />
           </select>
         </div>
         <button type="submit" class="primary" disabled={add.busy}>
           {t('members.invite')}
         </button>
-      </form>
+      </ActionForm>
       {add.error ? <ErrorNote error={add.error} /> : null}
       {initial && <SecretBox id="initial-pw" note={t('members.initialPassword', { email: initial.email })} label={t('members.password')} value={initial.password} />}
       {members.error ? <ErrorNote error={members.error} onRetry={members.reload} /> : null}
@@ -79,11 +71,7 @@ export function MembersSection() {
                 {t('members.roleOf', { email: m.email })}
               </label>
               <select id={`role-${m.user_id}`} value={m.role} disabled={change.busy} onChange={(e) => void change.run(m, e.currentTarget.value as Role)}>
-                {roles.map((r) => (
-                  <option key={r} value={r}>
-                    {t(`role.${r}`)}
-                  </option>
-                ))}
+                <Options values={roles} label={roleName} />
               </select>
             </td>
             <td data-label={t('members.since')}>{dateTime(m.created_at, lang)}</td>

@@ -5,6 +5,7 @@ import { useApp } from '../../ctx.js';
 import { dateTime } from '../../format.js';
 import type { ApiToken, CreatedToken } from '../../types.js';
 import { DataTable, ErrorNote, Section, useAction, useFetch } from '../../components/common.js';
+import { ActionForm, Check } from '../../components/forms.js';
 import { SecretBox } from '../../components/SecretBox.js';
 import { NeedsRole } from './NeedsRole.js';
 
@@ -33,30 +34,24 @@ export function TokensSection() {
         <NeedsRole role="admin" />
       ) : (
         <>
-          <form
-            class="inline-form"
-            onSubmit={(e) => {
-              e.preventDefault();
-              void create.run();
-            }}
-          >
+          <ActionForm class="inline-form" onSubmit={create.run}>
             <div class="field grow">
               <label for="token-name">{t('tokens.name')}</label>
               <input id="token-name" value={name} maxLength={100} onInput={(e) => setName(e.currentTarget.value)} placeholder={t('tokens.namePlaceholder')} />
             </div>
             <fieldset class="field">
               <legend>{t('tokens.scopes')}</legend>
-              <label class="check">
-                <input type="checkbox" checked={scopes.ingest} onChange={(e) => setScopes({ ...scopes, ingest: e.currentTarget.checked })} /> {t('tokens.scope.ingest')}
-              </label>
-              <label class="check">
-                <input type="checkbox" checked={scopes.read} onChange={(e) => setScopes({ ...scopes, read: e.currentTarget.checked })} /> {t('tokens.scope.read')}
-              </label>
+              <Check checked={scopes.ingest} onChange={(ingest) => setScopes({ ...scopes, ingest })}>
+                {t('tokens.scope.ingest')}
+              </Check>
+              <Check checked={scopes.read} onChange={(read) => setScopes({ ...scopes, read })}>
+                {t('tokens.scope.read')}
+              </Check>
             </fieldset>
             <button type="submit" class="primary" disabled={create.busy || (!scopes.ingest && !scopes.read)}>
               {t('tokens.create')}
             </button>
-          </form>
+          </ActionForm>
           {create.error ? <ErrorNote error={create.error} /> : null}
           {created && (
             <SecretBox

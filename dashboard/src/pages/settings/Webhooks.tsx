@@ -6,6 +6,7 @@ import { useApp } from '../../ctx.js';
 import { dateTime } from '../../format.js';
 import type { Webhook, WebhookDelivery } from '../../types.js';
 import { DataTable, ErrorNote, Loading, Section, Unavailable, useAction, useFetch } from '../../components/common.js';
+import { ActionForm } from '../../components/forms.js';
 import { SecretBox } from '../../components/SecretBox.js';
 import { NeedsRole } from './NeedsRole.js';
 
@@ -42,13 +43,7 @@ export function WebhooksSection() {
         <NeedsRole role="admin" />
       ) : (
         <>
-          <form
-            class="inline-form"
-            onSubmit={(e) => {
-              e.preventDefault();
-              void create.run();
-            }}
-          >
+          <ActionForm class="inline-form" onSubmit={create.run}>
             <div class="field grow">
               <label for="webhook-url">{t('webhooks.url')}</label>
               <input id="webhook-url" type="url" required value={url} maxLength={2048} placeholder="https://example.com/fleet-hook" onInput={(e) => setUrl(e.currentTarget.value)} />
@@ -60,7 +55,7 @@ export function WebhooksSection() {
             <button type="submit" class="primary" disabled={create.busy}>
               {t('webhooks.add')}
             </button>
-          </form>
+          </ActionForm>
           {create.error ? <ErrorNote error={create.error} /> : null}
           {created?.secret && (
             <SecretBox

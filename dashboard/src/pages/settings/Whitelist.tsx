@@ -5,6 +5,7 @@ import { del, post, put } from '../../api.js';
 import { useApp } from '../../ctx.js';
 import type { WhitelistRule, WhitelistRuleInput } from '../../types.js';
 import { DataTable, ErrorNote, Section, useAction, useFetch } from '../../components/common.js';
+import { ActionForm } from '../../components/forms.js';
 
 const emptyRule = { machine: '', software: '', code_from: '', code_to: '', message: '', note: '' };
 
@@ -45,13 +46,7 @@ export function WhitelistSection() {
     <Section id="whitelist" title={t('whitelist.title')}>
       <p class="muted small">{t('whitelist.intro')}</p>
       {canAdmin && (
-        <form
-          class="grid-form"
-          onSubmit={(e) => {
-            e.preventDefault();
-            void create.run();
-          }}
-        >
+        <ActionForm class="grid-form" onSubmit={create.run}>
           <div class="field">
             <label for="wl-code-from">{t('whitelist.codeFrom')}</label>
             <input id="wl-code-from" type="number" required step={1} value={f.code_from} onInput={set('code_from')} />
@@ -81,7 +76,7 @@ export function WhitelistSection() {
               {t('whitelist.add')}
             </button>
           </div>
-        </form>
+        </ActionForm>
       )}
       {create.error ? <ErrorNote error={create.error} /> : null}
       {rules.error ? <ErrorNote error={rules.error} onRetry={rules.reload} /> : null}
