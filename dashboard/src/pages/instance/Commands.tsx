@@ -5,7 +5,7 @@ import { missingFeature, post, qs } from '../../api.js';
 import { useApp } from '../../ctx.js';
 import { shortTime } from '../../format.js';
 import type { AvailableCommand, Command } from '../../types.js';
-import { DataTable, ErrorNote, Loading, Section, Unavailable, useAction, useFetch, useInterval } from '../../components/common.js';
+import { DataTable, ErrorNote, Listed, Loading, Section, Unavailable, useAction, useFetch, useInterval } from '../../components/common.js';
 import { ParamsForm } from '../../components/ParamsForm.js';
 
 const OPEN_STATES = ['queued', 'delivered'];
@@ -43,27 +43,28 @@ export function CommandsSection({ id, name }: { id: string; name: string }) {
       <h3>{t('commands.available')}</h3>
       {avail.error ? <ErrorNote error={avail.error} onRetry={avail.reload} /> : null}
       {!avail.data && !avail.error ? <Loading /> : null}
-      {avail.data && avail.data.items.length === 0 && <p class="muted">{t('commands.noneAvailable')}</p>}
-      {avail.data && avail.data.items.length > 0 && (
-        <ul class="cmd-list">
-          {avail.data.items.map((c) => (
-            <li key={ck(c)} data-command={ck(c)}>
-              <div>
-                <strong>{c.label ?? c.name}</strong> <span class="muted small">{c.module}.{c.name}</span>
-              </div>
-              {canAdmin ? (
-                form === ck(c) ? (
-                  <ParamsForm params={c.params} busy={queue.busy} onCancel={() => setForm(null)} onSubmit={(args) => void queue.run(c, args)} submitLabel={t('commands.queue')} />
-                ) : (
-                  <button type="button" onClick={() => (c.params == null ? void queue.run(c, {}) : setForm(ck(c)))} disabled={queue.busy} aria-label={t('commands.runLabel', { name: c.label ?? c.name })}>
-                    {t('commands.run')}
-                  </button>
-                )
-              ) : null}
-            </li>
-          ))}
-        </ul>
-      )}
+      <Listed items={avail.data?.items} none={t('commands.noneAvailable')}>
+        {(items) => (
+          <ul class="cmd-list">
+            {items.map((c) => (
+              <li key={ck(c)} data-command={ck(c)}>
+                <div>
+                  <strong>{c.label ?? c.name}</strong> <span class="muted small">{c.module}.{c.name}</span>
+                </div>
+                {canAdmin ? (
+                  form === ck(c) ? (
+                    <ParamsForm params={c.params} busy={queue.busy} onCancel={() => setForm(null)} onSubmit={(args) => void queue.run(c, args)} submitLabel={t('commands.queue')} />
+                  ) : (
+                    <button type="button" onClick={() => (c.params == null ? void queue.run(c, {}) : setForm(ck(c)))} disabled={queue.busy} aria-label={t('commands.runLabel', { name: c.label ?? c.name })}>
+                      {t('commands.run')}
+                    </button>
+                  )
+                ) : null}
+              </li>
+            ))}
+          </ul>
+        )}
+      </Listed>
       {!canAdmin && avail.data && avail.data.items.length > 0 && <p class="muted small">{t('commands.needsAdmin')}</p>}
       {queue.error ? <ErrorNote error={queue.error} /> : null}
       {queued && !queue.error && (

@@ -5,7 +5,7 @@ import { dateTime } from '../../format.js';
 import { reasonText } from '../../i18n.js';
 import { useLive } from '../../live.js';
 import type { LightEvent } from '../../types.js';
-import { ErrorNote, LightBadge, Loading, Section, Unavailable, useFetch } from '../../components/common.js';
+import { ErrorNote, LightBadge, Listed, Loading, Section, Unavailable, useFetch } from '../../components/common.js';
 
 const CAUSES = ['report', 'expiry', 'sweep'] as const;
 type Cause = (typeof CAUSES)[number];
@@ -25,21 +25,22 @@ export function HistorySection({ id }: { id: string }) {
     <Section id="history" title={t('history.title')}>
       {missingFeature(ev.error) ? <Unavailable /> : ev.error ? <ErrorNote error={ev.error} onRetry={ev.reload} /> : null}
       {!ev.data && !ev.error ? <Loading /> : null}
-      {ev.data && ev.data.items.length === 0 && <p class="muted">{t('history.none')}</p>}
-      {ev.data && ev.data.items.length > 0 && (
-        <ol class="timeline">
-          {ev.data.items.map((e) => (
-            <li key={e.id} data-event={e.id}>
-              <time dateTime={e.at}>{dateTime(e.at, lang)}</time>
-              <span class="change">
-                {e.from ? <LightBadge light={e.from} compact /> : <span class="muted">—</span>} <span aria-label={t('history.to')}>→</span> <LightBadge light={e.to} compact />
-              </span>
-              <span class="reason">{reasonText(e.reason, t)}</span>
-              {e.cause && <span class="muted small">{CAUSES.includes(e.cause as Cause) ? t(`history.cause.${e.cause as Cause}`) : e.cause}</span>}
-            </li>
-          ))}
-        </ol>
-      )}
+      <Listed items={ev.data?.items} none={t('history.none')}>
+        {(items) => (
+          <ol class="timeline">
+            {items.map((e) => (
+              <li key={e.id} data-event={e.id}>
+                <time dateTime={e.at}>{dateTime(e.at, lang)}</time>
+                <span class="change">
+                  {e.from ? <LightBadge light={e.from} compact /> : <span class="muted">—</span>} <span aria-label={t('history.to')}>→</span> <LightBadge light={e.to} compact />
+                </span>
+                <span class="reason">{reasonText(e.reason, t)}</span>
+                {e.cause && <span class="muted small">{CAUSES.includes(e.cause as Cause) ? t(`history.cause.${e.cause as Cause}`) : e.cause}</span>}
+              </li>
+            ))}
+          </ol>
+        )}
+      </Listed>
     </Section>
   );
 }

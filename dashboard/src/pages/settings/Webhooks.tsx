@@ -5,7 +5,7 @@ import { del, missingFeature, post, qs } from '../../api.js';
 import { useApp } from '../../ctx.js';
 import { dateTime } from '../../format.js';
 import type { Webhook, WebhookDelivery } from '../../types.js';
-import { DataTable, ErrorNote, Loading, Section, Unavailable, useAction, useFetch } from '../../components/common.js';
+import { DataTable, ErrorNote, Listed, Loading, Section, Unavailable, useAction, useFetch } from '../../components/common.js';
 import { ActionForm } from '../../components/forms.js';
 import { SecretBox } from '../../components/SecretBox.js';
 import { NeedsRole } from './NeedsRole.js';
@@ -70,40 +70,41 @@ export function WebhooksSection() {
           )}
           {hooks.error ? <ErrorNote error={hooks.error} onRetry={hooks.reload} /> : null}
           {remove.error ? <ErrorNote error={remove.error} /> : null}
-          {hooks.data && hooks.data.items.length === 0 && <p class="muted">{t('webhooks.none')}</p>}
-          {hooks.data && hooks.data.items.length > 0 && (
-            <ul class="hook-list">
-              {hooks.data.items.map((h) => (
-                <li key={h.id} data-webhook={h.id}>
-                  <div class="hook-main">
-                    <div>
-                      <code class="break">{h.url}</code>
-                      {h.description && <div class="muted small">{h.description}</div>}
-                      <div class="small">
-                        {h.consecutive_failures ? (
-                          <span class="state state-failed">{t('webhooks.failing', { n: h.consecutive_failures, error: h.last_error ?? '' })}</span>
-                        ) : h.last_success_at ? (
-                          <span class="state state-succeeded">{t('webhooks.lastOk', { when: dateTime(h.last_success_at, lang) })}</span>
-                        ) : (
-                          <span class="muted">{t('webhooks.nothingYet')}</span>
-                        )}
+          <Listed items={hooks.data?.items} none={t('webhooks.none')}>
+            {(items) => (
+              <ul class="hook-list">
+                {items.map((h) => (
+                  <li key={h.id} data-webhook={h.id}>
+                    <div class="hook-main">
+                      <div>
+                        <code class="break">{h.url}</code>
+                        {h.description && <div class="muted small">{h.description}</div>}
+                        <div class="small">
+                          {h.consecutive_failures ? (
+                            <span class="state state-failed">{t('webhooks.failing', { n: h.consecutive_failures, error: h.last_error ?? '' })}</span>
+                          ) : h.last_success_at ? (
+                            <span class="state state-succeeded">{t('webhooks.lastOk', { when: dateTime(h.last_success_at, lang) })}</span>
+                          ) : (
+                            <span class="muted">{t('webhooks.nothingYet')}</span>
+                          )}
+                        </div>
+                      </div>
+                      <div class="row">
+                        <button type="button" class="small" aria-expanded={openDeliveries === h.id} onClick={() => setOpenDeliveries(openDeliveries === h.id ? null : h.id)}>
+                          {t('webhooks.deliveries')}
+                        </button>
+                        <button type="button" class="small danger" disabled={remove.busy} onClick={() => void remove.run(h)}>
+                          {t('common.delete')}
+                          <span class="sr-only"> {h.url}</span>
+                        </button>
                       </div>
                     </div>
-                    <div class="row">
-                      <button type="button" class="small" aria-expanded={openDeliveries === h.id} onClick={() => setOpenDeliveries(openDeliveries === h.id ? null : h.id)}>
-                        {t('webhooks.deliveries')}
-                      </button>
-                      <button type="button" class="small danger" disabled={remove.busy} onClick={() => void remove.run(h)}>
-                        {t('common.delete')}
-                        <span class="sr-only"> {h.url}</span>
-                      </button>
-                    </div>
-                  </div>
-                  {openDeliveries === h.id && <Deliveries id={h.id} />}
-                </li>
-              ))}
-            </ul>
-          )}
+                    {openDeliveries === h.id && <Deliveries id={h.id} />}
+                  </li>
+                ))}
+              </ul>
+            )}
+          </Listed>
         </>
       )}
     </Section>
