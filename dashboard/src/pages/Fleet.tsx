@@ -10,7 +10,7 @@ import { ago, shortTime } from '../format.js';
 import { useLive, useLiveState } from '../live.js';
 import { navigate, useLocation } from '../router.js';
 import type { FleetSummary, Instance, InstanceList, Light } from '../types.js';
-import { ErrorNote, LightBadge, LightShape, Loading, useFetch, useInterval, TableHead } from '../components/common.js';
+import { ErrorNote, LightBadge, LightShape, Loading, PageTitle, TableHead, useFetch, useInterval } from '../components/common.js';
 import { useTitle } from '../components/title.js';
 
 const LIGHTS: Light[] = ['red', 'yellow', 'green', 'grey'];
@@ -126,9 +126,7 @@ export function FleetPage() {
   return (
     <>
       <div class="page-head">
-        <h1 id="page-title" tabIndex={-1}>
-          {t('fleet.title')}
-        </h1>
+        <PageTitle>{t('fleet.title')}</PageTitle>
         <span class={`live-state live-${liveState}`} role="status">
           <span class="pulse" aria-hidden="true" />
           {t(`live.${liveState}`)}

@@ -9,7 +9,7 @@ import { shortTime } from '../format.js';
 import { useLive } from '../live.js';
 import { reasonText } from '../i18n.js';
 import type { InstanceDetail } from '../types.js';
-import { ErrorNote, LightBadge, Loading, useFetch, useInterval } from '../components/common.js';
+import { ErrorNote, JumpLinks, LightBadge, Loading, NotFoundNote, PageTitle, useFetch, useInterval } from '../components/common.js';
 import { useTitle } from '../components/title.js';
 import { Facts } from './instance/Facts.js';
 import { StatusSection } from './instance/Status.js';
@@ -39,16 +39,7 @@ export function InstancePage({ id }: { id: string }) {
   useInterval(() => void inst.reload(), 15_000);
 
   if (!valid || (inst.error instanceof ApiError && (inst.error.status === 404 || inst.error.status === 400))) {
-    return (
-      <>
-        <h1 id="page-title" tabIndex={-1}>
-          {t('instance.notFound')}
-        </h1>
-        <p>
-          <a href="/">{t('instance.backToFleet')}</a>
-        </p>
-      </>
-    );
+    return <NotFoundNote title={t('instance.notFound')} />;
   }
   if (!inst.data) return inst.error ? <ErrorNote error={inst.error} onRetry={inst.reload} /> : <Loading />;
   const i = inst.data;
@@ -59,9 +50,9 @@ export function InstancePage({ id }: { id: string }) {
         <a href="/">{t('nav.fleet')}</a> <span aria-hidden="true">›</span> <span>{name}</span>
       </nav>
       <div class="page-head">
-        <h1 id="page-title" tabIndex={-1}>
+        <PageTitle>
           {i.machine} <span class="sep">/</span> {i.software}
-        </h1>
+        </PageTitle>
         <LightBadge light={i.light} reason={i.light_reason} />
       </div>
       <p class="light-reason" data-testid="light-reason">
@@ -76,14 +67,17 @@ export function InstancePage({ id }: { id: string }) {
 
       <Facts i={i} />
 
-      <nav class="jump" aria-label={t('instance.sections')}>
-        <a href="#status">{t('instance.status')}</a>
-        <a href="#diagnostics">{t('diag.title')}</a>
-        <a href="#history">{t('history.title')}</a>
-        <a href="#metrics">{t('metrics.title')}</a>
-        <a href="#artifacts">{t('artifacts.title')}</a>
-        <a href="#commands">{t('commands.title')}</a>
-      </nav>
+      <JumpLinks
+        label={t('instance.sections')}
+        links={[
+          ['status', t('instance.status')],
+          ['diagnostics', t('diag.title')],
+          ['history', t('history.title')],
+          ['metrics', t('metrics.title')],
+          ['artifacts', t('artifacts.title')],
+          ['commands', t('commands.title')],
+        ]}
+      />
 
       <StatusSection id={id} />
       <DiagnosticsSection id={id} />

@@ -5,6 +5,7 @@ import { ApiError, post } from '../api.js';
 import { useApp } from '../ctx.js';
 import { navigate, useLocation } from '../router.js';
 import type { Session } from '../types.js';
+import { PageTitle } from '../components/common.js';
 import { useTitle } from '../components/title.js';
 
 /** Only a path of this site (no `//host`, no scheme): never an open redirect. */
@@ -43,9 +44,7 @@ export function LoginPage() {
   return (
     <div class="login-wrap">
       <form class="login card" onSubmit={submit} aria-labelledby="page-title" noValidate={false}>
-        <h1 id="page-title" tabIndex={-1}>
-          {t('login.title')}
-        </h1>
+        <PageTitle>{t('login.title')}</PageTitle>
         <p class="muted">{t('login.intro')}</p>
         <div class="field">
           <label for="login-email">{t('login.email')}</label>

@@ -3,6 +3,7 @@
 // members, and the support contacts. Changing needs the admin role (members: owner); viewers read.
 // Each section is a file in settings/ and reads its own endpoint.
 import { useApp } from '../ctx.js';
+import { JumpLinks, PageTitle } from '../components/common.js';
 import { useTitle } from '../components/title.js';
 import { LicenceSection } from './settings/Licence.js';
 import { OnboardingSection } from './settings/Onboarding.js';
@@ -19,19 +20,20 @@ export function SettingsPage() {
   return (
     <>
       <div class="page-head">
-        <h1 id="page-title" tabIndex={-1}>
-          {t('settings.title')}
-        </h1>
+        <PageTitle>{t('settings.title')}</PageTitle>
       </div>
-      <nav class="jump" aria-label={t('settings.sections')}>
-        <a href="#licence">{t('licence.title')}</a>
-        <a href="#onboarding">{t('onboarding.title')}</a>
-        <a href="#tokens">{t('tokens.title')}</a>
-        <a href="#webhooks">{t('webhooks.title')}</a>
-        <a href="#whitelist">{t('whitelist.title')}</a>
-        {isOwner && <a href="#members">{t('members.title')}</a>}
-        <a href="#support">{t('support.title')}</a>
-      </nav>
+      <JumpLinks
+        label={t('settings.sections')}
+        links={[
+          ['licence', t('licence.title')],
+          ['onboarding', t('onboarding.title')],
+          ['tokens', t('tokens.title')],
+          ['webhooks', t('webhooks.title')],
+          ['whitelist', t('whitelist.title')],
+          isOwner && ['members', t('members.title')],
+          ['support', t('support.title')],
+        ]}
+      />
       <div class="settings-grid">
         <LicenceSection />
         <OnboardingSection />
