@@ -7,7 +7,7 @@ import { useApp } from '../../ctx.js';
 import { shortTime } from '../../format.js';
 import type { Diagnostic } from '../../types.js';
 import { DataTable, ErrorNote, Loading, Section, useFetch, useInterval } from '../../components/common.js';
-import { Check, Options } from '../../components/forms.js';
+import { Check, Field, Select } from '../../components/forms.js';
 import { HelpPanel } from './HelpPanel.js';
 
 const SEVERITIES = [0, 1, 2] as const;
@@ -39,12 +39,9 @@ export function DiagnosticsSection({ id }: { id: string }) {
       title={t('diag.title')}
       actions={
         <>
-          <div class="field inline">
-            <label for="diag-sev">{t('diag.minSeverity')}</label>
-            <select id="diag-sev" value={minSev} onChange={(e) => setMinSev(Number(e.currentTarget.value))}>
-              <Options values={SEVERITIES} label={(s) => t(`severity.${severityKey(s)}`)} />
-            </select>
-          </div>
+          <Field id="diag-sev" label={t('diag.minSeverity')} class="inline">
+            <Select id="diag-sev" value={minSev} values={SEVERITIES} label={(s) => t(`severity.${severityKey(s)}`)} onChange={setMinSev} />
+          </Field>
           <Check checked={suppressed} onChange={setSuppressed}>
             {t('diag.showSuppressed')}
           </Check>

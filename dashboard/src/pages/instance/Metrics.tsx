@@ -4,7 +4,7 @@ import { missingFeature, qs } from '../../api.js';
 import { useApp } from '../../ctx.js';
 import type { MetricName, MetricSeries } from '../../types.js';
 import { ErrorNote, Loading, Section, Unavailable, useFetch, useInterval } from '../../components/common.js';
-import { Check, Options } from '../../components/forms.js';
+import { Check, Field, Select } from '../../components/forms.js';
 import { MetricChart } from '../../components/MetricChart.js';
 
 const RANGES = { '1h': 3600, '6h': 6 * 3600, '24h': 86400, '7d': 7 * 86400 } as const;
@@ -26,12 +26,9 @@ export function MetricsSection({ machineId, machine }: { machineId: string; mach
       id="metrics"
       title={t('metrics.title')}
       actions={
-        <div class="field inline">
-          <label for="metrics-range">{t('metrics.range')}</label>
-          <select id="metrics-range" value={range} onChange={(e) => setRange(e.currentTarget.value as Range)}>
-            <Options values={Object.keys(RANGES) as Range[]} label={(r) => t(`metrics.range.${r}`)} />
-          </select>
-        </div>
+        <Field id="metrics-range" label={t('metrics.range')} class="inline">
+          <Select id="metrics-range" value={range} values={Object.keys(RANGES) as Range[]} label={(r) => t(`metrics.range.${r}`)} onChange={setRange} />
+        </Field>
       }
     >
       <p class="muted small">{t('metrics.ofMachine', { machine })}</p>

@@ -6,7 +6,7 @@ import { useApp } from '../../ctx.js';
 import { dateTime } from '../../format.js';
 import type { Member, Role } from '../../types.js';
 import { DataTable, ErrorNote, Section, useAction, useFetch } from '../../components/common.js';
-import { ActionForm, Options } from '../../components/forms.js';
+import { ActionForm, Field, Select } from '../../components/forms.js';
 import { SecretBox } from '../../components/SecretBox.js';
 
 export function MembersSection() {
@@ -35,16 +35,12 @@ export function MembersSection() {
   return (
     <Section id="members" title={t('members.title')}>
       <ActionForm class="inline-form" onSubmit={add.run}>
-        <div class="field grow">
-          <label for="member-email">{t('members.email')}</label>
+        <Field id="member-email" label={t('members.email')} class="grow">
           <input id="member-email" type="email" required value={email} onInput={(e) => setEmail(e.currentTarget.value)} autoComplete="off" />
-        </div>
-        <div class="field">
-          <label for="member-role">{t('members.role')}</label>
-          <select id="member-role" value={role} onChange={(e) => setRole(e.currentTarget.value as Role)}>
-            <Options values={roles} label={roleName} />
-          </select>
-        </div>
+        </Field>
+        <Field id="member-role" label={t('members.role')}>
+          <Select id="member-role" value={role} values={roles} label={roleName} onChange={setRole} />
+        </Field>
         <button type="submit" class="primary" disabled={add.busy}>
           {t('members.invite')}
         </button>
@@ -70,9 +66,7 @@ export function MembersSection() {
               <label class="sr-only" for={`role-${m.user_id}`}>
                 {t('members.roleOf', { email: m.email })}
               </label>
-              <select id={`role-${m.user_id}`} value={m.role} disabled={change.busy} onChange={(e) => void change.run(m, e.currentTarget.value as Role)}>
-                <Options values={roles} label={roleName} />
-              </select>
+              <Select id={`role-${m.user_id}`} value={m.role} values={roles} label={roleName} disabled={change.busy} onChange={(r) => void change.run(m, r)} />
             </td>
             <td data-label={t('members.since')}>{dateTime(m.created_at, lang)}</td>
             <td>

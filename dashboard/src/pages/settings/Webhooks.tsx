@@ -6,9 +6,9 @@ import { useApp } from '../../ctx.js';
 import { dateTime } from '../../format.js';
 import type { Webhook, WebhookDelivery } from '../../types.js';
 import { DataTable, ErrorNote, Listed, Loading, Section, Unavailable, useAction, useFetch } from '../../components/common.js';
-import { ActionForm } from '../../components/forms.js';
+import { ActionForm, Field } from '../../components/forms.js';
 import { SecretBox } from '../../components/SecretBox.js';
-import { NeedsRole } from './NeedsRole.js';
+import { AdminOnly } from './AdminOnly.js';
 
 export function WebhooksSection() {
   const { t, lang, canAdmin } = useApp();
@@ -39,74 +39,68 @@ export function WebhooksSection() {
   return (
     <Section id="webhooks" title={t('webhooks.title')}>
       <p class="muted small">{t('webhooks.intro')}</p>
-      {!canAdmin ? (
-        <NeedsRole role="admin" />
-      ) : (
-        <>
-          <ActionForm class="inline-form" onSubmit={create.run}>
-            <div class="field grow">
-              <label for="webhook-url">{t('webhooks.url')}</label>
-              <input id="webhook-url" type="url" required value={url} maxLength={2048} placeholder="https://example.com/fleet-hook" onInput={(e) => setUrl(e.currentTarget.value)} />
-            </div>
-            <div class="field grow">
-              <label for="webhook-desc">{t('webhooks.description')}</label>
-              <input id="webhook-desc" value={description} maxLength={256} onInput={(e) => setDescription(e.currentTarget.value)} />
-            </div>
-            <button type="submit" class="primary" disabled={create.busy}>
-              {t('webhooks.add')}
-            </button>
-          </ActionForm>
-          {create.error ? <ErrorNote error={create.error} /> : null}
-          {created?.secret && (
-            <SecretBox
-              id="new-secret"
-              title={t('webhooks.created')}
-              note={t('webhooks.onlyOnce')}
-              label={t('webhooks.secret')}
-              value={created.secret}
-              selectOnFocus
-              onHide={() => setCreated(null)}
-            />
-          )}
-          {hooks.error ? <ErrorNote error={hooks.error} onRetry={hooks.reload} /> : null}
-          {remove.error ? <ErrorNote error={remove.error} /> : null}
-          <Listed items={hooks.data?.items} none={t('webhooks.none')}>
-            {(items) => (
-              <ul class="hook-list">
-                {items.map((h) => (
-                  <li key={h.id} data-webhook={h.id}>
-                    <div class="hook-main">
-                      <div>
-                        <code class="break">{h.url}</code>
-                        {h.description && <div class="muted small">{h.description}</div>}
-                        <div class="small">
-                          {h.consecutive_failures ? (
-                            <span class="state state-failed">{t('webhooks.failing', { n: h.consecutive_failures, error: h.last_error ?? '' })}</span>
-                          ) : h.last_success_at ? (
-                            <span class="state state-succeeded">{t('webhooks.lastOk', { when: dateTime(h.last_success_at, lang) })}</span>
-                          ) : (
-                            <span class="muted">{t('webhooks.nothingYet')}</span>
-                          )}
-                        </div>
-                      </div>
-                      <div class="row">
-                        <button type="button" class="small" aria-expanded={openDeliveries === h.id} onClick={() => setOpenDeliveries(openDeliveries === h.id ? null : h.id)}>
-                          {t('webhooks.deliveries')}
-                        </button>
-                        <button type="button" class="small danger" disabled={remove.busy} onClick={() => void remove.run(h)}>
-                          {t('common.delete')}
-                          <span class="sr-only"> {h.url}</span>
-                        </button>
+      <AdminOnly>
+        <ActionForm class="inline-form" onSubmit={create.run}>
+          <Field id="webhook-url" label={t('webhooks.url')} class="grow">
+            <input id="webhook-url" type="url" required value={url} maxLength={2048} placeholder="https://example.com/fleet-hook" onInput={(e) => setUrl(e.currentTarget.value)} />
+          </Field>
+          <Field id="webhook-desc" label={t('webhooks.description')} class="grow">
+            <input id="webhook-desc" value={description} maxLength={256} onInput={(e) => setDescription(e.currentTarget.value)} />
+          </Field>
+          <button type="submit" class="primary" disabled={create.busy}>
+            {t('webhooks.add')}
+          </button>
+        </ActionForm>
+        {create.error ? <ErrorNote error={create.error} /> : null}
+        {created?.secret && (
+          <SecretBox
+            id="new-secret"
+            title={t('webhooks.created')}
+            note={t('webhooks.onlyOnce')}
+            label={t('webhooks.secret')}
+            value={created.secret}
+            selectOnFocus
+            onHide={() => setCreated(null)}
+          />
+        )}
+        {hooks.error ? <ErrorNote error={hooks.error} onRetry={hooks.reload} /> : null}
+        {remove.error ? <ErrorNote error={remove.error} /> : null}
+        <Listed items={hooks.data?.items} none={t('webhooks.none')}>
+          {(items) => (
+            <ul class="hook-list">
+              {items.map((h) => (
+                <li key={h.id} data-webhook={h.id}>
+                  <div class="hook-main">
+                    <div>
+                      <code class="break">{h.url}</code>
+                      {h.description && <div class="muted small">{h.description}</div>}
+                      <div class="small">
+                        {h.consecutive_failures ? (
+                          <span class="state state-failed">{t('webhooks.failing', { n: h.consecutive_failures, error: h.last_error ?? '' })}</span>
+                        ) : h.last_success_at ? (
+                          <span class="state state-succeeded">{t('webhooks.lastOk', { when: dateTime(h.last_success_at, lang) })}</span>
+                        ) : (
+                          <span class="muted">{t('webhooks.nothingYet')}</span>
+                        )}
                       </div>
                     </div>
-                    {openDeliveries === h.id && <Deliveries id={h.id} />}
-                  </li>
-                ))}
-              </ul>
-            )}
-          </Listed>
-        </>
-      )}
+                    <div class="row">
+                      <button type="button" class="small" aria-expanded={openDeliveries === h.id} onClick={() => setOpenDeliveries(openDeliveries === h.id ? null : h.id)}>
+                        {t('webhooks.deliveries')}
+                      </button>
+                      <button type="button" class="small danger" disabled={remove.busy} onClick={() => void remove.run(h)}>
+                        {t('common.delete')}
+                        <span class="sr-only"> {h.url}</span>
+                      </button>
+                    </div>
+                  </div>
+                  {openDeliveries === h.id && <Deliveries id={h.id} />}
+                </li>
+              ))}
+            </ul>
+          )}
+        </Listed>
+      </AdminOnly>
     </Section>
   );
 }

@@ -5,7 +5,7 @@ import { del, post, put } from '../../api.js';
 import { useApp } from '../../ctx.js';
 import type { WhitelistRule, WhitelistRuleInput } from '../../types.js';
 import { DataTable, ErrorNote, Section, useAction, useFetch } from '../../components/common.js';
-import { ActionForm } from '../../components/forms.js';
+import { ActionForm, Field } from '../../components/forms.js';
 
 const emptyRule = { machine: '', software: '', code_from: '', code_to: '', message: '', note: '' };
 
@@ -47,30 +47,24 @@ export function WhitelistSection() {
       <p class="muted small">{t('whitelist.intro')}</p>
       {canAdmin && (
         <ActionForm class="grid-form" onSubmit={create.run}>
-          <div class="field">
-            <label for="wl-code-from">{t('whitelist.codeFrom')}</label>
+          <Field id="wl-code-from" label={t('whitelist.codeFrom')}>
             <input id="wl-code-from" type="number" required step={1} value={f.code_from} onInput={set('code_from')} />
-          </div>
-          <div class="field">
-            <label for="wl-code-to">{t('whitelist.codeTo')}</label>
+          </Field>
+          <Field id="wl-code-to" label={t('whitelist.codeTo')}>
             <input id="wl-code-to" type="number" step={1} value={f.code_to} onInput={set('code_to')} placeholder={t('whitelist.codeToHint')} />
-          </div>
-          <div class="field">
-            <label for="wl-machine">{t('whitelist.machine')}</label>
+          </Field>
+          <Field id="wl-machine" label={t('whitelist.machine')}>
             <input id="wl-machine" value={f.machine} pattern="[a-z0-9*?\-]{1,128}" onInput={set('machine')} placeholder="web-*" />
-          </div>
-          <div class="field">
-            <label for="wl-software">{t('whitelist.software')}</label>
+          </Field>
+          <Field id="wl-software" label={t('whitelist.software')}>
             <input id="wl-software" value={f.software} pattern="[a-z0-9*?\-]{1,128}" onInput={set('software')} placeholder="agent" />
-          </div>
-          <div class="field wide">
-            <label for="wl-message">{t('whitelist.message')}</label>
+          </Field>
+          <Field id="wl-message" label={t('whitelist.message')} class="wide">
             <input id="wl-message" value={f.message} maxLength={512} onInput={set('message')} placeholder="*disk*full*" />
-          </div>
-          <div class="field wide">
-            <label for="wl-note">{t('whitelist.note')}</label>
+          </Field>
+          <Field id="wl-note" label={t('whitelist.note')} class="wide">
             <input id="wl-note" value={f.note} maxLength={1024} onInput={set('note')} />
-          </div>
+          </Field>
           <div class="field">
             <button type="submit" class="primary" disabled={create.busy}>
               {t('whitelist.add')}
