@@ -1,8 +1,7 @@
 // One instance: its light and facts, the latest status with the snapshot tree, diagnostics with help
 // texts (DE/EN), the colour history, the machine's host metrics, artifacts, and agent commands.
-// Each part reads its own endpoint, so one that fails (or a server without that feature) does not
-// take the others down.
-// Each section is a file in instance/.
+// Each section is a file in instance/ and reads its own endpoint, so one that fails (or a server
+// without that feature) does not take the others down.
 import { ApiError } from '../api.js';
 import { useApp } from '../ctx.js';
 import { shortTime } from '../format.js';
