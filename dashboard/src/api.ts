@@ -55,3 +55,8 @@ export function qs(params: Record<string, string | number | boolean | null | und
   const s = q.toString();
   return s ? `?${s}` : '';
 }
+
+/** A route this server does not have (a feature not deployed): a 404 "no such endpoint". */
+export function missingFeature(e: unknown): boolean {
+  return e instanceof ApiError && e.status === 404 && /^no such endpoint/.test(e.detail);
+}

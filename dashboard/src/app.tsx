@@ -11,7 +11,7 @@ import { LoginPage, safeNext } from './pages/Login.js';
 import { FleetPage } from './pages/Fleet.js';
 import { InstancePage } from './pages/Instance.js';
 import { SettingsPage } from './pages/Settings.js';
-import { ErrorNote, Loading } from './components/common.js';
+import { ErrorNote, Loading, NotFoundNote, PageTitle } from './components/common.js';
 import { useTitle } from './components/title.js';
 
 export function App() {
@@ -223,9 +223,7 @@ function NoCustomer() {
   useTitle(t('nocustomer.title'));
   return (
     <>
-      <h1 id="page-title" tabIndex={-1}>
-        {t('nocustomer.title')}
-      </h1>
+      <PageTitle>{t('nocustomer.title')}</PageTitle>
       <p>{t('nocustomer.text')}</p>
     </>
   );
@@ -234,14 +232,5 @@ function NoCustomer() {
 function NotFound() {
   const { t } = useApp();
   useTitle(t('notfound.title'));
-  return (
-    <>
-      <h1 id="page-title" tabIndex={-1}>
-        {t('notfound.title')}
-      </h1>
-      <p>
-        <a href="/">{t('instance.backToFleet')}</a>
-      </p>
-    </>
-  );
+  return <NotFoundNote title={t('notfound.title')} />;
 }

@@ -1,6 +1,7 @@
-// Small pieces every page uses: the traffic light, loading and error states, a copy button, and a
-// hook that reads an API path.
-import type { ComponentChildren } from 'preact';
+// Small pieces every page uses: the traffic light, the page heading, loading and error states,
+// sections, lists and tables of what the API returned, a copy button, and a hook that reads an API
+// path.
+import type { ComponentChildren, VNode } from 'preact';
 import { useCallback, useEffect, useRef, useState } from 'preact/hooks';
 import { ApiError, get } from '../api.js';
 import { useApp } from '../ctx.js';
@@ -31,6 +32,37 @@ export function LightShape({ light }: { light: Light }) {
   );
 }
 
+/** The page's heading; the app moves the focus to it (#page-title) after each navigation. */
+export function PageTitle({ children }: { children: ComponentChildren }) {
+  return (
+    <h1 id="page-title" tabIndex={-1}>
+      {children}
+    </h1>
+  );
+}
+
+/** In place of a page whose subject is not there: the heading and the way back to the fleet. */
+export function NotFoundNote({ title }: { title: string }) {
+  const { t } = useApp();
+  return (
+    <>
+      <PageTitle>{title}</PageTitle>
+      <p>
+        <a href="/">{t('instance.backToFleet')}</a>
+      </p>
+    </>
+  );
+}
+
+/** Links to the sections of a long page, by `[id, title]` (false: left out). */
+export function JumpLinks({ label, links }: { label: string; links: ([id: string, title: string] | false)[] }) {
+  return (
+    <nav class="jump" aria-label={label}>
+      {links.map((l) => l && <a key={l[0]} href={`#${l[0]}`}>{l[1]}</a>)}
+    </nav>
+  );
+}
+
 export function Loading() {
   const { t } = useApp();
   return (
@@ -38,6 +70,12 @@ export function Loading() {
       {t('common.loading')}
     </p>
   );
+}
+
+/** In place of a part the server does not offer (see missingFeature). */
+export function Unavailable() {
+  const { t } = useApp();
+  return <p class="muted">{t('common.unavailable')}</p>;
 }
 
 export function ErrorNote({ error, onRetry }: { error: unknown; onRetry?: () => void }) {
@@ -69,10 +107,6 @@ export function Section({ id, title, children, actions }: { id: string; title: C
   );
 }
 
-/**
- * A box that scrolls when its content is too wide (or tall): focusable and named, so keyboard users
- * can scroll it too (WCAG: scrollable regions must be reachable).
- */
 /** A table's header row: a column per label, then (`hidden`) a column named for screen readers only. */
 export function TableHead({ cols, hidden }: { cols: ComponentChildren[]; hidden?: string }) {
   return (
@@ -93,11 +127,54 @@ export function TableHead({ cols, hidden }: { cols: ComponentChildren[]; hidden?
   );
 }
 
+/**
+ * A box that scrolls when its content is too wide (or tall): focusable and named, so keyboard users
+ * can scroll it too (WCAG: scrollable regions must be reachable).
+ */
 export function Scroll({ label, children, class: cls }: { label: string; children: ComponentChildren; class?: string }) {
   return (
     <div class={`scroll${cls ? ` ${cls}` : ''}`} tabIndex={0} role="region" aria-label={label}>
       {children}
     </div>
+  );
+}
+
+/**
+ * A list the API returned: nothing while it is not there, `none` (a muted line) when it is empty,
+ * otherwise `children` with the items. Without `none`, an empty list goes to `children` too.
+ */
+export function Listed<T>({ items, none, children }: { items: T[] | null | undefined; none?: ComponentChildren; children: (items: T[]) => ComponentChildren }) {
+  if (!items) return null;
+  if (items.length === 0 && none !== undefined) return <p class="muted">{none}</p>;
+  return <>{children(items)}</>;
+}
+
+/**
+ * A list the API returned as a scrolling table (see Listed, Scroll and TableHead): a `row` per item,
+ * `children` after the table.
+ */
+export function DataTable<T>(props: {
+  items: T[] | null | undefined;
+  none?: ComponentChildren;
+  label: string;
+  class: string;
+  cols: ComponentChildren[];
+  hidden?: string;
+  row: (item: T) => VNode;
+  children?: ComponentChildren;
+}) {
+  return (
+    <Listed items={props.items} none={props.none}>
+      {(items) => (
+        <Scroll label={props.label}>
+          <table class={props.class}>
+            <TableHead cols={props.cols} hidden={props.hidden} />
+            <tbody>{items.map(props.row)}</tbody>
+          </table>
+          {props.children}
+        </Scroll>
+      )}
+    </Listed>
   );
 }
 

@@ -10,7 +10,8 @@ import { ago, shortTime } from '../format.js';
 import { useLive, useLiveState } from '../live.js';
 import { navigate, useLocation } from '../router.js';
 import type { FleetSummary, Instance, InstanceList, Light } from '../types.js';
-import { ErrorNote, LightBadge, LightShape, Loading, useFetch, useInterval, TableHead } from '../components/common.js';
+import { ErrorNote, LightBadge, LightShape, Loading, PageTitle, TableHead, useFetch, useInterval } from '../components/common.js';
+import { Field } from '../components/forms.js';
 import { useTitle } from '../components/title.js';
 
 const LIGHTS: Light[] = ['red', 'yellow', 'green', 'grey'];
@@ -126,9 +127,7 @@ export function FleetPage() {
   return (
     <>
       <div class="page-head">
-        <h1 id="page-title" tabIndex={-1}>
-          {t('fleet.title')}
-        </h1>
+        <PageTitle>{t('fleet.title')}</PageTitle>
         <span class={`live-state live-${liveState}`} role="status">
           <span class="pulse" aria-hidden="true" />
           {t(`live.${liveState}`)}
@@ -136,18 +135,16 @@ export function FleetPage() {
       </div>
 
       <div class="toolbar" role="search">
-        <div class="field grow">
-          <label for="fleet-q">{t('fleet.filter')}</label>
+        <Field id="fleet-q" label={t('fleet.filter')} class="grow">
           <input id="fleet-q" type="search" value={q} placeholder={t('fleet.filterHint')} onInput={(e) => setQ(e.currentTarget.value)} autoComplete="off" />
-        </div>
-        <div class="field">
-          <label for="fleet-by">{t('fleet.groupBy')}</label>
+        </Field>
+        <Field id="fleet-by" label={t('fleet.groupBy')}>
           <select id="fleet-by" value={by} onChange={(e) => setParam('by', e.currentTarget.value === 'group' ? null : e.currentTarget.value)}>
             <option value="group">{t('fleet.byGroup')}</option>
             <option value="location">{t('fleet.byLocation')}</option>
             <option value="none">{t('fleet.byNone')}</option>
           </select>
-        </div>
+        </Field>
       </div>
 
       <div class="light-filter" role="group" aria-label={t('fleet.byColour')}>

@@ -5,6 +5,8 @@ import { ApiError, post } from '../api.js';
 import { useApp } from '../ctx.js';
 import { navigate, useLocation } from '../router.js';
 import type { Session } from '../types.js';
+import { PageTitle } from '../components/common.js';
+import { Field } from '../components/forms.js';
 import { useTitle } from '../components/title.js';
 
 /** Only a path of this site (no `//host`, no scheme): never an open redirect. */
@@ -43,18 +45,14 @@ export function LoginPage() {
   return (
     <div class="login-wrap">
       <form class="login card" onSubmit={submit} aria-labelledby="page-title" noValidate={false}>
-        <h1 id="page-title" tabIndex={-1}>
-          {t('login.title')}
-        </h1>
+        <PageTitle>{t('login.title')}</PageTitle>
         <p class="muted">{t('login.intro')}</p>
-        <div class="field">
-          <label for="login-email">{t('login.email')}</label>
+        <Field id="login-email" label={t('login.email')}>
           <input ref={emailRef} id="login-email" name="email" type="text" inputMode="email" autoComplete="username" required value={email} onInput={(e) => setEmail(e.currentTarget.value)} />
-        </div>
-        <div class="field">
-          <label for="login-password">{t('login.password')}</label>
+        </Field>
+        <Field id="login-password" label={t('login.password')}>
           <input id="login-password" name="password" type="password" autoComplete="current-password" required value={password} onInput={(e) => setPassword(e.currentTarget.value)} />
-        </div>
+        </Field>
         {error && (
           <p class="note error" role="alert" id="login-error">
             {error}
