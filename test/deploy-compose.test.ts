@@ -99,6 +99,7 @@ t.test('the fleet services: settings only, values parseSettings accepts, command
     const env = envOf(s);
     for (const k of Object.keys(env)) t.ok(SETTINGS.has(k), `${name}: ${k} is in SETTING_NAMES`);
     t.doesNotThrow(() => parseSettings(env), `${name}: its environment passes parseSettings`);
+    t.notOk('UWS_ALLOW_FALLBACK' in env, `${name}: the gateway may not run on the slow uWS fallback`);
     const proc = processOf(s.command);
     t.equal(proc, name as Proc, `${name} runs the ${name}`);
     const script = s.command.find((a: string) => a.endsWith('.js'));

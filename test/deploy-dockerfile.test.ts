@@ -124,6 +124,7 @@ t.test('a non-root user, settings only in ENV, the ports the settings name', asy
     for (const p of (i as unknown as { getProperties(): { getName(): string; getValue(): string | null }[] }).getProperties()) env[p.getName()] = p.getValue() ?? '';
   }
   for (const k of Object.keys(env)) t.ok((SETTING_NAMES as string[]).includes(k), `ENV ${k} is a setting`);
+  t.notOk('UWS_ALLOW_FALLBACK' in env, 'the gateway may not run on the slow uWS fallback');
   const cfg = parseSettings(env);
   const exposed = args(runtime.find((i) => i.getKeyword() === 'EXPOSE')!).split(/\s+/).map(Number).sort();
   t.same(exposed, [cfg.GATEWAY_PORT, cfg.API_PORT, cfg.WORKER_HTTP_PORT].sort(), 'EXPOSE names the three ports');

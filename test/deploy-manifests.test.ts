@@ -137,6 +137,7 @@ t.test('every variable set is a setting, and every value passes parseSettings', 
         t.same((e as ConfigError).problems.map((p) => p.slice(0, p.indexOf('='))), ['JWT_SECRET'], `${w.metadata.name}: only the placeholder JWT_SECRET is refused`);
       }
       t.doesNotThrow(() => parseSettings({ ...env, JWT_SECRET: 'x'.repeat(64) }), `${w.metadata.name}: its environment passes parseSettings`);
+      t.notOk('UWS_ALLOW_FALLBACK' in env, `${w.metadata.name}: the gateway may not run on the slow uWS fallback`);
     }
   }
 });
