@@ -14,7 +14,7 @@ import { parseSettings, SETTING_NAMES } from '../lib/config.js';
 import { ROOT, nodeFlags } from '../lib/service-process.js';
 import { routesOf } from '../lib/routes.js';
 
-type Obj = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
+type Obj = Record<string, any>;  
 
 const DIR = join(ROOT, 'deploy', 'compose');
 const SETTINGS = new Set<string>(SETTING_NAMES);

@@ -15,7 +15,7 @@ import { Readiness, serveHealth } from '../workers/health.js';
 import { createMetrics } from '../lib/metrics.js';
 import { createLogger } from '../lib/log.js';
 
-type Obj = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
+type Obj = Record<string, any>;  
 
 const K8S = join(ROOT, 'deploy', 'k8s');
 const VALUES = join(ROOT, 'deploy', 'helm-values');
