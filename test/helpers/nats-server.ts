@@ -42,9 +42,8 @@ export class OwnNats {
 
   async start(): Promise<void> {
     this.child = spawn('nats-server', ['-a', '127.0.0.1', '-p', String(this.port), '-js', '-sd', this.dir], { stdio: 'ignore' });
-    // Never outlive the test, nor keep it from ending when a step before the teardown failed.
+    // Never outlive the test process (its teardown stops it; this covers a test that died first).
     const child = this.child;
-    child.unref();
     process.once('exit', () => child.kill('SIGKILL'));
     for (let i = 0; i < 100; i++) {
       if (await probe(this.port)) break;
