@@ -22,6 +22,7 @@ RUN npm ci --ignore-scripts --no-audit --no-fund
 # Only what `npm run build` compiles: the server (tsc -> dist/) and the dashboard (Vite -> dist/dashboard).
 COPY tsconfig.json ./
 COPY lib ./lib
+COPY cli ./cli
 COPY gateway ./gateway
 COPY workers ./workers
 COPY api ./api

@@ -15,7 +15,7 @@ import { createClickHouse } from '../lib/db/clickhouse.js';
 import { connectNats, ensureStreams, ensureConsumer } from '../lib/db/nats.js';
 import { encodeBatch, encodeReport, subjects } from '../lib/messages.js';
 import { migrate } from '../lib/db/migrate.js';
-import { Proc } from '../lib/service-process.js';
+import { Proc } from '../deploy/service-process.js';
 import { createFixtures, type BODIES } from './fixtures.js';
 import { wrk, type WrkResult } from './wrk.js';
 import { writeReport, renderTable } from './report.js';

@@ -13,7 +13,7 @@ import { connectNats, ensureStreams, ensureConsumer } from '../lib/db/nats.js';
 import { deadLetterStream } from '../lib/messages.js';
 import { createCustomer, createToken } from '../lib/admin.js';
 import { uuidFromName } from '../lib/ids.js';
-import { Proc } from '../lib/service-process.js';
+import { Proc } from '../deploy/service-process.js';
 import { Heartbeat, Status, diagnosticsSchema } from '../lib/schemas/ingest.js';
 import { MetricsBody } from '../lib/schemas/metrics.js';
 import { arbitraryOf, toJson } from '../test/helpers/arbitraries.js';

@@ -1,3 +1,3 @@
 #!/usr/bin/env node
-// The `fleet` command (package.json bin): the compiled CLI in dist/lib/cli/fleet.js.
-import '../dist/lib/cli/fleet.js';
+// The `fleet` command (package.json bin): the compiled CLI in dist/cli/fleet.js.
+import '../dist/cli/fleet.js';

@@ -18,7 +18,7 @@ import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { startLocalServers, stopServers, type LocalServer } from './local-servers.js';
 import { runTests } from './test-runner.js';
-import { nodeFlags } from '../lib/service-process.js';
+import { nodeFlags } from './service-process.js';
 import { runBench } from '../bench/run.js';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..');

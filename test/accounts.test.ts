@@ -3,29 +3,15 @@
 import t from 'tap';
 import { createHash } from 'node:crypto';
 import { testStack, post, get, eventually } from './helpers/stack.js';
+import { request } from './helpers/http.js';
 import { createUser, addMembership } from '../lib/accounts.js';
 import { hashToken } from '../lib/ids.js';
 
 const s = await testStack(t, 'accounts');
 const api = (path: string) => `${s.apiUrl}${path}`;
-const ingest = (slug: string, m: string, kind = 'heartbeat') => `${s.gatewayUrl}/api/ingest/${slug}/${m}/agent/${kind}`;
+const ingest = (slug: string, m: string, kind = 'heartbeat') => s.ingestUrl(m, kind, { customer: slug });
 const claims = (jwt: string) => JSON.parse(Buffer.from(jwt.split('.')[1]!, 'base64url').toString());
 
-async function req(method: string, url: string, token: string | null, body?: unknown) {
-  const r = await fetch(url, {
-    method,
-    headers: { ...(body !== undefined ? { 'Content-Type': 'application/json' } : {}), ...(token ? { Authorization: `Bearer ${token}` } : {}) },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  const text = await r.text();
-  let parsed: any = text;
-  try {
-    parsed = JSON.parse(text);
-  } catch {
-    /* not JSON */
-  }
-  return { status: r.status, body: parsed, headers: r.headers };
-}
 
 t.test('/auth/me: user, customers with roles, active customer, email_sha256, conversions listed then acked twice', async (t) => {
   const other = await s.newCustomer('me-other');
@@ -160,22 +146,22 @@ t.test('members: the owner lists, invites, changes roles and removes; the last o
   t.equal((await post(api('/api/members'), owner.jwt, { email: 'not-an-address', role: 'viewer' })).status, 400);
   t.equal((await post(api('/api/members'), owner.jwt, { email: 'x@example.com', role: 'god' })).status, 400);
 
-  const upd = await req('PUT', api(`/api/members/${existing.id}`), owner.jwt, { role: 'viewer' });
+  const upd = await request('PUT', api(`/api/members/${existing.id}`), owner.jwt, { role: 'viewer' });
   t.equal(upd.status, 200);
   t.equal(upd.body.role, 'viewer');
-  const demote = await req('PUT', api(`/api/members/${owner.id}`), owner.jwt, { role: 'admin' });
+  const demote = await request('PUT', api(`/api/members/${owner.id}`), owner.jwt, { role: 'admin' });
   t.equal(demote.status, 409, 'the last owner cannot be demoted');
-  t.equal((await req('DELETE', api(`/api/members/${owner.id}`), owner.jwt)).status, 409, 'nor removed');
-  t.equal((await req('PUT', api(`/api/members/${admin.id}`), owner.jwt, { role: 'owner' })).status, 200, 'a second owner');
-  t.equal((await req('PUT', api(`/api/members/${owner.id}`), owner.jwt, { role: 'admin' })).status, 200, 'now the first may step down');
+  t.equal((await request('DELETE', api(`/api/members/${owner.id}`), owner.jwt)).status, 409, 'nor removed');
+  t.equal((await request('PUT', api(`/api/members/${admin.id}`), owner.jwt, { role: 'owner' })).status, 200, 'a second owner');
+  t.equal((await request('PUT', api(`/api/members/${owner.id}`), owner.jwt, { role: 'admin' })).status, 200, 'now the first may step down');
 
-  const rm = await req('DELETE', api(`/api/members/${existing.id}`), admin.jwt);
+  const rm = await request('DELETE', api(`/api/members/${existing.id}`), admin.jwt);
   t.equal(rm.status, 200, 'the new owner removes a member');
   t.equal((await get(api('/api/instances'), existingJwt)).status, 403, 'who loses access at once');
-  t.equal((await req('DELETE', api(`/api/members/${existing.id}`), admin.jwt)).status, 404, 'removing again: 404');
-  t.equal((await req('DELETE', api('/api/members/nope'), admin.jwt)).status, 400);
+  t.equal((await request('DELETE', api(`/api/members/${existing.id}`), admin.jwt)).status, 404, 'removing again: 404');
+  t.equal((await request('DELETE', api('/api/members/nope'), admin.jwt)).status, 400);
   const outsider = await s.newUser('owner');
-  t.equal((await req('PUT', api(`/api/members/${outsider.id}`), admin.jwt, { role: 'viewer' })).status, 404, "another customer's member: 404");
+  t.equal((await request('PUT', api(`/api/members/${outsider.id}`), admin.jwt, { role: 'viewer' })).status, 404, "another customer's member: 404");
 });
 
 t.test('tokens: create (shown once, hashed at rest), list, revoke; ingest refused within 5 s of the revocation', async (t) => {
@@ -204,23 +190,23 @@ t.test('tokens: create (shown once, hashed at rest), list, revoke; ingest refuse
   t.same((await post(api('/api/tokens'), admin.jwt, {})).body.scopes, ['ingest'], 'default scope: ingest');
 
   const revokedAt = Date.now();
-  const rev = await req('DELETE', api(`/api/tokens/${created.body.id}`), admin.jwt);
+  const rev = await request('DELETE', api(`/api/tokens/${created.body.id}`), admin.jwt);
   t.equal(rev.status, 200);
   t.ok(rev.body.revoked_at);
   await eventually(async () => (await post(url, token, {})).status === 403, 5000, 'revoked token refused by the gateway within 5 s');
   t.ok(Date.now() - revokedAt < 5000, `refused ${Date.now() - revokedAt} ms after the revocation`);
-  const again = await req('DELETE', api(`/api/tokens/${created.body.id}`), admin.jwt);
+  const again = await request('DELETE', api(`/api/tokens/${created.body.id}`), admin.jwt);
   t.equal(again.status, 200, 'revoking again is harmless');
   t.equal(again.body.revoked_at, rev.body.revoked_at, 'and keeps the first revocation time');
 
   t.equal((await post(api('/api/tokens'), viewer.jwt, { name: 'nope' })).status, 403, 'a viewer cannot create a token');
   t.equal((await get(api('/api/tokens'), viewer.jwt)).status, 403, 'nor list them');
-  t.equal((await req('DELETE', api(`/api/tokens/${reader.body.id}`), viewer.jwt)).status, 403, 'nor revoke');
+  t.equal((await request('DELETE', api(`/api/tokens/${reader.body.id}`), viewer.jwt)).status, 403, 'nor revoke');
   t.equal((await post(api('/api/tokens'), reader.body.token, {})).status, 403, 'nor can a read token');
   t.equal((await post(api('/api/tokens'), admin.jwt, { scopes: ['root'] })).status, 400);
   t.equal((await post(api('/api/tokens'), admin.jwt, { scopes: [] })).status, 400);
-  t.equal((await req('DELETE', api('/api/tokens/xyz'), admin.jwt)).status, 400);
-  t.equal((await req('DELETE', api('/api/tokens/00000000-0000-4000-8000-000000000000'), admin.jwt)).status, 404);
+  t.equal((await request('DELETE', api('/api/tokens/xyz'), admin.jwt)).status, 400);
+  t.equal((await request('DELETE', api('/api/tokens/00000000-0000-4000-8000-000000000000'), admin.jwt)).status, 404);
 });
 
 t.test('onboarding: the steps tick as reports arrive', async (t) => {

@@ -7,7 +7,7 @@ import { mkdtempSync, writeFileSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { testStack, get, eventually } from './helpers/stack.js';
-import { ROOT } from '../lib/service-process.js';
+import { ROOT } from '../deploy/service-process.js';
 
 const CHUNK = 256 * 1024;
 const s = await testStack(t, 'artcli', { env: { ARTIFACT_CHUNK_BYTES: String(CHUNK) } });

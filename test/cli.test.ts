@@ -3,7 +3,7 @@ import t from 'tap';
 import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
 import { testStack, post, eventually } from './helpers/stack.js';
-import { ROOT } from '../lib/service-process.js';
+import { ROOT } from '../deploy/service-process.js';
 
 const s = await testStack(t, 'cli', { worker: false, api: false });
 
@@ -46,4 +46,16 @@ t.test('customer create, token create/list/revoke', async (t) => {
   t.match(fleet('token', 'list', slug).out, /revoked/);
   t.equal(fleet('token', 'revoke', id).code, 1, 'revoking twice says so');
   t.equal(fleet('token', 'create', 'no-such-customer').code, 1);
+});
+
+t.test('user add-to-customer keeps the rule of the dashboard: the last owner cannot be demoted', async (t) => {
+  const slug = `owned-${s.id}`;
+  t.equal(fleet('customer', 'create', slug).code, 0);
+  t.equal(fleet('user', 'create', '--email', `boss-${s.id}@example.com`, '--password', 'a long enough password').code, 0);
+  t.equal(fleet('user', 'add-to-customer', `boss-${s.id}@example.com`, slug, '--role', 'owner').code, 0);
+  const demote = fleet('user', 'add-to-customer', `boss-${s.id}@example.com`, slug, '--role', 'viewer');
+  t.equal(demote.code, 1);
+  t.match(demote.err, /the last owner cannot be demoted/);
+  const r = await s.pool.query(`SELECT m.role FROM memberships m JOIN customers c ON c.id = m.customer_id WHERE c.slug = $1`, [slug]);
+  t.same(r.rows, [{ role: 'owner' }], 'still the owner');
 });

@@ -11,7 +11,7 @@ const s = await testStack(t, 'cmdexpiry', {
   env: { COMMAND_QUEUE_TTL_S: '5', COMMAND_ACK_TIMEOUT_S: '3', COMMAND_SWEEP_MS: '300', COMMAND_RESYNC_MS: '1500' },
 });
 const admin = await s.newUser('admin');
-const ingest = (m: string, kind: string) => `${s.gatewayUrl}/api/ingest/${s.customer.slug}/${m}/agent/${kind}`;
+const ingest = (m: string, kind: string) => s.ingestUrl(m, kind);
 const snapshot = { modules: { updater: { commands: [{ name: 'check' }] } } };
 
 async function instance(m: string): Promise<string> {
@@ -88,7 +88,7 @@ t.test('a command whose hint was lost is offered after the periodic re-read; a n
   const offered = await eventually(async () => (await post(ingest('nohint', 'heartbeat'), s.token, {})).body.commands, 5000, 'offered by the running gateway after its re-read');
   t.same(offered.map((c: any) => c.id), [command.id]);
   const g2 = await s.startGateway();
-  const first = await post(`${g2.url}/api/ingest/${s.customer.slug}/nohint/agent/heartbeat`, s.token, {});
+  const first = await s.report('nohint', 'heartbeat', {}, { gateway: g2.url });
   t.same(first.body.commands?.map((c: any) => c.id), [command.id], 'a gateway that starts offers it on its first answer');
 });
 

@@ -9,7 +9,7 @@ import { testStack, post, get, eventually } from './helpers/stack.js';
 const s = await testStack(t, 'commands', { env: { COMMAND_RESYNC_MS: '600000', COMMAND_MAX_OPEN: '3' } });
 const admin = await s.newUser('admin');
 const viewer = await s.newUser('viewer');
-const ingest = (m: string, kind: string, sw = 'agent') => `${s.gatewayUrl}/api/ingest/${s.customer.slug}/${m}/${sw}/${kind}`;
+const ingest = (m: string, kind: string, sw = 'agent') => s.ingestUrl(m, kind, { software: sw });
 const ackUrl = (m: string, id: string, sw = 'agent', base = s.gatewayUrl) => `${base}/api/ingest/${s.customer.slug}/${m}/${sw}/commands/${id}/ack`;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -272,7 +272,7 @@ t.test('a command queued through the API is delivered by a different gateway pro
   const q = await queue(id, { module: 'av', command: 'scan' });
   t.equal(q.status, 201);
   const t0 = Date.now();
-  const offered = await heartbeatUntilOffered('second', `${g2.url}/api/ingest/${s.customer.slug}/second/agent/heartbeat`);
+  const offered = await heartbeatUntilOffered('second', s.ingestUrl('second', 'heartbeat', { gateway: g2.url }));
   const ms = Date.now() - t0;
   t.ok(ms < 5000, `offered by the second gateway after ${ms} ms`);
   t.same(offered.map((c: any) => c.id), [q.body.id]);
@@ -280,7 +280,7 @@ t.test('a command queued through the API is delivered by a different gateway pro
   t.equal((await post(ackUrl('second', q.body.id, 'agent', g2.url), s.token, { result: 'success' })).status, 200);
   await commandState(id, q.body.id, 'succeeded');
   await eventually(async () => (await post(ingest('second', 'heartbeat'), s.token, {})).body.commands === undefined, 5000, 'gateway 1 stops offering');
-  await eventually(async () => (await post(`${g2.url}/api/ingest/${s.customer.slug}/second/agent/heartbeat`, s.token, {})).body.commands === undefined, 5000, 'gateway 2 stops offering');
+  await eventually(async () => (await s.report('second', 'heartbeat', {}, { gateway: g2.url })).body.commands === undefined, 5000, 'gateway 2 stops offering');
 });
 
 t.test('list: newest first, filter by state; viewer may read; scoped to the customer', async (t) => {

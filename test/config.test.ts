@@ -6,7 +6,7 @@ import { spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { loadConfig, parseSettings, ConfigError, SETTING_NAMES } from '../lib/config.js';
-import { ROOT } from '../lib/service-process.js';
+import { ROOT } from '../deploy/service-process.js';
 
 const run = (script: string, env: Record<string, string>, args: string[] = []) =>
   spawnSync(process.execPath, [join(ROOT, script), ...args], { env: { PATH: process.env.PATH, ...env }, encoding: 'utf8', timeout: 20_000 });

@@ -11,7 +11,7 @@ import { createRequire } from 'node:module';
 import { parseDocument } from 'yaml';
 import { Ajv } from 'ajv';
 import { parseSettings, SETTING_NAMES } from '../lib/config.js';
-import { ROOT, nodeFlags } from '../lib/service-process.js';
+import { ROOT, nodeFlags } from '../deploy/service-process.js';
 import { routesOf } from '../lib/routes.js';
 
 type Obj = Record<string, any>;  

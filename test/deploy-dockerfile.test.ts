@@ -11,7 +11,7 @@ import { dirname, join, relative, resolve } from 'node:path';
 import { promisify } from 'node:util';
 import { DockerfileParser, type Copy, type From, type Instruction } from 'dockerfile-ast';
 import { parseSettings, SETTING_NAMES } from '../lib/config.js';
-import { ROOT } from '../lib/service-process.js';
+import { ROOT } from '../deploy/service-process.js';
 
 const dockerfile = DockerfileParser.parse(readFileSync(join(ROOT, 'Dockerfile'), 'utf8'));
 const froms = dockerfile.getFROMs();
@@ -73,7 +73,7 @@ t.test('the build stage runs npm ci from the lockfile, npm run build, then prune
   t.equal(pkg.scripts.build, 'tsc -p tsconfig.json && npm run build:dashboard', 'npm run build compiles the server and the dashboard');
   // What the build stage copies is what tsc and Vite need: every source folder an entry point imports.
   const copied = copies.slice(1).map((c) => c.split(/\s+/)[0]!);
-  for (const dir of ['lib', 'gateway', 'workers', 'api', 'dashboard', 'bin', 'tsconfig.json']) t.ok(copied.includes(dir), `${dir} is copied`);
+  for (const dir of ['lib', 'cli', 'gateway', 'workers', 'api', 'dashboard', 'bin', 'tsconfig.json']) t.ok(copied.includes(dir), `${dir} is copied`);
 });
 
 /** Every file an entry point reaches through relative imports (the compiled output). */
@@ -101,13 +101,13 @@ t.test('the runtime stage holds dist, node_modules, package.json and bin, and ev
     t.ok(existsSync(join(ROOT, file)), `${file} exists after npm run build`);
   }
   t.ok(existsSync(join(ROOT, 'dist', 'dashboard', 'index.html')), 'the dashboard is built into dist/dashboard');
-  t.match(readFileSync(join(ROOT, 'bin', 'fleet.js'), 'utf8'), /\.\.\/dist\/lib\/cli\/fleet\.js/, 'bin/fleet.js loads the compiled CLI');
+  t.match(readFileSync(join(ROOT, 'bin', 'fleet.js'), 'utf8'), /\.\.\/dist\/cli\/fleet\.js/, 'bin/fleet.js loads the compiled CLI');
   // Nothing a process loads lies outside what the image holds (dist/test, dist/bench and
   // dist/deploy are not built into it).
-  for (const entry of ['gateway/main.js', 'workers/main.js', 'api/main.js', 'lib/cli/fleet.js']) {
+  for (const entry of ['gateway/main.js', 'workers/main.js', 'api/main.js', 'cli/fleet.js']) {
     for (const f of importGraph(join(ROOT, 'dist', entry))) {
       const rel = relative(join(ROOT, 'dist'), f);
-      t.ok(/^(lib|gateway|workers|api)\//.test(rel) && existsSync(f), `${entry} -> ${rel}`);
+      t.ok(/^(lib|cli|gateway|workers|api)\//.test(rel) && existsSync(f), `${entry} -> ${rel}`);
     }
   }
 });

@@ -9,7 +9,7 @@ import { existsSync, readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseAllDocuments } from 'yaml';
 import { ConfigError, parseSettings, SETTING_NAMES } from '../lib/config.js';
-import { ROOT, nodeFlags } from '../lib/service-process.js';
+import { ROOT, nodeFlags } from '../deploy/service-process.js';
 import { routesOf, type Service } from '../lib/routes.js';
 import { Readiness, serveHealth } from '../workers/health.js';
 import { createMetrics } from '../lib/metrics.js';

@@ -8,8 +8,7 @@ import { testStack, post, get, eventually } from './helpers/stack.js';
 
 const s = await testStack(t, 'help');
 const gwB = await s.startGateway();
-const c = s.customer.slug;
-const ingest = (base: string, m: string, sw: string, kind: string) => `${base}/api/ingest/${c}/${m}/${sw}/${kind}`;
+const ingest = (base: string, m: string, sw: string, kind: string) => s.ingestUrl(m, kind, { software: sw, gateway: base });
 
 async function instanceId(machine: string, software: string): Promise<string> {
   return eventually(async () => {

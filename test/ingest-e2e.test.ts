@@ -3,7 +3,7 @@ import t from 'tap';
 import { testStack, post, get, eventually, chRows } from './helpers/stack.js';
 
 const s = await testStack(t, 'e2e');
-const ingest = (m: string, sw: string, kind: string) => `${s.gatewayUrl}/api/ingest/${s.customer.slug}/${m}/${sw}/${kind}`;
+const ingest = (m: string, sw: string, kind: string) => s.ingestUrl(m, kind, { software: sw });
 
 t.test('heartbeat: 200 {ok:true}, then listed green with its last-seen time', async (t) => {
   const r = await post(ingest('m1', 'agent', 'heartbeat'), s.token, {});

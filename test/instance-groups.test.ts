@@ -1,11 +1,10 @@
 // GET /api/instances sorted and grouped by the heartbeat fields of 5.7.0 (group, location,
 // group_priority, sort_priority); pre-5.7.0 instances (none of them) sort last.
 import t from 'tap';
-import { testStack, post, get, eventually } from './helpers/stack.js';
+import { testStack, get, eventually } from './helpers/stack.js';
 
 const s = await testStack(t, 'groups');
-const c = s.customer.slug;
-const hb = (m: string, body: unknown) => post(`${s.gatewayUrl}/api/ingest/${c}/${m}/agent/heartbeat`, s.token, body);
+const hb = (m: string, body: unknown) => s.report(m, 'heartbeat', body);
 
 const fleet: [string, Record<string, unknown>][] = [
   ['a1', { group: 'line-b', location: 'hall 2', group_priority: 2, sort_priority: 2 }],

@@ -9,20 +9,18 @@ import t from 'tap';
 import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
 import { testStack, post, get, eventually, chRows } from './helpers/stack.js';
-import { ROOT } from '../lib/service-process.js';
+import { request } from './helpers/http.js';
+import { ROOT } from '../deploy/service-process.js';
 
 const s = await testStack(t, 'licences', { env: { LICENCE_SWEEP_MS: '1000' } });
 const owner = await s.newUser('owner');
 const sysadmin = await s.newUser(null, { systemAdmin: true });
 const slug = s.customer.slug;
-const hb = (m: string, gw = s.gatewayUrl) => post(`${gw}/api/ingest/${slug}/${m}/agent/heartbeat`, s.token, {});
+const hb = (m: string, gw = s.gatewayUrl) => s.report(m, 'heartbeat', {}, { gateway: gw });
 const status = async () => (await get(`${s.apiUrl}/api/dashboard/license-status`, owner.jwt)).body;
 const key = async () => (await get(`${s.apiUrl}/api/customers/${s.customer.id}/license-key`, owner.jwt)).body;
 const machines = async () => (await get(`${s.apiUrl}/api/instances`, owner.jwt)).body.items.map((i: any) => i.machine).sort();
-const put = (body: unknown, jwt = sysadmin.jwt, id = s.customer.id) =>
-  fetch(`${s.apiUrl}/api/customers/${id}/license`, { method: 'PUT', headers: { 'Content-Type': 'application/json', Authorization: `Bearer ${jwt}` }, body: JSON.stringify(body) }).then(
-    async (r) => ({ status: r.status, body: (await r.json()) as any }),
-  );
+const put = (body: unknown, jwt = sysadmin.jwt, id = s.customer.id) => request('PUT', `${s.apiUrl}/api/customers/${id}/license`, jwt, body);
 const DAY = 86_400_000;
 
 t.test('free start: 5 devices; ok, then warning at 90 %; free support contacts', async (t) => {

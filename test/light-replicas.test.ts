@@ -13,7 +13,7 @@ const countWhere = async (where: string) => (await s.pool.query(`SELECT count(*)
 t.test('two workers: one event per transition (green, red, green, red)', async (t) => {
   const machines = Array.from({ length: 50 }, (_, i) => `r-${i}`);
   const beatAll = async () => {
-    const rs = await Promise.all(machines.map((m) => post(`${s.gatewayUrl}/api/ingest/${s.customer.slug}/${m}/agent/heartbeat`, s.token, {})));
+    const rs = await Promise.all(machines.map((m) => s.report(m, 'heartbeat')));
     t.same([...new Set(rs.map((r) => r.status))], [200]);
   };
   const all = (light: string) => eventually(async () => (await countWhere(`m.slug LIKE 'r-%' AND i.light = '${light}'`)) === 50, 15_000, `all 50 ${light}`);

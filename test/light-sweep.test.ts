@@ -10,7 +10,7 @@ import { createLogger } from '../lib/log.js';
 const s = await testStack(t, 'sweep', {
   env: { HEARTBEAT_TIMEOUT_S: '2', WARNING_WINDOW_S: '2', LIGHT_EXPIRY_LISTENER: '0', LIGHT_SWEEP_INTERVAL_MS: '500' },
 });
-const ingest = (m: string, kind: string) => `${s.gatewayUrl}/api/ingest/${s.customer.slug}/${m}/agent/${kind}`;
+const ingest = (m: string, kind: string) => s.ingestUrl(m, kind);
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 t.test('no expiry listener: the sweep turns every silent instance red, once', async (t) => {

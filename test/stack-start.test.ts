@@ -9,7 +9,7 @@ import { mkdtempSync, readFileSync, rmSync, statSync, chmodSync } from 'node:fs'
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { connect } from 'node:net';
-import { ROOT } from '../lib/service-process.js';
+import { ROOT } from '../deploy/service-process.js';
 import { freePort } from './helpers/nats-server.js';
 import { post, get, eventually } from './helpers/stack.js';
 

@@ -4,7 +4,7 @@
 import t from 'tap';
 import { ESLint } from 'eslint';
 import { parseDependencyTree, parseCircular, prettyCircular } from 'dpdm';
-import { ROOT } from '../lib/service-process.js';
+import { ROOT } from '../deploy/service-process.js';
 
 t.test('ESLint finds nothing', async (t) => {
   const eslint = new ESLint({ cwd: ROOT });
@@ -15,7 +15,7 @@ t.test('ESLint finds nothing', async (t) => {
 });
 
 t.test('no import cycles (type-only imports aside)', async (t) => {
-  const entries = ['gateway/main.ts', 'workers/main.ts', 'api/main.ts', 'lib/cli/fleet.ts', 'deploy/stack.ts', 'bench/run.ts'];
+  const entries = ['gateway/main.ts', 'workers/main.ts', 'api/main.ts', 'cli/fleet.ts', 'deploy/stack.ts', 'bench/run.ts'];
   const tree = await parseDependencyTree(entries, { context: ROOT, transform: true, tsconfig: 'tsconfig.json', include: /\.ts$/, exclude: /node_modules/ });
   t.ok(Object.keys(tree).length > 100, `${Object.keys(tree).length} modules read`);
   const cycles = parseCircular(tree, true);

@@ -1,6 +1,6 @@
 // The gateway refuses to run on uWS's slow pure-JS fallback unless explicitly allowed.
 import t from 'tap';
-import { Proc } from '../lib/service-process.js';
+import { Proc } from '../deploy/service-process.js';
 import { testStack, post } from './helpers/stack.js';
 
 const s = await testStack(t, 'uws', { gateway: false, worker: false, api: false });

@@ -8,6 +8,7 @@ import { Webhook } from 'standardwebhooks';
 import { createServer, type IncomingMessage, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { testStack, post, get, eventually } from './helpers/stack.js';
+import { request } from './helpers/http.js';
 import { stored } from './helpers/lights.js';
 import { verifyWebhook } from '../lib/webhooks.js';
 
@@ -145,7 +146,7 @@ t.test('from red: green again is delivered too, once', async (t) => {
 t.test("another customer's admin: 404 on this customer's webhooks; delete", async (t) => {
   const otherAdmin = await s.newUser('admin', { customer: other.customer });
   t.equal((await get(`${s.apiUrl}/api/webhooks/${hookId}/deliveries`, otherAdmin.jwt)).status, 404);
-  const del = (id: string, jwt: string) => fetch(`${s.apiUrl}/api/webhooks/${id}`, { method: 'DELETE', headers: { Authorization: `Bearer ${jwt}` } });
+  const del = (id: string, jwt: string) => request('DELETE', `${s.apiUrl}/api/webhooks/${id}`, jwt);
   t.equal((await del(hookId, otherAdmin.jwt)).status, 404);
   t.equal((await del('not-a-uuid', admin.jwt)).status, 400);
   t.equal((await del(hookId, viewer.jwt)).status, 403);

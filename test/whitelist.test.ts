@@ -4,6 +4,7 @@
 // every worker replica within 5 s.
 import t from 'tap';
 import { testStack, post, get, eventually, chRows } from './helpers/stack.js';
+import { request } from './helpers/http.js';
 import { createToken } from '../lib/admin.js';
 
 const s = await testStack(t, 'whitelist');
@@ -14,15 +15,7 @@ const viewer = await s.newUser('viewer');
 const api = (path: string) => `${s.apiUrl}${path}`;
 const ingest = (m: string, sw: string, kind: string) => `${s.gatewayUrl}/api/ingest/${c}/${m}/${sw}/${kind}`;
 
-async function send(method: string, path: string, token: string, body?: unknown) {
-  const r = await fetch(api(path), {
-    method,
-    headers: { Authorization: `Bearer ${token}`, ...(body === undefined ? {} : { 'Content-Type': 'application/json' }) },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  const text = await r.text();
-  return { status: r.status, body: text ? JSON.parse(text) : null };
-}
+const send = (method: string, path: string, token: string, body?: unknown) => request(method, api(path), token, body);
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 

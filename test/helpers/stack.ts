@@ -12,7 +12,8 @@ import { deadLetterStream } from '../../lib/messages.js';
 import { migrate } from '../../lib/db/migrate.js';
 import { createCustomer, createToken, type Customer } from '../../lib/admin.js';
 import { createUser, addMembership, type Role } from '../../lib/accounts.js';
-import { Proc } from '../../lib/service-process.js';
+import { post, type Answer } from './http.js';
+import { Proc } from '../../deploy/service-process.js';
 
 export interface StackOptions {
   gateway?: boolean;
@@ -42,8 +43,20 @@ export interface TestStack {
   startWorker(env?: Record<string, string>): Promise<Proc>;
   startApi(env?: Record<string, string>): Promise<{ proc: Proc; url: string }>;
   newCustomer(slug: string): Promise<{ customer: Customer; token: string }>;
+  /** The ingest URL of one report kind for a machine of this stack's customer (or another's, through another gateway). */
+  ingestUrl(machine: string, kind: string, o?: IngestOptions): string;
+  /** One report with the stack's token (or `o.token`): the heartbeat, diagnostics, … of an agent. */
+  report(machine: string, kind: string, body?: unknown, o?: IngestOptions & { token?: string }): Promise<Answer>;
   /** A dashboard user with `role` in `customer` (default: the stack's), logged in through the api. */
   newUser(role: Role | null, opts?: { customer?: Customer; systemAdmin?: boolean; username?: string }): Promise<TestUser>;
+}
+
+export interface IngestOptions {
+  software?: string;
+  /** Customer slug (default: the stack's customer). */
+  customer?: string;
+  /** Gateway base URL (default: the stack's gateway). */
+  gateway?: string;
 }
 
 export interface TestUser {
@@ -145,6 +158,12 @@ export async function testStack(t: Test, name: string, opts: StackOptions = {}):
       const l = await proc.waitFor((l) => l.msg === 'listening' && typeof l.port === 'number');
       return { proc, url: `http://127.0.0.1:${l.port}` };
     },
+    ingestUrl(machine, kind, o = {}) {
+      return `${o.gateway ?? stack.gatewayUrl}/api/ingest/${o.customer ?? customer.slug}/${machine}/${o.software ?? 'agent'}/${kind}`;
+    },
+    report(machine, kind, body = {}, o = {}) {
+      return post(stack.ingestUrl(machine, kind, o), o.token ?? token, body);
+    },
     async newCustomer(slug: string) {
       const c = await createCustomer(pool, `${slug}-${id}`);
       const { token } = await createToken(pool, c.id, 'test');
@@ -215,33 +234,8 @@ export async function eventually<T>(fn: () => Promise<T | null | undefined | fal
   throw new Error(`${what} not reached within ${ms} ms${last ? `: ${(last as Error).message}` : ''}`);
 }
 
-export async function post(url: string, token: string | null, body: unknown, headers: Record<string, string> = {}): Promise<{ status: number; body: any; headers: Headers }> {
-  const r = await fetch(url, {
-    method: 'POST',
-    headers: { 'Content-Type': 'application/json', ...(token ? { Authorization: `Bearer ${token}` } : {}), ...headers },
-    body: typeof body === 'string' ? body : JSON.stringify(body),
-  });
-  const text = await r.text();
-  let parsed: unknown = text;
-  try {
-    parsed = JSON.parse(text);
-  } catch {
-    /* not JSON */
-  }
-  return { status: r.status, body: parsed, headers: r.headers };
-}
-
-export async function get(url: string, token: string | null): Promise<{ status: number; body: any; headers: Headers }> {
-  const r = await fetch(url, { headers: token ? { Authorization: `Bearer ${token}` } : {} });
-  const text = await r.text();
-  let parsed: unknown = text;
-  try {
-    parsed = JSON.parse(text);
-  } catch {
-    /* not JSON */
-  }
-  return { status: r.status, body: parsed, headers: r.headers };
-}
+// The HTTP helper lives in test/helpers/http.ts; re-exported for the tests that import it from here.
+export { post, get, request } from './http.js';
 
 export async function chRows<T = Record<string, unknown>>(ch: ClickHouseClient, query: string): Promise<T[]> {
   const rs = await ch.query({ query, format: 'JSONEachRow' });

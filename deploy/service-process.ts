@@ -3,7 +3,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { join } from 'node:path';
 
-/** The project root (dist/lib/service-process.js -> ../..). */
+/** The project root (dist/deploy/service-process.js -> ../..). */
 export const ROOT = process.env.FLEET_ROOT ?? join(import.meta.dirname, '..', '..');
 
 /**

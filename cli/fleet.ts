@@ -1,13 +1,13 @@
 // `fleet`: the operator's command line (commander for parsing: subcommands, help and errors for free).
 // Reads the same environment as the services (lib/config.ts): DATABASE_URL, CLICKHOUSE_URL, ...
 import { Command } from 'commander';
-import { configOrExit, type Config } from '../config.js';
-import { migrate } from '../db/migrate.js';
-import { createPool } from '../db/postgres.js';
-import { createCustomer, createToken, findCustomer, listTokens, revokeToken, type Scope } from '../admin.js';
-import { createUser, setMembership, MembershipError, findUserByLogin, newPassword, ROLES, type Role } from '../accounts.js';
-import { withTx } from '../db/postgres.js';
-import { getLicence, deviceCount, licenceView, setLicence, TIERS, type LicenceChange, type Tier } from '../licences.js';
+import { configOrExit, type Config } from '../lib/config.js';
+import { migrate } from '../lib/db/migrate.js';
+import { createPool } from '../lib/db/postgres.js';
+import { createCustomer, createToken, findCustomer, listTokens, revokeToken, type Scope } from '../lib/admin.js';
+import { createUser, setMembership, MembershipError, findUserByLogin, newPassword, ROLES, type Role } from '../lib/accounts.js';
+import { withTx } from '../lib/db/postgres.js';
+import { getLicence, deviceCount, licenceView, setLicence, TIERS, type LicenceChange, type Tier } from '../lib/licences.js';
 import { upload, UploadError } from './upload.js';
 
 // Read when a command runs, not before: `fleet --help` works whatever the environment holds.

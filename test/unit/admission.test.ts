@@ -1,0 +1,56 @@
+// The gateway's ingest decisions without uWS (gateway/admission.ts): each kind's policy, and the
+// refusal each step gives.
+import t from 'tap';
+import { KINDS, pathRefusal, parseBearer, authorise, isJson, headRefusal, parseJsonObject, deepRefusal } from '../../gateway/admission.js';
+import { reportChecker } from '../../lib/report-check.js';
+import { HttpError } from '../../lib/errors.js';
+import type { RequestHead } from '../../gateway/request.js';
+import type { TokenInfo } from '../../gateway/token-cache.js';
+
+const head = (h: Partial<RequestHead> = {}): RequestHead => ({ params: [], authorization: '', contentType: 'application/json', contentLength: '', idempotencyKey: '', framing: null, ...h });
+const checker = reportChecker(1000);
+
+t.test('the policy of each kind', async (t) => {
+  t.same(Object.keys(KINDS).sort(), ['artifact-init', 'command_ack', 'diagnostics', 'heartbeat', 'help', 'metrics', 'status']);
+  t.ok(KINDS.heartbeat.offersCommands && KINDS.status.offersCommands && !KINDS.diagnostics.offersCommands, 'commands go out with heartbeats and status reports');
+  t.notOk(KINDS.help.createsMachines || KINDS.command_ack.createsMachines, 'help texts and command acks make no machine (no device limit)');
+  t.ok(KINDS.command_ack.namesCommand);
+});
+
+t.test('path slugs, bearer, token', async (t) => {
+  t.equal(pathRefusal({ customer: 'c', machine: 'm-1', software: 'agent' }), null);
+  t.match(pathRefusal({ customer: 'c', machine: 'Bad_Machine', software: 'agent' })?.detail, /invalid machine slug/);
+  t.match(pathRefusal({ customer: 'c', machine: 'm', software: 'x'.repeat(65) })?.status, 400);
+  t.equal(parseBearer('Bearer abc'), 'abc');
+  t.equal(parseBearer('bearer  abc '), 'abc');
+  t.equal(parseBearer('Basic abc'), null);
+  t.equal(parseBearer(`Bearer ${'x'.repeat(513)}`), null);
+  const tok: TokenInfo = { id: 't', customerId: 'cid', customer: 'c', scopes: ['ingest'], revoked: false } as TokenInfo;
+  t.equal(authorise(tok, 'c'), null);
+  t.match(authorise(tok, 'other')?.detail, /not authorised for customer other/);
+  t.match(authorise({ ...tok, revoked: true }, 'c')?.detail, /revoked/);
+  t.match(authorise({ ...tok, scopes: ['read'] }, 'c')?.detail, /ingest scope/);
+});
+
+t.test('before the body: command id, Content-Type, Idempotency-Key, announced size', async (t) => {
+  t.ok(isJson('application/json; charset=utf-8'));
+  t.notOk(isJson('text/plain'));
+  t.equal(headRefusal('heartbeat', head(), '', 1024), null);
+  t.equal(headRefusal('command_ack', head(), 'not-a-uuid', 1024)?.status, 400);
+  t.equal(headRefusal('heartbeat', head({ contentType: 'text/plain' }), '', 1024)?.status, 415);
+  t.equal(headRefusal('heartbeat', head({ idempotencyKey: 'k'.repeat(257) }), '', 1024)?.status, 400);
+  t.equal(headRefusal('heartbeat', head({ contentLength: '1025' }), '', 1024)?.status, 413);
+});
+
+t.test('the body: UTF-8, JSON, an object; beyond the schema', async (t) => {
+  t.same(parseJsonObject(Buffer.alloc(0)), {}, 'an empty body is {}');
+  t.same(parseJsonObject(Buffer.from('{"a":1}')), { a: 1 });
+  const bad = parseJsonObject(Buffer.from([0x7b, 0xff, 0x7d]));
+  t.ok(bad instanceof HttpError && bad.status === 400 && /UTF-8/.test(bad.detail));
+  t.equal((parseJsonObject(Buffer.from('{')) as HttpError).status, 400);
+  t.equal((parseJsonObject(Buffer.from('[1]')) as HttpError).status, 422);
+  t.equal(deepRefusal('status', { status: 'running', snapshot: { a: 'x\u0000' } }, 20, checker)?.status, 422);
+  t.equal(deepRefusal('status', { status: 'running', snapshot: { big: 'x'.repeat(300_000) } }, 300_100, checker)?.status, 413);
+  t.equal(deepRefusal('heartbeat', { version: '1' }, 20, checker), null);
+  t.equal(deepRefusal('command_ack', { result: 'success', output: { 'k\u0000': 1 } }, 30, checker)?.status, 422);
+});
