@@ -2,7 +2,7 @@
 // config -> Postgres, ClickHouse, Redis, NATS (in the background) -> Fastify app from the route
 // table -> listen -> graceful close.
 import { configOrExit } from '../lib/config.js';
-import { shutdownDeadline, drainNats } from '../lib/shutdown.js';
+import { Lifecycle, drainNats } from '../lib/shutdown.js';
 import { createLogger } from '../lib/log.js';
 import { createMetrics } from '../lib/metrics.js';
 import { createPool } from '../lib/db/postgres.js';
@@ -17,8 +17,8 @@ import { subjects } from '../lib/messages.js';
 import { CommandHints } from '../lib/commands.js';
 
 const cfg = configOrExit('api');
-let closing = false;
 const log = createLogger('api', cfg.logLevel);
+const life = new Lifecycle(log, cfg.gateway.shutdownGraceMs + 15_000);
 const metrics = createMetrics('api');
 const pool = createPool(cfg.databaseUrl, 10, 'fleet-api');
 const ch = createClickHouse({ url: cfg.clickhouseUrl, database: cfg.clickhouseDatabase, user: cfg.clickhouseUser, password: cfg.clickhousePassword });
@@ -40,7 +40,7 @@ let artifacts: ArtifactStore | null = null;
 void (async () => {
   const c = await connectNats(cfg.natsUrl, `api-${process.pid}`);
   nc = c;
-  if (closing) return void c.close();
+  if (life.closing) return void c.close();
   lights.attach(c, cfg.subjectPrefix);
   hints.attach(c);
   for (;;) {
@@ -59,17 +59,10 @@ await app.listen({ host: cfg.api.host, port: cfg.api.port });
 const addr = app.server.address();
 log.info({ host: cfg.api.host, port: typeof addr === 'object' && addr ? addr.port : cfg.api.port }, 'listening');
 
-async function shutdown(why: string): Promise<void> {
-  if (closing) return;
-  closing = true;
+life.onShutdown(async (why) => {
   log.info({ why }, 'shutting down');
-  shutdownDeadline(cfg.gateway.shutdownGraceMs + 15_000, log);
   await app.close();
   await drainNats(nc as NatsConnection | null);
   await Promise.allSettled([pool.end(), ch.close(), redis.quit()]);
-  log.info('stopped');
-  process.exit(0);
-}
-process.on('SIGTERM', () => void shutdown('SIGTERM'));
-process.on('SIGINT', () => void shutdown('SIGINT'));
-if (process.env.FLEET_SUPERVISED === '1') process.stdin.on('end', () => void shutdown('supervisor gone')).resume();
+});
+

@@ -32,11 +32,10 @@ export interface MissingHelp {
   langs: Lang[];
 }
 
-export class HelpCoverage {
-  private readonly map: SyncedMap<Row, number>;
+export class HelpCoverage extends SyncedMap<Row, number> {
 
   constructor(pool: Pool, intervalMs: number, onError: (e: unknown) => void, fullEveryMs = 600_000) {
-    this.map = new SyncedMap<Row, number>({
+    super({
       pool,
       fullQuery: `${GROUPED} GROUP BY customer_id, software, code`,
       // Every language of the codes that changed, so the mask is whole again.
@@ -51,24 +50,12 @@ export class HelpCoverage {
     });
   }
 
-  start(): Promise<void> {
-    return this.map.start();
-  }
-
-  stop(): void {
-    this.map.stop();
-  }
-
-  get size(): number {
-    return this.map.size;
-  }
-
   /** The reported codes (each once, in first-seen order) that lack a DE or an EN text. */
   missing(customerId: string, software: string, items: Pick<DiagnosticItem, 'code'>[]): MissingHelp[] {
     const out: MissingHelp[] = [];
     let seen: Set<number> | null = null;
     for (const it of items) {
-      const mask = this.map.get(key(customerId, software, it.code)) ?? 0;
+      const mask = this.get(key(customerId, software, it.code)) ?? 0;
       if (mask === ALL) continue;
       seen ??= new Set();
       if (seen.has(it.code)) continue;

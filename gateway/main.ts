@@ -3,7 +3,7 @@
 // graceful shutdown (stop accepting, settle every report in flight, drain NATS, exit).
 import { Events } from 'nats';
 import { configOrExit } from '../lib/config.js';
-import { shutdownDeadline, drainNats } from '../lib/shutdown.js';
+import { Lifecycle, drainNats } from '../lib/shutdown.js';
 import { createLogger } from '../lib/log.js';
 import { createMetrics } from '../lib/metrics.js';
 import { createPool } from '../lib/db/postgres.js';
@@ -124,7 +124,7 @@ setInterval(() => {
   readyGauge.set(publisher.connected && streamOk ? 1 : 0);
 }, 1000).unref();
 
-let closing = false;
+const life = new Lifecycle(log, cfg.gateway.shutdownGraceMs + 15_000);
 const app = uws.App();
 registerRoutes(app, {
   cfg,
@@ -138,8 +138,8 @@ registerRoutes(app, {
   redis,
   artifacts,
   commands,
-  isReady: () => publisher.connected && streamOk && !closing,
-  isClosing: () => closing,
+  isReady: () => publisher.connected && streamOk && !life.closing,
+  isClosing: () => life.closing,
 });
 
 const listenSocket: us_listen_socket = await new Promise((resolve, reject) =>
@@ -148,11 +148,8 @@ const listenSocket: us_listen_socket = await new Promise((resolve, reject) =>
 const port = uws.us_socket_local_port(listenSocket as never);
 log.info({ host: cfg.gateway.host, port, native }, 'listening');
 
-async function shutdown(why: string): Promise<void> {
-  if (closing) return;
-  closing = true;
+life.onShutdown(async (why) => {
   log.info({ why, outstanding: publisher.outstanding }, 'shutting down: no new connections, settling reports in flight');
-  shutdownDeadline(cfg.gateway.shutdownGraceMs + 15_000, log);
   uws.us_listen_socket_close(listenSocket);
   const grace = new Promise((r) => setTimeout(r, cfg.gateway.shutdownGraceMs).unref());
   await Promise.race([publisher.idle(), grace]);
@@ -164,10 +161,5 @@ async function shutdown(why: string): Promise<void> {
   await drainNats(nc);
   await pool.end().catch(() => {});
   await redis.quit().catch(() => {});
-  log.info('stopped');
-  process.exit(0);
-}
-process.on('SIGTERM', () => void shutdown('SIGTERM'));
-process.on('SIGINT', () => void shutdown('SIGINT'));
-// Supervised by the stack runner: its death closes our stdin.
-if (process.env.FLEET_SUPERVISED === '1') process.stdin.on('end', () => void shutdown('supervisor gone')).resume();
+});
+

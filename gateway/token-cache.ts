@@ -29,8 +29,7 @@ const SELECT = `SELECT t.id, t.customer_id, c.slug AS customer, t.token_hash, t.
                        GREATEST(t.updated_at, c.updated_at) AS updated_at
                   FROM api_tokens t JOIN customers c ON c.id = t.customer_id`;
 
-export class TokenCache {
-  private readonly map: SyncedMap<Row, TokenInfo>;
+export class TokenCache extends SyncedMap<Row, TokenInfo> {
   /** Bearer string -> hash, so the hot path hashes each distinct token once. */
   private hashes = new Map<string, string>();
   private misses = new Map<string, number>();
@@ -41,7 +40,7 @@ export class TokenCache {
     intervalMs: number,
     onError: (e: unknown) => void,
   ) {
-    this.map = new SyncedMap<Row, TokenInfo>({
+    super({
       pool,
       fullQuery: SELECT,
       deltaQuery: `${SELECT} WHERE t.updated_at > $1 OR c.updated_at > $1`,
@@ -50,18 +49,6 @@ export class TokenCache {
       intervalMs,
       onError,
     });
-  }
-
-  start(): Promise<void> {
-    return this.map.start();
-  }
-
-  stop(): void {
-    this.map.stop();
-  }
-
-  get lastRefresh(): number {
-    return this.map.lastRefresh;
   }
 
   private hashOf(bearer: string): string {
@@ -76,13 +63,13 @@ export class TokenCache {
 
   /** Synchronous answer from the copy: the token, or undefined when the copy does not know it. */
   peek(bearer: string): TokenInfo | undefined {
-    return this.map.get(this.hashOf(bearer));
+    return this.get(this.hashOf(bearer));
   }
 
   /** The slow path for a token the copy does not know: one query, within the global budget. */
   async lookup(bearer: string): Promise<TokenInfo | undefined> {
     const hash = this.hashOf(bearer);
-    const known = this.map.get(hash);
+    const known = this.get(hash);
     if (known) return known;
     const now = Date.now();
     const missedAt = this.misses.get(hash);
@@ -96,7 +83,7 @@ export class TokenCache {
       return undefined;
     }
     const info = toInfo(row);
-    this.map.set(hash, info);
+    this.set(hash, info);
     return info;
   }
 }

@@ -13,7 +13,7 @@
 //   cancelled            POST /api/commands/{id}/cancel while queued
 import type { NatsConnection } from 'nats';
 import type { Pool, PoolClient } from './db/postgres.js';
-import { withTx } from './db/postgres.js';
+import { withTx, isoTime as iso } from './db/postgres.js';
 import { HttpError, notFound, unprocessable } from './errors.js';
 import { treeErrors } from './storable.js';
 import type { AvailableCommand, Command, CommandState } from './schemas/commands.js';
@@ -198,7 +198,6 @@ export async function readCommands(
   return r.rows.map(toCommand);
 }
 
-const iso = (d: Date | null) => (d ? d.toISOString() : null);
 
 function toCommand(r: CommandRow): Command {
   return {

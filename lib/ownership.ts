@@ -3,6 +3,7 @@
 // 403, which would tell that the id exists).
 import type { Pool, PoolClient } from './db/postgres.js';
 import { notFound } from './errors.js';
+import { chStr } from './db/clickhouse-sql.js';
 
 type Db = Pool | PoolClient;
 
@@ -17,4 +18,10 @@ export async function ownedInstance<T extends object = { id: string }>(db: Db, c
 export async function ownedMachine(db: Db, customerId: string, id: string): Promise<void> {
   const r = await db.query('SELECT 1 FROM machines WHERE customer_id = $1 AND id = $2', [customerId, id]);
   if (!r.rowCount) throw notFound('no such machine');
+}
+
+/** The ClickHouse conditions that select one instance's rows, once it is the customer's (404 otherwise). */
+export async function ownedInstanceRows(db: Db, customerId: string, id: string): Promise<string[]> {
+  await ownedInstance(db, customerId, id);
+  return [`customer_id = ${chStr(customerId)}`, `instance_id = ${chStr(id)}`];
 }

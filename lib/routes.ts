@@ -82,6 +82,29 @@ const ingestErrors: Record<number, Response> = {
   503: err('the queue did not durably accept the report; retry after Retry-After'),
 };
 
+/** Answers of the routes that name an upload (status, complete). */
+const uploadErrors = {
+  400: err('malformed slug or upload id'),
+  403: err('token missing, unknown or revoked, without the ingest scope, or for another customer'),
+  404: err('no such upload for this customer, machine and software (or it expired)'),
+  429: err('over the per-token rate'),
+};
+
+/** A route that names an upload (status, complete). */
+function uploadRoute(method: Method, action: string, operationId: string, summary: string, responses: Record<number, Response>): RouteSpec {
+  return {
+    service: 'gateway',
+    method,
+    path: `/api/ingest/{customer}/{machine}/{software}/${action}/{upload_id}`,
+    operationId,
+    summary,
+    tags: ['ingest', 'artifacts'],
+    auth: 'ingest-token',
+    params: UploadParams,
+    responses: { ...uploadErrors, ...responses },
+  };
+}
+
 function ingest(kind: string, summary: string, body: TSchema, ok: Record<number, Response>): RouteSpec {
   return {
     service: 'gateway',
@@ -200,42 +223,14 @@ export const routes = [
       503: err('the store did not accept the chunk, or this gateway holds too many chunk bodies; retry after Retry-After'),
     },
   }),
-  route({
-    service: 'gateway',
-    method: 'GET',
-    path: '/api/ingest/{customer}/{machine}/{software}/artifact-status/{upload_id}',
-    operationId: 'ingest_artifact_status',
-    summary: 'Which chunks an upload has and which it lacks (to resume)',
-    tags: ['ingest', 'artifacts'],
-    auth: 'ingest-token',
-    params: UploadParams,
-    responses: {
-      200: { description: 'the upload', schema: UploadStatus },
-      400: err('malformed slug or upload id'),
-      403: err('token missing, unknown or revoked, without the ingest scope, or for another customer'),
-      404: err('no such upload for this customer, machine and software (or it expired)'),
-      429: err('over the per-token rate'),
-      503: err('the upload store did not answer; retry'),
-    },
+  uploadRoute('GET', 'artifact-status', 'ingest_artifact_status', 'Which chunks an upload has and which it lacks (to resume)', {
+    200: { description: 'the upload', schema: UploadStatus },
+    503: err('the upload store did not answer; retry'),
   }),
-  route({
-    service: 'gateway',
-    method: 'POST',
-    path: '/api/ingest/{customer}/{machine}/{software}/artifact-complete/{upload_id}',
-    operationId: 'ingest_artifact_complete',
-    summary: 'Finish an upload: every chunk must be there and the sha256 (when given at init) must match',
-    tags: ['ingest', 'artifacts'],
-    auth: 'ingest-token',
-    params: UploadParams,
-    responses: {
-      200: { description: 'the artifact (completing again answers the same id)', schema: CompleteAnswer },
-      400: err('malformed slug or upload id'),
-      403: err('token missing, unknown or revoked, without the ingest scope, or for another customer'),
-      404: err('no such upload for this customer, machine and software (or it expired)'),
-      409: err('chunks are missing (listed in the detail), or the sha256 of the chunks differs from the one given at init'),
-      429: err('over the per-token rate'),
-      503: err('the store or the queue did not answer; retry'),
-    },
+  uploadRoute('POST', 'artifact-complete', 'ingest_artifact_complete', 'Finish an upload: every chunk must be there and the sha256 (when given at init) must match', {
+    200: { description: 'the artifact (completing again answers the same id)', schema: CompleteAnswer },
+    409: err('chunks are missing (listed in the detail), or the sha256 of the chunks differs from the one given at init'),
+    503: err('the store or the queue did not answer; retry'),
   }),
   ...ops('gateway'),
 

@@ -21,3 +21,37 @@ export async function drainNats(nc: NatsConnection | null, ms = 5000): Promise<v
   clearTimeout(timer);
   if (!nc.isClosed()) await nc.close().catch(() => {});
 }
+
+/**
+ * A process's one graceful shutdown: on SIGTERM, SIGINT or, when the stack runner supervises it,
+ * the end of its stdin, the function given to onShutdown runs once under a deadline, then the
+ * process exits 0. Made first thing, so start-up steps can ask whether it is closing.
+ */
+export class Lifecycle {
+  closing = false;
+  private stop: ((why: string) => Promise<void>) | null = null;
+
+  constructor(
+    private readonly log: Logger,
+    private readonly deadlineMs: number,
+  ) {
+    process.on('SIGTERM', () => void this.shutdown('SIGTERM'));
+    process.on('SIGINT', () => void this.shutdown('SIGINT'));
+    // Supervised by the stack runner: its death closes our stdin.
+    if (process.env.FLEET_SUPERVISED === '1') process.stdin.on('end', () => void this.shutdown('supervisor gone')).resume();
+  }
+
+  onShutdown(stop: (why: string) => Promise<void>): void {
+    this.stop = stop;
+  }
+
+  async shutdown(why: string): Promise<void> {
+    if (this.closing) return;
+    this.closing = true;
+    shutdownDeadline(this.deadlineMs, this.log);
+    if (this.stop) await this.stop(why);
+    else this.log.info({ why }, 'shutting down during start-up');
+    this.log.info('stopped');
+    process.exit(0);
+  }
+}

@@ -1,8 +1,9 @@
 // A read-only copy of a small Postgres table kept in memory on every replica, refreshed by
 // polling: rows changed since the last poll (by their updated_at, with an overlap that covers
 // transactions committing late) every `intervalMs`, and the whole table every `fullEveryMs`.
-// Used for the things the ingest hot path must know without a query per request (tokens first;
-// later help-text coverage, licences, pending commands).
+// The hot paths extend it for what they must know without a query per request: the gateway's
+// tokens (gateway/token-cache.ts) and help-text coverage (gateway/help-coverage.ts), the workers'
+// whitelist rules (workers/whitelist-cache.ts).
 import type { Pool } from './db/postgres.js';
 
 export interface SyncedMapOptions<R, V> {

@@ -2,7 +2,7 @@
 // Redis, NATS -> stream and durable consumer -> consume -> graceful shutdown (finish the batch in
 // hand, ack it, stop). Any number of replicas may run; they share the durable consumer.
 import { configOrExit } from '../lib/config.js';
-import { shutdownDeadline, drainNats } from '../lib/shutdown.js';
+import { Lifecycle, drainNats } from '../lib/shutdown.js';
 import { createLogger } from '../lib/log.js';
 import { createMetrics } from '../lib/metrics.js';
 import { createPool } from '../lib/db/postgres.js';
@@ -32,7 +32,7 @@ const metrics = createMetrics('worker');
 
 // A worker rides out any server going away: it waits, retries, says so in /readyz, and never
 // exits for it (a stray rejection from a client library during an outage included).
-let closing = false;
+const life = new Lifecycle(log, cfg.gateway.shutdownGraceMs + 15_000);
 process.on('unhandledRejection', (e) => log.error({ err: e }, 'unhandled rejection (kept running)'));
 const readiness = new Readiness();
 readiness.set('startup', 'starting');
@@ -45,7 +45,7 @@ async function retrying<T>(what: string, fn: () => Promise<T>): Promise<T> {
     try {
       return await fn();
     } catch (e) {
-      if (closing) throw e;
+      if (life.closing) throw e;
       readiness.set('startup', `waiting for ${what}`);
       log.warn({ err: e, attempt }, `start-up: ${what} failed; retrying`);
       await new Promise((r) => setTimeout(r, Math.min(500 * attempt, 10_000)));
@@ -170,11 +170,8 @@ await retrying('the scheduled jobs (Redis)', async () => {
 readiness.set('startup', null);
 log.info({ stream: cfg.streamName, consumer: cfg.worker.consumerName, pullMaxMessages }, 'consuming');
 
-async function shutdown(why: string): Promise<void> {
-  if (closing) return;
-  closing = true;
+life.onShutdown(async (why) => {
   log.info({ why }, 'shutting down: finishing the batch in hand');
-  shutdownDeadline(cfg.gateway.shutdownGraceMs + 15_000, log);
   await consumer.stop();
   clearInterval(consumerHealth);
   stopProbes();
@@ -183,9 +180,5 @@ async function shutdown(why: string): Promise<void> {
   server?.close();
   await drainNats(nc);
   await Promise.allSettled([pool.end(), ch.close(), redis.quit(), bull.quit()]);
-  log.info('stopped');
-  process.exit(0);
-}
-process.on('SIGTERM', () => void shutdown('SIGTERM'));
-process.on('SIGINT', () => void shutdown('SIGINT'));
-if (process.env.FLEET_SUPERVISED === '1') process.stdin.on('end', () => void shutdown('supervisor gone')).resume();
+});
+

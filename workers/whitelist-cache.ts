@@ -23,13 +23,12 @@ const SELECT = `SELECT id, customer_id, machine_pattern, software_pattern, code_
 /** Per report: the suppressing rule id of each diagnostics item, or null. */
 export type Suppression = Map<Report, (string | null)[]>;
 
-export class WhitelistCache {
-  private readonly map: SyncedMap<Row, CompiledRule | null>;
+export class WhitelistCache extends SyncedMap<Row, CompiledRule | null> {
   private index = new Map<string, CompiledRule[]>();
   private indexedAt = -1;
 
   constructor(pool: Pool, intervalMs: number, onError: (e: unknown) => void) {
-    this.map = new SyncedMap<Row, CompiledRule | null>({
+    super({
       pool,
       fullQuery: `${SELECT} WHERE deleted_at IS NULL`,
       // Deleted rows too: the delta must tell that a rule went away.
@@ -41,22 +40,10 @@ export class WhitelistCache {
     });
   }
 
-  start(): Promise<void> {
-    return this.map.start();
-  }
-
-  stop(): void {
-    this.map.stop();
-  }
-
-  refresh(): Promise<void> {
-    return this.map.refresh();
-  }
-
   private rulesFor(customerId: string): CompiledRule[] | undefined {
-    if (this.indexedAt !== this.map.lastRefresh) {
+    if (this.indexedAt !== this.lastRefresh) {
       const next = new Map<string, CompiledRule[]>();
-      for (const r of this.map.values()) {
+      for (const r of this.values()) {
         if (!r) continue;
         const list = next.get(r.customerId);
         if (list) list.push(r);
@@ -64,7 +51,7 @@ export class WhitelistCache {
       }
       for (const list of next.values()) list.sort(ruleOrder);
       this.index = next;
-      this.indexedAt = this.map.lastRefresh;
+      this.indexedAt = this.lastRefresh;
     }
     return this.index.get(customerId);
   }

@@ -6,8 +6,8 @@ import { anyPrincipal, principal, type Principal } from '../auth.js';
 import { HttpError, badRequest, forbidden, notFound } from '../../lib/errors.js';
 import { createUser, normaliseEmail, newPassword, EMAIL_RE, DuplicateUserError, setMembership, MembershipError, type Role } from '../../lib/accounts.js';
 import { setSessionCookie } from './auth.js';
+import { isoTime as iso } from '../../lib/db/postgres.js';
 
-const iso = (d: Date | null) => (d ? d.toISOString() : null);
 const conflict = (detail: string) => new HttpError(409, detail);
 
 export const emailSha256 = (email: string) => createHash('sha256').update(normaliseEmail(email)).digest('hex');

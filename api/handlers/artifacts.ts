@@ -6,22 +6,16 @@ import { Readable } from 'node:stream';
 import type { ApiDeps, HandlersOf } from '../types.js';
 import { principal } from '../auth.js';
 import { HttpError, notFound } from '../../lib/errors.js';
-import { parseRange, contentDisposition, type ArtifactStore } from '../../lib/artifacts.js';
+import { parseRange, contentDisposition, type ArtifactStore, type UploadRecord } from '../../lib/artifacts.js';
 import { ownedMachine } from '../../lib/ownership.js';
 
-interface Row {
+/** A stored artifact: the upload it was (lib/artifacts.ts) and where it came from. */
+interface Row extends Pick<UploadRecord, 'software' | 'filename' | 'size' | 'sha256' | 'content_type' | 'chunk_size' | 'chunks'> {
   id: string;
   machine_id: string;
   machine: string;
   instance_id: string;
-  software: string;
   upload_id: string;
-  filename: string;
-  size: number;
-  sha256: string | null;
-  content_type: string;
-  chunk_size: number;
-  chunks: number;
   uploaded_at: Date;
 }
 

@@ -3,12 +3,12 @@ import type { ApiDeps, HandlersOf } from '../types.js';
 import { principal } from '../auth.js';
 import { notFound } from '../../lib/errors.js';
 import { lightSql, lightReasonSql, lightSinceSql } from '../../lib/traffic-light.js';
-import { ownedInstance } from '../../lib/ownership.js';
+import { ownedInstanceRows } from '../../lib/ownership.js';
 import { queryRows } from '../../lib/db/clickhouse.js';
-import { chStr, chInt } from '../../lib/db/clickhouse-sql.js';
+import { chInt } from '../../lib/db/clickhouse-sql.js';
 import { instanceOrderBy, groupInstances } from '../instance-order.js';
+import { apiRow } from '../../lib/db/postgres.js';
 
-const iso = (d: Date | null) => (d ? d.toISOString() : null);
 
 function instanceSelect(extra = ''): string {
   return `SELECT i.id, i.machine_id, m.slug AS machine, i.software,
@@ -16,39 +16,14 @@ function instanceSelect(extra = ''): string {
                  ${lightReasonSql('i', '$2::float8', '$3::float8')} AS light_reason,
                  ${lightSinceSql('i', '$2::float8', '$3::float8')} AS light_since,
                  i.first_seen_at, i.last_seen_at, i.last_heartbeat_at, i.version, i.uptime_seconds, i.pid,
-                 i.ip_addresses, i.group_name, i.location, i.group_priority, i.sort_priority,
+                 COALESCE(i.ip_addresses, '{}') AS ip_addresses, i.group_name, i.location, i.group_priority, i.sort_priority,
                  i.status, i.status_message, i.status_at, i.agent_ts, i.clock_skew ${extra}
             FROM instances i JOIN machines m ON m.id = i.machine_id`;
 }
 
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
-function toInstance(r: any) {
-  return {
-    id: r.id,
-    machine_id: r.machine_id,
-    machine: r.machine,
-    software: r.software,
-    light: r.light,
-    light_reason: r.light_reason,
-    light_since: iso(r.light_since),
-    first_seen_at: iso(r.first_seen_at),
-    last_seen_at: iso(r.last_seen_at),
-    last_heartbeat_at: iso(r.last_heartbeat_at),
-    version: r.version,
-    uptime_seconds: r.uptime_seconds,
-    pid: r.pid,
-    ip_addresses: r.ip_addresses ?? [],
-    group: r.group_name,
-    location: r.location,
-    group_priority: r.group_priority,
-    sort_priority: r.sort_priority,
-    status: r.status,
-    status_message: r.status_message,
-    status_at: iso(r.status_at),
-    agent_ts: iso(r.agent_ts),
-    clock_skew: r.clock_skew,
-  };
-}
+// The instance as the api answers it: the SELECT names the fields (never null arrays); the column
+// group_name (the sort and group SQL of api/instance-order.ts use it) is the field `group`.
+const toInstance = ({ group_name, ...r }: Record<string, unknown>) => apiRow({ ...r, group: group_name });
 
 export function instanceHandlers(d: ApiDeps): HandlersOf<'get_instance' | 'list_instance_diagnostics' | 'list_instances'> {
   const t = d.cfg.heartbeatTimeoutS;
@@ -85,10 +60,8 @@ export function instanceHandlers(d: ApiDeps): HandlersOf<'get_instance' | 'list_
 
     async list_instance_diagnostics(req) {
       const p = principal(req);
-      const { id } = req.params;
-      await ownedInstance(d.pool, p.customerId, id);
       const q = req.query;
-      const cond = [`customer_id = ${chStr(p.customerId)}`, `instance_id = ${chStr(id)}`];
+      const cond = await ownedInstanceRows(d.pool, p.customerId, req.params.id);
       // Suppressed (whitelisted) diagnostics are kept, but hidden unless asked for.
       if ((q.suppressed ?? 'exclude') === 'exclude') cond.push('suppressed = 0');
       else if (q.suppressed === 'only') cond.push('suppressed = 1');

@@ -5,8 +5,8 @@ import { principal } from '../auth.js';
 import { badRequest, notFound } from '../../lib/errors.js';
 import { withTx, type Pool } from '../../lib/db/postgres.js';
 import { getLicence, deviceCount, licenceView, setLicence, type LicenceChange, type LicenceRow } from '../../lib/licences.js';
+import { isoTime as iso } from '../../lib/db/postgres.js';
 
-const iso = (d: Date | null | undefined) => (d ? d.toISOString() : null);
 
 async function licenceKey(pool: Pool, l: LicenceRow) {
   const [count, flagged] = await Promise.all([

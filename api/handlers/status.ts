@@ -6,8 +6,8 @@ import { principal } from '../auth.js';
 import { badRequest } from '../../lib/errors.js';
 import { resolveSnapshot } from '../../lib/snapshot.js';
 import { queryRows } from '../../lib/db/clickhouse.js';
-import { chStr, chInt } from '../../lib/db/clickhouse-sql.js';
-import { ownedInstance } from '../../lib/ownership.js';
+import { chInt } from '../../lib/db/clickhouse-sql.js';
+import { ownedInstance, ownedInstanceRows } from '../../lib/ownership.js';
 
 function parseSnapshot(s: string): unknown {
   if (!s) return null;
@@ -38,10 +38,8 @@ export function statusHandlers(d: ApiDeps): HandlersOf<'get_instance_status' | '
 
     async list_instance_status_history(req) {
       const p = principal(req);
-      const { id } = req.params;
-      await exists(p.customerId, id);
       const q = req.query;
-      const cond = [`customer_id = ${chStr(p.customerId)}`, `instance_id = ${chStr(id)}`];
+      const cond = await ownedInstanceRows(d.pool, p.customerId, req.params.id);
       const from = q.from ? Date.parse(q.from) : null;
       const to = q.to ? Date.parse(q.to) : null;
       if (from !== null && to !== null && from > to) throw badRequest('from is after to');

@@ -5,8 +5,8 @@ import { principal } from '../auth.js';
 import { HttpError } from '../../lib/errors.js';
 import { lightSql } from '../../lib/traffic-light.js';
 import { queryRows } from '../../lib/db/clickhouse.js';
-import { chStr, chInt } from '../../lib/db/clickhouse-sql.js';
-import { ownedInstance } from '../../lib/ownership.js';
+import { chInt } from '../../lib/db/clickhouse-sql.js';
+import { ownedInstanceRows } from '../../lib/ownership.js';
 
 const iso = (ms: number | string) => new Date(Number(ms)).toISOString();
 
@@ -29,10 +29,8 @@ export function trafficLightHandlers(d: ApiDeps): HandlersOf<'fleet_light_stream
 
     async list_instance_light_events(req) {
       const p = principal(req);
-      const { id } = req.params;
-      await ownedInstance(d.pool, p.customerId, id);
       const q = req.query;
-      const cond = [`customer_id = ${chStr(p.customerId)}`, `instance_id = ${chStr(id)}`];
+      const cond = await ownedInstanceRows(d.pool, p.customerId, req.params.id);
       if (q.from) cond.push(`at_ms >= ${chInt(Date.parse(q.from))}`);
       if (q.to) cond.push(`at_ms <= ${chInt(Date.parse(q.to))}`);
       const rows = await queryRows<Record<string, string | number>>(

@@ -8,24 +8,11 @@ import { HttpError, badRequest, notFound } from '../../lib/errors.js';
 import { withTx } from '../../lib/db/postgres.js';
 import { newWebhookSecret, secretProblem } from '../../lib/webhooks.js';
 import { EgressPolicy, EgressRefused, EgressUrlError, NOT_ALLOWED } from '../../lib/egress.js';
+import { apiRow, isoTime as iso } from '../../lib/db/postgres.js';
 
-const iso = (d: Date | null) => (d ? d.toISOString() : null);
-
+// The webhook as the api answers it (never its secret): the SELECT names the fields.
 const COLUMNS = 'id, url, description, created_at, last_success_at, last_failure_at, last_error, consecutive_failures';
-
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
-function toWebhook(r: any) {
-  return {
-    id: r.id,
-    url: r.url,
-    description: r.description,
-    created_at: iso(r.created_at)!,
-    last_success_at: iso(r.last_success_at),
-    last_failure_at: iso(r.last_failure_at),
-    last_error: r.last_error,
-    consecutive_failures: r.consecutive_failures,
-  };
-}
+const toWebhook = apiRow;
 
 export function webhookHandlers(d: ApiDeps): HandlersOf<'create_webhook' | 'delete_webhook' | 'list_webhook_deliveries' | 'list_webhooks'> {
   const max = d.cfg.webhooks.maxPerCustomer;

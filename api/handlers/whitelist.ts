@@ -5,36 +5,25 @@ import type { ApiDeps, HandlersOf } from '../types.js';
 import { principal } from '../auth.js';
 import { HttpError, badRequest, notFound } from '../../lib/errors.js';
 import type { WhitelistRuleInput } from '../../lib/schemas/whitelist.js';
+import { apiRow } from '../../lib/db/postgres.js';
 
 interface Row {
   id: string;
-  machine_pattern: string | null;
-  software_pattern: string | null;
+  machine: string | null;
+  software: string | null;
   code_from: number;
   code_to: number;
-  message_pattern: string | null;
+  message: string | null;
   note: string;
   enabled: boolean;
   created_at: Date;
   updated_at: Date;
 }
 
-const COLS = 'id, machine_pattern, software_pattern, code_from, code_to, message_pattern, note, enabled, created_at, updated_at';
-
-function toRule(r: Row) {
-  return {
-    id: r.id,
-    machine: r.machine_pattern,
-    software: r.software_pattern,
-    code_from: r.code_from,
-    code_to: r.code_to,
-    message: r.message_pattern,
-    note: r.note,
-    enabled: r.enabled,
-    created_at: r.created_at.toISOString(),
-    updated_at: r.updated_at.toISOString(),
-  };
-}
+// The rule as the api answers it: the SELECT names the fields, apiRow turns the times to ISO strings.
+const COLS = `id, machine_pattern AS machine, software_pattern AS software, code_from, code_to, message_pattern AS message, note, enabled,
+              created_at, updated_at`;
+const toRule = (r: Row) => apiRow(r);
 
 /** The rule's columns from a request body, or 400. */
 function columns(b: WhitelistRuleInput): unknown[] {

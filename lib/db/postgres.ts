@@ -18,6 +18,16 @@ export function createPool(url: string, max = 10, applicationName = 'fleet'): Po
   return pool;
 }
 
+/** An iso time, or null (the JSON form of a timestamptz column). */
+export const isoTime = (d: Date | null | undefined): string | null => (d ? d.toISOString() : null);
+
+/** A row as the api answers it: every Date an ISO 8601 string (the SELECT names the fields). */
+export function apiRow<R extends object>(r: R): { [K in keyof R]: R[K] extends Date ? string : R[K] extends Date | null ? string | null : R[K] } {
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(r)) out[k] = v instanceof Date ? v.toISOString() : v;
+  return out as never;
+}
+
 export async function withTx<T>(pool: Pool, fn: (c: PoolClient) => Promise<T>): Promise<T> {
   const client = await pool.connect().catch((e: unknown) => {
     throw asUnavailable('postgres', e);

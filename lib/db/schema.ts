@@ -14,6 +14,9 @@ export interface Migration {
   sql: string[];
 }
 
+/** The start of every row a customer owns: its own id, and the customer (gone with it). */
+const CUSTOMER_ROW = ['id uuid PRIMARY KEY DEFAULT gen_random_uuid()', 'customer_id uuid NOT NULL REFERENCES customers(id) ON DELETE CASCADE'].join(',\n         ');
+
 export const postgresMigrations: Migration[] = [
   {
     id: '0001-core',
@@ -30,8 +33,7 @@ export const postgresMigrations: Migration[] = [
       `CREATE TRIGGER customers_touch BEFORE UPDATE ON customers FOR EACH ROW EXECUTE FUNCTION touch_updated_at()`,
       // Tokens are stored only as SHA-256 hex; the token itself is shown once, at creation.
       `CREATE TABLE api_tokens (
-         id uuid PRIMARY KEY DEFAULT gen_random_uuid(),
-         customer_id uuid NOT NULL REFERENCES customers(id) ON DELETE CASCADE,
+         ${CUSTOMER_ROW},
          name text NOT NULL DEFAULT '',
          token_hash text NOT NULL UNIQUE,
          prefix text NOT NULL,
@@ -44,8 +46,7 @@ export const postgresMigrations: Migration[] = [
       `CREATE INDEX api_tokens_updated ON api_tokens (updated_at)`,
       `CREATE TRIGGER api_tokens_touch BEFORE UPDATE ON api_tokens FOR EACH ROW EXECUTE FUNCTION touch_updated_at()`,
       `CREATE TABLE machines (
-         id uuid PRIMARY KEY DEFAULT gen_random_uuid(),
-         customer_id uuid NOT NULL REFERENCES customers(id) ON DELETE CASCADE,
+         ${CUSTOMER_ROW},
          slug text NOT NULL,
          first_seen_at timestamptz NOT NULL,
          last_seen_at timestamptz NOT NULL,
@@ -53,8 +54,7 @@ export const postgresMigrations: Migration[] = [
        )`,
       // One row per software on a machine. Times are receive times (the gateway's clock).
       `CREATE TABLE instances (
-         id uuid PRIMARY KEY DEFAULT gen_random_uuid(),
-         customer_id uuid NOT NULL REFERENCES customers(id) ON DELETE CASCADE,
+         ${CUSTOMER_ROW},
          machine_id uuid NOT NULL REFERENCES machines(id) ON DELETE CASCADE,
          software text NOT NULL,
          first_seen_at timestamptz NOT NULL,
@@ -152,8 +152,7 @@ export const postgresMigrations: Migration[] = [
       // Webhooks: a signed POST on every change to or from red. The secret signs the payload, so it
       // is kept (shown once, at creation). Delivery state per webhook and per event.
       `CREATE TABLE webhooks (
-         id uuid PRIMARY KEY DEFAULT gen_random_uuid(),
-         customer_id uuid NOT NULL REFERENCES customers(id) ON DELETE CASCADE,
+         ${CUSTOMER_ROW},
          url text NOT NULL,
          secret text NOT NULL,
          description text NOT NULL DEFAULT '',
@@ -194,8 +193,7 @@ export const postgresMigrations: Migration[] = [
       // Deleting a rule sets deleted_at (and so updated_at), so the workers' polled copies see the
       // deletion in their next delta; soft-deleted rows are never listed.
       `CREATE TABLE whitelist_rules (
-         id uuid PRIMARY KEY DEFAULT gen_random_uuid(),
-         customer_id uuid NOT NULL REFERENCES customers(id) ON DELETE CASCADE,
+         ${CUSTOMER_ROW},
          machine_pattern text,
          software_pattern text,
          code_from integer NOT NULL,
@@ -266,8 +264,7 @@ export const postgresMigrations: Migration[] = [
       // in time) or cancelled. Deadlines are fixed when the state is entered (expires_at at queue
       // time, ack_deadline at the first delivery), so the sweep only compares times.
       `CREATE TABLE commands (
-         id uuid PRIMARY KEY DEFAULT gen_random_uuid(),
-         customer_id uuid NOT NULL REFERENCES customers(id) ON DELETE CASCADE,
+         ${CUSTOMER_ROW},
          instance_id uuid NOT NULL REFERENCES instances(id) ON DELETE CASCADE,
          module text NOT NULL,
          command text NOT NULL,
@@ -381,6 +378,15 @@ export const postgresMigrations: Migration[] = [
   },
 ];
 
+/** When the gateway received the report: a DateTime for partitions, and the exact ms. */
+const RECEIVED = ['received_at DateTime', 'received_ms UInt64'].join(',\n         ');
+/** Who a ClickHouse row is about: the customer (id and slug), the machine, and the instance. */
+const MACHINE_COLUMNS = ['customer_id String', 'customer String', 'machine_id String', 'machine String'].join(',\n         ');
+const INSTANCE_COLUMNS = [MACHINE_COLUMNS, 'software String', 'instance_id String'].join(',\n         ');
+
+/** `<table>_v`: the table read FINAL, each row once (for analysts). */
+const finalView = (table: string) => `CREATE VIEW IF NOT EXISTS ${table}_v AS SELECT * FROM ${table} FINAL`;
+
 const ENGINE = (orderBy: string, partition = 'toYYYYMM(received_at)') =>
   `ENGINE = ReplacingMergeTree() PARTITION BY ${partition} ORDER BY (${orderBy})`;
 
@@ -389,15 +395,9 @@ export const clickhouseMigrations: Migration[] = [
     id: '0001-core',
     sql: [
       `CREATE TABLE IF NOT EXISTS heartbeats (
-         received_at DateTime,
-         received_ms UInt64,
+         ${RECEIVED},
          ts_ms UInt64,
-         customer_id String,
-         customer String,
-         machine_id String,
-         machine String,
-         software String,
-         instance_id String,
+         ${INSTANCE_COLUMNS},
          report_id String,
          version String,
          uptime_seconds Nullable(Int64),
@@ -409,15 +409,9 @@ export const clickhouseMigrations: Migration[] = [
          sort_priority Nullable(Int64)
        ) ${ENGINE('customer_id, instance_id, received_ms, report_id')}`,
       `CREATE TABLE IF NOT EXISTS diagnostics (
-         received_at DateTime,
-         received_ms UInt64,
+         ${RECEIVED},
          ts_ms UInt64,
-         customer_id String,
-         customer String,
-         machine_id String,
-         machine String,
-         software String,
-         instance_id String,
+         ${INSTANCE_COLUMNS},
          report_id String,
          item UInt16,
          code Int64,
@@ -427,23 +421,14 @@ export const clickhouseMigrations: Migration[] = [
          rule_id String
        ) ${ENGINE('customer_id, instance_id, received_ms, report_id, item')}`,
       `CREATE TABLE IF NOT EXISTS status_history (
-         received_at DateTime,
-         received_ms UInt64,
-         customer_id String,
-         customer String,
-         machine_id String,
-         machine String,
-         software String,
-         instance_id String,
+         ${RECEIVED},
+         ${INSTANCE_COLUMNS},
          report_id String,
-         status String,
-         message String,
-         snapshot String
+         status String, message String, snapshot String
        ) ${ENGINE('customer_id, instance_id, received_ms, report_id')}`,
       // Rejected ingest requests. Never the token or the body. customer_id '' = no known customer.
       `CREATE TABLE IF NOT EXISTS ingest_rejections (
-         received_at DateTime,
-         received_ms UInt64,
+         ${RECEIVED},
          id String,
          customer_id String,
          customer String,
@@ -456,10 +441,10 @@ export const clickhouseMigrations: Migration[] = [
          remote String,
          dropped UInt64
        ) ${ENGINE('customer_id, received_ms, id')}`,
-      `CREATE VIEW IF NOT EXISTS heartbeats_v AS SELECT * FROM heartbeats FINAL`,
-      `CREATE VIEW IF NOT EXISTS diagnostics_v AS SELECT * FROM diagnostics FINAL`,
-      `CREATE VIEW IF NOT EXISTS status_history_v AS SELECT * FROM status_history FINAL`,
-      `CREATE VIEW IF NOT EXISTS ingest_rejections_v AS SELECT * FROM ingest_rejections FINAL`,
+      finalView('heartbeats'),
+      finalView('diagnostics'),
+      finalView('status_history'),
+      finalView('ingest_rejections'),
     ],
   },
   {
@@ -473,19 +458,14 @@ export const clickhouseMigrations: Migration[] = [
          at DateTime,
          at_ms UInt64,
          recorded_ms UInt64,
-         customer_id String,
-         customer String,
-         machine_id String,
-         machine String,
-         software String,
-         instance_id String,
+         ${INSTANCE_COLUMNS},
          seq UInt64,
          from_light String,
          to_light String,
          reason String,
          cause String
        ) ${ENGINE('customer_id, instance_id, seq', 'toYYYYMM(at)')}`,
-      `CREATE VIEW IF NOT EXISTS light_events_v AS SELECT * FROM light_events FINAL`,
+      finalView('light_events'),
     ],
   },
   {
@@ -500,10 +480,7 @@ export const clickhouseMigrations: Migration[] = [
          ts DateTime,
          ts_ms UInt64,
          received_ms UInt64,
-         customer_id String,
-         customer String,
-         machine_id String,
-         machine String,
+         ${MACHINE_COLUMNS},
          client_metric_id String,
          name String,
          value Float64,
@@ -512,7 +489,7 @@ export const clickhouseMigrations: Migration[] = [
          report_id String,
          ver UInt64
        ) ENGINE = ReplacingMergeTree(ver) PARTITION BY toYYYYMM(ts) ORDER BY (customer_id, machine_id, name, client_metric_id)`,
-      `CREATE VIEW IF NOT EXISTS host_metrics_v AS SELECT * FROM host_metrics FINAL`,
+      finalView('host_metrics'),
     ],
   },
   {
@@ -525,7 +502,7 @@ export const clickhouseMigrations: Migration[] = [
       `ALTER TABLE heartbeats ADD COLUMN agent_ts String DEFAULT ''`,
       // A view's `SELECT *` keeps the columns the table had when the view was made (18.16).
       `DROP TABLE IF EXISTS heartbeats_v`,
-      `CREATE VIEW IF NOT EXISTS heartbeats_v AS SELECT * FROM heartbeats FINAL`,
+      finalView('heartbeats'),
     ],
   },
 ];

@@ -14,8 +14,7 @@ export const ArtifactInit = Type.Object(
   },
   { $id: 'ArtifactInit' },
 );
-export type ArtifactInit = Static<typeof ArtifactInit>;
-
+/** The answer to artifact-init: where the client's chunks go. */
 export const ArtifactInitAnswer = Type.Object(
   {
     upload_id: Uuid,
@@ -80,3 +79,5 @@ export const ArtifactListQuery = Type.Object({
   limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 1000, default: 100 })),
   offset: Type.Optional(Type.Integer({ minimum: 0, default: 0 })),
 });
+
+export type ArtifactInit = Static<typeof ArtifactInit>;
