@@ -2,16 +2,17 @@
 // plain line `N passed, N failed` (printed by deploy/stack.ts once the servers are stopped): N counts the named tests (t.test blocks) of every file; a file
 // that fails outside any named test counts as one failed test.
 import { spawn } from 'node:child_process';
-import { readdirSync, statSync } from 'node:fs';
+import { existsSync, readdirSync, statSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import type { Config } from '../lib/config.js';
 
-function findTests(dir: string): string[] {
+function findTests(root: string, dir = join(root, 'dist', 'test')): string[] {
   const out: string[] = [];
   for (const e of readdirSync(dir)) {
     const p = join(dir, e);
-    if (statSync(p).isDirectory()) out.push(...findTests(p));
-    else if (e.endsWith('.test.js')) out.push(p);
+    if (statSync(p).isDirectory()) out.push(...findTests(root, p));
+    // A compiled test whose source was removed (dist/ is not cleaned between builds) is not run.
+    else if (e.endsWith('.test.js') && existsSync(join(root, relative(join(root, 'dist'), p)).replace(/\.js$/, '.ts'))) out.push(p);
   }
   return out.sort();
 }
@@ -45,7 +46,7 @@ export function countTap(output: string): TapCounts {
 }
 
 export async function runTests(cfg: Config, root: string, filters: string[]): Promise<TapCounts> {
-  const all = findTests(join(root, 'dist', 'test'));
+  const all = findTests(root);
   const files = filters.length ? all.filter((f) => filters.some((x) => f.includes(x.replace(/\.ts$/, '')))) : all;
   if (files.length === 0) {
     process.stdout.write('no test files matched\n');

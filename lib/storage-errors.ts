@@ -35,7 +35,11 @@ export class DependencyUnavailableError extends Error {
 
 /** Postgres SQLSTATE classes (https://www.postgresql.org/docs/current/errcodes-appendix.html). */
 const PG_UNAVAILABLE_CLASSES = ['08', '53', '57', '58'];
+// Serialization failure, deadlock, lock not available.
 const PG_UNAVAILABLE_CODES = new Set(['40001', '40P01', '55P03']);
+// A unique violation: every write here is an upsert, so it means a concurrent writer got there
+// first (two workers creating the same row): not the data's fault, and the retry succeeds.
+const PG_RACE_CODES = new Set(['23505']);
 const PG_DATA_CLASSES = ['22', '23', '54'];
 const PG_NAMES: Record<string, string> = {
   '22001': 'string_data_right_truncation',
@@ -99,6 +103,7 @@ export function classifyFailure(e: unknown): Failure {
     const cls = code.slice(0, 2);
     if (PG_UNAVAILABLE_CLASSES.includes(cls) || PG_UNAVAILABLE_CODES.has(code)) return { kind: 'unavailable', reason: `Postgres ${code}` };
     const name = PG_NAMES[code] ? ` ${PG_NAMES[code]}` : '';
+    if (PG_RACE_CODES.has(code)) return { kind: 'unknown', reason: `Postgres ${code}${name} (concurrent write)` };
     if (PG_DATA_CLASSES.includes(cls)) return { kind: 'data', reason: `Postgres refused a value (${code}${name})` };
     return { kind: 'unknown', reason: `Postgres error ${code}${name}` };
   }
