@@ -5,8 +5,9 @@
 import { isUtf8 } from 'node:buffer';
 import { HttpError, badRequest, forbidden, unprocessable } from '../lib/errors.js';
 import { isSlug, isUuid } from '../lib/ids.js';
-import { SNAPSHOT_MAX_BYTES } from '../lib/schemas/ingest.js';
+import { SNAPSHOT_MAX_BYTES, BatchKinds, type BatchKind } from '../lib/schemas/ingest.js';
 import type { ReportChecker, CheckedKind } from '../lib/report-check.js';
+import type { Validator } from '../lib/validation.js';
 import type { RequestHead } from './request.js';
 import type { TokenInfo } from './token-cache.js';
 import type { IngestPath } from './types.js';
@@ -36,10 +37,11 @@ export const KINDS: Record<JsonKind, KindPolicy> = {
   command_ack: { schema: 'command_ack', createsMachines: false, offersCommands: false, namesCommand: true },
 };
 
-export function pathRefusal(path: IngestPath): HttpError | null {
-  const bad = !isSlug(path.customer) ? 'customer' : !isSlug(path.machine) ? 'machine' : !isSlug(path.software) ? 'software' : null;
+/** The slugs of a path (a batch's path has only the customer; its entries name machine and software). */
+export function pathRefusal(path: Pick<IngestPath, 'customer'> & Partial<IngestPath>): HttpError | null {
+  const bad = !isSlug(path.customer) ? 'customer' : path.machine !== undefined && !isSlug(path.machine) ? 'machine' : path.software !== undefined && !isSlug(path.software) ? 'software' : null;
   if (bad === null) return null;
-  return badRequest(`invalid ${bad} slug ${JSON.stringify(path[bad].slice(0, 80))}: must match ^[a-z0-9][a-z0-9-]*$ (1 to 64 characters)`);
+  return badRequest(`invalid ${bad} slug ${JSON.stringify(path[bad]!.slice(0, 80))}: must match ^[a-z0-9][a-z0-9-]*$ (1 to 64 characters)`);
 }
 
 export function parseBearer(h: string): string | null {
@@ -66,12 +68,22 @@ export function isJson(ct: string): boolean {
 /** Before the body: the command id of an ack, Content-Type, Idempotency-Key, the announced size. */
 export function headRefusal(kind: JsonKind, head: RequestHead, commandId: string, bodyLimit: number): HttpError | null {
   if (KINDS[kind].namesCommand && !isUuid(commandId)) return badRequest(`invalid command id ${JSON.stringify(commandId.slice(0, 80))}: must be a UUID`);
-  if (!isJson(head.contentType)) return new HttpError(415, `Content-Type must be application/json, got ${JSON.stringify(head.contentType.slice(0, 100))}`);
-  if (head.idempotencyKey.length > 256) return badRequest('Idempotency-Key longer than 256 characters');
-  if (head.contentLength !== '' && Number(head.contentLength) > bodyLimit) {
-    return new HttpError(413, `body of ${head.contentLength} bytes is over the limit of ${bodyLimit} bytes`);
-  }
-  return null;
+  return contentTypeRefusal(head) ?? idempotencyKeyRefusal(head.idempotencyKey) ?? sizeRefusal(head.contentLength, bodyLimit);
+}
+
+function contentTypeRefusal(head: RequestHead): HttpError | null {
+  return isJson(head.contentType) ? null : new HttpError(415, `Content-Type must be application/json, got ${JSON.stringify(head.contentType.slice(0, 100))}`);
+}
+
+/** The Idempotency-Key header of a single route, and the `idempotency_key` of a batch entry. */
+export function idempotencyKeyRefusal(key: string, name = 'Idempotency-Key'): HttpError | null {
+  return key.length > 256 ? badRequest(`${name} longer than 256 characters`) : null;
+}
+
+/** A body of `size` bytes (announced by Content-Length, or a batch entry's) over the limit: 413. */
+export function sizeRefusal(size: string | number, bodyLimit: number): HttpError | null {
+  if (size === '' || !(Number(size) > bodyLimit)) return null;
+  return new HttpError(413, `body of ${size} bytes is over the limit of ${bodyLimit} bytes`);
 }
 
 /** The body as a JSON object (an empty body counts as `{}`), or why not. */
@@ -100,4 +112,56 @@ export function deepRefusal(kind: JsonKind, data: Record<string, unknown>, rawSi
   if (schema === null) return null;
   const refused = checker.deep(schema, data);
   return refused ? unprocessable(refused.detail, refused.errors) : null;
+}
+
+/** The schema check of a parsed body (422 with the failing paths). */
+export function schemaRefusal(validate: Validator<unknown>, data: unknown): HttpError | null {
+  if (validate(data)) return null;
+  const errors = validate.errorsOf(data);
+  return unprocessable(`schema violation: ${errors.map((e) => `${e.path} ${e.message}`).join('; ')}`, errors);
+}
+
+// ---- Batch ingest (gateway/batch.ts): the request, then each entry as the single route would see it ----
+
+/** Before a batch's body: Content-Type, no Idempotency-Key header (each entry has its own), the announced size. */
+export function batchHeadRefusal(head: RequestHead, batchLimit: number): HttpError | null {
+  const header = head.idempotencyKey === '' ? null : badRequest('a batch takes no Idempotency-Key header: give each entry its own idempotency_key');
+  return contentTypeRefusal(head) ?? header ?? sizeRefusal(head.contentLength, batchLimit);
+}
+
+/** One batch entry, as far as it is checked before the rate: its kind and the path it stands for. */
+export interface EntryHead {
+  kind: BatchKind;
+  path: IngestPath;
+}
+
+const entryError = (detail: string, path: string, message: string) => unprocessable(detail, [{ path, message }]);
+
+/**
+ * What a batch entry is before its body is looked at, or its refusal: an object (422) of a known
+ * kind (422), naming no other customer (403), with machine and software slugs as the path of the
+ * single route would have them (400, the same detail). Nothing here costs a rate token, as
+ * nothing before the token check does on the single route.
+ */
+export function entryHeadRefusal(entry: unknown, customer: string): HttpError | EntryHead {
+  if (entry === null || typeof entry !== 'object' || Array.isArray(entry)) return entryError('the entry must be a JSON object', '/', 'must be object');
+  const e = entry as Record<string, unknown>;
+  if (typeof e.kind !== 'string' || !(BatchKinds as readonly string[]).includes(e.kind)) {
+    return entryError(`kind must be one of ${BatchKinds.join(', ')}`, '/kind', `must be one of ${BatchKinds.join(', ')}`);
+  }
+  // The customer is the path's (and the token's); an entry cannot move a report to another.
+  if (e.customer !== undefined && e.customer !== customer) return forbidden(`an entry cannot name another customer: every entry of this batch is filed under ${customer}`);
+  const path = { customer, machine: typeof e.machine === 'string' ? e.machine : '', software: typeof e.software === 'string' ? e.software : '' };
+  return pathRefusal(path) ?? { kind: e.kind as BatchKind, path };
+}
+
+/** An entry's Idempotency-Key and body (absent: `{}`, as an empty body is), or the refusal the single route gives. */
+export function entryBodyRefusal(entry: Record<string, unknown>): HttpError | { idemKey: string; body: Record<string, unknown> } {
+  const key = entry.idempotency_key ?? '';
+  if (typeof key !== 'string') return entryError('idempotency_key must be a string', '/idempotency_key', 'must be string');
+  const long = idempotencyKeyRefusal(key, 'idempotency_key');
+  if (long) return long;
+  const body = entry.body === undefined ? {} : entry.body;
+  if (body === null || typeof body !== 'object' || Array.isArray(body)) return entryError('the body must be a JSON object', '/', 'must be object');
+  return { idemKey: key, body: body as Record<string, unknown> };
 }

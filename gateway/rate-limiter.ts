@@ -18,6 +18,26 @@ export class RateLimiter {
 
   /** Takes one token; false when the bucket is empty. */
   take(key: string, now = Date.now()): boolean {
+    return this.takeUpTo(key, 1, now) === 1;
+  }
+
+  /**
+   * Takes up to `n` tokens, as many as the bucket holds: how many it took (a batch request counts
+   * its entries; those beyond the budget are refused one by one).
+   */
+  takeUpTo(key: string, n: number, now = Date.now()): number {
+    const b = this.bucket(key, now);
+    const taken = Math.max(0, Math.min(n, Math.floor(b.tokens)));
+    b.tokens -= taken;
+    return taken;
+  }
+
+  /** Whether one token is there, without taking it (a batch's check before its body arrives). */
+  has(key: string, now = Date.now()): boolean {
+    return this.bucket(key, now).tokens >= 1;
+  }
+
+  private bucket(key: string, now: number): Bucket {
     let b = this.buckets.get(key);
     if (b === undefined) {
       if (this.buckets.size >= this.maxKeys) this.prune(now);
@@ -27,9 +47,7 @@ export class RateLimiter {
       b.tokens = Math.min(this.burst, b.tokens + ((now - b.last) * this.ratePerS) / 1000);
       b.last = now;
     }
-    if (b.tokens < 1) return false;
-    b.tokens -= 1;
-    return true;
+    return b;
   }
 
   /** Seconds until one token is available again (for Retry-After). */

@@ -3,9 +3,10 @@
 // size (413), body, JSON (400), schema (422), then one report handed to the publisher and answered
 // when JetStream has stored it (200), or 503. Every refusal is answered `{"detail"}` and goes to the
 // rejection log. The decisions are gateway/admission.ts (one policy per kind); this file does the I/O.
+// The steps after the body (schema to queue) are shared with the batch route (gateway/batch.ts).
 import { randomUUID } from 'node:crypto';
 import type { TemplatedApp, HttpResponse } from './uws.js';
-import { HttpError, unprocessable, statusLine } from '../lib/errors.js';
+import { HttpError, statusLine } from '../lib/errors.js';
 import { uuidFromName } from '../lib/ids.js';
 import { encodeReport } from '../lib/messages.js';
 import { routesOf, colonPath, checkHandlers, allowedMethods } from '../lib/routes.js';
@@ -18,8 +19,9 @@ import { RateLimiter } from './rate-limiter.js';
 import { acceptedAnswer } from './help-coverage.js';
 import { metricsRoute } from './metrics.js';
 import { artifactRoutes } from './artifacts.js';
-import { KINDS, authorise, parseBearer, missingBearer, pathRefusal, headRefusal, parseJsonObject, deepRefusal, type JsonKind } from './admission.js';
-import type { GatewayDeps, Handler, IngestPath, JsonRoute, Kit } from './types.js';
+import { batchRoute } from './batch.js';
+import { KINDS, authorise, parseBearer, missingBearer, pathRefusal, headRefusal, parseJsonObject, deepRefusal, schemaRefusal, type JsonKind } from './admission.js';
+import type { GatewayDeps, Handler, IngestPath, JsonRoute, Kit, PreparedReport, RateMode } from './types.js';
 
 const OK = '{"ok":true}';
 
@@ -71,18 +73,47 @@ export function registerRoutes(app: TemplatedApp, d: GatewayDeps): void {
   }, 1000);
   sweep.unref();
 
-  function rateLimited(t: TokenInfo): HttpError | null {
-    if (limiter.take(t.id)) return null;
-    return new HttpError(429, `over the rate limit of ${cfg.gateway.rateLimit} requests/s for this token`, { retryAfterS: limiter.retryAfterS() });
+  const overRate = () => new HttpError(429, `over the rate limit of ${cfg.gateway.rateLimit} requests/s for this token`, { retryAfterS: limiter.retryAfterS() });
+  /** `take`: one token for this request; `has`: only that one is left (a batch takes one per entry once it has read them). */
+  function rateLimited(t: TokenInfo, mode: RateMode = 'take'): HttpError | null {
+    return (mode === 'take' ? limiter.take(t.id) : limiter.has(t.id)) ? null : overRate();
   }
 
   // Schema and storability of each kind (lib/report-check.ts: the same check a worker repeats on a
   // report storage refused).
   const checker = reportChecker(cfg.gateway.maxItems);
+  const validators = new Map<CheckedKind, Validator<unknown>>();
+  const validatorOf = (kind: CheckedKind) => validators.get(kind) ?? validators.set(kind, schemaOf(checker, kind)).get(kind)!;
+
+  /**
+   * After a body is parsed, the same for a single request and a batch entry: the schema (422),
+   * beyond it (snapshot size 413, free trees and typed leaves 422), the licence's device limit (403).
+   */
+  function bodyRefusal(kind: JsonKind, validate: Validator<unknown>, tok: TokenInfo, machine: string, data: Record<string, unknown>, rawSize: number): HttpError | null {
+    return schemaRefusal(validate, data) ?? deepRefusal(kind, data, rawSize, checker) ?? (KINDS[kind].createsMachines ? d.licences.check(tok.customerId, machine) : null);
+  }
+
+  /**
+   * The report as queued (lib/messages.ts: the raw body wrapped, never re-serialised) and the answer
+   * once JetStream has it, or 413 when it is over the queue's message limit. Pending agent commands
+   * go out in the answer of the kinds that offer them, and their ids into the report (recorded as
+   * delivered by the worker). With an Idempotency-Key the id is derived from customer and key.
+   */
+  function prepare(kind: JsonKind, tok: TokenInfo, path: IngestPath, raw: Buffer, data: unknown, idemKey: string, commandId = ''): HttpError | PreparedReport {
+    const offer = KINDS[kind].offersCommands ? d.commands.offer(tok.customerId, path.machine, path.software) : null;
+    const id = idemKey ? uuidFromName(tok.customerId, idemKey) : randomUUID();
+    const report = encodeReport(
+      { id, k: kind as ReportKind, c: tok.customerId, cs: tok.customer, m: path.machine, s: path.software, t: tok.id, at: Date.now(), ik: idemKey || undefined, dc: offer?.ids, ci: commandId || undefined },
+      raw,
+    );
+    if (report.length > d.publisher.maxReportBytes) return new HttpError(413, `report of ${report.length} bytes is over the queue's message limit`);
+    const answer = offer ? { status: 200, body: offer.body } : acceptedAnswer(kind, data, tok.customerId, path.software, d.help);
+    return { id, report, answer };
+  }
 
   function ingestReport(kind: JsonKind, route: JsonRoute = {}): Handler {
     const policy = KINDS[kind];
-    const validate = route.validate ?? schemaOf(checker, policy.schema!);
+    const validate = route.validate ?? validatorOf(policy.schema!);
     const params = policy.namesCommand ? 4 : route.software ? 2 : 3;
     return (res, req) => {
       const ctx = Ctx.of(res, req, cfg.trustProxy, params, 'POST');
@@ -126,35 +157,24 @@ export function registerRoutes(app: TemplatedApp, d: GatewayDeps): void {
         if (ctx.done) return;
         const data = parseJsonObject(raw);
         if (data instanceof HttpError) return reject(ctx, kind, data, tok);
-        if (!validate(data)) {
-          const errors = validate.errorsOf(data);
-          return reject(ctx, kind, unprocessable(`schema violation: ${errors.map((e) => `${e.path} ${e.message}`).join('; ')}`, errors), tok);
-        }
-        const refused = deepRefusal(kind, data, raw.length, checker) ?? (policy.createsMachines ? d.licences.check(tok.customerId, machine) : null);
+        const refused = bodyRefusal(kind, validate, tok, machine, data, raw.length);
         if (refused) return reject(ctx, kind, refused, tok);
         if (route.finish) return route.finish(ctx, tok, raw, data, path, idemKey);
 
         if (policy.namesCommand) {
           // The command must be this instance's (404 otherwise): in memory, or one read for an id it does not know.
           const check = d.commands.checkAck(tok.customerId, machine, path.software, commandId);
-          if (!(check instanceof Promise)) return check ? reject(ctx, kind, check, tok) : publish(tok, raw, data, null);
-          return void check.then((e) => (e ? reject(ctx, kind, e, tok) : publish(tok, raw, data, null)));
+          if (!(check instanceof Promise)) return check ? reject(ctx, kind, check, tok) : publish(tok, raw, data);
+          return void check.then((e) => (e ? reject(ctx, kind, e, tok) : publish(tok, raw, data)));
         }
-        // Pending agent commands go out in the answer, and their ids into the report (recorded as delivered).
-        publish(tok, raw, data, policy.offersCommands ? d.commands.offer(tok.customerId, machine, path.software) : null);
+        publish(tok, raw, data);
       }
 
-      function publish(tok: TokenInfo, raw: Buffer, data: unknown, offer: { ids: string[]; body: string } | null): void {
-        const id = idemKey ? uuidFromName(tok.customerId, idemKey) : randomUUID();
-        const report = encodeReport(
-          { id, k: kind as ReportKind, c: tok.customerId, cs: tok.customer, m: machine, s: path.software, t: tok.id, at: Date.now(), ik: idemKey || undefined, dc: offer?.ids, ci: commandId || undefined },
-          raw,
-        );
-        if (report.length > d.publisher.maxReportBytes) {
-          return reject(ctx, kind, new HttpError(413, `report of ${report.length} bytes is over the queue's message limit`), tok);
-        }
-        const answer = offer ? { status: 200, body: offer.body } : acceptedAnswer(kind, data, tok.customerId, path.software, d.help);
-        d.publisher.add(report, (err) => {
+      function publish(tok: TokenInfo, raw: Buffer, data: unknown): void {
+        const p = prepare(kind, tok, path, raw, data, idemKey, commandId);
+        if (p instanceof HttpError) return reject(ctx, kind, p, tok);
+        const { answer } = p;
+        d.publisher.add(p.report, (err) => {
           if (err) return reject(ctx, kind, err, tok);
           if (answer.status === 200) countOk(kind);
           else responses.labels(kind, String(answer.status)).inc();
@@ -165,7 +185,7 @@ export function registerRoutes(app: TemplatedApp, d: GatewayDeps): void {
   }
 
   /** The checks every ingest route makes before its body: framing, shutting down, path slugs, token, rate. */
-  function begin(ctx: Ctx, kind: string, path: IngestPath) {
+  function begin(ctx: Ctx, kind: string, path: Pick<IngestPath, 'customer'> & Partial<IngestPath>, rate: RateMode = 'take') {
     const { customer } = path;
     // uWS frames the body by the first Content-Length; a second one that differs is a request
     // smuggling attempt (RFC 9112 §6.3): 400 and close, and what follows is never served.
@@ -180,7 +200,7 @@ export function registerRoutes(app: TemplatedApp, d: GatewayDeps): void {
     }
     const badPath = pathRefusal(path);
     if (badPath) {
-      reject(ctx, kind, badPath, undefined, pathRefusal({ customer, machine: 'x', software: 'x' }) ? '' : customer);
+      reject(ctx, kind, badPath, undefined, pathRefusal({ customer }) ? '' : customer);
       return null;
     }
     const bearer = parseBearer(ctx.head.authorization);
@@ -190,7 +210,7 @@ export function registerRoutes(app: TemplatedApp, d: GatewayDeps): void {
     }
     const known = d.tokens.peek(bearer);
     if (known !== undefined) {
-      const err = authorise(known, customer) ?? rateLimited(known);
+      const err = authorise(known, customer) ?? rateLimited(known, rate);
       if (err) {
         reject(ctx, kind, err, known, customer);
         return null;
@@ -199,7 +219,7 @@ export function registerRoutes(app: TemplatedApp, d: GatewayDeps): void {
     return { bearer, known };
   }
 
-  async function resolveToken(ctx: Ctx, kind: string, bearer: string, customer: string): Promise<TokenInfo | null> {
+  async function resolveToken(ctx: Ctx, kind: string, bearer: string, customer: string, rate: RateMode = 'take'): Promise<TokenInfo | null> {
     let t: TokenInfo | undefined;
     try {
       t = await d.tokens.lookup(bearer);
@@ -208,7 +228,7 @@ export function registerRoutes(app: TemplatedApp, d: GatewayDeps): void {
       reject(ctx, kind, new HttpError(503, 'token check unavailable; retry', { retryAfterS: 2 }), undefined, customer);
       return null;
     }
-    const err = t ? (authorise(t, customer) ?? rateLimited(t)) : new HttpError(403, 'invalid token');
+    const err = t ? (authorise(t, customer) ?? rateLimited(t, rate)) : new HttpError(403, 'invalid token');
     if (err) {
       reject(ctx, kind, err, t, customer);
       return null;
@@ -216,7 +236,16 @@ export function registerRoutes(app: TemplatedApp, d: GatewayDeps): void {
     return t!;
   }
 
-  const kit: Kit = { d, reject, begin, resolveToken, pendingBodies, answered: (kind, status) => responses.labels(kind, String(status)).inc() };
+  const kit: Kit = {
+    d,
+    reject,
+    begin,
+    resolveToken,
+    pendingBodies,
+    answered: (kind, status) => responses.labels(kind, String(status)).inc(),
+    reports: { validatorOf, bodyRefusal, prepare },
+    rate: { takeUpTo: (t, n) => limiter.takeUpTo(t.id, n), overRate },
+  };
   const metrics_ = metricsRoute(kit);
   const artifacts = artifactRoutes(kit);
 
@@ -231,6 +260,7 @@ export function registerRoutes(app: TemplatedApp, d: GatewayDeps): void {
     ingest_artifact_status: artifacts.status,
     ingest_artifact_complete: artifacts.complete,
     ingest_command_ack: ingestReport('command_ack'),
+    ingest_batch: batchRoute(kit),
     gateway_healthz: (res) => plain(res, 200, OK),
     gateway_readyz: (res) =>
       d.isReady() ? plain(res, 200, OK) : plain(res, 503, JSON.stringify({ detail: 'not ready: NATS not connected or stream missing' })),

@@ -16,6 +16,8 @@ import type { RejectionLog } from './rejection-log.js';
 import type { LicenceGate } from './licence-gate.js';
 import type { HelpCoverage } from './help-coverage.js';
 import type { PendingCommands } from './pending-commands.js';
+import type { CheckedKind } from '../lib/report-check.js';
+import type { JsonKind } from './admission.js';
 
 export interface GatewayDeps {
   cfg: Config;
@@ -54,15 +56,40 @@ export interface JsonRoute {
   finish?: Finish;
 }
 
-/** What the handlers in gateway/metrics.ts and gateway/artifacts.ts share with gateway/server.ts. */
+/** A report ready for the publisher: its id, its bytes as queued, and the answer once JetStream has it. */
+export interface PreparedReport {
+  id: string;
+  report: Buffer;
+  answer: { status: number; body: string | Uint8Array };
+}
+
+/** `take`: the request takes one rate token before its body; `has`: one must be left (a batch takes one per entry after reading them). */
+export type RateMode = 'take' | 'has';
+
+/** What the handlers in gateway/metrics.ts, gateway/artifacts.ts and gateway/batch.ts share with gateway/server.ts. */
 export interface Kit {
   d: GatewayDeps;
   reject(ctx: Ctx, kind: string, err: HttpError, token?: TokenInfo, customer?: string): void;
-  /** 503 / 400 / 403 / 429 checks before the body; null when already answered. */
-  begin(ctx: Ctx, kind: string, path: IngestPath): { bearer: string; known: TokenInfo | undefined } | null;
+  /** 503 / 400 / 403 / 429 checks before the body; null when already answered. A batch's path has only the customer. */
+  begin(ctx: Ctx, kind: string, path: Pick<IngestPath, 'customer'> & Partial<IngestPath>, rate?: RateMode): { bearer: string; known: TokenInfo | undefined } | null;
   /** The token for a bearer the in-memory copy did not know; null when refused (answered). */
-  resolveToken(ctx: Ctx, kind: string, bearer: string, customer: string): Promise<TokenInfo | null>;
+  resolveToken(ctx: Ctx, kind: string, bearer: string, customer: string, rate?: RateMode): Promise<TokenInfo | null>;
   pendingBodies: Set<Ctx>;
   /** Counts a successful answer in gateway_responses_total. */
   answered(kind: string, status: number): void;
+  /** The steps of a report after its body is parsed, one copy for the single routes and the batch. */
+  reports: {
+    validatorOf(kind: CheckedKind): Validator<unknown>;
+    /** Schema (422), beyond it (413/422), licence (403); null: storable and allowed. */
+    bodyRefusal(kind: JsonKind, validate: Validator<unknown>, tok: TokenInfo, machine: string, data: Record<string, unknown>, rawSize: number): HttpError | null;
+    /** The report to queue and its answer, or 413 (over the queue's message limit). */
+    prepare(kind: JsonKind, tok: TokenInfo, path: IngestPath, raw: Buffer, data: unknown, idemKey: string, commandId?: string): HttpError | PreparedReport;
+  };
+  /** The per-token rate: a batch takes one token per entry. */
+  rate: {
+    /** Takes up to n tokens of this token's bucket: how many it got. */
+    takeUpTo(tok: TokenInfo, n: number): number;
+    /** The 429 of a request (or entry) over the rate, with Retry-After. */
+    overRate(): HttpError;
+  };
 }

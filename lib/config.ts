@@ -56,7 +56,10 @@ export const Settings = Type.Object({
   BODY_TIMEOUT_MS: Pos(30_000, 'a body not complete this long after the headers: 408'),
   BODY_LIMIT_BYTES: Int(1024 * 1024, 1024, 64 * 1024 * 1024, 'request body limit (413 above)'),
   // Diagnostic items are numbered in a UInt16 column.
-  MAX_ITEMS: Int(1000, 1, 65535, 'diagnostics items, or host-metric records, per request'),
+  MAX_ITEMS: Int(1000, 1, 65535, 'diagnostics items, or host-metric records, per request; entries per batch'),
+  // A batch carries what many single requests would (status snapshots of many instances); each
+  // entry's body is still held to BODY_LIMIT_BYTES, so no queued report is larger than a single one.
+  BATCH_BODY_LIMIT_BYTES: Int(4 * 1024 * 1024, 1024, 64 * 1024 * 1024, 'batch ingest request body limit (413 above); each entry body is held to BODY_LIMIT_BYTES'),
   RATE_LIMIT_PER_S: Pos(1000, 'per token and gateway replica (429 above)'),
   RATE_LIMIT_BURST: Pos(2000, 'burst of the per-token rate'),
   REJECTION_LOG_RATE_PER_S: Pos(20, 'rejection-log rows per source address and second; the rest is counted'),
@@ -255,6 +258,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env) {
       bodyTimeoutMs: s.BODY_TIMEOUT_MS,
       bodyLimit: s.BODY_LIMIT_BYTES,
       maxItems: s.MAX_ITEMS,
+      batchBodyLimit: s.BATCH_BODY_LIMIT_BYTES,
       rateLimit: s.RATE_LIMIT_PER_S,
       rateBurst: s.RATE_LIMIT_BURST,
       // Rejection log: per source (remote address) this many rows per second, then counted only.

@@ -3,7 +3,7 @@
 // a handler for a route that is not here), and the OpenAPI document is generated from this list.
 import { Type, type TSchema } from '@sinclair/typebox';
 import { ErrorBody, Ok, Slug } from './schemas/common.js';
-import { Heartbeat, Diagnostics, Status, HelpUpload } from './schemas/ingest.js';
+import { Heartbeat, Diagnostics, Status, HelpUpload, BatchIngest, BatchAnswer } from './schemas/ingest.js';
 import { InstanceList, InstanceListQuery, InstanceDetail, DiagnosticList, DiagnosticsQuery, IdParams, LoginBody, Session } from './schemas/api.js';
 import { WhitelistRuleInput, WhitelistRule, WhitelistRuleList } from './schemas/whitelist.js';
 import { HelpQuery, HelpText, HelpMissing, MissingHelp, HelpStored } from './schemas/help.js';
@@ -173,6 +173,31 @@ export const routes = [
   }),
   ingest('help', 'Upload diagnostic help texts (DE and EN) for this software', HelpUpload, {
     200: { description: 'accepted (durably queued); stored by the workers, honoured by every gateway within seconds', schema: HelpStored },
+  }),
+  route({
+    service: 'gateway',
+    method: 'POST',
+    path: '/api/ingest/{customer}/batch',
+    operationId: 'ingest_batch',
+    summary: 'Many reports (heartbeat, diagnostics, status, help) for many machines and software of one customer; one result per entry',
+    tags: ['ingest'],
+    auth: 'ingest-token',
+    params: Type.Object({ customer: Slug }),
+    body: BatchIngest,
+    responses: {
+      200: {
+        description:
+          'every entry answered in `results`, in order: 200/202 accepted (durably queued, with the report id) or the status and detail that entry alone would have got; ' +
+          'Retry-After when some entries got 429 or 503',
+        schema: BatchAnswer,
+      },
+      ...ingestErrors,
+      400: err('malformed customer slug, malformed JSON, or an Idempotency-Key header (give each entry its own idempotency_key)'),
+      413: err('body over BATCH_BODY_LIMIT_BYTES (4 MiB by default)'),
+      422: err('not `{entries: [...]}` with 1 to MAX_ITEMS (1000) entries; `errors` lists the failing paths'),
+      429: err('over the per-token rate: no entry fitted (each entry counts as one request); see Retry-After'),
+      503: err('no entry was durably queued (NATS down, stream full, no PubAck in time) or the gateway is shutting down; retry after Retry-After'),
+    },
   }),
   route({
     service: 'gateway',

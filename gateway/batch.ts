@@ -1,0 +1,198 @@
+// POST /api/ingest/{customer}/batch: many reports of one customer in one request (an edge
+// aggregator, or an agent sending what it buffered while offline). docs/api.md "Batch ingest".
+//
+// The request is checked as every ingest request is (framing, slug, token, Content-Type, size,
+// JSON), except that the rate is only looked at before the body (one token must be left) and
+// taken after it, one token per entry. Then each entry goes through the steps of the single route
+// of its kind, in the same order and with the same code (gateway/admission.ts, and the shared
+// `reports` steps of gateway/server.ts: schema, report-check, licence, commands, help coverage,
+// message format): its slugs (400), the rate (429), its Idempotency-Key (400), its body (422), its
+// size (413, BODY_LIMIT_BYTES as a single request), schema and storability (422/413), licence (403),
+// the queue's message limit (413). Each accepted entry becomes its own report on the queue, exactly
+// as the single route would queue it, so the workers see no difference.
+//
+// The answer is written only when every accepted entry's report is settled by the publisher: 200
+// with one result per entry, in order; an entry whose publish failed is 503 in its result and is
+// never reported accepted. When every entry failed alike on the way to the queue (all 503, or all
+// over the rate: 429), the whole request is answered that way, with Retry-After.
+import { HttpError } from '../lib/errors.js';
+import { compile } from '../lib/validation.js';
+import { batchEnvelopeSchema } from '../lib/schemas/ingest.js';
+import { Ctx, readBody } from './request.js';
+import type { TokenInfo } from './token-cache.js';
+import { batchHeadRefusal, entryBodyRefusal, entryHeadRefusal, parseJsonObject, sizeRefusal, schemaRefusal, type EntryHead } from './admission.js';
+import type { Handler, Kit } from './types.js';
+
+const KIND = 'batch';
+
+interface Refused {
+  index: number;
+  err: HttpError;
+  /** `kind machine/software` when the entry got that far (the rejection log's detail). */
+  what: string;
+  bodySize: number;
+}
+
+const dec = new TextDecoder();
+
+/** A result: the single route's answer body with its status (and the report id) in front. */
+function acceptedResult(status: number, id: string, body: string | Uint8Array): string {
+  const text = typeof body === 'string' ? body : dec.decode(body);
+  return `{"status":${status},"id":"${id}",${text.slice(1)}`;
+}
+
+function refusedResult(err: HttpError): string {
+  return JSON.stringify({ status: err.status, detail: err.detail, ...(err.errors ? { errors: err.errors } : {}), ...(err.retryAfterS ? { retry_after: err.retryAfterS } : {}) });
+}
+
+export function batchRoute(k: Kit): Handler {
+  const { d } = k;
+  const { cfg } = d;
+  const envelope = compile(batchEnvelopeSchema(cfg.gateway.maxItems));
+  const entries = d.metrics.counter('gateway_batch_entries_total', 'Batch ingest entries by kind and status', ['kind', 'status']);
+
+  return (res, req) => {
+    const ctx = Ctx.of(res, req, cfg.trustProxy, 1, 'POST');
+    const [customer = ''] = ctx.head.params;
+    const gate = k.begin(ctx, KIND, { customer }, 'has');
+    if (gate === null) return;
+    const { bearer, known } = gate;
+    const early = batchHeadRefusal(ctx.head, cfg.gateway.batchBodyLimit);
+    if (early) return k.reject(ctx, KIND, early, known, customer);
+
+    // The token is usually known; when it is not, look it up while the body arrives.
+    let token: TokenInfo | null = known ?? null;
+    let body: Buffer | null = null;
+    if (known === undefined) {
+      void k.resolveToken(ctx, KIND, bearer, customer, 'has').then((t) => {
+        if (t === null) return;
+        token = t;
+        if (body !== null) accept(t, body);
+      });
+    }
+    const limit = cfg.gateway.batchBodyLimit;
+    ctx.bodyDeadline = Date.now() + cfg.gateway.bodyTimeoutMs;
+    k.pendingBodies.add(ctx);
+    readBody(
+      ctx,
+      limit,
+      (b) => {
+        k.pendingBodies.delete(ctx);
+        body = b;
+        if (token) accept(token, body);
+      },
+      () => {
+        k.pendingBodies.delete(ctx);
+        k.reject(ctx, KIND, new HttpError(413, `body over the limit of ${limit} bytes`), token ?? undefined, customer);
+      },
+    );
+
+    /** A refusal of the whole request after its body: it costs one rate token, as a refused single request does. */
+    function refuse(tok: TokenInfo, err: HttpError): void {
+      k.rate.takeUpTo(tok, 1);
+      k.reject(ctx, KIND, err, tok);
+    }
+
+    function accept(tok: TokenInfo, raw: Buffer): void {
+      if (ctx.done) return;
+      const data = parseJsonObject(raw);
+      if (data instanceof HttpError) return refuse(tok, data);
+      const bad = schemaRefusal(envelope, data);
+      if (bad) return refuse(tok, bad);
+      run(tok, data.entries as unknown[]);
+    }
+
+    function run(tok: TokenInfo, list: unknown[]): void {
+      const n = list.length;
+      const results: string[] = new Array<string>(n);
+      const refused: Refused[] = [];
+      let accepted = 0;
+      let pending = 0;
+      let queued = false;
+
+      const refuseEntry = (index: number, err: HttpError, what = '', bodySize = 0) => {
+        results[index] = refusedResult(err);
+        refused.push({ index, err, what, bodySize });
+      };
+
+      // Before the rate, as on the single route: the entry's shape and its path (no token spent).
+      const heads = list.map((e) => entryHeadRefusal(e, customer));
+      // One rate token per entry that got past its path; those beyond the budget are 429 alone. A
+      // batch costs at least one token, whatever its entries.
+      const wanted = heads.filter((h) => !(h instanceof HttpError)).length;
+      let budget = k.rate.takeUpTo(tok, Math.max(1, wanted));
+
+      for (let i = 0; i < n; i++) {
+        const head = heads[i]!;
+        if (head instanceof HttpError) {
+          refuseEntry(i, head);
+          continue;
+        }
+        const what = `${head.kind} ${head.path.machine}/${head.path.software}`;
+        if (budget === 0) {
+          refuseEntry(i, k.rate.overRate(), what);
+          continue;
+        }
+        budget--;
+        queue(i, head, what);
+      }
+      queued = true;
+      if (pending === 0) finish();
+
+      function queue(i: number, head: EntryHead, what: string): void {
+        const { kind, path } = head;
+        const b = entryBodyRefusal(list[i] as Record<string, unknown>);
+        if (b instanceof HttpError) return refuseEntry(i, b, what);
+        // The body as it will be queued: its compact JSON (the request's raw bytes hold many entries).
+        const raw = Buffer.from(JSON.stringify(b.body));
+        const refusal =
+          sizeRefusal(raw.length, cfg.gateway.bodyLimit) ?? k.reports.bodyRefusal(kind, k.reports.validatorOf(kind), tok, path.machine, b.body, raw.length);
+        if (refusal) return refuseEntry(i, refusal, what, raw.length);
+        const p = k.reports.prepare(kind, tok, path, raw, b.body, b.idemKey);
+        if (p instanceof HttpError) return refuseEntry(i, p, what, raw.length);
+        pending++;
+        d.publisher.add(p.report, (err) => {
+          // Not acknowledged by JetStream: never reported accepted.
+          if (err) refuseEntry(i, err, what, raw.length);
+          else {
+            accepted++;
+            results[i] = acceptedResult(p.answer.status, p.id, p.answer.body);
+            entries.labels(kind, String(p.answer.status)).inc();
+          }
+          if (--pending === 0 && queued) finish();
+        });
+      }
+
+      function finish(): void {
+        for (const r of refused) entries.labels(r.what.split(' ')[0] || 'invalid', String(r.err.status)).inc();
+        // Everything failed the same way on its way to the queue: the request is answered so.
+        for (const status of [503, 429]) {
+          if (refused.length === n && refused.every((r) => r.err.status === status)) {
+            const first = refused.sort((a, b) => a.index - b.index)[0]!.err;
+            return k.reject(ctx, KIND, new HttpError(status, `no entry accepted: ${first.detail}`, { retryAfterS: Math.max(...refused.map((r) => r.err.retryAfterS ?? 1)) }), tok);
+          }
+        }
+        // One rejection-log row per refused entry, attributed to this request's customer and token.
+        refused.sort((a, b) => a.index - b.index);
+        let retryAfter = 0;
+        for (const r of refused) {
+          retryAfter = Math.max(retryAfter, r.err.retryAfterS ?? 0);
+          d.rejections.record({
+            at: Date.now(),
+            customer_id: tok.customerId,
+            customer: tok.customer,
+            token_id: tok.id,
+            method: ctx.method,
+            path: `${ctx.path}#/entries/${r.index}`,
+            status: r.err.status,
+            detail: r.what ? `${r.what}: ${r.err.detail}` : r.err.detail,
+            body_size: r.bodySize,
+            remote: ctx.remote(),
+          });
+        }
+        k.answered(KIND, 200);
+        ctx.send(200, `{"ok":true,"accepted":${accepted},"rejected":${n - accepted},"results":[${results.join(',')}]}`, retryAfter ? { 'Retry-After': String(retryAfter) } : undefined);
+      }
+    }
+  };
+}
