@@ -1,7 +1,7 @@
 // The gateway's ingest decisions without uWS (gateway/admission.ts): each kind's policy, and the
 // refusal each step gives.
 import t from 'tap';
-import { KINDS, pathRefusal, parseBearer, authorise, isJson, headRefusal, parseJsonObject, deepRefusal } from '../../gateway/admission.js';
+import { KINDS, pathRefusal, parseBearer, authorise, isJson, headRefusal, parseJsonObject, deepRefusal, batchHeadRefusal, entryHeadRefusal, entryBodyRefusal, sizeRefusal } from '../../gateway/admission.js';
 import { reportChecker } from '../../lib/report-check.js';
 import { HttpError } from '../../lib/errors.js';
 import type { RequestHead } from '../../gateway/request.js';
@@ -53,4 +53,35 @@ t.test('the body: UTF-8, JSON, an object; beyond the schema', async (t) => {
   t.equal(deepRefusal('status', { status: 'running', snapshot: { big: 'x'.repeat(300_000) } }, 300_100, checker)?.status, 413);
   t.equal(deepRefusal('heartbeat', { version: '1' }, 20, checker), null);
   t.equal(deepRefusal('command_ack', { result: 'success', output: { 'k\u0000': 1 } }, 30, checker)?.status, 422);
+});
+
+t.test('batch: the request before its body, each entry before and after the rate', async (t) => {
+  t.equal(batchHeadRefusal(head({ contentLength: '4096' }), 4096), null, 'at the batch limit');
+  t.equal(batchHeadRefusal(head({ contentLength: '4097' }), 4096)?.status, 413, 'one byte over');
+  t.equal(batchHeadRefusal(head({ contentType: 'text/plain' }), 4096)?.status, 415);
+  t.match(batchHeadRefusal(head({ idempotencyKey: 'k' }), 4096)?.detail, /each entry its own idempotency_key/);
+  t.equal(sizeRefusal(1024, 1024), null);
+  t.equal(sizeRefusal(1025, 1024)?.status, 413);
+  t.equal(sizeRefusal('', 1024), null, 'no Content-Length: counted while it arrives');
+
+  t.same(entryHeadRefusal({ machine: 'm', software: 's', kind: 'status' }, 'c'), { kind: 'status', path: { customer: 'c', machine: 'm', software: 's' } });
+  t.same(entryHeadRefusal({ machine: 'm', software: 's', kind: 'heartbeat', customer: 'c' }, 'c'), { kind: 'heartbeat', path: { customer: 'c', machine: 'm', software: 's' } }, "naming the path's customer");
+  const status = (x: unknown) => (x instanceof HttpError ? x.status : 0);
+  t.equal(status(entryHeadRefusal('x', 'c')), 422, 'not an object');
+  t.equal(status(entryHeadRefusal([], 'c')), 422);
+  t.equal(status(entryHeadRefusal(null, 'c')), 422);
+  for (const kind of ['metrics', 'artifact-init', 'command_ack', 'HEARTBEAT', undefined]) {
+    t.equal(status(entryHeadRefusal({ machine: 'm', software: 's', kind }, 'c')), 422, `kind ${kind}: not a batch kind`);
+  }
+  t.equal(status(entryHeadRefusal({ machine: 'm', software: 's', kind: 'heartbeat', customer: 'other' }, 'c')), 403, 'another customer');
+  t.notMatch((entryHeadRefusal({ machine: 'm', software: 's', kind: 'heartbeat', customer: 'zzz' }, 'c') as HttpError).detail, /zzz/, 'without echoing it');
+  t.equal(status(entryHeadRefusal({ machine: 'Bad', software: 's', kind: 'heartbeat' }, 'c')), 400);
+  t.equal(status(entryHeadRefusal({ machine: 'm', kind: 'heartbeat' }, 'c')), 400, 'no software');
+  t.equal((entryHeadRefusal({ machine: 'M', software: 's', kind: 'heartbeat' }, 'c') as HttpError).detail, pathRefusal({ customer: 'c', machine: 'M', software: 's' })!.detail, "the single route's detail");
+
+  t.same(entryBodyRefusal({}), { idemKey: '', body: {} }, 'no body: {} as an empty body');
+  t.same(entryBodyRefusal({ body: { a: 1 }, idempotency_key: 'k'.repeat(256) }), { idemKey: 'k'.repeat(256), body: { a: 1 } });
+  t.equal(status(entryBodyRefusal({ idempotency_key: 'k'.repeat(257) })), 400);
+  t.equal(status(entryBodyRefusal({ idempotency_key: 7 })), 422);
+  for (const body of [null, [], 'x', 1]) t.equal(status(entryBodyRefusal({ body })), 422, `body ${JSON.stringify(body)}`);
 });
