@@ -19,7 +19,7 @@ import { sweepUploads } from './artifact-expiry.js';
 import { Horizon, LightEventSink, ReportLights } from './traffic-light.js';
 import { ExpiryListener, ensureExpiryEvents } from './light-expiry.js';
 import { LightSweep } from './light-sweep.js';
-import { HeartbeatState, HeartbeatFlusher } from './heartbeat-state.js';
+import { HeartbeatState, HeartbeatFlusher, lookupIdsIn } from './heartbeat-state.js';
 import { Webhooks } from './webhooks.js';
 import type { LightEvent } from '../lib/traffic-light.js';
 import { sweepCommands } from './command-expiry.js';
@@ -89,6 +89,7 @@ const heartbeats = new HeartbeatState(redis, cfg.redisPrefix, {
   heartbeatTimeoutMs: cfg.heartbeatTimeoutS * 1000,
   pgIntervalMs: cfg.worker.pgHeartbeatIntervalS * 1000,
   idCacheSize: cfg.worker.idCacheSize,
+  lookupIds: lookupIdsIn(pool),
 });
 const hbUpdates = metrics.counter('worker_heartbeat_updates_total', "Instances' heartbeat updates by where they went: postgres (at once) or skipped (Redis, flushed later)", ['to']);
 metrics.onScrape(() => {
