@@ -147,6 +147,7 @@ t.test('every accepted entry is stored, once', async (t) => {
   const dg = compared.filter((c) => c.e.kind === 'diagnostics' && c.batch.status < 300);
   const items = dg.reduce((n, c) => n + (c.e.body as { items: unknown[] }).items.length, 0);
   const inList = (xs: string[]) => xs.join(',') || "''";
+  let seen: number[] = [];
   await eventually(
     async () => {
       const [h, sh, d] = await Promise.all([
@@ -154,11 +155,14 @@ t.test('every accepted entry is stored, once', async (t) => {
         chRows<{ n: string }>(s.ch, `SELECT count() AS n FROM status_history FINAL WHERE report_id IN (${inList(st)})`),
         chRows<{ n: string }>(s.ch, `SELECT count() AS n FROM diagnostics FINAL WHERE report_id IN (${inList(dg.map((c) => `'${uuidFromName(s.customer.id, c.k)}'`))})`),
       ]);
-      return Number(h[0]!.n) === hb.length && Number(sh[0]!.n) === st.length && Number(d[0]!.n) === items;
+      seen = [Number(h[0]!.n), Number(sh[0]!.n), Number(d[0]!.n)];
+      return seen[0] === hb.length && seen[1] === st.length && seen[2] === items;
     },
-    60_000,
+    90_000,
     `every accepted heartbeat (${hb.length}), status (${st.length}) and diagnostic item (${items}) stored`,
-  );
+  ).catch((e: Error) => {
+    throw new Error(`${e.message}; last seen ${seen.join(', ')}`);
+  });
   const [all] = await chRows<{ n: string; u: string }>(s.ch, `SELECT count() AS n, uniqExact(report_id) AS u FROM heartbeats FINAL`);
   t.equal(Number(all!.n), hb.length, 'no heartbeat beyond the accepted ones (the single copy collapsed into the batch copy)');
   t.equal(Number(all!.u), hb.length);
