@@ -165,13 +165,6 @@ export function batchRoute(k: Kit): Handler {
 
       function finish(): void {
         for (const r of refused) entries.labels(r.what.split(' ')[0] || 'invalid', String(r.err.status)).inc();
-        // Everything failed the same way on its way to the queue: the request is answered so.
-        for (const status of [503, 429]) {
-          if (refused.length === n && refused.every((r) => r.err.status === status)) {
-            const first = refused.sort((a, b) => a.index - b.index)[0]!.err;
-            return k.reject(ctx, KIND, new HttpError(status, `no entry accepted: ${first.detail}`, { retryAfterS: Math.max(...refused.map((r) => r.err.retryAfterS ?? 1)) }), tok);
-          }
-        }
         // One rejection-log row per refused entry, attributed to this request's customer and token.
         refused.sort((a, b) => a.index - b.index);
         let retryAfter = 0;
@@ -189,6 +182,14 @@ export function batchRoute(k: Kit): Handler {
             body_size: r.bodySize,
             remote: ctx.remote(),
           });
+        }
+        // Everything failed the same way on its way to the queue: the request is answered so (its
+        // entries are logged above, one row each).
+        for (const status of [503, 429]) {
+          if (refused.length === n && refused.every((r) => r.err.status === status)) {
+            k.answered(KIND, status);
+            return ctx.sendError(new HttpError(status, `no entry accepted: ${refused[0]!.err.detail}`, { retryAfterS: Math.max(...refused.map((r) => r.err.retryAfterS ?? 1)) }));
+          }
         }
         k.answered(KIND, 200);
         ctx.send(200, `{"ok":true,"accepted":${accepted},"rejected":${n - accepted},"results":[${results.join(',')}]}`, retryAfter ? { 'Retry-After': String(retryAfter) } : undefined);

@@ -402,12 +402,24 @@ t.test('the rate counts entries against the same per-token budget as single requ
     t.equal(next.status, 429, 'a single request right after: the budget is spent');
     t.equal(again.status, 429, 'a batch with no token left: 429 for the request');
     t.ok(Number(again.headers.get('retry-after')) >= 1);
+    // Refused before its body was read (no token left): one row for the request.
+    const rows = await eventually(async () => {
+      const x = await rejectionRows(`status = 429 AND path = '/api/ingest/${s.customer.slug}/batch'`);
+      return x.length >= 1 ? x : null;
+    }, 20_000, 'the refused batch logged');
+    t.equal(rows.length, 1, 'one row for the batch refused before its body');
+    t.match(rows[0]!.detail, /over the rate limit/);
   } else {
     // A machine so slow that a token came back meanwhile: at most one more got through.
     t.ok([next, ...again.body.results].filter((x) => x.status === 200).length <= Math.floor(elapsed / 1000) + 1, `at most the refilled tokens used (${elapsed} ms)`);
   }
   await eventually(async () => (await count(`SELECT count() AS n FROM heartbeats FINAL WHERE machine LIKE 'rate-%' AND machine != 'rate-single'`)) >= 10, 20_000, 'the accepted ones stored');
   t.equal(await count(`SELECT count() AS n FROM heartbeats FINAL WHERE machine IN ('rate-10','rate-11','rate-12','rate-13','rate-14')`), 0, 'the 429 ones not stored');
+  const entryRows = await eventually(async () => {
+    const x = await rejectionRows(`status = 429 AND match(detail, '^heartbeat rate-1[0-4]/agent: over the rate limit')`);
+    return x.length >= 5 ? x : null;
+  }, 20_000, 'the 429 entries logged');
+  t.same(entryRows.map((x) => x.path.split('#')[1]).sort(), ['/entries/10', '/entries/11', '/entries/12', '/entries/13', '/entries/14'], 'one row per entry over the rate');
   await gw.proc.stop('SIGTERM');
 });
 
