@@ -120,6 +120,8 @@ export const Settings = Type.Object({
   SUPPORT_CONTACT_EMAIL: Str('success@example.com', 'named contact, paid tier'),
   SUPPORT_CONTACT_PHONE: Str('', 'named contact phone (default: the support phone)'),
   HEARTBEAT_TIMEOUT_S: Pos(300, 'heartbeat silence before red'),
+  PG_HEARTBEAT_INTERVAL_S: Nat(240, 'a heartbeat that changes nothing reaches Postgres at most this much later (0: every heartbeat at once; capped at 80 % of HEARTBEAT_TIMEOUT_S)'),
+  WORKER_ID_CACHE: Pos(500_000, "instances whose ids each worker keeps in memory (a heartbeat of one it doesn't know is written to Postgres)"),
   WARNING_WINDOW_S: Pos(900, 'a warning keeps the light yellow this long'),
   IDEMPOTENCY_TTL_S: Pos(86_400, 'how long an Idempotency-Key is remembered'),
   TS_PLAUSIBLE_PAST_S: Nat(30 * 86_400, "an agent's ts older than this before the receive time is not believed"),
@@ -287,6 +289,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env) {
       ackWaitS: s.ACK_WAIT_S,
       // Deliveries of a report failing for an unknown reason before it is dead-lettered.
       maxDeliver: s.WORKER_MAX_DELIVER,
+      // Heartbeats that change nothing skip Postgres (workers/heartbeat-state.ts).
+      pgHeartbeatIntervalS: s.PG_HEARTBEAT_INTERVAL_S,
+      idCacheSize: s.WORKER_ID_CACHE,
     },
     api: {
       host: s.API_HOST,

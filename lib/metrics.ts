@@ -186,6 +186,18 @@ export const METRICS = {
     services: ['worker'],
     help: 'Messages held by the ingest stream',
   },
+  fleet_worker_heartbeat_updates_total: {
+    type: 'counter',
+    services: ['worker'],
+    labels: ['to'],
+    init: [['postgres'], ['skipped']],
+    help: "Instances' heartbeat updates by where they went: postgres (written at once: a new instance, a change, or the interval passed) or skipped (waits in Redis, written later by the flusher)",
+  },
+  fleet_worker_heartbeats_flushed_total: {
+    type: 'counter',
+    services: ['worker'],
+    help: 'Instances whose waiting heartbeat the flusher wrote to Postgres (at most PG_HEARTBEAT_INTERVAL_S after it arrived)',
+  },
   fleet_worker_light_changes_total: {
     type: 'counter',
     services: ['worker'],

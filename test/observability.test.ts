@@ -174,6 +174,8 @@ t.test('after traffic, every process exports its metrics, and everything the rul
   t.equal((await s.report('obs-2', 'heartbeat', {}, { token: 'not-a-token' })).status, 403);
   t.equal((await post(`${s.gatewayUrl}/api/ingest/nowhere`, s.token, {})).status, 404);
   await eventually(async () => (await get(`${s.apiUrl}/api/instances?machine=obs-1`, s.token)).body.items?.[0]?.light === 'yellow', 10_000, 'the reports applied');
+  // The same heartbeat again changes nothing: it waits in Redis (PG_HEARTBEAT_INTERVAL_S), not written to Postgres.
+  t.equal((await s.report('obs-1', 'heartbeat', {})).status, 200);
   t.equal((await get(`${s.apiUrl}/api/instances`, s.token)).status, 200);
   t.equal((await get(`${s.apiUrl}/api/instances`, 'not-a-token')).status, 401);
   t.equal((await fetch(`${workerUrl}/healthz`)).status, 200, `the worker answers on ${workerUrl}`);
@@ -183,7 +185,7 @@ t.test('after traffic, every process exports its metrics, and everything the rul
   // The census runs on a schedule: wait until the worker serves its counts.
   const worker = await eventually(async () => {
     const w = await scrape(workerUrl);
-    const counted = value(w.samples, 'fleet_worker_instances', { light: 'yellow' }) >= 1 && value(w.samples, 'fleet_worker_reports_total') >= 3;
+    const counted = value(w.samples, 'fleet_worker_instances', { light: 'yellow' }) >= 1 && value(w.samples, 'fleet_worker_reports_total') >= 4;
     return counted && value(w.samples, 'fleet_worker_ready') === 1 ? w : null;
   }, 20_000, 'the worker counted the applied reports and the instances, and is ready');
   const byService = { gateway, worker, api };
@@ -218,8 +220,9 @@ t.test('after traffic, every process exports its metrics, and everything the rul
   t.equal(value(a, 'fleet_http_request_duration_seconds_count', { route: 'list_instances', status_class: '4xx' }), 1, 'api: the refusal timed 4xx');
   const w = worker.samples;
   for (const kind of ['heartbeat', 'status', 'diagnostics']) {
-    t.equal(value(w, 'fleet_worker_reports_total', { kind }), 1, `worker: one ${kind} applied`);
-    t.equal(value(w, 'fleet_worker_report_age_seconds_count', { kind }), 1, `worker: the ${kind}'s age at its commit observed`);
+    const n = kind === 'heartbeat' ? 2 : 1;
+    t.equal(value(w, 'fleet_worker_reports_total', { kind }), n, `worker: ${n} ${kind} applied`);
+    t.equal(value(w, 'fleet_worker_report_age_seconds_count', { kind }), n, `worker: the age at its commit observed for each ${kind}`);
   }
   t.ok(value(w, 'fleet_worker_report_age_seconds_sum', { kind: 'heartbeat' }) > 0, 'a report is older than zero when it is committed');
   t.ok(value(w, 'fleet_worker_batch_duration_seconds_count') >= 1);
@@ -227,6 +230,8 @@ t.test('after traffic, every process exports its metrics, and everything the rul
   t.ok(value(w, 'fleet_worker_stream_max_bytes') > 0, 'the stream limit is known');
   t.equal(value(w, 'fleet_worker_instances', { light: 'yellow' }), 1, 'the census: one yellow instance');
   t.equal(value(w, 'fleet_worker_instances', { light: 'red' }), 0);
+  t.ok(value(w, 'fleet_worker_heartbeat_updates_total', { to: 'postgres' }) >= 1, "a new instance's heartbeat written to Postgres at once");
+  t.equal(value(w, 'fleet_worker_heartbeat_updates_total', { to: 'skipped' }), 1, 'the repeated heartbeat deferred');
 });
 
 t.test("the dashboard's ClickHouse queries run on the schema and find the traffic", async (t) => {

@@ -7,6 +7,7 @@
 //   3. a pull that stops delivering (induced with the old, stalling pull) is found by the
 //      watchdog: logged, counted, shown as not ready, and restarted; the report arrives.
 import t from 'tap';
+import { HeartbeatState } from '../workers/heartbeat-state.js';
 import { Writable } from 'node:stream';
 import { randomUUID } from 'node:crypto';
 import { pino } from 'pino';
@@ -112,7 +113,7 @@ t.test('a pull that stops delivering is found by the watchdog, logged, shown as 
       ch: w.ch,
       redis: w.redis,
       redisPrefix: w.env.REDIS_PREFIX!,
-      heartbeatTimeoutMs: 300_000,
+      heartbeats: new HeartbeatState(w.redis, w.env.REDIS_PREFIX!, { heartbeatTimeoutMs: 300_000, pgIntervalMs: 240_000, idCacheSize: 1000 }),
       idempotencyTtlS: 60,
       tsWindow: { pastMs: 30 * 86_400_000, futureMs: 86_400_000 },
       ackTimeoutS: 3600,

@@ -19,6 +19,7 @@ import { sweepUploads } from './artifact-expiry.js';
 import { Horizon, LightEventSink, ReportLights } from './traffic-light.js';
 import { ExpiryListener, ensureExpiryEvents } from './light-expiry.js';
 import { LightSweep } from './light-sweep.js';
+import { HeartbeatState, HeartbeatFlusher } from './heartbeat-state.js';
 import { Webhooks } from './webhooks.js';
 import type { LightEvent } from '../lib/traffic-light.js';
 import { sweepCommands } from './command-expiry.js';
@@ -83,11 +84,28 @@ await retrying('the webhook queue (Redis)', () => webhooks.start());
 const sink = new LightEventSink(pool, ch, nc, cfg.subjectPrefix, webhooks, log);
 const horizonLag = metrics.gauge('fleet_worker_light_horizon_lag_seconds');
 const horizon = new Horizon(jsm, cfg.streamName, log, (ms) => horizonLag.set(ms / 1000));
-const sweep = new LightSweep(pool, sink, lightParams, horizon, { batch: cfg.light.sweepBatch }, countLights);
+const reportLights = new ReportLights(sink, lightParams, horizon, countLights);
+// Heartbeats that change nothing reach Postgres later, by the flusher (workers/heartbeat-state.ts);
+// the expiry listener and the sweep write an instance's pending heartbeat before judging it.
+const heartbeats = new HeartbeatState(redis, cfg.redisPrefix, {
+  heartbeatTimeoutMs: cfg.heartbeatTimeoutS * 1000,
+  pgIntervalMs: cfg.worker.pgHeartbeatIntervalS * 1000,
+  idCacheSize: cfg.worker.idCacheSize,
+});
+const hbUpdates = metrics.counter('fleet_worker_heartbeat_updates_total');
+metrics.onScrape(() => {
+  hbUpdates.labels('postgres').inc(heartbeats.counts.written);
+  hbUpdates.labels('skipped').inc(heartbeats.counts.skipped);
+  heartbeats.counts.written = heartbeats.counts.skipped = 0;
+});
+const flushedTotal = metrics.counter('fleet_worker_heartbeats_flushed_total');
+const flusher = new HeartbeatFlusher(pool, heartbeats, reportLights, log, (n) => flushedTotal.inc(n));
+const repair = (ids: string[]) => flusher.repair(ids);
+const sweep = new LightSweep(pool, sink, lightParams, horizon, { batch: cfg.light.sweepBatch }, countLights, repair);
 let expiry: ExpiryListener | null = null;
 if (cfg.light.expiryListener) {
   await retrying('Redis expiry events', () => ensureExpiryEvents(redis, log));
-  expiry = new ExpiryListener(cfg.redisUrl, cfg.redisPrefix, pool, sink, lightParams, horizon, cfg.light.sweepBatch, log, countLights);
+  expiry = new ExpiryListener(cfg.redisUrl, cfg.redisPrefix, pool, sink, lightParams, horizon, cfg.light.sweepBatch, log, countLights, repair);
   await retrying('the expiry listener (Redis)', () => expiry!.start());
 } else {
   log.info('expiry listener off (LIGHT_EXPIRY_LISTENER=0): the sweep alone turns silent instances red');
@@ -114,11 +132,11 @@ const consumer = new IngestConsumer(
     ch,
     redis,
     redisPrefix: cfg.redisPrefix,
-    heartbeatTimeoutMs: cfg.heartbeatTimeoutS * 1000,
+    heartbeats,
     idempotencyTtlS: cfg.idempotencyTtlS,
     tsWindow: { pastMs: cfg.tsPlausiblePastS * 1000, futureMs: cfg.tsPlausibleFutureS * 1000 },
     whitelist,
-    lights: new ReportLights(sink, lightParams, horizon, countLights),
+    lights: reportLights,
     ackTimeoutS: cfg.commands.ackTimeoutS,
     commandsChanged: (refs) => hints.publish(refs),
   },
@@ -140,6 +158,8 @@ const consumer = new IngestConsumer(
   metrics,
 );
 consumer.start();
+flusher.start();
+log.info({ intervalMs: heartbeats.intervalMs, tickMs: heartbeats.tickMs }, 'heartbeats that change nothing reach Postgres within the interval');
 // The consumer's own state (stalls; NATS unreachable) joins the dependency probes in /readyz.
 const consumerHealth = setInterval(() => readiness.set('consumer', consumer.problem()), 1000);
 consumerHealth.unref();
@@ -205,6 +225,7 @@ log.info({ stream: cfg.streamName, consumer: cfg.worker.consumerName, pullMaxMes
 life.onShutdown(async (why) => {
   log.info({ why }, 'shutting down: finishing the batch in hand');
   await consumer.stop();
+  await flusher.stop();
   clearInterval(consumerHealth);
   clearInterval(streamWatch);
   stopProbes();
