@@ -103,6 +103,7 @@ export const Settings = Type.Object({
   LIGHT_EXPIRY_LISTENER: Bool(true, 'workers listen for Redis expired-key events (off: only the sweep makes red)'),
   LIGHT_SWEEP_INTERVAL_MS: Pos(5000, 'how often the sweep repairs missed expiry events'),
   LIGHT_SWEEP_BATCH: Pos(5000, 'instances per traffic-light transaction'),
+  LIGHT_CENSUS_INTERVAL_MS: Pos(30_000, 'how often one worker counts the instances of each traffic-light colour (the metric fleet_worker_instances)'),
   WEBHOOK_ATTEMPTS: Int(10, 1, 100, 'deliveries of one event before it is failed'),
   WEBHOOK_BACKOFF_MS: Pos(1000, 'first retry delay, doubled each time'),
   WEBHOOK_TIMEOUT_MS: Pos(10_000, 'per delivery attempt'),
@@ -323,6 +324,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env) {
       expiryListener: s.LIGHT_EXPIRY_LISTENER,
       sweepIntervalMs: s.LIGHT_SWEEP_INTERVAL_MS,
       sweepBatch: s.LIGHT_SWEEP_BATCH,
+      // One worker counts instances per colour this often (workers/light-census.ts); every worker exports the counts.
+      censusIntervalMs: s.LIGHT_CENSUS_INTERVAL_MS,
     },
     webhooks: {
       // The wait before retry n is WEBHOOK_BACKOFF_MS * 2^(n-1).
