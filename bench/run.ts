@@ -338,7 +338,12 @@ export async function runBench(cfg: Config, root: string, args: string[]): Promi
       // the clock starts once all are consuming, over what is left then.
       const t0 = Date.now();
       const left = await pending();
-      while ((await pending()) > 0) await sleep(50);
+      let died: string | null = null;
+      for (const w of ws) void w.p.exited.then((code) => (died ??= `a worker exited (${code}) during the drain: ${w.p.output.slice(-2000)}`));
+      while ((await pending()) > 0) {
+        if (died) throw new Error(died);
+        await sleep(50);
+      }
       const s = (Date.now() - t0) / 1000;
       await sleep(1500);
       const costs = perHundredThousand(a, await snapshot(cfg.dataDir, Object.fromEntries(ws.map((w, i) => [`worker_${i + 1}`, w.p.child.pid])), pool), D.drain);
