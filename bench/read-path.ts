@@ -18,7 +18,7 @@
 // heartbeats the instances that are green or yellow, round robin. Prints ONE JSON object on stdout:
 // {instances, readers, duration_s, endpoints: {name: {requests, p50_ms, p99_ms, max_ms, errors}},
 // ingest_rate, ...}. Progress goes to stderr.
-import { fork, spawn, type ChildProcess } from 'node:child_process';
+import { fork, spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, tmpdir } from 'node:os';
@@ -139,10 +139,19 @@ function startService(name: string, script: string, env: Record<string, string>,
   });
 }
 
+const CLK_TCK = Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout.trim()) || 100;
+function cpuMs(pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return ((Number(f[11]) + Number(f[12])) / CLK_TCK) * 1000; // utime, stime
+}
+
 // ---- readers --------------------------------------------------------------------------------
 
 interface Stats {
   requests: number;
+  /** CPU time of the api process per request (user + system, /proc): the cost, whatever the load. */
+  api_cpu_ms_per_request?: number;
   p50_ms: number;
   p99_ms: number;
   max_ms: number;
@@ -385,9 +394,11 @@ async function main(): Promise<void> {
     for (const [name, op] of Object.entries(endpoints)) {
       if (ONLY && !ONLY.has(name)) continue;
       cursors.clear();
+      const cpu0 = cpuMs(api.child.pid!);
       results[name] = await measure(READERS, DURATION_S, op);
       const s = results[name];
-      say(`${name}: ${s.requests} requests, p50 ${s.p50_ms} ms, p99 ${s.p99_ms} ms, max ${s.max_ms} ms, errors ${s.errors}${s.first_error ? ` (${s.first_error})` : ''}`);
+      s.api_cpu_ms_per_request = round((cpuMs(api.child.pid!) - cpu0) / Math.max(1, s.requests));
+      say(`${name}: ${s.requests} requests, p50 ${s.p50_ms} ms, p99 ${s.p99_ms} ms, max ${s.max_ms} ms, api CPU ${s.api_cpu_ms_per_request} ms/request, errors ${s.errors}${s.first_error ? ` (${s.first_error})` : ''}`);
     }
     ingest.send({ type: 'stop' });
     const ing = await ingestDone;

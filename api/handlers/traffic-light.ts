@@ -16,7 +16,8 @@ export function trafficLightHandlers(d: ApiDeps): HandlersOf<'fleet_light_stream
       const p = principal(req);
       // Derived at read time, like the instance list: always right, events or not; cached per
       // customer for up to API_COUNT_CACHE_MS (api/light-counts.ts).
-      const lights = await lightCounts(d).get(p.customerId);
+      const q = req.query;
+      const lights = await lightCounts(d).get(p.customerId, { machine: q.machine, software: q.software, group: q.group, location: q.location, q: q.q });
       return { total: lights.green + lights.yellow + lights.red + lights.grey, lights: { ...lights } };
     },
 

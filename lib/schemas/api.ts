@@ -69,13 +69,20 @@ export const InstanceList = Type.Object(
   { $id: 'InstanceList' },
 );
 
-export const InstanceListQuery = Type.Object({
-  light: Type.Optional(Light),
-  machine: Type.Optional(Type.String()),
+/** The filters of the instance list that the fleet summary takes too (counts of the same rows). */
+const instanceFilters = {
+  machine: Type.Optional(Type.String({ description: 'only the instances of this machine (its exact name)' })),
   software: Type.Optional(Type.String()),
   group: Type.Optional(Type.String({ description: 'only instances of this heartbeat group' })),
   location: Type.Optional(Type.String({ description: 'only instances at this location' })),
-  q: Type.Optional(Type.String({ maxLength: 200, description: "only instances whose machine name contains this text (any case)" })),
+  q: Type.Optional(Type.String({ maxLength: 200, description: 'only instances whose machine name contains this text (any case)' })),
+};
+
+export const FleetSummaryQuery = Type.Object(instanceFilters);
+
+export const InstanceListQuery = Type.Object({
+  light: Type.Optional(Light),
+  ...instanceFilters,
   sort: Type.Optional(
     Type.String({
       pattern: `^${sortKey}(,${sortKey}){0,9}$`,
