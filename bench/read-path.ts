@@ -8,7 +8,8 @@
 //
 // Environment: BENCH_INSTANCES (100000), BENCH_READERS (50), BENCH_DURATION_S (20, per endpoint),
 // BENCH_INGEST_RATE (2000 heartbeats/s), BENCH_ONLY (comma list of endpoint names), BENCH_KEEP=1
-// (keep the database, stream and keys; prints their names).
+// (keep the database, stream and keys; prints their names), BENCH_API_PROFILE=<dir> (a CPU profile
+// of the api process, written when it stops).
 //
 // It works on the given servers in names of its own (a Postgres and a ClickHouse database, a
 // stream, subjects, a Redis prefix), removed at the end, and starts its own gateway, worker and api
@@ -94,7 +95,9 @@ interface Service {
 }
 
 function startService(name: string, script: string, env: Record<string, string>, ready: (l: Record<string, unknown>) => boolean): Promise<Service> {
-  const child = spawn(process.execPath, [join(ROOT, 'dist', script)], { cwd: ROOT, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  // BENCH_API_PROFILE=<dir>: the api writes a CPU profile there when it stops (node --cpu-prof).
+  const prof = name === 'api' && process.env.BENCH_API_PROFILE ? ['--cpu-prof', '--cpu-prof-dir', process.env.BENCH_API_PROFILE] : [];
+  const child = spawn(process.execPath, [...prof, join(ROOT, 'dist', script)], { cwd: ROOT, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
   const svc: Service = {
     child,
     output: '',

@@ -37,7 +37,17 @@ function decodeCursor(after: string): { s: unknown; v: unknown } | null {
 
 // The instance as the api answers it: the SELECT names the fields (never null arrays); the column
 // group_name (the sort and group SQL of api/instance-order.ts use it) is the field `group`.
-const toInstance = ({ group_name, ...r }: Record<string, unknown>) => apiRow({ ...r, group: group_name });
+// One pass, no spread and no delete (both showed in the api's profile at 100 rows a page): the page
+// query's cursor columns (`_c0`, …) are left out.
+function toInstance(r: Record<string, unknown>): ReturnType<typeof apiRow<Record<string, unknown>>> {
+  const out: Record<string, unknown> = {};
+  for (const k in r) {
+    if (k.charCodeAt(0) === 95) continue; // `_`
+    const v = r[k];
+    out[k === 'group_name' ? 'group' : k] = v instanceof Date ? v.toISOString() : v;
+  }
+  return out;
+}
 
 export function instanceHandlers(d: ApiDeps): HandlersOf<'get_instance' | 'list_instance_diagnostics' | 'list_instances'> {
   const t = d.cfg.heartbeatTimeoutS;
@@ -87,7 +97,6 @@ export function instanceHandlers(d: ApiDeps): HandlersOf<'get_instance' | 'list_
       const page = (more ? rows.rows.slice(0, limit) : rows.rows) as (InstanceTimes & Record<string, unknown>)[];
       const last = page[page.length - 1];
       const next = more && last ? encodeCursor(sort, keys.map((_, i) => (last[`_c${i}`] ?? null) as string | null)) : null;
-      for (const r of page) for (let i = 0; i < keys.length; i++) delete r[`_c${i}`];
       // Heartbeats not in Postgres yet (lib/live-heartbeats.ts): the times shown are exact.
       const items = (await mergeLatest(d.redis, d.cfg.redisPrefix, page)).map(toInstance);
       return q.group_by ? { items, total, next, groups: groupInstances(items, q.group_by) } : { items, total, next };
