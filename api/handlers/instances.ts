@@ -9,7 +9,7 @@ import { chInt } from '../../lib/db/clickhouse-sql.js';
 import { instanceOrderBy, groupInstances, orderKeys, cursorColumns, cursorFits, afterSql } from '../instance-order.js';
 import { lightCounts, filterSql } from '../light-counts.js';
 import { HttpError } from '../../lib/errors.js';
-import { apiRow } from '../../lib/db/postgres.js';
+import type { apiRow } from '../../lib/db/postgres.js';
 import { mergeLatest, type InstanceTimes } from '../../lib/live-heartbeats.js';
 
 
