@@ -7,7 +7,7 @@ import t from 'tap';
 import { randomUUID } from 'node:crypto';
 import { testStack, chRows, eventually } from './helpers/stack.js';
 import { applyBatch, type ApplyDeps } from '../workers/apply-batch.js';
-import { HeartbeatState, HeartbeatFlusher, effectiveIntervalMs } from '../workers/heartbeat-state.js';
+import { HeartbeatState, HeartbeatFlusher, effectiveIntervalMs, lookupIdsIn } from '../workers/heartbeat-state.js';
 import { mergeLatest, type InstanceTimes } from '../lib/live-heartbeats.js';
 import { createLogger } from '../lib/log.js';
 import type { Report } from '../lib/messages.js';
@@ -18,8 +18,8 @@ const log = createLogger('test', 'silent');
 const TIMEOUT_MS = 300_000;
 
 /** A worker's view: its own id cache; `intervalMs` as PG_HEARTBEAT_INTERVAL_S. */
-function worker(intervalMs = 240_000): { deps: ApplyDeps; state: HeartbeatState; flusher: HeartbeatFlusher } {
-  const state = new HeartbeatState(s.redis, prefix, { heartbeatTimeoutMs: TIMEOUT_MS, pgIntervalMs: intervalMs, idCacheSize: 10_000 });
+function worker(intervalMs = 240_000, lookup = false): { deps: ApplyDeps; state: HeartbeatState; flusher: HeartbeatFlusher } {
+  const state = new HeartbeatState(s.redis, prefix, { heartbeatTimeoutMs: TIMEOUT_MS, pgIntervalMs: intervalMs, idCacheSize: 10_000, ...(lookup ? { lookupIds: lookupIdsIn(s.pool) } : {}) });
   const deps: ApplyDeps = {
     pool: s.pool,
     ch: s.ch,
@@ -265,4 +265,33 @@ t.test('heartbeat keys: created with the customer id, extended by a newer report
   t.equal(all.size, 2500);
   const keys = [...all.values()].map((x) => `${prefix}hb:${x.instanceId}`);
   t.equal(await s.redis.exists(...keys), 2500, 'every key written');
+});
+
+t.test('a worker that starts (no ids cached) reads the ids of known instances and skips Postgres for them; an unknown one is still written', async (t) => {
+  const a = worker();
+  const other = await s.newCustomer('hslookup-other');
+  const c2 = other.customer;
+  const firsts = [report('lk-1', 'heartbeat', { version: '2.0' }, Date.now() - 3000), report('lk-2', 'heartbeat', { version: '2.0' }, Date.now() - 3000), report('lk-1', 'heartbeat', { version: '2.0' }, Date.now() - 3000, c2)];
+  await applyBatch(a.deps, firsts, []);
+  const before = await s.pool.query(
+    `SELECT i.id, i.xmin::text AS x FROM instances i JOIN machines m ON m.id = i.machine_id WHERE i.customer_id IN ($1, $2) AND m.slug IN ('lk-1', 'lk-2') ORDER BY i.id`,
+    [s.customer.id, c2.id],
+  );
+  t.equal(before.rows.length, 3);
+
+  // A second worker: empty cache, ids read from Postgres.
+  const b = worker(240_000, true);
+  const next = [report('lk-1', 'heartbeat', { version: '2.0', uptime_seconds: 9 }), report('lk-2', 'heartbeat', { version: '2.0', uptime_seconds: 9 }), report('lk-1', 'heartbeat', { version: '2.0', uptime_seconds: 7 }, Date.now(), c2), report('lk-new', 'heartbeat', { version: '2.0' })];
+  const ids = await applyBatch(b.deps, next, []);
+  t.equal(b.state.counts.lookedUp, 3, 'the three known instances found by one read');
+  t.equal(b.state.counts.skipped, 3, 'and skipped');
+  t.equal(b.state.counts.written, 1, 'the new one written');
+  const after = await s.pool.query(`SELECT id, xmin::text AS x FROM instances WHERE id = ANY($1::uuid[]) ORDER BY id`, [before.rows.map((r) => r.id)]);
+  t.same(after.rows, before.rows, 'no row of a known instance rewritten');
+  // Each customer's lk-1 kept its own ids.
+  const own = ids.get(`${s.customer.id}|lk-1|agent`)!;
+  const theirs = ids.get(`${c2.id}|lk-1|agent`)!;
+  t.not(own.instanceId, theirs.instanceId);
+  t.equal((await s.pool.query('SELECT customer_id FROM instances WHERE id = $1', [theirs.instanceId])).rows[0].customer_id, c2.id);
+  t.equal(Number((await hash(theirs.instanceId)).seen), next[2]!.at, "the other customer's newest time in its own state");
 });

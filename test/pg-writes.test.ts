@@ -71,9 +71,9 @@ t.test('two customers, same machine names: each sees its own newest heartbeat', 
 t.test('PG_HEARTBEAT_INTERVAL_S=1: the flusher brings Postgres up to date within about a second', async (t) => {
   const f = await testStack(t, 'pgflush', { env: { PG_HEARTBEAT_INTERVAL_S: '1' } });
   t.equal((await f.report('pf-1', 'heartbeat', { uptime_seconds: 1 })).status, 200);
-  await eventually(async () => (await f.pool.query(`SELECT 1 FROM instances`)).rowCount === 1, 10_000, 'written');
+  await eventually(async () => (await f.pool.query(`SELECT 1 FROM instances`)).rowCount === 1, 30_000, 'written');
   t.equal((await f.report('pf-1', 'heartbeat', { uptime_seconds: 2 })).status, 200);
-  const last = await eventually(async () => (await chRows<{ ms: string }>(f.ch, `SELECT received_ms AS ms FROM heartbeats FINAL WHERE uptime_seconds = 2`))[0]?.ms, 10_000, 'stored');
+  const last = await eventually(async () => (await chRows<{ ms: string }>(f.ch, `SELECT received_ms AS ms FROM heartbeats FINAL WHERE uptime_seconds = 2`))[0]?.ms, 30_000, 'stored');
   await eventually(
     async () => {
       const r = await f.pool.query(`SELECT round(extract(epoch FROM last_heartbeat_at) * 1000)::float8 AS ms, uptime_seconds FROM instances`);

@@ -212,6 +212,29 @@ export interface HeartbeatStateOptions {
   pgIntervalMs: number;
   /** Instances whose ids a worker keeps (WORKER_ID_CACHE). */
   idCacheSize: number;
+  /**
+   * Reads the ids of instances not in the cache (a worker that started, or a cache smaller than the
+   * fleet), so a heartbeat of a known instance skips Postgres even then: a read, not a write.
+   * Without it, a miss is written to Postgres (and its ids cached).
+   */
+  lookupIds?: (updates: InstanceUpdate[]) => Promise<Map<string, Resolved>>;
+}
+
+/** Ids of existing instances by instance key (customer|machine|software): one read for many. */
+export function lookupIdsIn(pool: Pool): (updates: InstanceUpdate[]) => Promise<Map<string, Resolved>> {
+  return async (updates) => {
+    const out = new Map<string, Resolved>();
+    if (updates.length === 0) return out;
+    const r = await pool.query<{ customer_id: string; slug: string; software: string; machine_id: string; instance_id: string }>(
+      `SELECT m.customer_id, m.slug, i.software, m.id AS machine_id, i.id AS instance_id
+         FROM unnest($1::uuid[], $2::text[], $3::text[]) AS k(customer_id, slug, software)
+         JOIN machines m ON m.customer_id = k.customer_id AND m.slug = k.slug
+         JOIN instances i ON i.machine_id = m.id AND i.software = k.software`,
+      [updates.map((u) => u.customerId), updates.map((u) => u.machine), updates.map((u) => u.software)],
+    );
+    for (const row of r.rows) out.set(`${row.customer_id}|${row.slug}|${row.software}`, { machineId: row.machine_id, instanceId: row.instance_id });
+    return out;
+  };
 }
 
 /**
@@ -242,7 +265,7 @@ export class HeartbeatState {
   /** Instance key (customer|machine|software) -> ids, from Postgres writes. */
   private readonly ids: LRUCache<string, Resolved>;
   /** Heartbeat-only updates that skipped Postgres, and heartbeat updates written (metrics). */
-  readonly counts = { skipped: 0, written: 0 };
+  readonly counts = { skipped: 0, written: 0, lookedUp: 0 };
 
   constructor(
     readonly redis: Redis,
@@ -275,12 +298,24 @@ export class HeartbeatState {
     const out = new Map<string, Resolved>();
     if (!this.enabled) return out;
     const candidates: { p: Prepared; id: Resolved }[] = [];
+    const misses: InstanceUpdate[] = [];
     for (const u of updates) {
       if (!u.onlyHeartbeats || !u.heartbeat) continue;
       // An old heartbeat applied late (a backlog longer than the timeout) goes the careful way.
       if (u.heartbeat.at + this.o.heartbeatTimeoutMs <= now) continue;
       const id = this.ids.get(u.key);
       if (id) candidates.push({ p: this.prepare(u), id });
+      else misses.push(u);
+    }
+    if (misses.length > 0 && this.o.lookupIds) {
+      const found = await this.o.lookupIds(misses);
+      this.counts.lookedUp += found.size;
+      for (const u of misses) {
+        const id = found.get(u.key);
+        if (!id) continue;
+        this.ids.set(u.key, id);
+        candidates.push({ p: this.prepare(u), id });
+      }
     }
     const calls: Promise<void>[] = [];
     for (let i = 0; i < candidates.length; i += CHUNK) {
