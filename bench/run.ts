@@ -18,9 +18,12 @@ import { migrate } from '../lib/db/migrate.js';
 import { Proc } from '../deploy/service-process.js';
 import { createFixtures, type BODIES } from './fixtures.js';
 import { wrk, type WrkResult } from './wrk.js';
-import { writeReport, renderTable } from './report.js';
+import { writeReport, renderTable, writeCapacity } from './report.js';
 import { snapshot, perHundredThousand } from './cpu.js';
+import { createRedis } from '../lib/db/redis.js';
 
+/** Reports per message in the drain's stream, as the gateway groups them at most. */
+const DRAIN_PER_MSG = 500;
 const log = (m: string) => process.stderr.write(`[bench] ${m}\n`);
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -123,6 +126,7 @@ export async function runBench(cfg: Config, root: string, args: string[]): Promi
     }
     if (want('drain')) results.drain = await drain();
     if (want('cost')) results.cost = await cost();
+    if (want('drain') || want('cost')) results.footprint = await footprint();
     // Scenarios that live in scripts of their own (each prints one JSON object).
     if (want('traffic-light')) {
       results.traffic_light = runScript('traffic-light', opt.quick ? ['--instances', '10000', '--timeout-s', '10'] : [], {});
@@ -158,7 +162,10 @@ export async function runBench(cfg: Config, root: string, args: string[]): Promi
   writeFileSync(join(root, 'bench', 'results', `${stamp}-${opt.quick ? 'quick' : 'full'}.json`), json);
   writeFileSync(join(root, 'bench', 'results', `latest-${opt.quick ? 'quick' : 'full'}.json`), json);
   // A quick run is a check, not a measurement to publish: only full runs rewrite bench/README.md.
-  if (!opt.quick) writeReport(join(root, 'bench', 'README.md'), results);
+  if (!opt.quick) {
+    writeReport(join(root, 'bench', 'README.md'), results);
+    writeCapacity(join(root, 'docs', 'operations.md'), results, cfg.worker.pgHeartbeatIntervalS);
+  }
   process.stdout.write(json);
   process.stderr.write(`\n${renderTable(results)}\n`);
 
@@ -291,16 +298,48 @@ export async function runBench(cfg: Config, root: string, args: string[]): Promi
     return out;
   }
 
-  async function drained() {
+  /**
+   * Storage per instance and per row after the scenarios: Redis memory per instance (everything in
+   * this Redis, so an upper bound), Postgres bytes per instance (machines and instances with their
+   * indexes), ClickHouse compressed bytes per row of each table.
+   */
+  async function footprint() {
+    const redis = createRedis(cfg.redisUrl);
+    try {
+      const instances = Number((await pool.query<{ n: string }>('SELECT count(*)::text AS n FROM instances')).rows[0]!.n);
+      const usedMemory = Number(/used_memory:(\d+)/.exec(await redis.info('memory'))?.[1] ?? 0);
+      const pgBytes = Number(
+        (await pool.query<{ b: string }>(`SELECT (pg_total_relation_size('instances') + pg_total_relation_size('machines'))::text AS b`)).rows[0]!.b,
+      );
+      const rs = await ch.query({
+        query: `SELECT table, sum(rows) AS rows, sum(data_compressed_bytes) AS bytes FROM system.parts WHERE active AND database = currentDatabase() GROUP BY table HAVING rows > 0 ORDER BY table`,
+        format: 'JSONEachRow',
+      });
+      const tables = Object.fromEntries(
+        ((await rs.json()) as { table: string; rows: string; bytes: string }[]).map((r) => [r.table, { rows: Number(r.rows), compressed_bytes_per_row: Math.round((Number(r.bytes) / Number(r.rows)) * 10) / 10 }]),
+      );
+      const out = { instances, redis_bytes_per_instance: Math.round(usedMemory / Math.max(1, instances)), postgres_bytes_per_instance: Math.round(pgBytes / Math.max(1, instances)), clickhouse: tables };
+      log(`footprint: ${JSON.stringify(out)}`);
+      return out;
+    } finally {
+      redis.disconnect();
+    }
+  }
+
+  /** Drain: reports not yet committed (messages pending or unacknowledged × reports per message). */
+  async function pending() {
     const i = await jsm.consumers.info(cfg.streamName, cfg.worker.consumerName);
-    return i.num_pending + i.num_ack_pending === 0;
+    return (i.num_pending + i.num_ack_pending) * DRAIN_PER_MSG;
+  }
+  async function drained() {
+    return (await pending()) === 0;
   }
 
   /** With the workers stopped, fill the stream; then one worker, then two, drain it. */
   async function drain() {
     const js = nc.jetstream();
     const subj = subjects(cfg.subjectPrefix);
-    const perMsg = 500;
+    const perMsg = DRAIN_PER_MSG;
     const instances = fx.customers.flatMap((c) => Array.from({ length: D.machines }, (_, m) => ({ c, m: `d-${m}` })));
     const fill = async (n: number) => {
       await purge();
@@ -328,16 +367,24 @@ export async function runBench(cfg: Config, root: string, args: string[]): Promi
       log(`filled ${D.drain} reports in ${Date.now() - t} ms`);
       const ws = await Promise.all(Array.from({ length: workers }, () => startProc('worker', 'workers/main.js', {}, 'consuming')));
       const a = await snapshot(cfg.dataDir, Object.fromEntries(ws.map((w, i) => [`worker_${i + 1}`, w.p.child.pid])), pool);
+      // A worker starts consuming as soon as it is up, and a second one may come up a second later:
+      // the clock starts once all are consuming, over what is left then.
       const t0 = Date.now();
-      while (!(await drained())) await sleep(100);
+      const left = await pending();
+      let died: string | null = null;
+      for (const w of ws) void w.p.exited.then((code) => (died ??= `a worker exited (${code}) during the drain: ${w.p.output.slice(-2000)}`));
+      while ((await pending()) > 0) {
+        if (died) throw new Error(died);
+        await sleep(50);
+      }
       const s = (Date.now() - t0) / 1000;
       await sleep(1500);
       const costs = perHundredThousand(a, await snapshot(cfg.dataDir, Object.fromEntries(ws.map((w, i) => [`worker_${i + 1}`, w.p.child.pid])), pool), D.drain);
       for (const w of ws) rss[`worker_drain_${workers}_mb`] = Math.max(rss[`worker_drain_${workers}_mb`] ?? 0, peakRssMb(w.p.child.pid));
       await Promise.all(ws.map((w) => w.p.stop()));
-      const rate = Math.round(D.drain / s);
-      log(`drain with ${workers} worker(s): ${D.drain} reports in ${s.toFixed(1)} s = ${rate} reports/s`);
-      return { reports: D.drain, seconds: s, reports_per_s: rate, pg_rows_per_100k: costs.pg_rows_per_100k, cpu_s_per_100k: costs.cpu_s_per_100k };
+      const rate = Math.round(left / s);
+      log(`drain with ${workers} worker(s): ${left} of ${D.drain} reports left when all were consuming, drained in ${s.toFixed(1)} s = ${rate} reports/s`);
+      return { reports: D.drain, timed_reports: left, seconds: s, reports_per_s: rate, pg_rows_per_100k: costs.pg_rows_per_100k, cpu_s_per_100k: costs.cpu_s_per_100k };
     };
     // Create the instances first, so both measured runs update existing rows (steady state).
     const warm = await startProc('worker', 'workers/main.js', {}, 'consuming');

@@ -44,6 +44,9 @@ function wantedPackages() {
   if (mode === 'test' && env.SKIP_BROWSER_TESTS !== '1' && !existsSync('/usr/bin/chromium')) {
     wants.push('chromium');
   }
+  // promtool (in Debian's `prometheus` package) checks and unit-tests deploy/prometheus/alerts.yml
+  // and lints every process's /metrics (test/observability.test.ts).
+  if (mode === 'test' && !haveCommand('promtool')) wants.push('prometheus');
   if (mode === 'bench' && !haveCommand('wrk')) wants.push('wrk');
   return wants;
 }

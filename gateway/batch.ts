@@ -49,7 +49,7 @@ export function batchRoute(k: Kit): Handler {
   const { d } = k;
   const { cfg } = d;
   const envelope = compile(batchEnvelopeSchema(cfg.gateway.maxItems));
-  const entries = d.metrics.counter('gateway_batch_entries_total', 'Batch ingest entries by kind and status', ['kind', 'status']);
+  const entries = d.metrics.counter('fleet_gateway_batch_entries_total');
 
   return (res, req) => {
     const ctx = Ctx.of(res, req, cfg.trustProxy, 1, 'POST');

@@ -22,7 +22,7 @@ import type { JsonKind } from './admission.js';
 export interface GatewayDeps {
   cfg: Config;
   log: Logger;
-  metrics: Metrics;
+  metrics: Metrics<'gateway'>;
   tokens: TokenCache;
   publisher: BatchPublisher;
   rejections: RejectionLog;
@@ -75,7 +75,7 @@ export interface Kit {
   /** The token for a bearer the in-memory copy did not know; null when refused (answered). */
   resolveToken(ctx: Ctx, kind: string, bearer: string, customer: string, rate?: RateMode): Promise<TokenInfo | null>;
   pendingBodies: Set<Ctx>;
-  /** Counts an answer in gateway_responses_total (reject counts its own). */
+  /** Counts an answer in fleet_gateway_responses_total (reject counts its own). */
   answered(kind: string, status: number): void;
   /** The steps of a report after its body is parsed, one copy for the single routes and the batch. */
   reports: {

@@ -144,7 +144,7 @@ t.test('a pull that stops delivering is found by the watchdog, logged, shown as 
   await eventually(async () => (await chRows(w.ch, `SELECT 1 FROM heartbeats FINAL WHERE machine = 'stuck'`)).length === 1, 10_000, 'the report applied after the restart');
   t.ok(pulls >= 4, `the pull was started afresh (${pulls} pulls)`);
   t.ok(lines.some((l) => l.level === 50 && /consumer stalled/.test(l.msg ?? '')), 'an error line in the log');
-  t.match(await metrics.text(), /worker_consumer_stalls_total\{service="worker"\} [3-9]/, 'each stall counted');
+  t.match(await metrics.text(), /fleet_worker_consumer_stalls_total\{service="worker"\} [3-9]/, 'each stall counted');
   await eventually(async () => consumer.problem() === null, 5000, 'ready again once it delivers');
   await consumer.stop();
 });
