@@ -1,4 +1,5 @@
 // Redis connection and the key names the service uses, in one place.
+import { createHash } from 'node:crypto';
 import { Redis } from 'ioredis';
 
 export { Redis };
@@ -13,14 +14,22 @@ export function createRedis(url: string, opts: { lazyConnect?: boolean; bullmq?:
 }
 
 /**
- * A Lua script as a command of `redis` (ioredis runs it by EVALSHA, loading it once), defined on
- * the connection the first time it is called. Callers pass the number of keys, then keys and args.
+ * A Lua script, run by EVALSHA (the script's text goes over the wire only when Redis does not have
+ * it yet: NOSCRIPT, then EVAL, which also loads it). Callers pass the number of keys, then keys and
+ * args. Not an ioredis custom command (defineCommand): with auto-pipelining, a command defined on
+ * its first call is missing from the pipeline ioredis already opened in that tick, and the
+ * TypeError it throws there is uncaught and ends the process (a worker died so under load).
+ * EVALSHA and EVAL exist on every pipeline.
  */
 export function luaCommand<R>(name: string, lua: string): (redis: Redis, numKeys: number, ...args: (string | number)[]) => Promise<R> {
-  return (redis, numKeys, ...args) => {
-    const r = redis as unknown as Record<string, (n: number, ...a: (string | number)[]) => Promise<R>>;
-    if (typeof r[name] !== 'function') redis.defineCommand(name, { lua });
-    return r[name]!(numKeys, ...args);
+  const sha = createHash('sha1').update(lua).digest('hex');
+  return async (redis, numKeys, ...args) => {
+    try {
+      return (await redis.evalsha(sha, numKeys, ...args)) as R;
+    } catch (e) {
+      if (!String((e as Error).message).startsWith('NOSCRIPT')) throw e;
+      return (await redis.eval(lua, numKeys, ...args)) as R;
+    }
   };
 }
 
