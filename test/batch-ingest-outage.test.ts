@@ -14,7 +14,8 @@ t.teardown(() => nats.destroy());
 const s = await testStack(t, 'batchout', {
   natsUrl: nats.url,
   api: false,
-  env: { ACK_WAIT_S: '3', PUBLISH_MAX_REPORTS: '5', PUBLISH_MAX_INFLIGHT: '1', PUBLISH_TIMEOUT_MS: '1000' },
+  // The rate out of the way: every entry counts, and two lanes of 40-entry batches exceed 1000/s on a fast machine.
+  env: { ACK_WAIT_S: '3', PUBLISH_MAX_REPORTS: '5', PUBLISH_MAX_INFLIGHT: '1', PUBLISH_TIMEOUT_MS: '1000', RATE_LIMIT_PER_S: '1000000', RATE_LIMIT_BURST: '1000000' },
 });
 await s.pool.query(`UPDATE licences SET device_limit = 100000 WHERE customer_id = $1`, [s.customer.id]);
 const url = `${s.gatewayUrl}/api/ingest/${s.customer.slug}/batch`;
