@@ -85,6 +85,15 @@ export function renderTable(r: R): string {
       `| missing / doubled / dead letters | ${k.missing} / ${k.doubled} / ${k.dead_letters} | 0 / 0 / 0 |`,
     );
   }
+  if (r.read_path?.endpoints) {
+    const rp = r.read_path;
+    lines.push(
+      '',
+      `| Read path: one customer, ${Number(rp.instances).toLocaleString('en')} instances, ${rp.readers} readers per endpoint, ingest ${rp.ingest_rate ?? 'n/a'}/s | p50 ms | p99 ms | errors | target p99 |`,
+      '|---|---:|---:|---:|---:|',
+      ...Object.entries(rp.endpoints).map(([name, e]: [string, any]) => `| ${name} | ${e.p50_ms} | ${e.p99_ms} | ${e.errors} | ≤ 100 |`),
+    );
+  }
   if (r.footprint) {
     const f = r.footprint;
     lines.push(

@@ -131,6 +131,10 @@ export async function runBench(cfg: Config, root: string, args: string[]): Promi
     if (want('traffic-light')) {
       results.traffic_light = runScript('traffic-light', opt.quick ? ['--instances', '10000', '--timeout-s', '10'] : [], {});
     }
+    if (want('read-path')) {
+      // One customer with 100,000 instances, 50 readers per endpoint while heartbeats stream in.
+      results.read_path = runScript('read-path', [], opt.quick ? { BENCH_INSTANCES: '20000', BENCH_DURATION_S: '3', BENCH_READERS: '20' } : {});
+    }
     if (want('soak')) {
       // Mixed valid, boundary and invalid reports from several customers; every 200 stored exactly once.
       results.soak = runScript('soak', ['--seconds', opt.quick ? '10' : '60'], {});
