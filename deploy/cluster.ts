@@ -41,7 +41,7 @@ type Log = (msg: string) => void;
 /** The ClickHouse cluster (remote_servers) and NATS cluster name. */
 export const CLUSTER_NAME = 'fleet';
 
-/** `npm run cluster` listens from here on (22400-22443); the cluster tests use other bases in 23xxx. */
+/** `npm run cluster` listens from here on (22400-22443; CLUSTER_BASE_PORT); the cluster tests from 22700 (CLUSTER_TEST_BASE_PORT). */
 export const CLUSTER_BASE_PORT = 22400;
 
 /** Every port of a cluster, as offsets from its base (all below base + 100). */

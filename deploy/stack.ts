@@ -253,7 +253,9 @@ async function serversOnly(): Promise<void> {
 
 /** `npm run cluster`: the production shape on loopback, data under .data/cluster, until a signal. */
 async function cluster(): Promise<void> {
-  const c = new Cluster({ dataDir: resolve(process.env.DATA_DIR || '.data/cluster'), base: CLUSTER_BASE_PORT, log, echo: true });
+  const base = Number(process.env.CLUSTER_BASE_PORT || CLUSTER_BASE_PORT);
+  if (!Number.isInteger(base) || base < 1 || base > 65535 - 100) throw new Error(`CLUSTER_BASE_PORT=${process.env.CLUSTER_BASE_PORT}: must be a port number below 65435`);
+  const c = new Cluster({ dataDir: resolve(process.env.DATA_DIR || '.data/cluster'), base, log, echo: true });
   let stopping = false;
   const shutdown = async (why: string) => {
     if (stopping) return;

@@ -17,7 +17,10 @@ function steadyReads(c: TestCluster) {
   const done = (async () => {
     while (running) {
       try {
-        const r = await c.https('GET', '/api/instances?limit=5', c.token);
+        // The instance list (Postgres) and one instance's diagnostics history (ClickHouse).
+        const list = await c.https('GET', '/api/instances?limit=5', c.token);
+        const id = (list.body?.items as { id: string }[] | undefined)?.[0]?.id;
+        const r = list.status === 200 && id ? await c.https('GET', `/api/instances/${id}/diagnostics?limit=5`, c.token) : list;
         const key = r.status === 503 && !r.headers.get('retry-after') ? '503 without Retry-After' : String(r.status);
         answers.set(key, (answers.get(key) ?? 0) + 1);
       } catch {
@@ -62,6 +65,7 @@ t.test('kill -9 of one ClickHouse replica during ingest: nothing acknowledged lo
   const victim = k.c.clickhouse[1]!;
   const killedAt = Date.now();
   await victim.kill9();
+  t.notOk(victim.running, 'ch2 is gone');
   // While it is away: ingest is acknowledged and stored, reads answer, through the other replica.
   await eventually(async () => load.ackedSince(killedAt) > 200, 120_000, 'ingest goes on with one replica');
   const during = load.acked.filter((a) => a.at > killedAt);
@@ -95,7 +99,9 @@ t.test('rolling restart under load (SIGTERM a gateway, then a worker, then an ap
     const list = kind === 'gateway' ? k.c.gateways : kind === 'worker' ? k.c.workers : k.c.apis;
     const old = list[0]!;
     await old.stop('SIGTERM', 60_000);
-    t.equal(await old.exited, 0, `${kind} 1 stopped cleanly on SIGTERM`);
+    const code = await old.exited;
+    t.equal(code, 0, `${kind} 1 stopped cleanly on SIGTERM`);
+    if (code !== 0) t.comment(`${kind} 1's last output:\n${old.output.slice(-4000)}`);
     const before = load.acked.length;
     await eventually(async () => load.acked.length > before + 100, 120_000, `ingest goes on with ${kind} 1 away`);
     if (kind === 'gateway') await k.c.startGateway(0);
