@@ -5,6 +5,7 @@ import t from 'tap';
 import { fetch as undiciFetch } from 'undici';
 import { eventually } from '../helpers/stack.js';
 import { testCluster, steadyIngest, storedOnce } from '../helpers/cluster.js';
+import { NATS_REQUIRED, versionBelow } from '../../lib/db/nats.js';
 
 const k = await testCluster(t, 'edge');
 const slug = k.customer.slug;
@@ -96,4 +97,23 @@ t.test('kill -9 of the stream leader during steady ingest: a new leader, ingest 
   });
   t.same(end.doubled, [], 'none stored twice (FINAL)');
   t.comment(`${load.acked.length} acknowledged, ${end.missing.length} lost, ${end.doubled.length} doubled`);
+});
+
+t.test('every process warns once about an old NATS server it finds, and not about the replicas (R3)', async (t) => {
+  const procs = [...k.c.gateways, ...k.c.workers, ...k.c.apis].filter((p) => p !== null);
+  t.equal(procs.length, 6);
+  const old = versionBelow(k.nc.info!.version, NATS_REQUIRED.version);
+  for (const p of procs) {
+    const warnings = () => p.lines.filter((l) => String(l.msg).startsWith('NATS durability below the production requirement'));
+    // Each logs its start-up lines before it serves (and it has served by now).
+    await p.waitFor((l) => l.msg === 'listening' || l.msg === 'consuming', 30_000);
+    if (!old) {
+      t.same(warnings(), [], `${p.name}: nats-server ${k.nc.info!.version} at R3 meets the requirement`);
+      continue;
+    }
+    await p.waitFor((l) => String(l.msg).startsWith('NATS durability below the production requirement'), 60_000);
+    t.equal(warnings().length, 1, `${p.name}: once`);
+    t.equal(warnings()[0]?.stream_replicas, 3, `${p.name}: the stream at R3`);
+    t.notMatch(String(warnings()[0]?.msg), /replica/, `${p.name}: names only the server's version`);
+  }
 });

@@ -95,6 +95,7 @@ t.test('rolling restart under load (SIGTERM a gateway, then a worker, then an ap
     if (!stopped) await Promise.all([load.stop(), reads.stop()]);
   });
   await eventually(async () => load.acked.length > 200, 60_000, 'ingest under way');
+  const began = Date.now();
   const restart = async (kind: 'gateway' | 'worker' | 'api') => {
     const list = kind === 'gateway' ? k.c.gateways : kind === 'worker' ? k.c.workers : k.c.apis;
     const old = list[0]!;
@@ -116,7 +117,7 @@ t.test('rolling restart under load (SIGTERM a gateway, then a worker, then an ap
   await load.stop();
   await reads.stop();
   stopped = true;
-  t.comment(`rolling restart: ingest answers: ${load.summary()}; reads: ${reads.summary()}`);
+  t.comment(`rolling restart: ingest answers: ${load.summary()}; reads: ${reads.summary()}; longest time without an acknowledged report: ${load.longestGap(began)} ms`);
   t.same(load.bad(), [], 'ingest: no 5xx other than 503 with Retry-After');
   t.same(reads.bad(), [], 'reads: no 5xx other than 503 with Retry-After');
   await allStoredOnce(t, k.ch, load.acked, 'rr', 'through nginx (Distributed)');
