@@ -33,7 +33,7 @@ if (sessions.ephemeral) log.warn('JWT_SECRET not set: sessions are signed with a
 // the agent-command hints to the gateways (their periodic re-read covers a hint not sent), and
 // the artifact downloads (which answer 503 until the store is reachable).
 const hints = new CommandHints(subjects(cfg.subjectPrefix).control('commands'), (e) => log.warn({ err: e }, 'command hint not published'));
-const sseEvents = metrics.counter('api_light_stream_events_total', 'Traffic-light events written to live streams');
+const sseEvents = metrics.counter('fleet_api_light_stream_events_total');
 const lights = new LightHub(log, cfg.api.sseKeepaliveS, cfg.api.sseMaxClients, (n) => sseEvents.inc(n));
 let nc: NatsConnection | null = null;
 let artifacts: ArtifactStore | null = null;

@@ -27,6 +27,7 @@ import { webhookHandlers } from './handlers/webhooks.js';
 import { commandHandlers } from './handlers/commands.js';
 import { dashboardHandlers } from './handlers/dashboard.js';
 import type { ApiDeps, ApiHandlers } from './types.js';
+import { routeTimer, type RouteTimer } from '../lib/metrics.js';
 
 export type { ApiDeps };
 
@@ -78,7 +79,7 @@ function clientErrorHandler(requestTimeoutMs: number) {
 export async function buildApi(d: ApiDeps): Promise<FastifyInstance> {
   const app = Fastify({
     loggerInstance: d.log as unknown as FastifyBaseLogger,
-    // One line per request would drown the useful logs; api_responses_total counts them instead.
+    // One line per request would drown the useful logs; fleet_http_request_duration_seconds counts them instead.
     logController: new LogController({ disableRequestLogging: true }),
     bodyLimit: 1024 * 1024,
     // The same rule as the gateway's (lib/client-address.ts): right-most untrusted X-Forwarded-For entry.
@@ -124,15 +125,21 @@ export async function buildApi(d: ApiDeps): Promise<FastifyInstance> {
   const table = routesOf('api');
   checkHandlers('api', handlers);
 
-  const requests = d.metrics.counter('api_responses_total', 'Read-API responses by route and status', ['route', 'status']);
+  // Every answer timed by route (its operationId; unmatched: 404, 405) and status class.
+  const durations = d.metrics.hotHistogram('fleet_http_request_duration_seconds');
+  const timers = new Map<string, RouteTimer>();
   app.addHook('onResponse', async (req, reply) => {
-    requests.labels(req.routeOptions.url ?? 'unknown', String(reply.statusCode)).inc();
+    const route = (req.routeOptions.config as { operationId?: string } | undefined)?.operationId ?? 'unmatched';
+    let timer = timers.get(route);
+    if (!timer) timers.set(route, (timer = routeTimer(durations, route)));
+    timer(reply.statusCode, reply.elapsedTime / 1000);
   });
 
   for (const r of table) {
     app.route({
       method: r.method,
       url: colonPath(r.path),
+      config: { operationId: r.operationId },
       schema: Object.fromEntries(Object.entries({ params: r.params, querystring: r.query, body: r.body }).filter(([, v]) => v !== undefined)),
       preHandler:
         r.auth === 'none'

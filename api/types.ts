@@ -22,7 +22,7 @@ import type { LightHub } from './light-stream.js';
 export interface ApiDeps {
   cfg: Config;
   log: Logger;
-  metrics: Metrics;
+  metrics: Metrics<'api'>;
   pool: Pool;
   ch: ClickHouseClient;
   redis: Redis;

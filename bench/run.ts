@@ -19,7 +19,10 @@ import { Proc } from '../deploy/service-process.js';
 import { createFixtures, type BODIES } from './fixtures.js';
 import { wrk, type WrkResult } from './wrk.js';
 import { writeReport, renderTable } from './report.js';
+import { snapshot, perHundredThousand } from './cpu.js';
 
+/** Reports per message in the drain's stream, as the gateway groups them at most. */
+const DRAIN_PER_MSG = 500;
 const log = (m: string) => process.stderr.write(`[bench] ${m}\n`);
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -41,19 +44,20 @@ function quantile(sorted: number[], q: number): number {
 export interface BenchOptions {
   quick: boolean;
   only: Set<string> | null;
-  e2eRate: number;
+  /** Offered rates of the end-to-end scenario, reports/s. */
+  e2eRates: number[];
 }
 
 export async function runBench(cfg: Config, root: string, args: string[]): Promise<void> {
   const opt: BenchOptions = {
     quick: args.includes('--quick'),
     only: args.includes('--only') ? new Set(args[args.indexOf('--only') + 1]!.split(',')) : null,
-    e2eRate: Number(args.includes('--rate') ? args[args.indexOf('--rate') + 1] : 10_000),
+    e2eRates: (args.includes('--rate') ? args[args.indexOf('--rate') + 1]! : '10000,20000').split(',').map(Number),
   };
   const want = (s: string) => !opt.only || opt.only.has(s);
   const D = opt.quick
-    ? { wrkS: 4, warmS: 1, e2eS: 8, drain: 100_000, customers: 100, machines: 20 }
-    : { wrkS: 15, warmS: 3, e2eS: 30, drain: 1_000_000, customers: 100, machines: 100 };
+    ? { wrkS: 4, warmS: 1, e2eS: 8, drain: 100_000, customers: 100, machines: 20, costS: 5 }
+    : { wrkS: 15, warmS: 3, e2eS: 30, drain: 1_000_000, customers: 100, machines: 100, costS: 20 };
 
   await migrate(cfg);
   const pool = createPool(cfg.databaseUrl, 4, 'bench');
@@ -114,8 +118,13 @@ export async function runBench(cfg: Config, root: string, args: string[]): Promi
       rss.gateway_mb = peakRssMb(g.p.child.pid);
       await g.p.stop();
     }
-    if (want('e2e')) results.e2e = await e2e();
+    if (want('e2e')) {
+      const runs = [];
+      for (const rate of opt.e2eRates) runs.push(await e2e(rate));
+      results.e2e = runs;
+    }
     if (want('drain')) results.drain = await drain();
+    if (want('cost')) results.cost = await cost();
     // Scenarios that live in scripts of their own (each prints one JSON object).
     if (want('traffic-light')) {
       results.traffic_light = runScript('traffic-light', opt.quick ? ['--instances', '10000', '--timeout-s', '10'] : [], {});
@@ -155,48 +164,77 @@ export async function runBench(cfg: Config, root: string, args: string[]): Promi
   process.stdout.write(json);
   process.stderr.write(`\n${renderTable(results)}\n`);
 
+  /**
+   * Starts `n` paced generators (bench/load/paced.ts) sharing `rate` for `seconds`; each reports
+   * its acknowledgements over IPC. One Node process cannot offer much more than 5,000 requests/s
+   * on this machine, so the rate is split: a generator per 5,000/s.
+   */
+  function generators(port: number, targets: string, rate: number, seconds: number, onAck: (seq: number, sent: number, ack: number, status: number) => void, bodyFile?: string) {
+    const n = Math.max(1, Math.ceil(rate / 5000));
+    const done: Promise<{ sent: number; ok: number; failed: number; seconds: number }>[] = [];
+    for (let g = 0; g < n; g++) {
+      const args = [`http://127.0.0.1:${port}`, targets, String(rate / n), String(seconds), '64', String(1 + g), String(n), ...(bodyFile ? [bodyFile] : [])];
+      const gen = fork(join(root, 'dist', 'bench', 'load', 'paced.js'), args, { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+      done.push(
+        new Promise((resolve, reject) => {
+          gen.on('message', (m: { type: string; acks?: [number, number, number, number][]; sent: number; ok: number; failed: number; seconds: number }) => {
+            if (m.type === 'acks') for (const [seq, sent, ack, status] of m.acks!) onAck(seq, sent, ack, status);
+            if (m.type === 'done') resolve(m);
+          });
+          gen.on('exit', (code) => (code ? reject(new Error(`generator exited with ${code}`)) : undefined));
+        }),
+      );
+    }
+    return Promise.all(done).then((ds) => ({
+      generators: n,
+      sent: ds.reduce((a, d) => a + d.sent, 0),
+      ok: ds.reduce((a, d) => a + d.ok, 0),
+      failed: ds.reduce((a, d) => a + d.failed, 0),
+      seconds: Math.max(...ds.map((d) => d.seconds)),
+    }));
+  }
+
   /** Fixed offered rate through the gateway with one worker; lag from each 200 to its row in ClickHouse. */
-  async function e2e() {
+  async function e2e(rate: number) {
     await purge();
     const w = await startProc('worker', 'workers/main.js', {}, 'consuming');
     const g = await startProc('gateway', 'gateway/main.js');
     const targets = fx.targets('heartbeat', 'e2e');
-    // Instances exist before the clock starts (first reports create rows; that is not steady state).
-    await wrk({ url: `http://127.0.0.1:${g.port}`, targetsFile: targets, bodyFile: fx.body('heartbeat'), seconds: 2, root });
+    // Instances exist, with the version the generators send, before the clock starts (first reports
+    // create rows; that is not steady state).
+    const warmBody = join(fx.dir, 'e2e-warm.json');
+    writeFileSync(warmBody, '{"version":"e2e","uptime_seconds":0}');
+    await wrk({ url: `http://127.0.0.1:${g.port}`, targetsFile: targets, bodyFile: warmBody, seconds: 2, root });
     await sleep(2000);
     const acked = new Map<number, number>(); // seq -> ack time
     const visible = new Map<number, number>(); // seq -> first poll that saw it
-    let unseenMinSent = Infinity;
     const sentAt = new Map<number, number>();
-    let done: { sent: number; ok: number; failed: number; seconds: number } | null = null;
-    const gen = fork(join(root, 'dist', 'bench', 'load', 'paced.js'), [`http://127.0.0.1:${g.port}`, targets, String(opt.e2eRate), String(D.e2eS), '64'], {
-      stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
-    });
-    gen.on('message', (m: { type: string; acks?: [number, number, number, number][]; sent?: number; ok?: number; failed?: number; seconds?: number }) => {
-      if (m.type === 'acks') for (const [seq, sent, ack, status] of m.acks!) if (status === 200) (acked.set(seq, ack), sentAt.set(seq, sent));
-      if (m.type === 'done') done = m as typeof done;
-    });
+    let done: Awaited<ReturnType<typeof generators>> | null = null;
+    void generators(g.port, targets, rate, D.e2eS, (seq, sent, ack, status) => {
+      if (status === 200) (acked.set(seq, ack), sentAt.set(seq, sent));
+    }).then((d) => (done = d));
     const t0 = Date.now();
     // Poll ClickHouse for newly visible reports: every row whose receive time is at or after the
     // earliest send time of a report not seen yet.
     while (!done || visible.size < acked.size) {
       const pollAt = Date.now();
-      unseenMinSent = Infinity;
+      let unseenMinSent = Infinity;
       for (const [seq, s] of sentAt) if (!visible.has(seq) && s < unseenMinSent) unseenMinSent = s;
       const from = Number.isFinite(unseenMinSent) ? unseenMinSent - 1000 : pollAt - 1000;
-      const rs = await ch.query({ query: `SELECT version FROM heartbeats WHERE received_ms >= ${from} AND software = 'e2e' AND version LIKE 'e2e-%'`, format: 'JSONEachRow' });
-      for (const { version: v } of (await rs.json()) as { version: string }[]) {
-        const seq = Number(v.slice(4));
+      const rs = await ch.query({ query: `SELECT uptime_seconds AS seq FROM heartbeats WHERE received_ms >= ${from} AND software = 'e2e' AND version = 'e2e' AND uptime_seconds > 0`, format: 'JSONEachRow' });
+      for (const { seq: v } of (await rs.json()) as { seq: string | number }[]) {
+        const seq = Number(v);
         if (!visible.has(seq)) visible.set(seq, pollAt);
       }
       if (done && Date.now() - t0 > (D.e2eS + 60) * 1000) break; // give up on stragglers after a minute
       await sleep(50);
     }
     const lags = [...acked].filter(([s]) => visible.has(s)).map(([s, ack]) => Math.max(0, visible.get(s)! - ack)).sort((a, b) => a - b);
-    const d = done as unknown as { sent: number; ok: number; failed: number; seconds: number };
+    const d = done as unknown as Awaited<ReturnType<typeof generators>>;
     const out = {
-      offered_rate: opt.e2eRate,
+      offered_rate: rate,
       achieved_rate: Math.round(d.ok / d.seconds),
+      generators: d.generators,
       seconds: D.e2eS,
       sent: d.sent,
       ok: d.ok,
@@ -206,19 +244,69 @@ export async function runBench(cfg: Config, root: string, args: string[]): Promi
       lag_ms: { p50: quantile(lags, 0.5), p99: quantile(lags, 0.99), max: lags[lags.length - 1] ?? NaN },
       poll_interval_ms: 50,
     };
-    log(`e2e at ${opt.e2eRate}/s: achieved ${out.achieved_rate}/s, lag p50 ${out.lag_ms.p50} ms, p99 ${out.lag_ms.p99} ms, max ${out.lag_ms.max} ms, missing ${out.missing}`);
-    rss.worker_e2e_mb = peakRssMb(w.p.child.pid);
-    rss.gateway_e2e_mb = peakRssMb(g.p.child.pid);
+    log(`e2e at ${rate}/s (${d.generators} generators): achieved ${out.achieved_rate}/s, lag p50 ${out.lag_ms.p50} ms, p99 ${out.lag_ms.p99} ms, max ${out.lag_ms.max} ms, missing ${out.missing}`);
+    rss[`worker_e2e_${rate}_mb`] = peakRssMb(w.p.child.pid);
+    rss[`gateway_e2e_${rate}_mb`] = peakRssMb(g.p.child.pid);
     await g.p.stop();
     await w.p.stop();
     return out;
+  }
+
+  /**
+   * What 100,000 reports of each kind cost every process, at a paced rate the machine sustains (not
+   * at saturation): CPU-seconds from /proc (gateway, worker, nats-server, Postgres with its
+   * backends, clickhouse-server, redis-server) between the first report and the moment the worker
+   * has committed the last one, and the rows Postgres wrote. Heartbeats are measured twice: as
+   * shipped, and with PG_HEARTBEAT_INTERVAL_S=0 (every heartbeat written at once: the design before
+   * issue 16), the baseline of the Postgres-rows target.
+   */
+  async function cost() {
+    const plans: { name: string; kind: 'heartbeat' | 'diagnostics' | 'status'; rate: number; env: Record<string, string> }[] = [
+      { name: 'heartbeat', kind: 'heartbeat', rate: 5000, env: {} },
+      { name: 'heartbeat_pg_every_report', kind: 'heartbeat', rate: 5000, env: { PG_HEARTBEAT_INTERVAL_S: '0' } },
+      { name: 'diagnostics', kind: 'diagnostics', rate: 3000, env: {} },
+      { name: 'status', kind: 'status', rate: 1500, env: {} },
+    ];
+    const out: Record<string, unknown> = {};
+    for (const p of plans) {
+      await purge();
+      const w = await startProc('worker', 'workers/main.js', p.env, 'consuming');
+      const g = await startProc('gateway', 'gateway/main.js');
+      const targets = fx.targets(p.kind, `cost-${p.name.replace(/_/g, '-')}`);
+      // Every instance known first (its first report is an insert, not the steady state measured).
+      await wrk({ url: `http://127.0.0.1:${g.port}`, targetsFile: targets, bodyFile: fx.body(p.kind), seconds: 2, root });
+      while (!(await drained())) await sleep(100);
+      await sleep(1500);
+      const procs = { gateway: g.p.child.pid, worker: w.p.child.pid };
+      const a = await snapshot(cfg.dataDir, procs, pool);
+      const d = await generators(g.port, targets, p.rate, D.costS, () => {}, fx.body(p.kind));
+      while (!(await drained())) await sleep(100);
+      // Postgres publishes a backend's row counts once it is idle for a moment.
+      await sleep(1500);
+      const b = await snapshot(cfg.dataDir, procs, pool);
+      const r = { offered_rate: p.rate, achieved_rate: Math.round(d.ok / d.seconds), failed: d.failed, ...perHundredThousand(a, b, d.ok) };
+      log(`cost of ${p.name}: ${JSON.stringify(r)}`);
+      out[p.name] = r;
+      await g.p.stop();
+      await w.p.stop();
+    }
+    return out;
+  }
+
+  /** Drain: reports not yet committed (messages pending or unacknowledged × reports per message). */
+  async function pending() {
+    const i = await jsm.consumers.info(cfg.streamName, cfg.worker.consumerName);
+    return (i.num_pending + i.num_ack_pending) * DRAIN_PER_MSG;
+  }
+  async function drained() {
+    return (await pending()) === 0;
   }
 
   /** With the workers stopped, fill the stream; then one worker, then two, drain it. */
   async function drain() {
     const js = nc.jetstream();
     const subj = subjects(cfg.subjectPrefix);
-    const perMsg = 500;
+    const perMsg = DRAIN_PER_MSG;
     const instances = fx.customers.flatMap((c) => Array.from({ length: D.machines }, (_, m) => ({ c, m: `d-${m}` })));
     const fill = async (n: number) => {
       await purge();
@@ -228,7 +316,9 @@ export async function runBench(cfg: Config, root: string, args: string[]): Promi
         for (let j = i; j < Math.min(n, i + perMsg); j++) {
           const inst = instances[j % instances.length]!;
           const at = Date.now();
-          reports.push(encodeReport({ id: randomUUID(), k: 'heartbeat', c: inst.c.id, cs: inst.c.slug, m: inst.m, s: 'agent', t: randomUUID(), at }, Buffer.from(`{"version":"d-${j}","uptime_seconds":${j}}`)));
+          // Steady state: the same version every time, only the uptime moves (a heartbeat that
+          // changes nothing Postgres keeps).
+          reports.push(encodeReport({ id: randomUUID(), k: 'heartbeat', c: inst.c.id, cs: inst.c.slug, m: inst.m, s: 'agent', t: randomUUID(), at }, Buffer.from(`{"version":"5.10.2","uptime_seconds":${j}}`)));
         }
         pending.push(js.publish(subj.reports, encodeBatch(reports)));
         if (pending.length >= 64) {
@@ -238,23 +328,25 @@ export async function runBench(cfg: Config, root: string, args: string[]): Promi
       }
       await Promise.all(pending);
     };
-    const drained = async () => {
-      const i = await jsm.consumers.info(cfg.streamName, cfg.worker.consumerName);
-      return i.num_pending + i.num_ack_pending === 0;
-    };
     const run = async (workers: number) => {
       const t = Date.now();
       await fill(D.drain);
       log(`filled ${D.drain} reports in ${Date.now() - t} ms`);
       const ws = await Promise.all(Array.from({ length: workers }, () => startProc('worker', 'workers/main.js', {}, 'consuming')));
+      const a = await snapshot(cfg.dataDir, Object.fromEntries(ws.map((w, i) => [`worker_${i + 1}`, w.p.child.pid])), pool);
+      // A worker starts consuming as soon as it is up, and a second one may come up a second later:
+      // the clock starts once all are consuming, over what is left then.
       const t0 = Date.now();
-      while (!(await drained())) await sleep(100);
+      const left = await pending();
+      while ((await pending()) > 0) await sleep(50);
       const s = (Date.now() - t0) / 1000;
+      await sleep(1500);
+      const costs = perHundredThousand(a, await snapshot(cfg.dataDir, Object.fromEntries(ws.map((w, i) => [`worker_${i + 1}`, w.p.child.pid])), pool), D.drain);
       for (const w of ws) rss[`worker_drain_${workers}_mb`] = Math.max(rss[`worker_drain_${workers}_mb`] ?? 0, peakRssMb(w.p.child.pid));
       await Promise.all(ws.map((w) => w.p.stop()));
-      const rate = Math.round(D.drain / s);
-      log(`drain with ${workers} worker(s): ${D.drain} reports in ${s.toFixed(1)} s = ${rate} reports/s`);
-      return { reports: D.drain, seconds: s, reports_per_s: rate };
+      const rate = Math.round(left / s);
+      log(`drain with ${workers} worker(s): ${left} of ${D.drain} reports left when all were consuming, drained in ${s.toFixed(1)} s = ${rate} reports/s`);
+      return { reports: D.drain, timed_reports: left, seconds: s, reports_per_s: rate, pg_rows_per_100k: costs.pg_rows_per_100k, cpu_s_per_100k: costs.cpu_s_per_100k };
     };
     // Create the instances first, so both measured runs update existing rows (steady state).
     const warm = await startProc('worker', 'workers/main.js', {}, 'consuming');
@@ -263,7 +355,7 @@ export async function runBench(cfg: Config, root: string, args: string[]): Promi
     await warm.p.stop();
     const one = await run(1);
     const two = await run(2);
-    return { one_worker: one, two_workers: two, reports_per_message: perMsg, instances: instances.length };
+    return { one_worker: one, two_workers: two, two_vs_one: Math.round((two.reports_per_s / one.reports_per_s) * 100) / 100, reports_per_message: perMsg, instances: instances.length };
   }
 
   /** A scenario living in its own script (bench/<name>.ts) that prints one JSON object. */

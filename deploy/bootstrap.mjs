@@ -45,6 +45,9 @@ function wantedPackages() {
   if (mode === 'test' && env.SKIP_BROWSER_TESTS !== '1' && !existsSync('/usr/bin/chromium')) {
     wants.push('chromium');
   }
+  // promtool (in Debian's `prometheus` package) checks and unit-tests deploy/prometheus/alerts.yml
+  // and lints every process's /metrics (test/observability.test.ts).
+  if (mode === 'test' && !haveCommand('promtool')) wants.push('prometheus');
   if (mode === 'bench' && !haveCommand('wrk')) wants.push('wrk');
   // The cluster (deploy/cluster.ts): ZooKeeper for the replicated ClickHouse, nginx for TLS in
   // front, openssl for its certificate (Debian's zookeeper package brings a Java runtime).

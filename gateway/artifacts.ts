@@ -84,8 +84,8 @@ export function artifactRoutes(k: Kit) {
   const A = cfg.artifacts;
   const store = () => d.artifacts;
   const budget = new ByteBudget(A.maxInflightBytes);
-  const inflight = metrics.gauge('gateway_artifact_chunk_bytes_in_memory', 'Chunk bodies this gateway holds right now');
-  const chunkBytes = metrics.counter('gateway_artifact_chunk_bytes_total', 'Chunk bytes stored (not counting repeats)');
+  const inflight = metrics.gauge('fleet_gateway_artifact_inflight_bytes');
+  const chunkBytes = metrics.counter('fleet_gateway_artifact_chunk_bytes_total');
 
   /** The upload, if it exists, belongs to this token's customer and this path, and has not expired. */
   function usable(got: { rec: UploadRecord } | null, tok: TokenInfo, path: IngestPath, id: string): UploadRecord | HttpError {

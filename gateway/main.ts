@@ -77,9 +77,9 @@ const commands = new PendingCommands({
 });
 await commands.start();
 
-const publishHist = metrics.histogram('gateway_publish_seconds', 'JetStream publish round trip per group', [0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5]);
-const groupHist = metrics.histogram('gateway_publish_group_reports', 'Reports per JetStream publish', [1, 2, 5, 10, 20, 50, 100, 200, 500]);
-const publishFailed = metrics.counter('gateway_publish_failed_reports_total', 'Reports refused with 503 because the publish failed');
+const publishHist = metrics.histogram('fleet_gateway_publish_duration_seconds');
+const groupHist = metrics.histogram('fleet_gateway_publish_group_reports');
+const publishFailed = metrics.counter('fleet_gateway_publish_failed_reports_total');
 const publisher = new BatchPublisher(
   nc,
   js,
@@ -118,12 +118,15 @@ void (async () => {
 })();
 
 const rejections = new RejectionLog(nc, subj.rejections, cfg.gateway.rejectionLogRate, cfg.gateway.rejectionLogBurst, () => publisher.connected);
-const rejectionsDropped = metrics.gauge('gateway_rejection_log_dropped_total', 'Rejections counted but not written (log rate limit)');
-const readyGauge = metrics.gauge('gateway_ready', '1 while NATS is connected and the stream exists');
-setInterval(() => {
-  rejectionsDropped.set(rejections.droppedTotal);
+const rejectionsDropped = metrics.counter('fleet_gateway_rejection_log_dropped_total');
+const readyGauge = metrics.gauge('fleet_gateway_ready');
+let droppedReported = 0;
+metrics.onScrape(() => {
+  // The rejection log keeps a running total; the counter takes what was added since the last scrape.
+  rejectionsDropped.inc(rejections.droppedTotal - droppedReported);
+  droppedReported = rejections.droppedTotal;
   readyGauge.set(publisher.connected && streamOk ? 1 : 0);
-}, 1000).unref();
+});
 
 const life = new Lifecycle(log, cfg.gateway.shutdownGraceMs + 15_000);
 const app = uws.App();

@@ -49,7 +49,7 @@ function withTimeout<T>(p: Promise<T>, ms: number): Promise<T> {
 export function metricsRoute(k: Kit): JsonRoute {
   const { cfg, redis, publisher, metrics, log } = k.d;
   const ttl = cfg.metricDedupTtlS;
-  const records = metrics.counter('gateway_metric_records_total', 'Host-metric records by outcome', ['result']);
+  const records = metrics.counter('fleet_gateway_host_metric_records_total');
   const acceptedRecords = records.labels('accepted');
   const duplicateRecords = records.labels('duplicate');
 

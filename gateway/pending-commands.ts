@@ -63,7 +63,7 @@ export interface PendingCommandsOptions {
   nc: NatsConnection;
   subject: string;
   resyncMs: number;
-  metrics?: Metrics;
+  metrics?: Metrics<'gateway'>;
   onError?(e: unknown): void;
 }
 
@@ -89,8 +89,8 @@ export class PendingCommands {
   lastFullSync = 0;
 
   constructor(private readonly o: PendingCommandsOptions) {
-    this.offered = o.metrics?.counter('gateway_commands_offered_total', 'Agent commands handed out in answers (each offer counts)');
-    this.openGauge = o.metrics?.gauge('gateway_commands_open', 'Open agent commands known to this gateway');
+    this.offered = o.metrics?.counter('fleet_gateway_commands_offered_total');
+    this.openGauge = o.metrics?.gauge('fleet_gateway_commands_open');
   }
 
   /** Loads every open command, then follows hints and re-reads periodically. */

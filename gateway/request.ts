@@ -4,6 +4,7 @@
 import type { HttpResponse, HttpRequest } from './uws.js';
 import { type HttpError, statusLine } from '../lib/errors.js';
 import { clientAddress, type TrustProxy } from '../lib/client-address.js';
+import type { RouteTimer } from '../lib/metrics.js';
 
 /**
  * Strings handed to uWS are converted to bytes on every call; pre-encoded bytes are not. Measured
@@ -52,6 +53,27 @@ export interface RequestHead {
 
 const NO_HEAD: RequestHead = { params: [], authorization: '', contentType: '', contentLength: '', idempotencyKey: '', framing: null };
 
+/**
+ * The route timer and arrival time of the request whose handler is running (set by timed(), taken
+ * by the Ctx the handler makes). Handlers make their Ctx synchronously (uWS's request object is
+ * valid only then), so the hand-over needs no argument through every handler.
+ */
+let arrivingTimer: RouteTimer | null = null;
+let arrivingAt = 0;
+
+/** Wraps a route's handler: its answer (Ctx.send) is timed from now, by `timer`. */
+export function timed<H extends (res: HttpResponse, req: HttpRequest) => void>(timer: RouteTimer, h: H): H {
+  return ((res: HttpResponse, req: HttpRequest) => {
+    arrivingTimer = timer;
+    arrivingAt = performance.now();
+    try {
+      h(res, req);
+    } finally {
+      arrivingTimer = null;
+    }
+  }) as H;
+}
+
 export class Ctx {
   aborted = false;
   done = false;
@@ -60,6 +82,9 @@ export class Ctx {
   /** Runs once, when the response has been sent or the client went away (resource release). */
   onEnd: (() => void) | null = null;
   private remoteText: string | null = null;
+  /** Times the answer (fleet_http_request_duration_seconds); null when the route is not timed. */
+  private readonly timer: RouteTimer | null = arrivingTimer;
+  private readonly arrivedAt = arrivingAt;
 
   /**
    * The one place a request is read: everything the handlers need is copied here, before any
@@ -88,6 +113,7 @@ export class Ctx {
     private readonly trust: TrustProxy = null,
     readonly head: RequestHead = NO_HEAD,
   ) {
+    arrivingTimer = null; // one Ctx per request
     res.onAborted(() => {
       this.aborted = true;
       this.ended();
@@ -108,17 +134,18 @@ export class Ctx {
     return this.remoteText;
   }
 
-  /** `close`: close the connection once the answer is sent. */
+  /** `close`: close the connection once the answer is sent. JSON unless `headers` name another Content-Type. */
   send(status: number, body: string | Uint8Array, headers?: Record<string, string>, close = false): void {
     if (this.aborted || this.done) return;
     this.done = true;
     const res = this.res;
     res.cork(() => {
       if (status !== 200) res.writeStatus(statusLine(status)); // 200 OK is uWS's default
-      res.writeHeader(CONTENT_TYPE, APPLICATION_JSON);
+      if (headers?.['Content-Type'] === undefined) res.writeHeader(CONTENT_TYPE, APPLICATION_JSON);
       if (headers) for (const k in headers) res.writeHeader(k, headers[k]!);
       res.end(body, close);
     });
+    this.timer?.(status, (performance.now() - this.arrivedAt) / 1000);
     this.ended();
   }
 

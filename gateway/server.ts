@@ -4,15 +4,16 @@
 // when JetStream has stored it (200), or 503. Every refusal is answered `{"detail"}` and goes to the
 // rejection log. The decisions are gateway/admission.ts (one policy per kind); this file does the I/O.
 import { randomUUID } from 'node:crypto';
-import type { TemplatedApp, HttpResponse } from './uws.js';
-import { HttpError, unprocessable, statusLine } from '../lib/errors.js';
+import type { TemplatedApp } from './uws.js';
+import { HttpError, unprocessable } from '../lib/errors.js';
 import { uuidFromName } from '../lib/ids.js';
 import { encodeReport } from '../lib/messages.js';
 import { routesOf, colonPath, checkHandlers, allowedMethods } from '../lib/routes.js';
 import type { Validator } from '../lib/validation.js';
 import type { ReportKind } from '../lib/schemas/ingest.js';
 import { reportChecker, type ReportChecker, type CheckedKind } from '../lib/report-check.js';
-import { Ctx, readBody, quarantine, unlessQuarantined } from './request.js';
+import { Ctx, readBody, quarantine, unlessQuarantined, timed } from './request.js';
+import { routeTimer } from '../lib/metrics.js';
 import type { TokenInfo } from './token-cache.js';
 import { RateLimiter } from './rate-limiter.js';
 import { acceptedAnswer } from './help-coverage.js';
@@ -26,7 +27,7 @@ const OK = '{"ok":true}';
 export function registerRoutes(app: TemplatedApp, d: GatewayDeps): void {
   const { cfg, metrics } = d;
   const limiter = new RateLimiter(cfg.gateway.rateLimit, cfg.gateway.rateBurst);
-  const responses = metrics.counter('gateway_responses_total', 'Ingest responses by kind and status', ['kind', 'status']);
+  const responses = metrics.counter('fleet_gateway_responses_total');
   // Successful answers are counted in plain numbers on the hot path and added to the Prometheus
   // counter when it is scraped: a labelled inc() hashes its labels on every call.
   const okCounts: Record<string, number> = {};
@@ -232,29 +233,32 @@ export function registerRoutes(app: TemplatedApp, d: GatewayDeps): void {
     ingest_artifact_status: artifacts.status,
     ingest_artifact_complete: artifacts.complete,
     ingest_command_ack: ingestReport('command_ack'),
-    gateway_healthz: (res) => plain(res, 200, OK),
-    gateway_readyz: (res) =>
-      d.isReady() ? plain(res, 200, OK) : plain(res, 503, JSON.stringify({ detail: 'not ready: NATS not connected or stream missing' })),
+    gateway_healthz: (res) => new Ctx(res, 'GET', '/healthz', '').send(200, OK),
+    gateway_readyz: (res) => {
+      const ctx = new Ctx(res, 'GET', '/readyz', '');
+      if (d.isReady()) ctx.send(200, OK);
+      else ctx.send(503, JSON.stringify({ detail: 'not ready: NATS not connected or stream missing' }));
+    },
     gateway_metrics: (res) => {
-      let aborted = false;
-      res.onAborted(() => (aborted = true));
-      void metrics.text().then((text) => {
-        if (!aborted) res.cork(() => res.writeHeader('Content-Type', metrics.contentType).end(text));
-      });
+      const ctx = new Ctx(res, 'GET', '/metrics', '');
+      void metrics.text().then((text) => ctx.send(200, text, { 'Content-Type': metrics.contentType }));
     },
   };
 
   const table = routesOf('gateway');
   checkHandlers('gateway', handlers);
+  // Every answer is timed by route and status class (fleet_http_request_duration_seconds).
+  const durations = metrics.hotHistogram('fleet_http_request_duration_seconds');
   for (const r of table) {
-    const h = unlessQuarantined(handlers[r.operationId]!);
+    const h = unlessQuarantined(timed(routeTimer(durations, r.operationId), handlers[r.operationId]!));
     const path = colonPath(r.path);
     if (r.method === 'GET') app.get(path, h);
     else if (r.method === 'POST') app.post(path, h);
     else if (r.method === 'PUT') app.put(path, h);
     else app.del(path, h);
   }
-  app.any('/*', unlessQuarantined(notFoundOrMethod((ctx, err) => (ctx.path.startsWith('/api/ingest') ? reject(ctx, 'unknown', err) : ctx.sendError(err)))));
+  const unmatched = notFoundOrMethod((ctx, err) => (ctx.path.startsWith('/api/ingest') ? reject(ctx, 'unknown', err) : ctx.sendError(err)));
+  app.any('/*', unlessQuarantined(timed(routeTimer(durations, 'unmatched'), unmatched)));
 }
 
 /** 404 for an unknown path, 405 with `Allow` for a known path and the wrong method (lib/routes.ts). */
@@ -268,9 +272,6 @@ function notFoundOrMethod(respond: (ctx: Ctx, err: HttpError) => void): Handler 
   };
 }
 
-function plain(res: HttpResponse, status: number, body: string): void {
-  res.cork(() => res.writeStatus(statusLine(status)).writeHeader('Content-Type', 'application/json').end(body));
-}
 
 
 

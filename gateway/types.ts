@@ -20,7 +20,7 @@ import type { PendingCommands } from './pending-commands.js';
 export interface GatewayDeps {
   cfg: Config;
   log: Logger;
-  metrics: Metrics;
+  metrics: Metrics<'gateway'>;
   tokens: TokenCache;
   publisher: BatchPublisher;
   rejections: RejectionLog;
@@ -63,6 +63,6 @@ export interface Kit {
   /** The token for a bearer the in-memory copy did not know; null when refused (answered). */
   resolveToken(ctx: Ctx, kind: string, bearer: string, customer: string): Promise<TokenInfo | null>;
   pendingBodies: Set<Ctx>;
-  /** Counts a successful answer in gateway_responses_total. */
+  /** Counts a successful answer in fleet_gateway_responses_total. */
   answered(kind: string, status: number): void;
 }

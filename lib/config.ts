@@ -108,6 +108,7 @@ export const Settings = Type.Object({
   LIGHT_EXPIRY_LISTENER: Bool(true, 'workers listen for Redis expired-key events (off: only the sweep makes red)'),
   LIGHT_SWEEP_INTERVAL_MS: Pos(5000, 'how often the sweep repairs missed expiry events'),
   LIGHT_SWEEP_BATCH: Pos(5000, 'instances per traffic-light transaction'),
+  LIGHT_CENSUS_INTERVAL_MS: Pos(30_000, 'how often one worker counts the instances of each traffic-light colour (the metric fleet_worker_instances)'),
   WEBHOOK_ATTEMPTS: Int(10, 1, 100, 'deliveries of one event before it is failed'),
   WEBHOOK_BACKOFF_MS: Pos(1000, 'first retry delay, doubled each time'),
   WEBHOOK_TIMEOUT_MS: Pos(10_000, 'per delivery attempt'),
@@ -124,6 +125,8 @@ export const Settings = Type.Object({
   SUPPORT_CONTACT_EMAIL: Str('success@example.com', 'named contact, paid tier'),
   SUPPORT_CONTACT_PHONE: Str('', 'named contact phone (default: the support phone)'),
   HEARTBEAT_TIMEOUT_S: Pos(300, 'heartbeat silence before red'),
+  PG_HEARTBEAT_INTERVAL_S: Nat(240, 'a heartbeat that changes nothing reaches Postgres at most this much later (0: every heartbeat at once; capped at 80 % of HEARTBEAT_TIMEOUT_S)'),
+  WORKER_ID_CACHE: Pos(500_000, 'instances whose ids each worker keeps in memory (the ids of others are read from Postgres, one query per batch)'),
   WARNING_WINDOW_S: Pos(900, 'a warning keeps the light yellow this long'),
   IDEMPOTENCY_TTL_S: Pos(86_400, 'how long an Idempotency-Key is remembered'),
   TS_PLAUSIBLE_PAST_S: Nat(30 * 86_400, "an agent's ts older than this before the receive time is not believed"),
@@ -294,6 +297,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env) {
       ackWaitS: s.ACK_WAIT_S,
       // Deliveries of a report failing for an unknown reason before it is dead-lettered.
       maxDeliver: s.WORKER_MAX_DELIVER,
+      // Heartbeats that change nothing skip Postgres (workers/heartbeat-state.ts).
+      pgHeartbeatIntervalS: s.PG_HEARTBEAT_INTERVAL_S,
+      idCacheSize: s.WORKER_ID_CACHE,
     },
     api: {
       host: s.API_HOST,
@@ -326,6 +332,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env) {
       expiryListener: s.LIGHT_EXPIRY_LISTENER,
       sweepIntervalMs: s.LIGHT_SWEEP_INTERVAL_MS,
       sweepBatch: s.LIGHT_SWEEP_BATCH,
+      // One worker counts instances per colour this often (workers/light-census.ts); every worker exports the counts.
+      censusIntervalMs: s.LIGHT_CENSUS_INTERVAL_MS,
     },
     webhooks: {
       // The wait before retry n is WEBHOOK_BACKOFF_MS * 2^(n-1).

@@ -21,6 +21,8 @@ export const QUEUES = {
   artifactExpiry: 'artifact-expiry',
   /** Overdue agent commands (workers/command-expiry.ts). */
   commandExpiry: 'command-expiry',
+  /** Instances per traffic-light colour, for the metric fleet_worker_instances (workers/light-census.ts). */
+  lightCensus: 'light-census',
   /** Webhook deliveries of traffic-light changes, retried with exponential backoff (workers/webhooks.ts). */
   webhooks: 'light-webhooks',
 } as const;

@@ -3,6 +3,7 @@
 // it again changes nothing, that the newest report wins whatever the order, how a broken agent
 // clock is stored, and that isolation finds the one report storage refuses.
 import t from 'tap';
+import { HeartbeatState } from '../workers/heartbeat-state.js';
 import { randomUUID } from 'node:crypto';
 import { testStack, chRows } from './helpers/stack.js';
 import { applyBatch, type ApplyDeps } from '../workers/apply-batch.js';
@@ -15,7 +16,7 @@ const deps: ApplyDeps = {
   ch: s.ch,
   redis: s.redis,
   redisPrefix: s.env.REDIS_PREFIX!,
-  heartbeatTimeoutMs: 300_000,
+  heartbeats: new HeartbeatState(s.redis, s.env.REDIS_PREFIX!, { heartbeatTimeoutMs: 300_000, pgIntervalMs: 240_000, idCacheSize: 1000 }),
   idempotencyTtlS: 60,
   tsWindow: { pastMs: 30 * 86_400_000, futureMs: 86_400_000 },
   ackTimeoutS: 3600,

@@ -70,25 +70,30 @@ t.test('delivered without ack in time -> timed_out; a late ack still records the
 });
 
 t.test('a command whose hint was lost is offered after the periodic re-read; a new gateway loads it at start', async (t) => {
-  const id = await instance('nohint');
+  const queue = async (instanceId: string) =>
+    (
+      await queueCommand(s.pool, {
+        customerId: s.customer.id,
+        instanceId,
+        module: 'updater',
+        command: 'check',
+        args: {},
+        userId: null,
+        queueTtlS: 60,
+        maxOpen: 10,
+        argsMaxBytes: 1024,
+      })
+    ).command;
   // Queued straight into Postgres: no hint is published.
-  const { command } = await queueCommand(s.pool, {
-    customerId: s.customer.id,
-    instanceId: id,
-    module: 'updater',
-    command: 'check',
-    args: {},
-    userId: null,
-    queueTtlS: 60,
-    maxOpen: 10,
-    argsMaxBytes: 1024,
-  });
+  const command = await queue(await instance('nohint'));
   // Nothing hints any gateway until some gateway hands it out: the running one finds it at its
   // next full re-read (every 1.5 s here).
   const offered = await eventually(async () => (await post(ingest('nohint', 'heartbeat'), s.token, {})).body.commands, 5000, 'offered by the running gateway after its re-read');
   t.same(offered.map((c: any) => c.id), [command.id]);
+  // A second one, unhinted and never offered, for a gateway that starts after it was queued. (Not the
+  // first one: once offered, it is open only for the 3 s ack timeout, shorter than a loaded start.)
+  const second = await queue(await instance('nohint2'));
   const g2 = await s.startGateway();
-  const first = await s.report('nohint', 'heartbeat', {}, { gateway: g2.url });
-  t.same(first.body.commands?.map((c: any) => c.id), [command.id], 'a gateway that starts offers it on its first answer');
+  const first = await s.report('nohint2', 'heartbeat', {}, { gateway: g2.url });
+  t.same(first.body.commands?.map((c: any) => c.id), [second.id], 'a gateway that starts offers it on its first answer');
 });
-

@@ -12,7 +12,7 @@ import { ConfigError, parseSettings, SETTING_NAMES } from '../lib/config.js';
 import { ROOT, nodeFlags } from '../deploy/service-process.js';
 import { routesOf, type Service } from '../lib/routes.js';
 import { Readiness, serveHealth } from '../workers/health.js';
-import { createMetrics } from '../lib/metrics.js';
+import { createMetrics, METRICS } from '../lib/metrics.js';
 import { createLogger } from '../lib/log.js';
 
 type Obj = Record<string, any>;  
@@ -217,7 +217,7 @@ t.test('probes point at the ports and paths the processes serve', async (t) => {
   readiness.set('postgres', 'unreachable');
   t.equal((await fetch(`${base}/readyz`)).status, 503, 'worker /readyz answers 503 when not');
   t.equal((await fetch(`${base}/healthz`)).status, 200, 'while /healthz stays 200 (no restart for an outage)');
-  t.match(await (await fetch(`${base}/metrics`)).text(), /process_cpu/, 'worker /metrics');
+  t.match(await (await fetch(`${base}/metrics`)).text(), /fleet_process_cpu/, 'worker /metrics');
 });
 
 /** Kubernetes Ingress path matching: Exact, then the longest Prefix (element-wise). */
@@ -284,7 +284,9 @@ t.test('autoscaling: the gateway on CPU, the workers on the backlog prometheus-a
   const rule = adapter!.rules.external.find((r: Obj) => r.name.as === metric);
   t.ok(rule, `prometheus-adapter serves ${metric}`);
   const series = /^([a-z_]+)\{/.exec(rule.seriesQuery)![1]!;
-  t.match(readFileSync(join(ROOT, 'dist', 'workers', 'ingest-consumer.js'), 'utf8'), `'${series}'`, `the workers export ${series}`);
+  const def = (METRICS as Record<string, { type: string; services: readonly string[] }>)[series];
+  t.ok(def?.services.includes('worker') && def.type === 'gauge', `the workers export the gauge ${series} (lib/metrics.ts)`);
+  t.match(readFileSync(join(ROOT, 'dist', 'workers', 'ingest-consumer.js'), 'utf8'), `'${series}'`, `and set it (workers/ingest-consumer.ts)`);
   t.match(rule.metricsQuery, /^max\(/, 'every worker reports the same consumer: the largest, not the sum');
 });
 

@@ -184,6 +184,6 @@ t.test('health, readiness and metrics', async (t) => {
   t.equal((await get(`${s.gatewayUrl}/readyz`, null)).status, 200);
   const m = await fetch(`${s.gatewayUrl}/metrics`);
   t.equal(m.status, 200);
-  t.match(await m.text(), /gateway_responses_total\{[^}]*kind="heartbeat"[^}]*status="200"/);
+  t.match(await m.text(), /fleet_gateway_responses_total\{[^}]*kind="heartbeat"[^}]*status="200"/);
   t.equal((await get(`${s.apiUrl}/readyz`, null)).status, 200);
 });

@@ -7,6 +7,7 @@
 //   3. a pull that stops delivering (induced with the old, stalling pull) is found by the
 //      watchdog: logged, counted, shown as not ready, and restarted; the report arrives.
 import t from 'tap';
+import { HeartbeatState } from '../workers/heartbeat-state.js';
 import { Writable } from 'node:stream';
 import { randomUUID } from 'node:crypto';
 import { pino } from 'pino';
@@ -112,7 +113,7 @@ t.test('a pull that stops delivering is found by the watchdog, logged, shown as 
       ch: w.ch,
       redis: w.redis,
       redisPrefix: w.env.REDIS_PREFIX!,
-      heartbeatTimeoutMs: 300_000,
+      heartbeats: new HeartbeatState(w.redis, w.env.REDIS_PREFIX!, { heartbeatTimeoutMs: 300_000, pgIntervalMs: 240_000, idCacheSize: 1000 }),
       idempotencyTtlS: 60,
       tsWindow: { pastMs: 30 * 86_400_000, futureMs: 86_400_000 },
       ackTimeoutS: 3600,
@@ -143,7 +144,7 @@ t.test('a pull that stops delivering is found by the watchdog, logged, shown as 
   await eventually(async () => (await chRows(w.ch, `SELECT 1 FROM heartbeats FINAL WHERE machine = 'stuck'`)).length === 1, 10_000, 'the report applied after the restart');
   t.ok(pulls >= 4, `the pull was started afresh (${pulls} pulls)`);
   t.ok(lines.some((l) => l.level === 50 && /consumer stalled/.test(l.msg ?? '')), 'an error line in the log');
-  t.match(await metrics.text(), /worker_consumer_stalls_total\{service="worker"\} [3-9]/, 'each stall counted');
+  t.match(await metrics.text(), /fleet_worker_consumer_stalls_total\{service="worker"\} [3-9]/, 'each stall counted');
   await eventually(async () => consumer.problem() === null, 5000, 'ready again once it delivers');
   await consumer.stop();
 });

@@ -1,9 +1,11 @@
-// Applies one batch of reports: Postgres (race-safe upserts of machines and instances, newest wins),
-// then ClickHouse rows and Redis heartbeat keys. Every effect is idempotent, so a batch applied
-// twice (a worker died before acking) leaves the same state as once:
+// Applies one batch of reports: Postgres (race-safe upserts of machines and instances, newest wins)
+// for what changed, then ClickHouse rows and Redis heartbeat keys and state. A heartbeat that
+// changes nothing skips Postgres (workers/heartbeat-state.ts). Every effect is idempotent, so a
+// batch applied twice (a worker died before acking) leaves the same state as once:
 //   Postgres    upserts with GREATEST / newest-wins comparisons on receive times;
 //   ClickHouse  ReplacingMergeTree rows keyed by report id (and item number);
-//   Redis       keys whose expiry is an absolute time (receive time + timeout), only ever extended.
+//   Redis       keys whose expiry is an absolute time (receive time + timeout), only ever extended;
+//               state hashes whose times only move forward.
 import type { Report, RejectionRecord } from '../lib/messages.js';
 import type { Pool, PoolClient } from '../lib/db/postgres.js';
 import { withTx, pgText, pgJson } from '../lib/db/postgres.js';
@@ -18,10 +20,11 @@ import type { LightEvent } from '../lib/traffic-light.js';
 import type { ReportLights } from './traffic-light.js';
 import { applyCommandReports, type CommandDeps } from './commands.js';
 import { summarise, agentTime, instanceKey, machineKey, chTime, toInt, type InstanceUpdate, type TsWindow } from './reports.js';
+import { heartbeatFields } from '../lib/live-heartbeats.js';
 import { applyHelpTexts } from './help-texts.js';
 import type { WhitelistCache, Suppression } from './whitelist-cache.js';
 import { noteNewMachines } from './licences.js';
-import { extendHeartbeatKeys, type HeartbeatKey } from './heartbeat-keys.js';
+import { newest, HEARTBEAT_FIELD_COLUMNS, PG_MS, type HeartbeatState, type Resolved } from './heartbeat-state.js';
 import { recordMilestones } from './onboarding.js';
 
 export interface ApplyDeps extends CommandDeps {
@@ -29,7 +32,8 @@ export interface ApplyDeps extends CommandDeps {
   ch: ClickHouseClient;
   redis: Redis;
   redisPrefix: string;
-  heartbeatTimeoutMs: number;
+  /** Heartbeat keys and state, and which heartbeats skip Postgres (workers/heartbeat-state.ts). */
+  heartbeats: HeartbeatState;
   idempotencyTtlS: number;
   /** Where an agent's `ts` is believed (docs/api.md "Agent clocks"). */
   tsWindow: TsWindow;
@@ -39,10 +43,7 @@ export interface ApplyDeps extends CommandDeps {
   lights?: ReportLights;
 }
 
-export interface Resolved {
-  machineId: string;
-  instanceId: string;
-}
+export type { Resolved };
 
 export async function applyBatch(d: ApplyDeps, all: Report[], rejections: RejectionRecord[]): Promise<Map<string, Resolved>> {
   await settleIdempotencyKeys(d, all);
@@ -50,21 +51,25 @@ export async function applyBatch(d: ApplyDeps, all: Report[], rejections: Reject
   const reports = all.filter((r) => r.k !== 'help');
   const suppressed: Suppression = d.whitelist ? d.whitelist.classify(reports) : new Map();
   const updates = summarise(reports, d.tsWindow, suppressed);
+  // Heartbeats that change nothing: their keys are extended now, Postgres gets them later.
+  const ids = await d.heartbeats.skip(updates.values());
+  const toWrite = [...updates.values()].filter((u) => !ids.has(u.key));
   let lightEvents: LightEvent[] = [];
-  const ids =
-    updates.size > 0
+  const written =
+    toWrite.length > 0
       ? await withTx(d.pool, async (c) => {
-          const ids = await upsertInstances(c, [...updates.values()]);
-          if (d.lights) lightEvents = await d.lights.inTransaction(c, [...ids.values()].map((x) => x.instanceId));
-          return ids;
+          const w = await upsertInstances(c, toWrite);
+          if (d.lights) lightEvents = await d.lights.inTransaction(c, [...w.values()].map((x) => x.instanceId));
+          return w;
         })
-      : new Map<string, Resolved>();
+      : new Map<string, Resolved & { pgAt: number | null }>();
+  for (const [k, v] of written) ids.set(k, v);
   // Committed changes of colour go out (never throws), even if the rest of the batch is retried.
   const lightsDelivered = d.lights?.afterCommit(lightEvents);
   try {
     await Promise.all([
       writeClickHouse(d, reports, rejections, ids, suppressed),
-      writeHeartbeatKeys(d, updates, ids),
+      d.heartbeats.written(toWrite.flatMap((u) => (written.has(u.key) ? [{ u, id: written.get(u.key)!, pgAt: written.get(u.key)!.pgAt }] : []))),
       reports.length < all.length ? applyHelpTexts(d.pool, all) : null,
       recordMilestones(d.pool, all),
       writeMetrics(d.ch, reports, ids),
@@ -101,7 +106,7 @@ async function settleIdempotencyKeys(d: ApplyDeps, reports: Report[]): Promise<v
 const ms = (v: number | null | undefined) => (v === null || v === undefined ? null : v);
 
 /** Machines then instances, in key order (consistent lock order across concurrent workers). */
-async function upsertInstances(c: PoolClient, updates: InstanceUpdate[]): Promise<Map<string, Resolved>> {
+async function upsertInstances(c: PoolClient, updates: InstanceUpdate[]): Promise<Map<string, Resolved & { pgAt: number | null }>> {
   const machines = new Map<string, { customerId: string; slug: string; first: number; last: number }>();
   for (const u of updates) {
     const k = machineKey(u.customerId, u.machine);
@@ -131,9 +136,10 @@ async function upsertInstances(c: PoolClient, updates: InstanceUpdate[]): Promis
     .map((u) => ({ u, machineId: machineIds.get(machineKey(u.customerId, u.machine))! }))
     .sort((a, b) => (a.machineId + a.u.software < b.machineId + b.u.software ? -1 : 1));
   const col = <T>(f: (u: InstanceUpdate) => T) => rows.map((r) => f(r.u));
-  const hb = (u: InstanceUpdate) => u.heartbeat?.body as Heartbeat | undefined;
+  const hbf = new Map(updates.flatMap((u) => (u.heartbeat ? [[u, heartbeatFields(u.heartbeat.at, u.heartbeat.agentTs, u.heartbeat.skew, u.heartbeat.body as Heartbeat)] as const] : [])));
+  const hb = (u: InstanceUpdate) => hbf.get(u);
   const st = (u: InstanceUpdate) => u.status?.body as Status | undefined;
-  const ires = await c.query<{ id: string; machine_id: string; software: string }>(
+  const ires = await c.query<{ id: string; machine_id: string; software: string; pg_ms: number | null }>(
     `INSERT INTO instances (customer_id, machine_id, software, first_seen_at, last_seen_at, last_heartbeat_at, agent_ts,
                             version, uptime_seconds, pid, ip_addresses, group_name, location, group_priority, sort_priority,
                             status, status_message, status_at, snapshot, last_warning_at, clock_skew)
@@ -152,12 +158,12 @@ async function upsertInstances(c: PoolClient, updates: InstanceUpdate[]): Promis
         first_seen_at = LEAST(instances.first_seen_at, EXCLUDED.first_seen_at),
         last_seen_at = GREATEST(instances.last_seen_at, EXCLUDED.last_seen_at),
         last_heartbeat_at = GREATEST(instances.last_heartbeat_at, EXCLUDED.last_heartbeat_at),
-        ${newest('last_heartbeat_at', ['agent_ts', 'version', 'uptime_seconds', 'pid', 'ip_addresses', 'group_name', 'location', 'group_priority', 'sort_priority'])},
+        ${newest('last_heartbeat_at', HEARTBEAT_FIELD_COLUMNS)},
         ${newest('last_heartbeat_at', ['clock_skew'], false)},
         status_at = GREATEST(instances.status_at, EXCLUDED.status_at),
         ${newest('status_at', ['status', 'status_message', 'snapshot'], false)},
         last_warning_at = GREATEST(instances.last_warning_at, EXCLUDED.last_warning_at)
-     RETURNING id, machine_id, software`,
+     RETURNING id, machine_id, software, ${PG_MS('instances.last_heartbeat_at')} AS pg_ms`,
     [
       col((u) => u.customerId),
       rows.map((r) => r.machineId),
@@ -166,14 +172,14 @@ async function upsertInstances(c: PoolClient, updates: InstanceUpdate[]): Promis
       col((u) => u.lastSeen),
       col((u) => ms(u.heartbeat?.at)),
       col((u) => ms(u.heartbeat?.agentTs)),
-      col((u) => pgText(hb(u)?.version)),
-      col((u) => hb(u)?.uptime_seconds ?? null),
+      col((u) => hb(u)?.version ?? null),
+      col((u) => hb(u)?.uptime ?? null),
       col((u) => hb(u)?.pid ?? null),
-      col((u) => (hb(u)?.ip_addresses ? pgJson(hb(u)!.ip_addresses) : null)),
-      col((u) => pgText(hb(u)?.group)),
-      col((u) => pgText(hb(u)?.location)),
-      col((u) => toInt(hb(u)?.group_priority)),
-      col((u) => toInt(hb(u)?.sort_priority)),
+      col((u) => hb(u)?.ips ?? null),
+      col((u) => hb(u)?.group ?? null),
+      col((u) => hb(u)?.location ?? null),
+      col((u) => hb(u)?.groupPriority ?? null),
+      col((u) => hb(u)?.sortPriority ?? null),
       col((u) => st(u)?.status ?? null),
       col((u) => (u.status ? pgText(st(u)!.message ?? '') : null)),
       col((u) => ms(u.status?.at)),
@@ -182,22 +188,12 @@ async function upsertInstances(c: PoolClient, updates: InstanceUpdate[]): Promis
       col((u) => u.heartbeat?.skew ?? null),
     ],
   );
-  const out = new Map<string, Resolved>();
+  const out = new Map<string, Resolved & { pgAt: number | null }>();
   const byMachine = new Map(rows.map((r) => [`${r.machineId}|${r.u.software}`, r.u.key]));
-  for (const r of ires.rows) out.set(byMachine.get(`${r.machine_id}|${r.software}`)!, { machineId: r.machine_id, instanceId: r.id });
+  for (const r of ires.rows) {
+    out.set(byMachine.get(`${r.machine_id}|${r.software}`)!, { machineId: r.machine_id, instanceId: r.id, pgAt: r.pg_ms === null ? null : Number(r.pg_ms) });
+  }
   return out;
-}
-
-/**
- * SET clauses for fields that belong to one kind of report: take the incoming value when that
- * report is at least as new as the stored one. `keepOld`: a field the newest report leaves out
- * keeps its stored value (heartbeat fields); otherwise the newest report replaces all (status).
- */
-function newest(timeCol: string, fields: string[], keepOld = true): string {
-  const newer = `EXCLUDED.${timeCol} IS NOT NULL AND (instances.${timeCol} IS NULL OR EXCLUDED.${timeCol} >= instances.${timeCol})`;
-  return fields
-    .map((f) => `${f} = CASE WHEN ${newer} THEN ${keepOld ? `COALESCE(EXCLUDED.${f}, instances.${f})` : `EXCLUDED.${f}`} ELSE instances.${f} END`)
-    .join(',\n        ');
 }
 
 /** Column order of the rows writeClickHouse builds (TabSeparated, lib/db/clickhouse.ts). */
@@ -256,20 +252,4 @@ async function writeClickHouse(d: ApplyDeps, reports: Report[], rejections: Reje
     insertTsv(d.ch, 'status_history', STATUS_COLS, statuses),
     insertTsv(d.ch, 'ingest_rejections', REJECTION_COLS, rej),
   ]);
-}
-
-/** Heartbeat keys expire at receive time + timeout; an older report never shortens a newer key. */
-async function writeHeartbeatKeys(d: ApplyDeps, updates: Map<string, InstanceUpdate>, ids: Map<string, Resolved>): Promise<void> {
-  const keys = redisKeys(d.redisPrefix);
-  const now = Date.now();
-  const out: HeartbeatKey[] = [];
-  for (const u of updates.values()) {
-    if (!u.heartbeat) continue;
-    const id = ids.get(u.key);
-    if (!id) continue;
-    const expireAtMs = u.heartbeat.at + d.heartbeatTimeoutMs;
-    if (expireAtMs <= now) continue; // already silent for longer than the timeout
-    out.push({ key: keys.heartbeat(id.instanceId), value: u.customerId, expireAtMs });
-  }
-  if (out.length > 0) await extendHeartbeatKeys(d.redis, out);
 }

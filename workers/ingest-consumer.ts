@@ -80,22 +80,29 @@ export class IngestConsumer {
     private readonly checker: ReportChecker,
     private readonly opts: ConsumerOptions,
     private readonly log: Logger,
-    metrics: Metrics,
+    metrics: Metrics<'worker'>,
   ) {
+    const age = metrics.hotHistogram('fleet_worker_report_age_seconds');
+    const ageByKind = new Map<string, (seconds: number) => void>();
     this.m = {
-      reports: metrics.counter('worker_reports_total', 'Reports applied', ['kind']),
-      batches: metrics.histogram('worker_batch_seconds', 'Time to apply one batch', [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5]),
-      batchReports: metrics.histogram('worker_batch_reports', 'Reports per applied batch', [1, 10, 100, 1000, 5000, 10000, 50000]),
-      retries: metrics.counter('worker_retries_total', 'Messages nak-ed for a retry', ['reason']),
-      deadLettered: metrics.counter('worker_dead_lettered_total', 'Reports (or undecodable messages) moved to the dead-letter stream', ['kind']),
-      isolations: metrics.counter('worker_isolations_total', 'Batches storage refused, split to find the reports at fault'),
-      lagMs: metrics.gauge('worker_last_report_lag_ms', 'Receive-to-commit time of the newest report of the last batch'),
-      pending: metrics.gauge('worker_consumer_pending', 'Messages in the stream not yet delivered to any worker'),
-      ackPending: metrics.gauge('worker_consumer_ack_pending', 'Messages delivered to workers and not yet acked'),
-      stalls: metrics.counter('worker_consumer_stalls_total', 'Stalls the watchdog found (messages pending, none delivered); each restarts the pull'),
+      reports: metrics.counter('fleet_worker_reports_total'),
+      /** The report-age observer of one kind (made once per kind). */
+      age: (kind: string) => {
+        let o = ageByKind.get(kind);
+        if (!o) ageByKind.set(kind, (o = age.observer(kind)));
+        return o;
+      },
+      batches: metrics.histogram('fleet_worker_batch_duration_seconds'),
+      batchReports: metrics.histogram('fleet_worker_batch_reports'),
+      retries: metrics.counter('fleet_worker_retries_total'),
+      deadLetters: metrics.counter('fleet_worker_dead_letters_total'),
+      isolations: metrics.counter('fleet_worker_isolations_total'),
+      pending: metrics.gauge('fleet_worker_consumer_pending'),
+      ackPending: metrics.gauge('fleet_worker_consumer_ack_pending'),
+      stalls: metrics.counter('fleet_worker_consumer_stalls_total'),
     };
-    const age = metrics.gauge('worker_last_delivery_age_seconds', 'Seconds since this worker last received a message');
-    metrics.onScrape(() => age.set(this.puller ? (Date.now() - this.puller.lastDeliveryAt) / 1000 : 0));
+    const lastDelivery = metrics.gauge('fleet_worker_last_delivery_age_seconds');
+    metrics.onScrape(() => lastDelivery.set(this.puller ? (Date.now() - this.puller.lastDeliveryAt) / 1000 : 0));
   }
 
   start(): void {
@@ -216,8 +223,10 @@ export class IngestConsumer {
     if (units.length === 0) return;
     const started = Date.now();
     let isolation;
+    let committed: number;
     try {
       isolation = await applyIsolated(units, (u) => this.apply(u), (u) => this.explain(u));
+      committed = Date.now();
     } catch (e) {
       // A server is unavailable: nothing is lost, everything waits for it.
       this.m.retries.labels('unavailable').inc(msgs.length);
@@ -244,11 +253,11 @@ export class IngestConsumer {
     const failedUnits = new Set<Unit>([...isolation.unresolved, ...isolation.failed.map((f) => f.unit)]);
     for (const m of msgs) {
       if (retry.has(m)) {
-        this.m.retries.labels('data').inc();
+        this.m.retries.labels('failed').inc();
         m.nak(Math.min(500 * m.info.redeliveryCount, 5000));
       } else m.ack();
     }
-    this.observe(units.filter((u) => !failedUnits.has(u) && !retry.has(u.msg)), started);
+    this.observe(units.filter((u) => !failedUnits.has(u) && !retry.has(u.msg)), started, committed);
   }
 
   private async apply(units: Unit[]): Promise<void> {
@@ -268,20 +277,20 @@ export class IngestConsumer {
     return r ? r.detail.slice(0, 500) : null;
   }
 
-  private observe(units: Unit[], started: number): void {
-    const now = Date.now();
-    let newest = 0;
+  /** The applied reports: counted by kind, their age at the commit (receive -> committed), the batch's time. */
+  private observe(units: Unit[], started: number, committed: number): void {
+    const byKind = new Map<string, number>();
     let n = 0;
     for (const u of units) {
       const r = u.report;
       if (!r) continue;
       n++;
-      this.m.reports.labels(r.k).inc();
-      if (r.at > newest) newest = r.at;
+      byKind.set(r.k, (byKind.get(r.k) ?? 0) + 1);
+      this.m.age(r.k)(Math.max(0, committed - r.at) / 1000);
     }
-    this.m.batches.observe((now - started) / 1000);
+    for (const [kind, count] of byKind) this.m.reports.labels(kind).inc(count);
+    this.m.batches.observe((Date.now() - started) / 1000);
     this.m.batchReports.observe(n);
-    if (newest) this.m.lagMs.set(now - newest);
   }
 
   /**
@@ -316,7 +325,7 @@ export class IngestConsumer {
         },
       ]).catch((e) => this.log.warn({ err: e }, 'rejection-log row for a dead letter failed'));
     }
-    this.m.deadLettered.labels(failure.kind).inc();
+    this.m.deadLetters.labels(failure.kind).inc();
     return true;
   }
 
@@ -347,7 +356,7 @@ export class IngestConsumer {
         dropped: 0,
       },
     ]).catch((e) => this.log.warn({ err: e }, 'rejection-log row for a dead letter failed'));
-    this.m.deadLettered.labels('decode').inc();
+    this.m.deadLetters.labels('decode').inc();
     msg.term();
   }
 

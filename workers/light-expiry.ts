@@ -78,6 +78,8 @@ export class ExpiryListener {
     private readonly batch: number,
     private readonly log: Logger,
     private readonly onEvents: (events: LightEvent[]) => void = () => {},
+    /** Writes an instance's heartbeat still waiting for Postgres (workers/heartbeat-state.ts) before it is judged. */
+    private readonly repair: (ids: string[]) => Promise<unknown> = async () => {},
   ) {
     this.hbPrefix = redisKeys(redisPrefix).heartbeatPrefix;
   }
@@ -120,6 +122,7 @@ export class ExpiryListener {
       }
       try {
         const t0 = Date.now();
+        await this.repair(ids);
         const events = await recordTransitionsTx(this.pool, ids, 'expiry', this.params, await this.horizon.get());
         const t1 = Date.now();
         this.onEvents(events);

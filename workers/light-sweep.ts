@@ -30,6 +30,8 @@ export class LightSweep {
     private readonly horizon: Horizon,
     private readonly opts: { batch: number },
     private readonly onEvents: (events: LightEvent[]) => void = () => {},
+    /** Writes an instance's heartbeat still waiting for Postgres (workers/heartbeat-state.ts) before it is judged. */
+    private readonly repair: (ids: string[]) => Promise<unknown> = async () => {},
   ) {}
 
   /** One run; skipped (ran: false) while another worker's run holds the lock. */
@@ -41,12 +43,15 @@ export class LightSweep {
       try {
         const redelivered = await this.sink.drainOutbox(OUTBOX_GRACE_MS, this.opts.batch);
         let changes = 0;
-        // Each candidate changes colour (or was just changed by someone else), so it is not found
-        // again; the bound only guards against a loop on something unforeseen.
+        // Each candidate changes colour (or was just changed by someone else, or its waiting
+        // heartbeat was written), so it is not found again; the bound only guards against a loop
+        // on something unforeseen.
         for (let round = 0; round < 10_000; round++) {
           const horizon = await this.horizon.get();
           const ids = await this.candidates(horizon);
           if (ids.length === 0) break;
+          // A candidate whose newest heartbeat was still waiting for Postgres is no longer one.
+          await this.repair(ids);
           const events = await recordTransitionsTx(this.pool, ids, 'sweep', this.params, horizon);
           this.onEvents(events);
           await this.sink.deliverOrLeave(events);

@@ -19,12 +19,14 @@ import { sweepUploads } from './artifact-expiry.js';
 import { Horizon, LightEventSink, ReportLights } from './traffic-light.js';
 import { ExpiryListener, ensureExpiryEvents } from './light-expiry.js';
 import { LightSweep } from './light-sweep.js';
+import { HeartbeatState, HeartbeatFlusher, lookupIdsIn } from './heartbeat-state.js';
 import { Webhooks } from './webhooks.js';
 import type { LightEvent } from '../lib/traffic-light.js';
 import { sweepCommands } from './command-expiry.js';
 import { CommandHints } from '../lib/commands.js';
 import { QUEUES, scheduledJob, removeLegacyJobs } from '../lib/jobs.js';
 import { reconcileLicences } from '../lib/licences.js';
+import { LightCensus } from './light-census.js';
 
 const cfg = configOrExit('worker');
 const log = createLogger('worker', cfg.logLevel);
@@ -73,20 +75,39 @@ await retrying('the whitelist (Postgres)', () => whitelist.start());
 // Traffic light (docs/architecture.md "Traffic light"): changes recorded by reports, by Redis
 // expiry events and by the sweep; delivered to ClickHouse, NATS (live stream) and webhooks.
 const lightParams = { heartbeatTimeoutS: cfg.heartbeatTimeoutS, warningWindowS: cfg.warningWindowS };
-const lightChanges = metrics.counter('worker_light_changes_total', 'Traffic-light changes this worker recorded', ['cause', 'to']);
+const lightChanges = metrics.counter('fleet_worker_light_changes_total');
 const countLights = (events: LightEvent[]) => events.forEach((e) => lightChanges.labels(e.cause, e.to).inc());
 const bull = createRedis(cfg.redisUrl, { bullmq: true });
 bull.on('error', (e) => log.warn({ err: e }, 'redis (jobs) error'));
-const webhooks = new Webhooks(bull, cfg.redisPrefix, pool, cfg.webhooks, log);
+const webhookDeliveries = metrics.counter('fleet_worker_webhook_deliveries_total');
+const webhooks = new Webhooks(bull, cfg.redisPrefix, pool, cfg.webhooks, log, (outcome) => webhookDeliveries.labels(outcome).inc());
 await retrying('the webhook queue (Redis)', () => webhooks.start());
 const sink = new LightEventSink(pool, ch, nc, cfg.subjectPrefix, webhooks, log);
-const horizonLag = metrics.gauge('worker_light_horizon_lag_ms', 'How far behind the wall clock silence is judged (oldest report still queued)');
-const horizon = new Horizon(jsm, cfg.streamName, log, (ms) => horizonLag.set(ms));
-const sweep = new LightSweep(pool, sink, lightParams, horizon, { batch: cfg.light.sweepBatch }, countLights);
+const horizonLag = metrics.gauge('fleet_worker_light_horizon_lag_seconds');
+const horizon = new Horizon(jsm, cfg.streamName, log, (ms) => horizonLag.set(ms / 1000));
+const reportLights = new ReportLights(sink, lightParams, horizon, countLights);
+// Heartbeats that change nothing reach Postgres later, by the flusher (workers/heartbeat-state.ts);
+// the expiry listener and the sweep write an instance's pending heartbeat before judging it.
+const heartbeats = new HeartbeatState(redis, cfg.redisPrefix, {
+  heartbeatTimeoutMs: cfg.heartbeatTimeoutS * 1000,
+  pgIntervalMs: cfg.worker.pgHeartbeatIntervalS * 1000,
+  idCacheSize: cfg.worker.idCacheSize,
+  lookupIds: lookupIdsIn(pool),
+});
+const hbUpdates = metrics.counter('fleet_worker_heartbeat_updates_total');
+metrics.onScrape(() => {
+  hbUpdates.labels('postgres').inc(heartbeats.counts.written);
+  hbUpdates.labels('skipped').inc(heartbeats.counts.skipped);
+  heartbeats.counts.written = heartbeats.counts.skipped = 0;
+});
+const flushedTotal = metrics.counter('fleet_worker_heartbeats_flushed_total');
+const flusher = new HeartbeatFlusher(pool, heartbeats, reportLights, log, (n) => flushedTotal.inc(n));
+const repair = (ids: string[]) => flusher.repair(ids);
+const sweep = new LightSweep(pool, sink, lightParams, horizon, { batch: cfg.light.sweepBatch }, countLights, repair);
 let expiry: ExpiryListener | null = null;
 if (cfg.light.expiryListener) {
   await retrying('Redis expiry events', () => ensureExpiryEvents(redis, log));
-  expiry = new ExpiryListener(cfg.redisUrl, cfg.redisPrefix, pool, sink, lightParams, horizon, cfg.light.sweepBatch, log, countLights);
+  expiry = new ExpiryListener(cfg.redisUrl, cfg.redisPrefix, pool, sink, lightParams, horizon, cfg.light.sweepBatch, log, countLights, repair);
   await retrying('the expiry listener (Redis)', () => expiry!.start());
 } else {
   log.info('expiry listener off (LIGHT_EXPIRY_LISTENER=0): the sweep alone turns silent instances red');
@@ -113,11 +134,11 @@ const consumer = new IngestConsumer(
     ch,
     redis,
     redisPrefix: cfg.redisPrefix,
-    heartbeatTimeoutMs: cfg.heartbeatTimeoutS * 1000,
+    heartbeats,
     idempotencyTtlS: cfg.idempotencyTtlS,
     tsWindow: { pastMs: cfg.tsPlausiblePastS * 1000, futureMs: cfg.tsPlausibleFutureS * 1000 },
     whitelist,
-    lights: new ReportLights(sink, lightParams, horizon, countLights),
+    lights: reportLights,
     ackTimeoutS: cfg.commands.ackTimeoutS,
     commandsChanged: (refs) => hints.publish(refs),
   },
@@ -139,9 +160,36 @@ const consumer = new IngestConsumer(
   metrics,
 );
 consumer.start();
+flusher.start();
+log.info({ intervalMs: heartbeats.intervalMs, tickMs: heartbeats.tickMs }, 'heartbeats that change nothing reach Postgres within the interval');
 // The consumer's own state (stalls; NATS unreachable) joins the dependency probes in /readyz.
 const consumerHealth = setInterval(() => readiness.set('consumer', consumer.problem()), 1000);
 consumerHealth.unref();
+const ready = metrics.gauge('fleet_worker_ready');
+metrics.onScrape(() => ready.set(readiness.problem() === null ? 1 : 0));
+// The stream's fill level (ingest answers 503 when it reaches STREAM_MAX_BYTES): read every 5 s.
+const stream = { bytes: metrics.gauge('fleet_worker_stream_bytes'), max: metrics.gauge('fleet_worker_stream_max_bytes'), messages: metrics.gauge('fleet_worker_stream_messages') };
+const readStream = () =>
+  jsm.streams.info(cfg.streamName).then(
+    (i) => {
+      stream.bytes.set(i.state.bytes);
+      stream.max.set(i.config.max_bytes);
+      stream.messages.set(i.state.messages);
+    },
+    (e) => log.debug({ err: e }, 'stream state unknown (NATS)'),
+  );
+void readStream();
+const streamWatch = setInterval(() => void readStream(), 5000);
+streamWatch.unref();
+// Instances per traffic-light colour: counted by one worker per interval, served by every worker.
+const census = new LightCensus(pool, redis, cfg.redisPrefix, cfg.light.censusIntervalMs);
+const instances = metrics.gauge('fleet_worker_instances');
+metrics.onScrape(async () => {
+  const counts = await census.read().catch(() => undefined);
+  if (counts === undefined) return; // Redis away: the last numbers stay
+  instances.reset();
+  if (counts) for (const [light, n] of Object.entries(counts)) instances.labels(light).set(n);
+});
 // Scheduled jobs (lib/jobs.ts): each runs every interval on one worker replica.
 const jobCtx = { connection: bull, redisPrefix: cfg.redisPrefix, log };
 const jobs = [
@@ -156,6 +204,11 @@ const jobs = [
   scheduledJob(jobCtx, { queue: QUEUES.artifactExpiry, everyMs: cfg.artifacts.sweepMs, run: () =>
     sweepUploads(artifactStore, pool, { now: Date.now(), graceMs: cfg.artifacts.expiryGraceS * 1000, keepCompletedMs: cfg.artifacts.uploadTtlS * 1000 }),
   }),
+  // Instances per traffic-light colour (fleet_worker_instances).
+  scheduledJob(jobCtx, { queue: QUEUES.lightCensus, everyMs: cfg.light.censusIntervalMs, keep: 2, run: async () => {
+    await census.run();
+    return {};
+  } }),
   // Agent commands that waited too long: expired (queued) or timed_out (delivered, no ack).
   scheduledJob(jobCtx, { queue: QUEUES.commandExpiry, everyMs: cfg.commands.sweepMs, run: async () => {
     const r = await sweepCommands(pool);
@@ -174,7 +227,9 @@ log.info({ stream: cfg.streamName, consumer: cfg.worker.consumerName, pullMaxMes
 life.onShutdown(async (why) => {
   log.info({ why }, 'shutting down: finishing the batch in hand');
   await consumer.stop();
+  await flusher.stop();
   clearInterval(consumerHealth);
+  clearInterval(streamWatch);
   stopProbes();
   whitelist.stop();
   await Promise.allSettled([expiry?.stop(), webhooks.stop(), ...jobs.map((j) => j.stop())]);

@@ -16,6 +16,8 @@ export interface InstanceUpdate {
   heartbeat: { at: number; agentTs: number | null; skew: boolean; body: Heartbeat } | null;
   status: { at: number; body: Status } | null;
   lastWarning: number | null;
+  /** Every report of the batch for this instance is a heartbeat (workers/heartbeat-state.ts may skip Postgres). */
+  onlyHeartbeats: boolean;
 }
 
 export const instanceKey = (r: Pick<Report, 'c' | 'm' | 's'>) => `${r.c}|${r.m}|${r.s}`;
@@ -46,11 +48,7 @@ export function agentTime(ts: unknown, receivedAt: number, w: TsWindow): { ms: n
   return { ms, skew: false };
 }
 
-export function toInt(v: unknown): number | null {
-  if (typeof v === 'number' && Number.isInteger(v)) return v;
-  if (typeof v === 'string' && /^-?[0-9]{1,15}$/.test(v)) return Number(v);
-  return null;
-}
+export { toInt } from '../lib/live-heartbeats.js';
 
 /**
  * `suppressed`: per diagnostics report, the whitelist rule (or null) of each item; a suppressed
@@ -62,11 +60,12 @@ export function summarise(reports: Report[], w: TsWindow, suppressed?: Map<Repor
     const key = instanceKey(r);
     let u = out.get(key);
     if (!u) {
-      u = { key, customerId: r.c, customer: r.cs, machine: r.m, software: r.s, firstSeen: r.at, lastSeen: r.at, heartbeat: null, status: null, lastWarning: null };
+      u = { key, customerId: r.c, customer: r.cs, machine: r.m, software: r.s, firstSeen: r.at, lastSeen: r.at, heartbeat: null, status: null, lastWarning: null, onlyHeartbeats: true };
       out.set(key, u);
     }
     if (r.at < u.firstSeen) u.firstSeen = r.at;
     if (r.at > u.lastSeen) u.lastSeen = r.at;
+    if (r.k !== 'heartbeat') u.onlyHeartbeats = false;
     if (r.k === 'heartbeat') {
       const b = r.b as Heartbeat;
       if (!u.heartbeat || r.at >= u.heartbeat.at) {

@@ -28,6 +28,9 @@ export interface WebhookOptions {
   allowCidrs: string;
 }
 
+/** What a delivery attempt came to (fleet_worker_webhook_deliveries_total). */
+export type DeliveryOutcome = 'delivered' | 'retrying' | 'failed' | 'skipped';
+
 interface DeliveryJob {
   webhookId: string;
   event: LightEvent;
@@ -49,6 +52,7 @@ export class Webhooks implements WebhookEnqueuer {
     private readonly pool: Pool,
     private readonly opts: WebhookOptions,
     private readonly log: Logger,
+    private readonly onOutcome: (outcome: DeliveryOutcome) => void = () => {},
   ) {
     this.policy = new EgressPolicy({ allowCidrs: opts.allowCidrs });
   }
@@ -94,9 +98,15 @@ export class Webhooks implements WebhookEnqueuer {
     const { webhookId, event } = job.data;
     const w = await this.pool.query<{ url: string; secret: string }>(`SELECT url, secret FROM webhooks WHERE id = $1`, [webhookId]);
     const hook = w.rows[0];
-    if (!hook) return 'webhook deleted';
+    if (!hook) {
+      this.onOutcome('skipped');
+      return 'webhook deleted';
+    }
     const done = await this.pool.query(`SELECT 1 FROM webhook_deliveries WHERE webhook_id = $1 AND event_id = $2 AND state = 'delivered'`, [webhookId, event.id]);
-    if (done.rows[0]) return 'delivered before';
+    if (done.rows[0]) {
+      this.onOutcome('skipped');
+      return 'delivered before';
+    }
     const attempt = Math.max(job.attemptsStarted, job.attemptsMade + 1);
     const body = JSON.stringify(webhookPayload(event));
     const ts = Math.floor(Date.now() / 1000);
@@ -127,6 +137,7 @@ export class Webhooks implements WebhookEnqueuer {
     const state = error === null ? 'delivered' : final ? 'failed' : 'retrying';
     const nextAt = final ? null : new Date(Date.now() + this.opts.backoffMs * 2 ** (attempt - 1));
     await this.record(webhookId, event, state, attempt, status, error, nextAt);
+    this.onOutcome(state);
     if (error !== null) throw new Error(`webhook delivery failed: ${error}`);
     return 'delivered';
   }

@@ -1,13 +1,19 @@
-// A load generator at a fixed offered rate, in its own process (run by bench/run.ts with IPC).
-// Each request is a heartbeat whose `version` carries a sequence number, so the bench can find the
-// report in ClickHouse and measure the time from the 200 to the row being queryable.
-// argv: <origin> <targets file> <rate per s> <seconds> <connections>
+// A load generator at a fixed offered rate, in its own process (run by bench/run.ts with IPC;
+// several of them share a rate that one Node process cannot offer alone).
+// By default each request is a steady-state heartbeat (the same version every time) whose
+// `uptime_seconds` carries a sequence number, so the bench can find the report in ClickHouse and
+// measure the time from the 200 to the row being queryable; generator g of n sends the numbers
+// g, g + n, g + 2n, … With a body file, every request carries that body instead.
+// argv: <origin> <targets file> <rate per s> <seconds> <connections> [<first seq> <seq step>] [<body file>]
 import { readFileSync } from 'node:fs';
 import { Pool } from 'undici';
 
-const [origin, targetsFile, rateS, secondsS, connS] = process.argv.slice(2);
+const [origin, targetsFile, rateS, secondsS, connS, firstS, stepS, bodyFile] = process.argv.slice(2);
 const rate = Number(rateS);
 const seconds = Number(secondsS);
+const first = Number(firstS ?? 0);
+const step = Number(stepS ?? 1);
+const fixedBody = bodyFile ? readFileSync(bodyFile, 'utf8') : null;
 const targets = readFileSync(targetsFile!, 'utf8')
   .split('\n')
   .filter(Boolean)
@@ -22,7 +28,8 @@ let failed = 0;
 let inflight = 0;
 let maxInflight = 0;
 
-async function one(seq: number): Promise<void> {
+async function one(n: number): Promise<void> {
+  const seq = first + n * step;
   const [path, token] = targets[seq % targets.length]!;
   const sentMs = Date.now();
   inflight++;
@@ -32,11 +39,11 @@ async function one(seq: number): Promise<void> {
       method: 'POST',
       path,
       headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
-      body: `{"version":"e2e-${seq}"}`,
+      body: fixedBody ?? `{"version":"e2e","uptime_seconds":${seq}}`,
     });
     await r.body.dump();
     const ackMs = Date.now();
-    if (r.statusCode === 200) ok++;
+    if (r.statusCode >= 200 && r.statusCode < 300) ok++;
     else failed++;
     acks.push([seq, sentMs, ackMs, r.statusCode]);
   } catch {

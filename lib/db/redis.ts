@@ -41,6 +41,14 @@ export function redisKeys(prefix: string) {
     /** Present while the instance's heartbeat is fresh; PX = timeout from the receive time. */
     heartbeat: (instanceId: string) => `${prefix}hb:${instanceId}`,
     heartbeatPrefix: `${prefix}hb:`,
+    /**
+     * Hash: the newest heartbeat of an instance and what Postgres holds of it (lib/live-heartbeats.ts,
+     * workers/heartbeat-state.ts); expires a while after the heartbeat key.
+     */
+    heartbeatState: (instanceId: string) => `${prefix}hs:${instanceId}`,
+    heartbeatStatePrefix: `${prefix}hs:`,
+    /** Sorted set: instance id -> when its newest heartbeat is due in Postgres (ms). */
+    heartbeatDue: `${prefix}hbdue`,
     /** First receive time of a report sent with an Idempotency-Key (24 h). */
     idempotency: (reportId: string) => `${prefix}idem:${reportId}`,
   };

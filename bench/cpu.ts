@@ -1,0 +1,121 @@
+// What a scenario costs each process of the stack, read from /proc: CPU-seconds (user + system) of
+// the gateway, the workers and every server the stack started for this data folder, and the rows
+// Postgres wrote (pg_stat_user_tables). bench/run.ts takes a snapshot before and after a scenario
+// and divides the difference by the reports it carried.
+import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
+import type { Pool } from '../lib/db/postgres.js';
+
+/** Clock ticks per second of /proc/<pid>/stat (USER_HZ: 100 on every Linux the stack runs on). */
+const HZ = 100;
+
+interface Stat {
+  comm: string;
+  ppid: number;
+  /** Own user + system time, s. */
+  self: number;
+  /** User + system time of waited-for children, s. */
+  children: number;
+}
+
+function stat(pid: number): Stat | null {
+  try {
+    const s = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    // comm is in parentheses and may hold spaces: the fields start after the last ')'.
+    const close = s.lastIndexOf(')');
+    const comm = s.slice(s.indexOf('(') + 1, close);
+    const f = s.slice(close + 2).split(' ');
+    // f[0] is field 3 (state): utime is field 14, stime 15, cutime 16, cstime 17; ppid field 4.
+    return { comm, ppid: Number(f[1]), self: (Number(f[11]) + Number(f[12])) / HZ, children: (Number(f[13]) + Number(f[14])) / HZ };
+  } catch {
+    return null;
+  }
+}
+
+function pids(): number[] {
+  return readdirSync('/proc')
+    .filter((d) => /^\d+$/.test(d))
+    .map(Number);
+}
+
+/** Whether the process serves this data folder (its working directory or command line names it). */
+function serves(pid: number, dir: string): boolean {
+  try {
+    const cwd = readlinkSync(`/proc/${pid}/cwd`);
+    if (cwd === dir || cwd.startsWith(dir + '/')) return true;
+  } catch {
+    /* gone or not ours */
+  }
+  try {
+    return readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes(dir);
+  } catch {
+    return false;
+  }
+}
+
+export type Servers = Record<'nats-server' | 'postgres' | 'clickhouse-server' | 'redis-server', number>;
+
+/** The pids of the servers started for `dataDir` (Postgres: the postmaster). */
+export function serverPids(dataDir: string): Partial<Servers> {
+  const out: Partial<Servers> = {};
+  const all = pids().map((pid) => ({ pid, s: stat(pid) }));
+  for (const { pid, s } of all) {
+    if (!s || !serves(pid, dataDir)) continue;
+    const name = s.comm.startsWith('clickhouse') ? 'clickhouse-server' : s.comm.startsWith('redis') ? 'redis-server' : s.comm === 'nats-server' ? 'nats-server' : s.comm === 'postgres' ? 'postgres' : null;
+    if (!name) continue;
+    // Postgres: the one whose parent is not a postgres (its backends have the postmaster as parent).
+    if (name === 'postgres' && stat(s.ppid)?.comm === 'postgres') continue;
+    out[name] = pid;
+  }
+  return out;
+}
+
+/**
+ * CPU-seconds used so far by a process; with `withChildren`, also by every child it has (live ones
+ * counted directly, exited ones through the kernel's cutime/cstime): Postgres works in backends.
+ */
+export function cpuSeconds(pid: number, withChildren = false): number {
+  const s = stat(pid);
+  if (!s) return 0;
+  if (!withChildren) return s.self;
+  let total = s.self + s.children;
+  for (const p of pids()) {
+    const c = stat(p);
+    if (c && c.ppid === pid) total += c.self;
+  }
+  return total;
+}
+
+export interface CpuSnapshot {
+  at: number;
+  seconds: Record<string, number>;
+  pgRows: number;
+}
+
+/** Rows inserted, updated and deleted in this database's tables so far (Postgres's statistics). */
+export async function pgRowsWritten(pool: Pool): Promise<number> {
+  // The statistics a backend collected reach the shared counters when it is idle for a moment.
+  const r = await pool.query<{ n: string }>('SELECT coalesce(sum(n_tup_ins + n_tup_upd + n_tup_del), 0)::text AS n FROM pg_stat_user_tables');
+  return Number(r.rows[0]!.n);
+}
+
+export async function snapshot(dataDir: string, procs: Record<string, number | undefined>, pool: Pool): Promise<CpuSnapshot> {
+  const servers = serverPids(dataDir);
+  const seconds: Record<string, number> = {};
+  for (const [name, pid] of Object.entries(procs)) if (pid) seconds[name] = cpuSeconds(pid);
+  for (const [name, pid] of Object.entries(servers)) seconds[name] = cpuSeconds(pid, name === 'postgres');
+  return { at: Date.now(), seconds, pgRows: await pgRowsWritten(pool) };
+}
+
+/** CPU-seconds per 100,000 reports of each process between two snapshots, and Postgres rows. */
+export function perHundredThousand(a: CpuSnapshot, b: CpuSnapshot, reports: number) {
+  const k = 100_000 / Math.max(1, reports);
+  const cpu: Record<string, number> = {};
+  let total = 0;
+  for (const [name, s] of Object.entries(b.seconds)) {
+    const d = s - (a.seconds[name] ?? 0);
+    total += d;
+    cpu[name] = Math.round(d * k * 100) / 100;
+  }
+  cpu.total = Math.round(total * k * 100) / 100;
+  return { reports, wall_s: Math.round((b.at - a.at) / 100) / 10, cpu_s_per_100k: cpu, pg_rows_per_100k: Math.round((b.pgRows - a.pgRows) * k) };
+}

@@ -1,0 +1,534 @@
+// Heartbeats in Redis, and Postgres writes that follow changes, not reports (docs/architecture.md
+// "Where an instance's state lives").
+//
+// Per instance, Redis holds
+//   hb:<id>   the heartbeat key: present while the instance is fresh, expiring at the newest
+//             heartbeat's receive time + HEARTBEAT_TIMEOUT_S (its expiry turns the light red:
+//             workers/light-expiry.ts). An older report never shortens it.
+//   hs:<id>   the state hash: `seen` and `hb` (receive time and fields of the newest heartbeat
+//             applied), `hf` (fingerprint of those fields), `pg` (receive time of the newest
+//             heartbeat Postgres holds), `fp`/`fa` (fingerprint of the fields Postgres holds, and
+//             of which heartbeat; '' = unknown), `mid` (machine id).
+// and the sorted set hbdue: instance id -> when its newest heartbeat is due in Postgres.
+//
+// A batch's heartbeat-only update of an instance whose ids this worker knows is *skipped* (no
+// Postgres write) when, atomically in one script: its heartbeat key exists (so its light is not
+// red for silence, and this heartbeat cannot change its colour) and its fingerprint equals the one
+// Postgres holds (no field changes). A skipped heartbeat extends the key, becomes the hash's
+// newest if it is, and puts the instance in hbdue at `pg + interval` (unless already there).
+// Everything else goes to Postgres at once, as before (identity, changed fields, status, warnings,
+// a silent instance coming back) and records afterwards what Postgres holds.
+//
+// The flusher (every worker, HeartbeatFlusher) writes what is due: the newest heartbeat of each
+// instance at most `interval` after the previous Postgres write, with the same newest-wins rules as
+// the ingest upsert. So Postgres's last_heartbeat_at is never more than interval + one flush tick
+// behind, and the interval is below the heartbeat timeout: a silence Postgres sees is real, and the
+// traffic-light SQL (lib/traffic-light.ts) keeps judging from Postgres alone. The api merges the
+// hash into what it shows (lib/live-heartbeats.ts): times exact to the millisecond.
+//
+// Scripts name keys they build from the prefix: a Redis Cluster is not supported (one primary with
+// replicas for failover: docs/operations.md).
+import { LRUCache } from 'lru-cache';
+import { luaCommand, redisKeys, type Redis } from '../lib/db/redis.js';
+import { withTx, type Pool } from '../lib/db/postgres.js';
+import type { Logger } from '../lib/log.js';
+import { heartbeatFields, fingerprint, encodeFields, decodeFields, type HeartbeatFields } from '../lib/live-heartbeats.js';
+import type { InstanceUpdate } from './reports.js';
+import type { ReportLights } from './traffic-light.js';
+import type { LightEvent } from '../lib/traffic-light.js';
+
+export interface Resolved {
+  machineId: string;
+  instanceId: string;
+}
+
+/** Instances per script call. */
+const CHUNK = 1000;
+
+/**
+ * KEYS: hbdue, then per instance its state hash and heartbeat key.
+ * ARGV: interval ms, keep ms (state outlives the heartbeat key by this), then per instance
+ *       receive time, fingerprint, fields (JSON), key expiry (ms), instance id.
+ * Returns per instance 1 (skipped: Postgres holds its fields, the key is extended) or 0.
+ */
+const SKIP = `
+local interval = tonumber(ARGV[1])
+local keep = tonumber(ARGV[2])
+local out = {}
+local n = (#KEYS - 1) / 2
+for i = 1, n do
+  local hs = KEYS[2 * i]
+  local hb = KEYS[2 * i + 1]
+  local a = 2 + (i - 1) * 5
+  local at = tonumber(ARGV[a + 1])
+  local fp = ARGV[a + 2]
+  out[i] = 0
+  if redis.call('EXISTS', hb) == 1 then
+    local st = redis.call('HMGET', hs, 'fp', 'pg', 'seen')
+    if st[1] == fp and st[2] then
+      out[i] = 1
+      local exp = tonumber(ARGV[a + 4])
+      redis.call('PEXPIREAT', hb, exp, 'GT')
+      local seen = tonumber(st[3]) or 0
+      if at > seen then
+        redis.call('HSET', hs, 'seen', at, 'hb', ARGV[a + 3], 'hf', fp)
+        redis.call('PEXPIREAT', hs, exp + keep, 'GT')
+      end
+      local pg = tonumber(st[2])
+      if at > pg then redis.call('ZADD', KEYS[1], 'NX', pg + interval, ARGV[a + 5]) end
+    end
+  end
+end
+return out
+`;
+
+/**
+ * After a Postgres write. KEYS: hbdue, then per instance its state hash and heartbeat key.
+ * ARGV: now ms, keep ms, record state (1/0), then per instance receive time, fingerprint, fields,
+ *       key expiry, instance id, customer id, machine id, and the receive time of the heartbeat
+ *       Postgres holds after the write (its last_heartbeat_at).
+ */
+const WRITTEN = `
+local now = tonumber(ARGV[1])
+local keep = tonumber(ARGV[2])
+local record = ARGV[3] == '1'
+local n = (#KEYS - 1) / 2
+for i = 1, n do
+  local hs = KEYS[2 * i]
+  local hb = KEYS[2 * i + 1]
+  local a = 3 + (i - 1) * 8
+  local at = tonumber(ARGV[a + 1])
+  local fp = ARGV[a + 2]
+  local exp = tonumber(ARGV[a + 4])
+  local id = ARGV[a + 5]
+  local pgAt = tonumber(ARGV[a + 8])
+  if exp > now then
+    if not redis.call('SET', hb, ARGV[a + 6], 'PXAT', exp, 'NX') then
+      redis.call('PEXPIREAT', hb, exp, 'GT')
+    end
+  end
+  if record then
+    local st = redis.call('HMGET', hs, 'pg', 'fa', 'seen', 'hf')
+    local pg = tonumber(st[1]) or 0
+    local fa = tonumber(st[2]) or 0
+    local seen = tonumber(st[3]) or 0
+    if pgAt > pg then redis.call('HSET', hs, 'pg', pgAt) end
+    if pgAt == at and at >= fa then
+      redis.call('HSET', hs, 'fp', fp, 'fa', at)
+    elseif pgAt > at and pgAt > fa then
+      redis.call('HSET', hs, 'fp', '', 'fa', pgAt)
+    end
+    redis.call('HSET', hs, 'mid', ARGV[a + 7])
+    if at >= seen then
+      redis.call('HSET', hs, 'seen', at, 'hb', ARGV[a + 3], 'hf', fp)
+      if pgAt >= at then redis.call('ZREM', KEYS[1], id) end
+    elseif st[4] ~= fp then
+      redis.call('HSET', hs, 'fp', '')
+      redis.call('ZADD', KEYS[1], now, id)
+    end
+    local ttl = redis.call('PEXPIRETIME', hs)
+    local until_ = math.max(exp, seen + (exp - at)) + keep
+    if ttl < until_ then redis.call('PEXPIREAT', hs, until_) end
+  end
+end
+return n
+`;
+
+/**
+ * Claims instances due in Postgres. KEYS: hbdue. ARGV: now, lease until, limit, state-hash prefix,
+ * then (optional) instance ids to claim whatever their due time (a repair).
+ * Returns [id, seen, fields, machine id, fingerprint] of each claimed one; drops members with
+ * nothing to write.
+ */
+const CLAIM = `
+local ids
+if #ARGV > 4 then
+  ids = {}
+  for i = 5, #ARGV do ids[#ids + 1] = ARGV[i] end
+else
+  ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[3]))
+end
+local out = {}
+for _, id in ipairs(ids) do
+  local st = redis.call('HMGET', ARGV[4] .. id, 'seen', 'pg', 'hb', 'mid', 'hf')
+  if st[1] and st[2] and st[3] and st[4] and tonumber(st[1]) > tonumber(st[2]) then
+    redis.call('ZADD', KEYS[1], ARGV[2], id)
+    out[#out + 1] = { id, st[1], st[3], st[4], st[5] or '' }
+  elseif #ARGV == 4 then
+    redis.call('ZREM', KEYS[1], id)
+  end
+end
+return out
+`;
+
+/**
+ * After the flusher's write. KEYS: hbdue. ARGV: interval, state-hash prefix, heartbeat-key prefix,
+ * then per instance: id, receive time written, its fingerprint, Postgres's last heartbeat time
+ * after the write (-1: Postgres has no such instance; its keys go, so the next heartbeat is
+ * written to Postgres and creates it again).
+ */
+const FLUSHED = `
+local interval = tonumber(ARGV[1])
+local n = 0
+for i = 4, #ARGV, 4 do
+  local id = ARGV[i]
+  local at = tonumber(ARGV[i + 1])
+  local pgAt = tonumber(ARGV[i + 3])
+  local hs = ARGV[2] .. id
+  local st = redis.call('HMGET', hs, 'pg', 'fa', 'seen')
+  if pgAt < 0 then
+    redis.call('DEL', hs, ARGV[3] .. id)
+    redis.call('ZREM', KEYS[1], id)
+  elseif st[3] then
+    local pg = math.max(tonumber(st[1]) or 0, pgAt)
+    local fa = tonumber(st[2]) or 0
+    redis.call('HSET', hs, 'pg', pg)
+    if pgAt == at and at >= fa then
+      redis.call('HSET', hs, 'fp', ARGV[i + 2], 'fa', at)
+    elseif pgAt > fa then
+      redis.call('HSET', hs, 'fp', '', 'fa', pgAt)
+    end
+    if tonumber(st[3]) > pg then
+      redis.call('ZADD', KEYS[1], pg + interval, id)
+    else
+      redis.call('ZREM', KEYS[1], id)
+    end
+  else
+    redis.call('ZREM', KEYS[1], id)
+  end
+  n = n + 1
+end
+return n
+`;
+
+const skipScript = luaCommand<number[]>('heartbeatSkip', SKIP);
+const writtenScript = luaCommand<number>('heartbeatWritten', WRITTEN);
+const claimScript = luaCommand<[string, string, string, string, string][]>('heartbeatClaim', CLAIM);
+const flushedScript = luaCommand<number>('heartbeatFlushed', FLUSHED);
+
+export interface HeartbeatStateOptions {
+  heartbeatTimeoutMs: number;
+  /** PG_HEARTBEAT_INTERVAL_S as configured, ms (0: every heartbeat is written to Postgres). */
+  pgIntervalMs: number;
+  /** Instances whose ids a worker keeps (WORKER_ID_CACHE). */
+  idCacheSize: number;
+  /**
+   * Reads the ids of instances not in the cache (a worker that started, or a cache smaller than the
+   * fleet), so a heartbeat of a known instance skips Postgres even then: a read, not a write.
+   * Without it, a miss is written to Postgres (and its ids cached).
+   */
+  lookupIds?: (updates: InstanceUpdate[]) => Promise<Map<string, Resolved>>;
+}
+
+/** Ids of existing instances by instance key (customer|machine|software): one read for many. */
+export function lookupIdsIn(pool: Pool): (updates: InstanceUpdate[]) => Promise<Map<string, Resolved>> {
+  return async (updates) => {
+    const out = new Map<string, Resolved>();
+    if (updates.length === 0) return out;
+    const r = await pool.query<{ customer_id: string; slug: string; software: string; machine_id: string; instance_id: string }>(
+      `SELECT m.customer_id, m.slug, i.software, m.id AS machine_id, i.id AS instance_id
+         FROM unnest($1::uuid[], $2::text[], $3::text[]) AS k(customer_id, slug, software)
+         JOIN machines m ON m.customer_id = k.customer_id AND m.slug = k.slug
+         JOIN instances i ON i.machine_id = m.id AND i.software = k.software`,
+      [updates.map((u) => u.customerId), updates.map((u) => u.machine), updates.map((u) => u.software)],
+    );
+    for (const row of r.rows) out.set(`${row.customer_id}|${row.slug}|${row.software}`, { machineId: row.machine_id, instanceId: row.instance_id });
+    return out;
+  };
+}
+
+/**
+ * The interval in force: as configured, but at most 80 % of the heartbeat timeout, so that a flush
+ * (interval + one tick + the write) always lands before Postgres's stale time could look silent.
+ */
+export function effectiveIntervalMs(o: Pick<HeartbeatStateOptions, 'heartbeatTimeoutMs' | 'pgIntervalMs'>): number {
+  return Math.max(0, Math.min(o.pgIntervalMs, Math.floor(o.heartbeatTimeoutMs * 0.8)));
+}
+
+/** A heartbeat-only update with its fields, as the scripts take it. */
+interface Prepared {
+  u: InstanceUpdate;
+  f: HeartbeatFields;
+  fp: string;
+  json: string;
+}
+
+export class HeartbeatState {
+  readonly intervalMs: number;
+  /** Flush tick: a tenth of the interval, between 50 ms and 1 s. */
+  readonly tickMs: number;
+  /** A claimed flush not finished within this (its worker died) is claimed again. */
+  readonly leaseMs: number;
+  /** The state hash outlives the heartbeat key by this. */
+  private readonly keepMs: number;
+  private readonly keys: ReturnType<typeof redisKeys>;
+  /** Instance key (customer|machine|software) -> ids, from Postgres writes. */
+  private readonly ids: LRUCache<string, Resolved>;
+  /** Heartbeat-only updates that skipped Postgres, and heartbeat updates written (metrics). */
+  readonly counts = { skipped: 0, written: 0, lookedUp: 0 };
+
+  constructor(
+    readonly redis: Redis,
+    readonly prefix: string,
+    private readonly o: HeartbeatStateOptions,
+  ) {
+    this.intervalMs = effectiveIntervalMs(o);
+    this.tickMs = Math.min(1000, Math.max(50, Math.floor(this.intervalMs / 10)));
+    this.leaseMs = Math.min(30_000, Math.max(1000, Math.floor(o.heartbeatTimeoutMs / 10)));
+    this.keepMs = this.intervalMs + 60_000;
+    this.keys = redisKeys(prefix);
+    this.ids = new LRUCache({ max: Math.max(1, o.idCacheSize) });
+  }
+
+  get enabled(): boolean {
+    return this.intervalMs > 0;
+  }
+
+  private prepare(u: InstanceUpdate): Prepared {
+    const h = u.heartbeat!;
+    const f = heartbeatFields(h.at, h.agentTs, h.skew, h.body);
+    return { u, f, fp: fingerprint(f), json: encodeFields(f) };
+  }
+
+  /**
+   * The updates whose Postgres write can wait (see the top of this file), with their ids; the
+   * caller writes the others. Redis failing fails the batch (it is retried), like any write.
+   */
+  async skip(updates: Iterable<InstanceUpdate>, now = Date.now()): Promise<Map<string, Resolved>> {
+    const out = new Map<string, Resolved>();
+    if (!this.enabled) return out;
+    const candidates: { p: Prepared; id: Resolved }[] = [];
+    const misses: InstanceUpdate[] = [];
+    for (const u of updates) {
+      if (!u.onlyHeartbeats || !u.heartbeat) continue;
+      // An old heartbeat applied late (a backlog longer than the timeout) goes the careful way.
+      if (u.heartbeat.at + this.o.heartbeatTimeoutMs <= now) continue;
+      const id = this.ids.get(u.key);
+      if (id) candidates.push({ p: this.prepare(u), id });
+      else misses.push(u);
+    }
+    if (misses.length > 0 && this.o.lookupIds) {
+      const found = await this.o.lookupIds(misses);
+      this.counts.lookedUp += found.size;
+      for (const u of misses) {
+        const id = found.get(u.key);
+        if (!id) continue;
+        this.ids.set(u.key, id);
+        candidates.push({ p: this.prepare(u), id });
+      }
+    }
+    const calls: Promise<void>[] = [];
+    for (let i = 0; i < candidates.length; i += CHUNK) {
+      const part = candidates.slice(i, i + CHUNK);
+      const args: (string | number)[] = [this.keys.heartbeatDue];
+      for (const c of part) args.push(this.keys.heartbeatState(c.id.instanceId), this.keys.heartbeat(c.id.instanceId));
+      args.push(this.intervalMs, this.keepMs);
+      for (const { p, id } of part) args.push(p.f.at, p.fp, p.json, p.f.at + this.o.heartbeatTimeoutMs, id.instanceId);
+      calls.push(
+        skipScript(this.redis, 1 + 2 * part.length, ...args).then((res) => {
+          part.forEach((c, j) => {
+            if (res[j] === 1) out.set(c.p.u.key, c.id);
+          });
+        }),
+      );
+    }
+    await Promise.all(calls);
+    this.counts.skipped += out.size;
+    return out;
+  }
+
+  /**
+   * After the Postgres commit of `written` (with the receive time of the heartbeat Postgres holds
+   * for each, `pgAt`): heartbeat keys, the state hash, and the ids for later skips.
+   */
+  async written(written: { u: InstanceUpdate; id: Resolved; pgAt: number | null }[], now = Date.now()): Promise<void> {
+    const withHb: { p: Prepared; id: Resolved; pgAt: number }[] = [];
+    for (const w of written) {
+      this.ids.set(w.u.key, w.id);
+      if (w.u.heartbeat) withHb.push({ p: this.prepare(w.u), id: w.id, pgAt: w.pgAt ?? w.u.heartbeat.at });
+    }
+    this.counts.written += withHb.length;
+    const calls: Promise<number>[] = [];
+    for (let i = 0; i < withHb.length; i += CHUNK) {
+      const part = withHb.slice(i, i + CHUNK);
+      const args: (string | number)[] = [this.keys.heartbeatDue];
+      for (const c of part) args.push(this.keys.heartbeatState(c.id.instanceId), this.keys.heartbeat(c.id.instanceId));
+      args.push(now, this.keepMs, this.enabled ? 1 : 0);
+      for (const { p, id, pgAt } of part) {
+        args.push(p.f.at, p.fp, p.json, p.f.at + this.o.heartbeatTimeoutMs, id.instanceId, p.u.customerId, id.machineId, pgAt);
+      }
+      calls.push(writtenScript(this.redis, 1 + 2 * part.length, ...args));
+    }
+    await Promise.all(calls);
+  }
+
+  /** Claims what is due (or, with `ids`, those instances now): what Postgres lacks of each. */
+  async claim(limit: number, ids: string[] = [], now = Date.now()): Promise<Claimed[]> {
+    const rows = await claimScript(this.redis, 1, this.keys.heartbeatDue, now, now + this.leaseMs, limit, this.keys.heartbeatStatePrefix, ...ids);
+    const out: Claimed[] = [];
+    for (const [id, , json, machineId, fp] of rows) {
+      const f = decodeFields(json);
+      if (f) out.push({ instanceId: id, machineId, fields: f, fp });
+    }
+    return out;
+  }
+
+  /** After the flusher's commit: what Postgres now holds of each (`pgAt`: its last heartbeat time). */
+  async flushed(done: { c: Claimed; pgAt: number }[]): Promise<void> {
+    for (let i = 0; i < done.length; i += CHUNK) {
+      const args: (string | number)[] = [this.keys.heartbeatDue, this.intervalMs, this.keys.heartbeatStatePrefix, this.keys.heartbeatPrefix];
+      for (const { c, pgAt } of done.slice(i, i + CHUNK)) args.push(c.instanceId, c.fields.at, c.fp, pgAt);
+      await flushedScript(this.redis, 1, ...args);
+    }
+  }
+
+  /** Instances whose heartbeats wait for Postgres (a gauge). */
+  async dueCount(): Promise<number> {
+    return this.redis.zcard(this.keys.heartbeatDue);
+  }
+}
+
+export interface Claimed {
+  instanceId: string;
+  machineId: string;
+  fields: HeartbeatFields;
+  fp: string;
+}
+
+/**
+ * SET clauses for fields that belong to one kind of report: take the incoming value when that
+ * report is at least as new as the stored one. `keepOld`: a field the newest report leaves out
+ * keeps its stored value (heartbeat fields); otherwise the newest report replaces all (status).
+ * `src`: the alias of the incoming row. Shared by the ingest upsert and the flusher.
+ */
+export function newest(timeCol: string, fields: string[], keepOld = true, src = 'EXCLUDED'): string {
+  const newer = `${src}.${timeCol} IS NOT NULL AND (instances.${timeCol} IS NULL OR ${src}.${timeCol} >= instances.${timeCol})`;
+  return fields
+    .map((f) => `${f} = CASE WHEN ${newer} THEN ${keepOld ? `COALESCE(${src}.${f}, instances.${f})` : `${src}.${f}`} ELSE instances.${f} END`)
+    .join(',\n        ');
+}
+
+export const HEARTBEAT_FIELD_COLUMNS = ['agent_ts', 'version', 'uptime_seconds', 'pid', 'ip_addresses', 'group_name', 'location', 'group_priority', 'sort_priority'];
+
+/** Receive time of a row's last heartbeat in ms (exact: timestamptz keeps microseconds). */
+export const PG_MS = (col: string) => `round(extract(epoch FROM ${col}) * 1000)::float8`;
+
+/**
+ * The flusher: every tick, the heartbeats due in Postgres, written with the ingest upsert's
+ * newest-wins rules (and the colour judged again in the same transaction, though a flushed
+ * heartbeat cannot change it: its key existed). Every worker runs one; claims are leased, so two
+ * never write the same instance at once (and writing one twice is harmless).
+ */
+export class HeartbeatFlusher {
+  private timer: NodeJS.Timeout | null = null;
+  private running: Promise<unknown> | null = null;
+  private stopped = false;
+
+  constructor(
+    private readonly pool: Pool,
+    private readonly state: HeartbeatState,
+    private readonly lights: ReportLights | undefined,
+    private readonly log: Logger,
+    private readonly onFlushed: (n: number) => void = () => {},
+    private readonly batch = 1000,
+  ) {}
+
+  start(): void {
+    if (!this.state.enabled || this.timer) return;
+    this.timer = setInterval(() => {
+      if (this.running || this.stopped) return;
+      this.running = this.flushDue()
+        .catch((e: unknown) => this.log.warn({ err: e }, 'heartbeat flush failed; retried at the next tick'))
+        .finally(() => (this.running = null));
+    }, this.state.tickMs);
+    this.timer.unref();
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    if (this.timer) clearInterval(this.timer);
+    await this.running;
+  }
+
+  /** Writes everything due now; returns how many instances. */
+  async flushDue(): Promise<number> {
+    let total = 0;
+    for (;;) {
+      const claimed = await this.state.claim(this.batch);
+      if (claimed.length) await this.write(claimed);
+      total += claimed.length;
+      if (claimed.length < this.batch || this.stopped) return total;
+    }
+  }
+
+  /**
+   * Writes the newest heartbeat of these instances now, if Postgres lacks it: before the expiry
+   * listener and the sweep judge silence (they then see exact times even if a flush is late).
+   */
+  async repair(instanceIds: string[]): Promise<number> {
+    if (!this.state.enabled || instanceIds.length === 0) return 0;
+    let n = 0;
+    for (let i = 0; i < instanceIds.length; i += this.batch) {
+      const claimed = await this.state.claim(this.batch, instanceIds.slice(i, i + this.batch));
+      if (claimed.length) await this.write(claimed);
+      n += claimed.length;
+    }
+    return n;
+  }
+
+  private async write(claimed: Claimed[]): Promise<void> {
+    const f = claimed.map((c) => c.fields);
+    let events: LightEvent[] = [];
+    const pgAt = await withTx(this.pool, async (c) => {
+      const ids = claimed.map((x) => x.instanceId);
+      // Lock order of the ingest upsert (machine, software), so the two never deadlock.
+      await c.query(`SELECT 1 FROM instances WHERE id = ANY($1::uuid[]) ORDER BY machine_id, software COLLATE "C" FOR UPDATE`, [ids]);
+      const r = await c.query<{ id: string; pg_ms: number }>(
+        `UPDATE instances SET
+            last_seen_at = GREATEST(instances.last_seen_at, d.last_heartbeat_at),
+            last_heartbeat_at = GREATEST(instances.last_heartbeat_at, d.last_heartbeat_at),
+            ${newest('last_heartbeat_at', HEARTBEAT_FIELD_COLUMNS, true, 'd')},
+            ${newest('last_heartbeat_at', ['clock_skew'], false, 'd')}
+           FROM (SELECT id, to_timestamp(hb_ms / 1000.0) AS last_heartbeat_at, to_timestamp(agent_ms / 1000.0) AS agent_ts,
+                        version, uptime_seconds, pid, (SELECT array_agg(x) FROM jsonb_array_elements_text(ips::jsonb) x) AS ip_addresses,
+                        group_name, location, group_priority, sort_priority, skew AS clock_skew
+                   FROM unnest($1::uuid[], $2::float8[], $3::float8[], $4::text[], $5::bigint[], $6::bigint[], $7::text[], $8::text[],
+                               $9::text[], $10::bigint[], $11::bigint[], $12::bool[])
+                        AS t(id, hb_ms, agent_ms, version, uptime_seconds, pid, ips, group_name, location, group_priority, sort_priority, skew)) d
+          WHERE instances.id = d.id
+          RETURNING instances.id, ${PG_MS('instances.last_heartbeat_at')} AS pg_ms`,
+        [
+          ids,
+          f.map((x) => x.at),
+          f.map((x) => x.agentTs),
+          f.map((x) => x.version),
+          f.map((x) => x.uptime),
+          f.map((x) => x.pid),
+          f.map((x) => x.ips),
+          f.map((x) => x.group),
+          f.map((x) => x.location),
+          f.map((x) => x.groupPriority),
+          f.map((x) => x.sortPriority),
+          f.map((x) => x.skew),
+        ],
+      );
+      if (this.lights) events = await this.lights.inTransaction(c, ids);
+      return new Map(r.rows.map((x) => [x.id, Number(x.pg_ms)]));
+    });
+    const lightsDelivered = this.lights?.afterCommit(events);
+    // Machines' last_seen_at in a statement of its own (never two row locks of different tables at
+    // once here), in the ingest upsert's lock order.
+    const latest = new Map<string, number>();
+    for (const c of claimed) latest.set(c.machineId, Math.max(latest.get(c.machineId) ?? 0, c.fields.at));
+    await this.pool.query(
+      `UPDATE machines SET last_seen_at = GREATEST(machines.last_seen_at, to_timestamp(d.ms / 1000.0))
+         FROM (SELECT m.id, t.ms FROM machines m JOIN unnest($1::uuid[], $2::float8[]) AS t(id, ms) ON m.id = t.id
+                ORDER BY m.customer_id, m.slug COLLATE "C" FOR UPDATE OF m) d
+        WHERE machines.id = d.id`,
+      [[...latest.keys()], [...latest.values()]],
+    );
+    await this.state.flushed(claimed.map((c) => ({ c, pgAt: pgAt.get(c.instanceId) ?? -1 })));
+    await lightsDelivered;
+    this.onFlushed(claimed.length);
+  }
+}
