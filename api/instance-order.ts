@@ -11,20 +11,28 @@ import { type INSTANCE_SORT_KEYS, type INSTANCE_GROUP_KEYS } from '../lib/schema
 type SortKey = (typeof INSTANCE_SORT_KEYS)[number];
 export type GroupKey = (typeof INSTANCE_GROUP_KEYS)[number];
 
-/** SQL expressions over the row alias `x` (api/handlers/instances.ts); only these reach the SQL. */
-const EXPR: Record<SortKey, string> = {
-  group: 'x.group_name',
-  group_priority: 'x.group_priority',
-  sort_priority: 'x.sort_priority',
-  location: 'x.location',
-  machine: 'x.machine',
-  software: 'x.software',
+/** What a sort key orders by: an SQL expression over the row alias `x` (api/handlers/instances.ts),
+ * its type (for the cursor's parameters) and whether it can be null. Only these reach the SQL. */
+interface KeyExpr {
+  sql: string;
+  type: 'text' | 'bigint' | 'int' | 'timestamptz' | 'uuid';
+  nullable: boolean;
+}
+
+const EXPR: Record<SortKey, KeyExpr> = {
+  group: { sql: 'x.group_name', type: 'text', nullable: true },
+  group_priority: { sql: 'x.group_priority', type: 'bigint', nullable: true },
+  sort_priority: { sql: 'x.sort_priority', type: 'bigint', nullable: true },
+  location: { sql: 'x.location', type: 'text', nullable: true },
+  machine: { sql: 'x.machine', type: 'text', nullable: false },
+  software: { sql: 'x.software', type: 'text', nullable: false },
   // Worst first: red, yellow, grey, green.
-  light: "CASE x.light WHEN 'red' THEN 0 WHEN 'yellow' THEN 1 WHEN 'grey' THEN 2 ELSE 3 END",
-  status: 'x.status',
-  last_seen: 'x.last_seen_at',
-  first_seen: 'x.first_seen_at',
+  light: { sql: "CASE x.light WHEN 'red' THEN 0 WHEN 'yellow' THEN 1 WHEN 'grey' THEN 2 ELSE 3 END", type: 'int', nullable: false },
+  status: { sql: 'x.status', type: 'text', nullable: true },
+  last_seen: { sql: 'x.last_seen_at', type: 'timestamptz', nullable: false },
+  first_seen: { sql: 'x.first_seen_at', type: 'timestamptz', nullable: false },
 };
+const TIE: KeyExpr[] = [EXPR.machine, EXPR.software, { sql: 'x.id', type: 'uuid', nullable: false }];
 
 const GROUP_ORDER: Record<GroupKey, string[]> = {
   group: ['min(x.group_priority) OVER (PARTITION BY x.group_name) ASC NULLS LAST', 'x.group_name ASC NULLS LAST'],
@@ -33,18 +41,86 @@ const GROUP_ORDER: Record<GroupKey, string[]> = {
   software: ['x.software ASC'],
 };
 
+/** One key of the order: its expression and direction (missing values last either way). */
+export interface OrderKey extends KeyExpr {
+  desc: boolean;
+}
+
+/** The keys of the validated `sort` (default machine,software), then the tie-breakers machine,
+ * software, id; a key already in the list is not repeated (it could not break a tie). */
+export function orderKeys(sort: string | undefined): OrderKey[] {
+  const keys: OrderKey[] = [];
+  const add = (k: KeyExpr, desc: boolean) => {
+    if (!keys.some((x) => x.sql === k.sql)) keys.push({ ...k, desc });
+  };
+  for (const raw of (sort ?? 'machine,software').split(',')) {
+    const desc = raw.startsWith('-');
+    const expr = EXPR[(desc ? raw.slice(1) : raw) as SortKey];
+    if (expr) add(expr, desc); // the query schema allows only known keys
+  }
+  for (const k of TIE) add(k, false);
+  return keys;
+}
+
 /** `ORDER BY …` for the validated `sort` and `group_by` query parameters. */
 export function instanceOrderBy(sort: string | undefined, groupBy: GroupKey | undefined): string {
   const parts: string[] = groupBy ? [...GROUP_ORDER[groupBy]] : [];
-  for (const raw of (sort ?? 'machine,software').split(',')) {
-    const desc = raw.startsWith('-');
-    const key = (desc ? raw.slice(1) : raw) as SortKey;
-    const expr = EXPR[key];
-    if (!expr) continue; // the query schema allows only known keys
-    parts.push(`${expr} ${desc ? 'DESC' : 'ASC'} NULLS LAST`);
-  }
-  parts.push('x.machine ASC', 'x.software ASC', 'x.id ASC');
+  // NULLS LAST only where a value can be missing: for a column never null it changes nothing, and
+  // a descending walk of an ascending index yields DESC NULLS FIRST (which the planner must see).
+  for (const k of orderKeys(sort)) parts.push(`${k.sql} ${k.desc ? 'DESC' : 'ASC'}${k.nullable ? ' NULLS LAST' : ''}`);
   return `ORDER BY ${parts.join(', ')}`;
+}
+
+/** SELECT list of the order's values as text (timestamps as microseconds since the epoch, exact):
+ * what the cursor of the page's last row holds. */
+export function cursorColumns(keys: OrderKey[]): string {
+  return keys.map((k, i) => `${k.type === 'timestamptz' ? `(extract(epoch from ${k.sql}) * 1000000)::bigint::text` : `(${k.sql})::text`} AS _c${i}`).join(', ');
+}
+
+const VALUE: Record<KeyExpr['type'], RegExp> = {
+  text: /^[\s\S]*$/,
+  bigint: /^-?[0-9]{1,19}$/,
+  int: /^-?[0-9]{1,9}$/,
+  timestamptz: /^-?[0-9]{1,19}$/,
+  uuid: /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/,
+};
+
+/** Whether these cursor values fit the keys (a cursor is the client's: checked, never trusted). */
+export function cursorFits(keys: OrderKey[], values: unknown[]): values is (string | null)[] {
+  return values.length === keys.length && values.every((v, i) => (v === null ? keys[i]!.nullable : typeof v === 'string' && v.length <= 1000 && VALUE[keys[i]!.type].test(v)));
+}
+
+/**
+ * SQL true for the rows after the row whose order values are `values` (keyset paging): the rows
+ * whose first differing key comes later in the order, missing values last. `param` adds a value and
+ * returns its placeholder. The leading keys of one direction that are never null are also bounded
+ * by a row comparison, so an index in that order starts where the page starts.
+ */
+export function afterSql(keys: OrderKey[], values: (string | null)[], param: (v: unknown) => string): string {
+  const val = (i: number) => {
+    const k = keys[i]!;
+    const p = param(values[i]);
+    return k.type === 'timestamptz' ? `('epoch'::timestamptz + ${p}::bigint * interval '1 microsecond')` : `${p}::${k.type}`;
+  };
+  const vals = keys.map((_, i) => (values[i] === null ? null : val(i)));
+  const alts: string[] = [];
+  for (let j = 0; j < keys.length; j++) {
+    const k = keys[j]!;
+    if (vals[j] === null) continue; // nothing comes after a missing value but more missing values: the next key decides
+    const eq = keys.slice(0, j).map((x, i) => (vals[i] === null ? `${x.sql} IS NULL` : `${x.sql} = ${vals[i]}`));
+    const later = `${k.sql} ${k.desc ? '<' : '>'} ${vals[j]}${k.nullable ? ` OR ${k.sql} IS NULL` : ''}`;
+    alts.push(`(${[...eq, `(${later})`].join(' AND ')})`);
+  }
+  // The ties of a key whose value is missing: only the keys after it decide (handled by the loop,
+  // where the missing key contributes `IS NULL` to the equal prefix).
+  let where = alts.length ? `(${alts.join(' OR ')})` : 'false';
+  let n = 0;
+  while (n < keys.length && !keys[n]!.nullable && keys[n]!.desc === keys[0]!.desc && vals[n] !== null) n++;
+  if (n > 0) {
+    const cols = keys.slice(0, n).map((k) => k.sql);
+    where += ` AND (${cols.join(', ')}) ${keys[0]!.desc ? '<=' : '>='} (${vals.slice(0, n).join(', ')})`;
+  }
+  return where;
 }
 
 const GROUP_FIELD: Record<GroupKey, 'group' | 'location' | 'machine' | 'software'> = { group: 'group', location: 'location', machine: 'machine', software: 'software' };

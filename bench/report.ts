@@ -85,6 +85,23 @@ export function renderTable(r: R): string {
       `| missing / doubled / dead letters | ${k.missing} / ${k.doubled} / ${k.dead_letters} | 0 / 0 / 0 |`,
     );
   }
+  if (r.read_path?.endpoints) {
+    const rp = r.read_path;
+    lines.push(
+      '',
+      `| Read path: one customer, ${Number(rp.instances).toLocaleString('en')} instances, ${rp.readers} readers per endpoint, ingest ${rp.ingest_rate ?? 'n/a'}/s | p50 ms | p99 ms | errors | target p99 |`,
+      '|---|---:|---:|---:|---:|',
+      ...Object.entries(rp.endpoints).map(([name, e]: [string, any]) => `| ${name} | ${e.p50_ms} | ${e.p99_ms} | ${e.errors} | ≤ 100 |`),
+    );
+  }
+  if (r.footprint) {
+    const f = r.footprint;
+    lines.push(
+      '',
+      `Storage after the run (${f.instances.toLocaleString('en')} instances): Redis ${f.redis_bytes_per_instance} B per instance (all of this Redis), Postgres ${f.postgres_bytes_per_instance} B per instance (machines + instances with indexes), ClickHouse compressed bytes per row: ` +
+        Object.entries(f.clickhouse ?? {}).map(([t, v]: [string, any]) => `${t} ${v.compressed_bytes_per_row}`).join(', ') + '.',
+    );
+  }
   for (const extra of ['traffic_light', 'commands']) {
     if (r[extra]) lines.push('', `${extra.replace('_', ' ')}:`, '', '```json', JSON.stringify(r[extra], null, 2), '```');
   }
@@ -98,4 +115,73 @@ export function writeReport(readme: string, r: R): void {
     text = text.slice(0, text.indexOf(START)) + table + text.slice(text.indexOf(END) + END.length);
   } else text += `\n${table}\n`;
   writeFileSync(readme, text);
+}
+
+const CAP_START = '<!-- capacity:start -->';
+const CAP_END = '<!-- capacity:end -->';
+
+/** The report mix per device the capacity model assumes (reports per second per device). */
+export const MIX = { heartbeat: 1 / 60, diagnostics: 1 / 600, status: 1 / 1800 };
+const FLEETS = [100_000, 1_000_000, 10_000_000];
+/** A Node process (gateway, worker, api) uses one core; plan replicas at 60 % of it. */
+const NODE_CORE = 0.6;
+
+/**
+ * The capacity model of docs/operations.md, computed from a full bench run: CPU-seconds per
+ * 100,000 reports of each kind and process (`cost`), storage per instance and row (`footprint`),
+ * peak RSS, and PG_HEARTBEAT_INTERVAL_S.
+ */
+export function renderCapacity(r: R, pgIntervalS = 240): string | null {
+  const cost = r.cost;
+  const fp = r.footprint;
+  if (!cost?.heartbeat || !cost?.diagnostics || !cost?.status || !fp) return null;
+  const procs = Object.keys(cost.heartbeat.cpu_s_per_100k).filter((p) => p !== 'total');
+  const fmt = (n: number, d = 1) => (n >= 100 ? Math.round(n).toLocaleString('en') : n.toFixed(d));
+  const kinds = ['heartbeat', 'diagnostics', 'status'] as const;
+  const lines = [
+    `Inputs: bench run of ${r.started_at} (${r.machine.cores} cores, ${r.machine.cpu}); mix per device: one heartbeat a minute, one diagnostics report (10 items) every 10 minutes, one status report (4 KiB snapshot) every 30 minutes; one instance per device; PG_HEARTBEAT_INTERVAL_S=${pgIntervalS}.`,
+    '',
+    '| per process | ' + kinds.map((k) => `CPU-s per 100k ${k}`).join(' | ') + ' | one core carries (mix, reports/s) |',
+    '|---|' + kinds.map(() => '---:|').join('') + '---:|',
+  ];
+  const mixRate = MIX.heartbeat + MIX.diagnostics + MIX.status;
+  for (const p of procs) {
+    const perMixReport = kinds.reduce((a, k) => a + (MIX[k] / mixRate) * (cost[k].cpu_s_per_100k[p] ?? 0), 0) / 100_000;
+    lines.push(`| ${p} | ` + kinds.map((k) => fmt(cost[k].cpu_s_per_100k[p] ?? 0, 2)).join(' | ') + ` | ${perMixReport > 0 ? fmt(1 / perMixReport) : '∞'} |`);
+  }
+  lines.push('', '| devices | ' + FLEETS.map((n) => n.toLocaleString('en')).join(' | ') + ' |', '|---|' + FLEETS.map(() => '---:|').join(''));
+  const row = (name: string, f: (n: number) => string) => lines.push(`| ${name} | ` + FLEETS.map(f).join(' | ') + ' |');
+  const rate = (n: number) => n * mixRate;
+  row('reports/s (heartbeat + diagnostics + status)', (n) => fmt(rate(n)));
+  const cores = (n: number, p: string) => kinds.reduce((a, k) => a + (n * MIX[k] * (cost[k].cpu_s_per_100k[p] ?? 0)) / 100_000, 0);
+  for (const p of procs) {
+    const node = p === 'gateway' || p === 'worker';
+    row(`${p}: cores${node ? ' (replicas at 60 %)' : ''}`, (n) => (node ? `${fmt(cores(n, p))} (${Math.max(1, Math.ceil(cores(n, p) / NODE_CORE))})` : fmt(cores(n, p))));
+  }
+  row('**all processes: cores**', (n) => `**${fmt(procs.reduce((a, p) => a + cores(n, p), 0))}**`);
+  const rss = r.peak_rss_mb ?? {};
+  const gwRss = Math.max(...Object.entries(rss).filter(([k]) => k.startsWith('gateway')).map(([, v]) => Number(v)), 0);
+  const wkRss = Math.max(...Object.entries(rss).filter(([k]) => k.startsWith('worker')).map(([, v]) => Number(v)), 0);
+  const reps = (n: number, p: string) => Math.max(1, Math.ceil(cores(n, p) / NODE_CORE));
+  row('gateway + worker memory (replicas × peak RSS)', (n) => `${fmt((reps(n, 'gateway') * gwRss + reps(n, 'worker') * wkRss) / 1024, 1)} GiB`);
+  row('Redis memory (state and key per instance)', (n) => `${fmt((n * fp.redis_bytes_per_instance) / 1024 ** 3, 1)} GiB`);
+  row('Postgres: machines + instances on disk', (n) => `${fmt((n * fp.postgres_bytes_per_instance) / 1024 ** 3, 1)} GiB`);
+  const statusRows = (cost.status.pg_rows_per_100k ?? 0) / 100_000;
+  const diagRows = (cost.diagnostics.pg_rows_per_100k ?? 0) / 100_000;
+  row('Postgres rows written/s (heartbeat flush + status + diagnostics)', (n) => fmt(n / pgIntervalS + n * MIX.status * statusRows + n * MIX.diagnostics * diagRows));
+  row('… if every heartbeat were written (before)', (n) => fmt(n * MIX.heartbeat * ((cost.heartbeat_pg_every_report?.pg_rows_per_100k ?? 100_000) / 100_000) + n * MIX.status * statusRows + n * MIX.diagnostics * diagRows));
+  const chb = (t: string) => fp.clickhouse?.[t]?.compressed_bytes_per_row ?? 0;
+  const chRowsS = (n: number) => n * (MIX.heartbeat + MIX.diagnostics * 10 + MIX.status);
+  row('ClickHouse rows/s', (n) => fmt(chRowsS(n)));
+  row('ClickHouse compressed per day', (n) => `${fmt((86_400 * n * (MIX.heartbeat * chb('heartbeats') + MIX.diagnostics * 10 * chb('diagnostics') + MIX.status * chb('status_history'))) / 1024 ** 3, 1)} GiB`);
+  return lines.join('\n');
+}
+
+/** Rewrites the capacity tables of docs/operations.md from a full run. */
+export function writeCapacity(doc: string, r: R, pgIntervalS?: number): void {
+  const table = renderCapacity(r, pgIntervalS);
+  if (!table || !existsSync(doc)) return;
+  const text = readFileSync(doc, 'utf8');
+  if (!text.includes(CAP_START) || !text.includes(CAP_END)) return;
+  writeFileSync(doc, text.slice(0, text.indexOf(CAP_START)) + `${CAP_START}\n${table}\n${CAP_END}` + text.slice(text.indexOf(CAP_END) + CAP_END.length));
 }

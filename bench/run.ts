@@ -18,8 +18,9 @@ import { migrate } from '../lib/db/migrate.js';
 import { Proc } from '../deploy/service-process.js';
 import { createFixtures, type BODIES } from './fixtures.js';
 import { wrk, type WrkResult } from './wrk.js';
-import { writeReport, renderTable } from './report.js';
+import { writeReport, renderTable, writeCapacity } from './report.js';
 import { snapshot, perHundredThousand } from './cpu.js';
+import { createRedis } from '../lib/db/redis.js';
 
 /** Reports per message in the drain's stream, as the gateway groups them at most. */
 const DRAIN_PER_MSG = 500;
@@ -125,9 +126,14 @@ export async function runBench(cfg: Config, root: string, args: string[]): Promi
     }
     if (want('drain')) results.drain = await drain();
     if (want('cost')) results.cost = await cost();
+    if (want('drain') || want('cost')) results.footprint = await footprint();
     // Scenarios that live in scripts of their own (each prints one JSON object).
     if (want('traffic-light')) {
       results.traffic_light = runScript('traffic-light', opt.quick ? ['--instances', '10000', '--timeout-s', '10'] : [], {});
+    }
+    if (want('read-path')) {
+      // One customer with 100,000 instances, 50 readers per endpoint while heartbeats stream in.
+      results.read_path = runScript('read-path', [], opt.quick ? { BENCH_INSTANCES: '20000', BENCH_DURATION_S: '3', BENCH_READERS: '20' } : {});
     }
     if (want('soak')) {
       // Mixed valid, boundary and invalid reports from several customers; every 200 stored exactly once.
@@ -160,7 +166,10 @@ export async function runBench(cfg: Config, root: string, args: string[]): Promi
   writeFileSync(join(root, 'bench', 'results', `${stamp}-${opt.quick ? 'quick' : 'full'}.json`), json);
   writeFileSync(join(root, 'bench', 'results', `latest-${opt.quick ? 'quick' : 'full'}.json`), json);
   // A quick run is a check, not a measurement to publish: only full runs rewrite bench/README.md.
-  if (!opt.quick) writeReport(join(root, 'bench', 'README.md'), results);
+  if (!opt.quick) {
+    writeReport(join(root, 'bench', 'README.md'), results);
+    writeCapacity(join(root, 'docs', 'operations.md'), results, cfg.worker.pgHeartbeatIntervalS);
+  }
   process.stdout.write(json);
   process.stderr.write(`\n${renderTable(results)}\n`);
 
@@ -293,6 +302,34 @@ export async function runBench(cfg: Config, root: string, args: string[]): Promi
     return out;
   }
 
+  /**
+   * Storage per instance and per row after the scenarios: Redis memory per instance (everything in
+   * this Redis, so an upper bound), Postgres bytes per instance (machines and instances with their
+   * indexes), ClickHouse compressed bytes per row of each table.
+   */
+  async function footprint() {
+    const redis = createRedis(cfg.redisUrl);
+    try {
+      const instances = Number((await pool.query<{ n: string }>('SELECT count(*)::text AS n FROM instances')).rows[0]!.n);
+      const usedMemory = Number(/used_memory:(\d+)/.exec(await redis.info('memory'))?.[1] ?? 0);
+      const pgBytes = Number(
+        (await pool.query<{ b: string }>(`SELECT (pg_total_relation_size('instances') + pg_total_relation_size('machines'))::text AS b`)).rows[0]!.b,
+      );
+      const rs = await ch.query({
+        query: `SELECT table, sum(rows) AS rows, sum(data_compressed_bytes) AS bytes FROM system.parts WHERE active AND database = currentDatabase() GROUP BY table HAVING rows > 0 ORDER BY table`,
+        format: 'JSONEachRow',
+      });
+      const tables = Object.fromEntries(
+        ((await rs.json()) as { table: string; rows: string; bytes: string }[]).map((r) => [r.table, { rows: Number(r.rows), compressed_bytes_per_row: Math.round((Number(r.bytes) / Number(r.rows)) * 10) / 10 }]),
+      );
+      const out = { instances, redis_bytes_per_instance: Math.round(usedMemory / Math.max(1, instances)), postgres_bytes_per_instance: Math.round(pgBytes / Math.max(1, instances)), clickhouse: tables };
+      log(`footprint: ${JSON.stringify(out)}`);
+      return out;
+    } finally {
+      redis.disconnect();
+    }
+  }
+
   /** Drain: reports not yet committed (messages pending or unacknowledged × reports per message). */
   async function pending() {
     const i = await jsm.consumers.info(cfg.streamName, cfg.worker.consumerName);
@@ -338,7 +375,12 @@ export async function runBench(cfg: Config, root: string, args: string[]): Promi
       // the clock starts once all are consuming, over what is left then.
       const t0 = Date.now();
       const left = await pending();
-      while ((await pending()) > 0) await sleep(50);
+      let died: string | null = null;
+      for (const w of ws) void w.p.exited.then((code) => (died ??= `a worker exited (${code}) during the drain: ${w.p.output.slice(-2000)}`));
+      while ((await pending()) > 0) {
+        if (died) throw new Error(died);
+        await sleep(50);
+      }
       const s = (Date.now() - t0) / 1000;
       await sleep(1500);
       const costs = perHundredThousand(a, await snapshot(cfg.dataDir, Object.fromEntries(ws.map((w, i) => [`worker_${i + 1}`, w.p.child.pid])), pool), D.drain);

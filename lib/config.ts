@@ -101,6 +101,7 @@ export const Settings = Type.Object({
   WHITELIST_MAX_RULES: Pos(1000, 'whitelist rules per customer (409 above)'),
   SSE_KEEPALIVE_S: Pos(15, 'live stream keep-alive comment'),
   SSE_MAX_CLIENTS: Pos(10_000, 'open live streams per api replica (503 above)'),
+  API_COUNT_CACHE_MS: Int(1000, 0, 60_000, 'the fleet summary and the `total` of instance lists are cached this long per customer and filter (0 = off)'),
   API_REQUEST_TIMEOUT_MS: Pos(30_000, "a request's headers and body must arrive within this (408)"),
   API_IDLE_TIMEOUT_MS: Pos(60_000, 'a connection with a request in progress may be silent this long'),
   API_KEEPALIVE_TIMEOUT_MS: Pos(72_000, 'an idle keep-alive connection stays open this long'),
@@ -319,6 +320,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env) {
       whitelistMaxRules: s.WHITELIST_MAX_RULES,
       sseKeepaliveS: s.SSE_KEEPALIVE_S,
       sseMaxClients: s.SSE_MAX_CLIENTS,
+      // Counts per colour (api/light-counts.ts): cached per customer and filter, single flight.
+      countCacheMs: s.API_COUNT_CACHE_MS,
       // Slow clients (api/server.ts): a request's headers and body must arrive within
       // requestTimeoutMs (408 otherwise); a connection with a request in progress may be silent for
       // idleTimeoutMs; an idle keep-alive connection stays open keepAliveTimeoutMs (longer than a

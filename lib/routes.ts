@@ -4,7 +4,7 @@
 import { Type, type TSchema } from '@sinclair/typebox';
 import { ErrorBody, Ok, Slug } from './schemas/common.js';
 import { Heartbeat, Diagnostics, Status, HelpUpload } from './schemas/ingest.js';
-import { InstanceList, InstanceListQuery, InstanceDetail, DiagnosticList, DiagnosticsQuery, IdParams, LoginBody, Session } from './schemas/api.js';
+import { InstanceList, InstanceListQuery, FleetSummaryQuery, InstanceDetail, DiagnosticList, DiagnosticsQuery, IdParams, LoginBody, Session } from './schemas/api.js';
 import { WhitelistRuleInput, WhitelistRule, WhitelistRuleList } from './schemas/whitelist.js';
 import { HelpQuery, HelpText, HelpMissing, MissingHelp, HelpStored } from './schemas/help.js';
 import { RejectionQuery, AdminRejectionQuery, RejectionList } from './schemas/rejections.js';
@@ -312,9 +312,10 @@ export const routes = [
     method: 'GET',
     path: '/api/fleet/summary',
     operationId: 'fleet_summary',
-    summary: 'Instances per traffic-light colour',
+    summary: 'Instances per traffic-light colour (all, or those matching the filters of GET /api/instances)',
     tags: ['traffic light'],
     auth: 'viewer',
+    query: FleetSummaryQuery,
     responses: { 200: { description: 'counts per colour', schema: FleetSummary }, ...authErrors },
   }),
   route({

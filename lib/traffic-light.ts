@@ -22,6 +22,20 @@ export function lightSql(alias: string, timeoutParam: string, windowParam: strin
     ELSE 'green' END`;
 }
 
+/**
+ * SQL that every row whose colour (lightSql) is `light` satisfies, in terms an index answers
+ * (status, last_heartbeat_at, last_warning_at: indexes of 0009-read-path): a list filtered to a
+ * colour other than green reads the few rows that may have it, not every row of the customer.
+ * Only a pre-filter: the colour itself is still compared. Green is most rows: null (no pre-filter).
+ */
+export function lightCandidateSql(alias: string, light: string, timeoutParam: string, windowParam: string, now = 'now()'): string | null {
+  const i = alias;
+  if (light === 'grey') return `(${i}.last_heartbeat_at IS NULL OR ${i}.status = 'stopped')`;
+  if (light === 'red') return `(${i}.status = 'error' OR ${i}.last_heartbeat_at < ${now} - make_interval(secs => ${timeoutParam}))`;
+  if (light === 'yellow') return `(${i}.status = 'degraded' OR ${i}.last_warning_at > ${now} - make_interval(secs => ${windowParam}))`;
+  return null;
+}
+
 /** SQL for a short human reason for that colour. */
 export function lightReasonSql(alias: string, timeoutParam: string, windowParam: string, now = 'now()'): string {
   const i = alias;

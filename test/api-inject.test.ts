@@ -41,7 +41,7 @@ t.test('login and a typed, validated query', async (t) => {
   t.equal(login.statusCode, 200);
   const list = await app.inject({ method: 'GET', url: '/api/instances?limit=5', headers: auth });
   t.equal(list.statusCode, 200);
-  t.same(list.json(), { items: [], total: 0 });
+  t.same(list.json(), { items: [], total: 0, next: null });
   const bad = await app.inject({ method: 'GET', url: '/api/instances?limit=-1', headers: auth });
   t.equal(bad.statusCode, 400);
   t.match(bad.json(), { detail: /limit/ });

@@ -17,7 +17,7 @@ const fleet: [string, Record<string, unknown>][] = [
 
 t.before(async () => {
   for (const [m, body] of fleet) if ((await hb(m, body)).status !== 200) throw new Error(`heartbeat ${m} refused`);
-  await eventually(async () => (await get(`${s.apiUrl}/api/instances`, s.token)).body.total === fleet.length, 5000, 'all instances');
+  await eventually(async () => (await get(`${s.apiUrl}/api/instances`, s.token)).body.total === fleet.length, 15_000, 'all instances'); // totals may be API_COUNT_CACHE_MS old
 });
 
 const machines = (items: { machine: string }[]) => items.map((i) => i.machine);

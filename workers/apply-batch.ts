@@ -142,17 +142,17 @@ async function upsertInstances(c: PoolClient, updates: InstanceUpdate[]): Promis
   const ires = await c.query<{ id: string; machine_id: string; software: string; pg_ms: number | null }>(
     `INSERT INTO instances (customer_id, machine_id, software, first_seen_at, last_seen_at, last_heartbeat_at, agent_ts,
                             version, uptime_seconds, pid, ip_addresses, group_name, location, group_priority, sort_priority,
-                            status, status_message, status_at, snapshot, last_warning_at, clock_skew)
+                            status, status_message, status_at, snapshot, last_warning_at, clock_skew, machine)
      SELECT customer_id, machine_id, software, to_timestamp(first_ms / 1000.0), to_timestamp(last_ms / 1000.0),
             to_timestamp(hb_ms / 1000.0), to_timestamp(agent_ms / 1000.0),
             version, uptime_seconds, pid, (SELECT array_agg(x) FROM jsonb_array_elements_text(ips::jsonb) x),
             group_name, location, group_priority, sort_priority,
-            status, status_message, to_timestamp(status_ms / 1000.0), snapshot::jsonb, to_timestamp(warn_ms / 1000.0), COALESCE(skew, false)
+            status, status_message, to_timestamp(status_ms / 1000.0), snapshot::jsonb, to_timestamp(warn_ms / 1000.0), COALESCE(skew, false), machine
        FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::float8[], $5::float8[], $6::float8[], $7::float8[],
                    $8::text[], $9::bigint[], $10::bigint[], $11::text[], $12::text[], $13::text[], $14::bigint[], $15::bigint[],
-                   $16::text[], $17::text[], $18::float8[], $19::text[], $20::float8[], $21::bool[]) WITH ORDINALITY
+                   $16::text[], $17::text[], $18::float8[], $19::text[], $20::float8[], $21::bool[], $22::text[]) WITH ORDINALITY
             AS t(customer_id, machine_id, software, first_ms, last_ms, hb_ms, agent_ms, version, uptime_seconds, pid, ips,
-                 group_name, location, group_priority, sort_priority, status, status_message, status_ms, snapshot, warn_ms, skew, n)
+                 group_name, location, group_priority, sort_priority, status, status_message, status_ms, snapshot, warn_ms, skew, machine, n)
       ORDER BY n
      ON CONFLICT (machine_id, software) DO UPDATE SET
         first_seen_at = LEAST(instances.first_seen_at, EXCLUDED.first_seen_at),
@@ -186,6 +186,7 @@ async function upsertInstances(c: PoolClient, updates: InstanceUpdate[]): Promis
       col((u) => (st(u)?.snapshot !== undefined ? pgJson(st(u)!.snapshot) : null)),
       col((u) => u.lastWarning),
       col((u) => u.heartbeat?.skew ?? null),
+      col((u) => u.machine),
     ],
   );
   const out = new Map<string, Resolved & { pgAt: number | null }>();

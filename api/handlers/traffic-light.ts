@@ -3,7 +3,7 @@
 import type { ApiDeps, HandlersOf } from '../types.js';
 import { principal } from '../auth.js';
 import { HttpError } from '../../lib/errors.js';
-import { lightSql } from '../../lib/traffic-light.js';
+import { lightCounts } from '../light-counts.js';
 import { queryRows } from '../../lib/db/clickhouse.js';
 import { chInt } from '../../lib/db/clickhouse-sql.js';
 import { ownedInstanceRows } from '../../lib/ownership.js';
@@ -11,20 +11,14 @@ import { ownedInstanceRows } from '../../lib/ownership.js';
 const iso = (ms: number | string) => new Date(Number(ms)).toISOString();
 
 export function trafficLightHandlers(d: ApiDeps): HandlersOf<'fleet_light_stream' | 'fleet_summary' | 'list_instance_light_events'> {
-  const t = d.cfg.heartbeatTimeoutS;
-  const w = d.cfg.warningWindowS;
-
   return {
     async fleet_summary(req) {
       const p = principal(req);
-      // Derived at read time, like the instance list: always right, events or not.
-      const r = await d.pool.query<{ light: string; n: number }>(
-        `SELECT light, count(*)::int AS n FROM (SELECT ${lightSql('i', '$2::float8', '$3::float8')} AS light FROM instances i WHERE i.customer_id = $1) x GROUP BY light`,
-        [p.customerId, t, w],
-      );
-      const lights = { green: 0, yellow: 0, red: 0, grey: 0 };
-      for (const row of r.rows) lights[row.light as keyof typeof lights] = row.n;
-      return { total: lights.green + lights.yellow + lights.red + lights.grey, lights };
+      // Derived at read time, like the instance list: always right, events or not; cached per
+      // customer for up to API_COUNT_CACHE_MS (api/light-counts.ts).
+      const q = req.query;
+      const lights = await lightCounts(d).get(p.customerId, { machine: q.machine, software: q.software, group: q.group, location: q.location, q: q.q });
+      return { total: lights.green + lights.yellow + lights.red + lights.grey, lights: { ...lights } };
     },
 
     async list_instance_light_events(req) {

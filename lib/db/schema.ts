@@ -381,6 +381,36 @@ export const postgresMigrations: Migration[] = [
       `ALTER TABLE instances ADD COLUMN clock_skew boolean NOT NULL DEFAULT false`,
     ],
   },
+  {
+    id: '0009-read-path',
+    sql: [
+      // The read path at fleet scale (docs/architecture.md "The read path"): every list the api
+      // answers walks an index in the order it returns, so a page costs its own rows, not the
+      // customer's 100,000. The machine's slug is copied onto its instances (a machine's slug never
+      // changes: it is the machine's name in the ingest path), so the default order (machine,
+      // software) and the machine search need no join. Workers write it; the trigger fills it for
+      // any other writer (and older workers during an upgrade).
+      `ALTER TABLE instances ADD COLUMN machine text`,
+      `UPDATE instances i SET machine = m.slug FROM machines m WHERE m.id = i.machine_id`,
+      `CREATE FUNCTION instances_machine() RETURNS trigger LANGUAGE plpgsql AS $$
+       BEGIN SELECT slug INTO NEW.machine FROM machines WHERE id = NEW.machine_id; RETURN NEW; END $$`,
+      `CREATE TRIGGER instances_machine BEFORE INSERT ON instances FOR EACH ROW WHEN (NEW.machine IS NULL) EXECUTE FUNCTION instances_machine()`,
+      `ALTER TABLE instances ALTER COLUMN machine SET NOT NULL`,
+      // Orders of GET /api/instances: by name (the default), by software then name, by last seen;
+      // the machine search (case-insensitive substring) through trigrams.
+      `CREATE INDEX instances_customer_machine ON instances (customer_id, machine, software, id)`,
+      `CREATE INDEX instances_customer_software ON instances (customer_id, software, machine, id)`,
+      `CREATE INDEX instances_customer_last_seen ON instances (customer_id, last_seen_at)`,
+      // A colour other than green: the rows that may have it (lib/traffic-light.ts lightCandidateSql).
+      `CREATE INDEX instances_customer_status ON instances (customer_id, status)`,
+      `CREATE INDEX instances_customer_heartbeat ON instances (customer_id, last_heartbeat_at)`,
+      `CREATE INDEX instances_customer_warning ON instances (customer_id, last_warning_at) WHERE last_warning_at IS NOT NULL`,
+      `CREATE EXTENSION IF NOT EXISTS pg_trgm`,
+      `CREATE INDEX instances_machine_trgm ON instances USING gin (machine gin_trgm_ops)`,
+      // instances_customer_machine begins with customer_id: the single-column index is redundant.
+      `DROP INDEX instances_customer`,
+    ],
+  },
 ];
 
 /** When the gateway received the report: a DateTime for partitions, and the exact ms. */

@@ -60,18 +60,29 @@ export const InstanceGroup = Type.Object({
 export const InstanceList = Type.Object(
   {
     items: Type.Array(Instance, { description: 'the page, in the requested order' }),
-    total: Type.Integer(),
+    total: Type.Integer({ description: 'instances matching the filters (all pages); cached per customer and filter for up to API_COUNT_CACHE_MS (default 1 s)' }),
+    next: Type.Optional(
+      Type.Union([Type.String(), Type.Null()], { description: 'cursor of the next page (pass it as `after` with the same filters and sort); null on the last page' }),
+    ),
     groups: Type.Optional(Type.Array(InstanceGroup, { description: 'with group_by: the same page, split into groups in order' })),
   },
   { $id: 'InstanceList' },
 );
 
-export const InstanceListQuery = Type.Object({
-  light: Type.Optional(Light),
-  machine: Type.Optional(Type.String()),
+/** The filters of the instance list that the fleet summary takes too (counts of the same rows). */
+const instanceFilters = {
+  machine: Type.Optional(Type.String({ description: 'only the instances of this machine (its exact name)' })),
   software: Type.Optional(Type.String()),
   group: Type.Optional(Type.String({ description: 'only instances of this heartbeat group' })),
   location: Type.Optional(Type.String({ description: 'only instances at this location' })),
+  q: Type.Optional(Type.String({ maxLength: 200, description: 'only instances whose machine name contains this text (any case)' })),
+};
+
+export const FleetSummaryQuery = Type.Object(instanceFilters);
+
+export const InstanceListQuery = Type.Object({
+  light: Type.Optional(Light),
+  ...instanceFilters,
   sort: Type.Optional(
     Type.String({
       pattern: `^${sortKey}(,${sortKey}){0,9}$`,
@@ -88,6 +99,9 @@ export const InstanceListQuery = Type.Object({
   ),
   limit: Type.Optional(Type.Integer({ minimum: 1, maximum: 10000, default: 1000 })),
   offset: Type.Optional(Type.Integer({ minimum: 0, default: 0 })),
+  after: Type.Optional(
+    Type.String({ maxLength: 8000, description: "keyset paging: the previous page's `next`; the rows after its last row in the same sort (not with offset or group_by)" }),
+  ),
 });
 
 export const Diagnostic = Type.Object(

@@ -1,7 +1,11 @@
 // The fleet: every instance with its traffic light, grouped and sorted the way the agents ask
-// (group, group_priority, sort_priority, location), filtered by colour and text, with counts per
-// colour. Colours change live from the event stream; the list is read again on every (re)connect of
-// the stream and, as a safety net, every minute (every 10 s while the stream is down).
+// (group, group_priority, sort_priority, location), filtered by colour and machine name, with counts
+// per colour. Paged on the server (PAGE rows at a time: a fleet of 100,000 instances is one page
+// read, never 100,000 rows in the browser): grouped views page by offset, the flat view by the
+// list's keyset cursor (`next`). Filters go to the server too (`light`, `q`), and the counts come
+// from the fleet summary with the same filter. Colours change live from the event stream; the page
+// is read again on every (re)connect of the stream and, as a safety net, every minute (every 10 s
+// while the stream is down).
 import { useEffect, useMemo, useRef, useState } from 'preact/hooks';
 import { get, qs } from '../api.js';
 import { useApp } from '../ctx.js';
@@ -15,26 +19,16 @@ import { Field } from '../components/forms.js';
 import { useTitle } from '../components/title.js';
 
 const LIGHTS: Light[] = ['red', 'yellow', 'green', 'grey'];
-const LIMIT = 5000;
+export const PAGE = 100;
 type GroupBy = 'group' | 'location' | 'none';
+/** Where a page starts: an offset (grouped views) or the previous page's cursor (flat view). */
+type Start = number | string | null;
 
-function listPath(by: GroupBy): string {
-  if (by === 'group') return `/api/instances${qs({ group_by: 'group', sort: 'group_priority,sort_priority,location,machine,software', limit: LIMIT })}`;
-  if (by === 'location') return `/api/instances${qs({ group_by: 'location', sort: 'group_priority,sort_priority,machine,software', limit: LIMIT })}`;
-  return `/api/instances${qs({ sort: 'group,group_priority,sort_priority,location,machine,software', limit: LIMIT })}`;
-}
-
-function matches(i: Instance, q: string): boolean {
-  if (!q) return true;
-  const hay = [i.machine, i.software, i.group, i.location, i.status, i.status_message, i.version, i.light_reason, ...(i.ip_addresses ?? [])]
-    .filter(Boolean)
-    .join(' ')
-    .toLowerCase();
-  return q
-    .toLowerCase()
-    .split(/\s+/)
-    .filter(Boolean)
-    .every((w) => hay.includes(w));
+function listPath(by: GroupBy, light: Light | null, q: string, start: Start): string {
+  const common = { light, q, limit: PAGE, offset: typeof start === 'number' && start > 0 ? start : null, after: typeof start === 'string' ? start : null };
+  if (by === 'group') return `/api/instances${qs({ group_by: 'group', sort: 'group_priority,sort_priority,location,machine,software', ...common })}`;
+  if (by === 'location') return `/api/instances${qs({ group_by: 'location', sort: 'group_priority,sort_priority,machine,software', ...common })}`;
+  return `/api/instances${qs({ sort: 'group,group_priority,sort_priority,location,machine,software', ...common })}`;
 }
 
 export function FleetPage() {
@@ -44,7 +38,21 @@ export function FleetPage() {
   const by = (['group', 'location', 'none'].includes(loc.search.get('by') ?? '') ? loc.search.get('by') : 'group') as GroupBy;
   const lightFilter = (LIGHTS as string[]).includes(loc.search.get('light') ?? '') ? (loc.search.get('light') as Light) : null;
   const [q, setQ] = useState(loc.search.get('q') ?? '');
-  const list = useFetch<InstanceList>(listPath(by));
+  const appliedQ = (loc.search.get('q') ?? '').trim();
+  // The starts of the pages up to the one shown (the last); a new filter or grouping starts over.
+  const [starts, setStarts] = useState<Start[]>([null]);
+  const view = `${by}|${lightFilter ?? ''}|${appliedQ}`;
+  const lastView = useRef(view);
+  const current = lastView.current === view ? starts : [null];
+  useEffect(() => {
+    if (lastView.current !== view) {
+      lastView.current = view;
+      setStarts([null]);
+    }
+  }, [view]);
+  const start = current[current.length - 1] ?? null;
+  const list = useFetch<InstanceList>(listPath(by, lightFilter, appliedQ, start));
+  const summaryPath = `/api/fleet/summary${qs({ q: appliedQ })}`;
   const [summary, setSummary] = useState<FleetSummary | null>(null);
   const [changed, setChanged] = useState<Record<string, number>>({});
   const [announce, setAnnounce] = useState('');
@@ -63,7 +71,8 @@ export function FleetPage() {
     navigate(`/${s ? `?${s}` : ''}`, { replace: true });
   };
 
-  // Keep the text filter in the address (debounced), so a link or a reload keeps the view.
+  // Keep the text filter in the address (debounced), so a link or a reload keeps the view; the
+  // server filters by what the address holds.
   useEffect(() => {
     const id = setTimeout(() => {
       if ((new URLSearchParams(location.search).get('q') ?? '') !== q) setParam('q', q || null);
@@ -71,11 +80,10 @@ export function FleetPage() {
     return () => clearTimeout(id);
   }, [q]);
 
-  const truncated = !!list.data && list.data.total > list.data.items.length;
+  // Counts per colour for the same filter (the summary is cached up to a second on the server).
   useEffect(() => {
-    if (!truncated) return setSummary(null);
-    get<FleetSummary>('/api/fleet/summary').then(setSummary, () => setSummary(null));
-  }, [truncated, list.data]);
+    get<FleetSummary>(summaryPath).then(setSummary, () => setSummary(null));
+  }, [summaryPath, list.data]);
 
   useLive(
     (m) => {
@@ -92,8 +100,9 @@ export function FleetPage() {
       if (summary && e.from) {
         setSummary({ ...summary, lights: { ...summary.lights, [e.from]: Math.max(0, summary.lights[e.from] - 1), [e.to]: summary.lights[e.to] + 1 } });
       }
-      if (!known) {
-        // A new instance (or one beyond the page): read the list again, once for a burst of changes.
+      if (!known && list.data && list.data.total <= list.data.items.length && current.length === 1) {
+        // A new instance of a fleet that fits on one page: read it again, once for a burst of
+        // changes. (A paged fleet shows newcomers on the next read: every minute, or on paging.)
         if (reloadSoon.current) clearTimeout(reloadSoon.current);
         reloadSoon.current = setTimeout(() => void list.reload(), 1000);
       }
@@ -101,7 +110,7 @@ export function FleetPage() {
       const name = e.machine && e.software ? `${e.machine} / ${e.software}` : e.instance_id;
       setAnnounce(t('fleet.changed', { name, from: e.from ? t(`light.${e.from}`) : '—', to: t(`light.${e.to}`) }));
     },
-    [list.reload, list.setData, summary, lang],
+    [list.reload, list.setData, list.data, summary, lang, current.length],
   );
   useInterval(() => {
     if (liveState !== 'live') void list.reload();
@@ -109,20 +118,33 @@ export function FleetPage() {
   }, liveState === 'live' ? 15_000 : 10_000);
   useInterval(() => void list.reload(), 60_000);
 
-  const textMatched = useMemo(() => (list.data?.items ?? []).filter((i) => matches(i, q)), [list.data, q]);
-  const counts = useMemo(() => {
-    const c: Record<Light, number> = { red: 0, yellow: 0, green: 0, grey: 0 };
-    if (summary && !q) return summary.lights;
-    for (const i of textMatched) c[i.light]++;
-    return c;
-  }, [textMatched, summary, q]);
-  const total = summary && !q ? summary.total : textMatched.length;
-  const visible = (i: Instance) => matches(i, q) && (!lightFilter || i.light === lightFilter);
+  const counts: Record<Light, number> = summary?.lights ?? { red: 0, yellow: 0, green: 0, grey: 0 };
+  const total = summary?.total ?? 0;
+  const items = list.data?.items ?? [];
   const groups =
     by === 'none' || !list.data?.groups
-      ? [{ key: null as string | null, items: (list.data?.items ?? []).filter(visible), flat: true }]
-      : list.data.groups.map((g) => ({ key: g.key, items: g.items.filter(visible), flat: false })).filter((g) => g.items.length > 0);
-  const shown = groups.reduce((n, g) => n + g.items.length, 0);
+      ? [{ key: null as string | null, items, flat: true }]
+      : list.data.groups.map((g) => ({ key: g.key, items: g.items, flat: false })).filter((g) => g.items.length > 0);
+  const filtered = !!lightFilter || !!appliedQ;
+  const first = (current.length - 1) * PAGE;
+  const hasNext = !!list.data && (by === 'none' ? !!list.data.next : first + items.length < list.data.total);
+  const next = () => setStarts([...current, by === 'none' ? list.data!.next! : first + PAGE]);
+  const prev = () => setStarts(current.slice(0, -1));
+  const pager = () =>
+    list.data &&
+    (current.length > 1 || hasNext) && (
+    <nav class="pager" aria-label={t('fleet.pages')}>
+      <button type="button" class="secondary" onClick={prev} disabled={current.length <= 1}>
+        {t('fleet.prev')}
+      </button>
+      <span class="muted" data-testid="fleet-range">
+        {t('fleet.range', { from: (first + 1).toLocaleString(lang), to: (first + items.length).toLocaleString(lang), total: list.data.total.toLocaleString(lang) })}
+      </span>
+      <button type="button" class="secondary" onClick={next} disabled={!hasNext}>
+        {t('fleet.next')}
+      </button>
+    </nav>
+  );
 
   return (
     <>
@@ -164,13 +186,9 @@ export function FleetPage() {
 
       {list.error ? <ErrorNote error={list.error} onRetry={list.reload} /> : null}
       {!list.data && list.loading ? <Loading /> : null}
-      {list.data && list.data.items.length === 0 ? <EmptyFleet /> : null}
-      {truncated && (
-        <p class="note">
-          {t('fleet.truncated', { shown: list.data!.items.length, total: list.data!.total })}
-        </p>
-      )}
-      {list.data && list.data.items.length > 0 && shown === 0 && <p class="note">{t('fleet.noMatch')}</p>}
+      {list.data && items.length === 0 && !filtered && current.length === 1 ? <EmptyFleet /> : null}
+      {list.data && items.length === 0 && (filtered || current.length > 1) && <p class="note">{t('fleet.noMatch')}</p>}
+      {pager()}
 
       {groups.map((g) => (
         <section class="group" key={g.key ?? '-'} aria-labelledby={g.flat ? undefined : `grp-${g.key ?? 'none'}`} aria-label={g.flat ? t('fleet.instances') : undefined}>
@@ -208,6 +226,7 @@ export function FleetPage() {
           </table>
         </section>
       ))}
+      {items.length > 20 && pager()}
     </>
   );
 }

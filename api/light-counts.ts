@@ -1,0 +1,80 @@
+// Counts per traffic-light colour of a customer's instances (all of them, or those matching the
+// list's filters): the fleet summary and the `total` of GET /api/instances. Counting reads every
+// matching row (the colour is derived at read time, so no index answers it), which at 100,000
+// instances costs more than the page itself; so counts are cached per customer and filter for
+// API_COUNT_CACHE_MS (default 1 s), and concurrent requests for the same count share one query
+// (single flight). A count is at most that old when answered; the rows of a page never are.
+// Bounded: at most 10,000 entries per api process, least recently used first out.
+import { LRUCache } from 'lru-cache';
+import type { ApiDeps } from './types.js';
+import { lightSql } from '../lib/traffic-light.js';
+
+export type LightCountsValue = { green: number; yellow: number; red: number; grey: number };
+
+/** The list's filters other than the colour (a count serves every colour of a filter). */
+export interface CountFilter {
+  machine?: string;
+  software?: string;
+  group?: string;
+  location?: string;
+  q?: string;
+}
+
+/** WHERE conditions over `instances i` for these filters; `param` adds a value, returns its placeholder. */
+export function filterSql(customerParam: string, f: CountFilter, param: (v: unknown) => string): string[] {
+  const where = [`i.customer_id = ${customerParam}`];
+  if (f.machine !== undefined) where.push(`i.machine = ${param(f.machine)}`);
+  if (f.software !== undefined) where.push(`i.software = ${param(f.software)}`);
+  if (f.group !== undefined) where.push(`i.group_name = ${param(f.group)}`);
+  if (f.location !== undefined) where.push(`i.location = ${param(f.location)}`);
+  // Substring of the machine's name, any case; LIKE's own characters match themselves.
+  if (f.q) where.push(`i.machine ILIKE ${param(`%${f.q.replace(/[\\%_]/g, (c) => `\\${c}`)}%`)}`);
+  return where;
+}
+
+export class LightCounts {
+  private readonly cache: LRUCache<string, LightCountsValue, { customerId: string; filter: CountFilter }> | null;
+
+  constructor(private readonly d: ApiDeps) {
+    const ttl = d.cfg.api.countCacheMs;
+    this.cache =
+      ttl > 0
+        ? new LRUCache({
+            max: 10_000,
+            ttl,
+            // A count is cached from when its query started: never older than the TTL when served.
+            ttlAutopurge: false,
+            fetchMethod: (_key, _stale, { context }) => this.query(context.customerId, context.filter),
+          })
+        : null;
+  }
+
+  /** Counts per colour for this customer and filter (at most API_COUNT_CACHE_MS old). */
+  async get(customerId: string, filter: CountFilter = {}): Promise<LightCountsValue> {
+    if (!this.cache) return this.query(customerId, filter);
+    const key = JSON.stringify([customerId, filter.machine ?? null, filter.software ?? null, filter.group ?? null, filter.location ?? null, filter.q || null]);
+    const v = await this.cache.fetch(key, { context: { customerId, filter } });
+    return v!;
+  }
+
+  private async query(customerId: string, filter: CountFilter): Promise<LightCountsValue> {
+    const params: unknown[] = [customerId, this.d.cfg.heartbeatTimeoutS, this.d.cfg.warningWindowS];
+    const where = filterSql('$1', filter, (v) => `$${params.push(v)}`);
+    const r = await this.d.pool.query<{ light: keyof LightCountsValue; n: number }>(
+      `SELECT light, count(*)::int AS n FROM (SELECT ${lightSql('i', '$2::float8', '$3::float8')} AS light FROM instances i WHERE ${where.join(' AND ')}) x GROUP BY light`,
+      params,
+    );
+    const out: LightCountsValue = { green: 0, yellow: 0, red: 0, grey: 0 };
+    for (const row of r.rows) out[row.light] = row.n;
+    return out;
+  }
+}
+
+const perDeps = new WeakMap<ApiDeps, LightCounts>();
+
+/** The counts of this api (one cache per process, shared by the handlers). */
+export function lightCounts(d: ApiDeps): LightCounts {
+  let c = perDeps.get(d);
+  if (!c) perDeps.set(d, (c = new LightCounts(d)));
+  return c;
+}
