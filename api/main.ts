@@ -9,7 +9,7 @@ import { createPool } from '../lib/db/postgres.js';
 import { createClickHouse } from '../lib/db/clickhouse.js';
 import { createRedis } from '../lib/db/redis.js';
 import { Sessions } from './session.js';
-import { connectNats, type NatsConnection } from '../lib/db/nats.js';
+import { connectNats, warnDurability, type NatsConnection } from '../lib/db/nats.js';
 import { LightHub } from './light-stream.js';
 import { buildApi } from './server.js';
 import { ArtifactStore } from '../lib/artifacts.js';
@@ -43,6 +43,7 @@ void (async () => {
   if (life.closing) return void c.close();
   lights.attach(c, cfg.subjectPrefix);
   hints.attach(c);
+  await warnDurability(c, await c.jetstreamManager(), cfg, log).catch((e) => log.warn({ err: e }, 'NATS durability check failed'));
   for (;;) {
     try {
       artifacts = await ArtifactStore.open(c, cfg);

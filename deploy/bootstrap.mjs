@@ -1,5 +1,6 @@
 #!/usr/bin/env node
-// Entry point of `npm start`, `npm test` and `npm run bench` on a fresh clone.
+// Entry point of `npm start`, `npm test`, `npm run bench`, `npm run cluster` and
+// `npm run test:cluster` on a fresh clone.
 //
 // It may not import any npm package (they are not installed yet): it installs the missing Debian
 // packages and npm dependencies, compiles the TypeScript, and then hands over to the compiled
@@ -48,6 +49,13 @@ function wantedPackages() {
   // and lints every process's /metrics (test/observability.test.ts).
   if (mode === 'test' && !haveCommand('promtool')) wants.push('prometheus');
   if (mode === 'bench' && !haveCommand('wrk')) wants.push('wrk');
+  // The cluster (deploy/cluster.ts): ZooKeeper for the replicated ClickHouse, nginx for TLS in
+  // front, openssl for its certificate (Debian's zookeeper package brings a Java runtime).
+  if (mode === 'cluster' || mode === 'test-cluster') {
+    if (!existsSync('/usr/share/java/zookeeper.jar')) wants.push('zookeeper');
+    if (!haveCommand('nginx') && !existsSync('/usr/sbin/nginx')) wants.push('nginx');
+    if (!haveCommand('openssl')) wants.push('openssl');
+  }
   return wants;
 }
 

@@ -27,7 +27,7 @@ function alive(pid: number): boolean {
   }
 }
 
-async function waitExit(pid: number, ms: number): Promise<boolean> {
+export async function waitExit(pid: number, ms: number): Promise<boolean> {
   const until = Date.now() + ms;
   while (Date.now() < until) {
     if (!alive(pid)) return true;
@@ -56,7 +56,7 @@ function servesDir(pid: number, dir: string): boolean {
 }
 
 /** Stops a server left running by an earlier runner that was killed without cleaning up. */
-async function stopStale(pidFile: string, log: Log): Promise<void> {
+export async function stopStale(pidFile: string, log: Log): Promise<void> {
   if (!existsSync(pidFile)) return;
   const pid = Number(readFileSync(pidFile, 'utf8').split('\n')[0]);
   const dir = dirname(pidFile);
@@ -68,7 +68,7 @@ async function stopStale(pidFile: string, log: Log): Promise<void> {
   rmSync(pidFile, { force: true });
 }
 
-async function waitFor(name: string, probe: () => Promise<boolean>, child: ChildProcess, logFile: string, ms = 60_000): Promise<void> {
+export async function waitFor(name: string, probe: () => Promise<boolean>, child: ChildProcess, logFile: string, ms = 60_000): Promise<void> {
   const until = Date.now() + ms;
   while (Date.now() < until) {
     if (child.exitCode !== null) {
@@ -80,7 +80,7 @@ async function waitFor(name: string, probe: () => Promise<boolean>, child: Child
   throw new Error(`${name} did not become ready within ${ms} ms; see ${logFile}`);
 }
 
-function tcpProbe(port: number, expect: string | null, send?: string): Promise<boolean> {
+export function tcpProbe(port: number, expect: string | null, send?: string): Promise<boolean> {
   return new Promise((resolve) => {
     const sock = netConnect({ host: '127.0.0.1', port });
     let buf = '';
@@ -90,6 +90,8 @@ function tcpProbe(port: number, expect: string | null, send?: string): Promise<b
     };
     sock.setTimeout(1000, () => done(false));
     sock.on('error', () => done(false));
+    // A server that answers and hangs up (ZooKeeper's four-letter words) without the expected text.
+    sock.on('close', () => done(buf.includes(expect ?? '') && expect !== null));
     sock.on('connect', () => {
       if (send) sock.write(send);
       if (expect === null) done(true);
@@ -101,7 +103,7 @@ function tcpProbe(port: number, expect: string | null, send?: string): Promise<b
   });
 }
 
-function spawnServer(cmd: string, args: string[], dir: string, opts: { uid?: number; gid?: number; env?: NodeJS.ProcessEnv } = {}) {
+export function spawnServer(cmd: string, args: string[], dir: string, opts: { uid?: number; gid?: number; env?: NodeJS.ProcessEnv } = {}) {
   const logFile = join(dir, 'server.log');
   const out = openSync(logFile, 'a');
   const child = spawn(cmd, args, {
@@ -130,20 +132,37 @@ function stopper(name: string, child: ChildProcess, dir: string, signal: NodeJS.
   };
 }
 
-function which(cmd: string): string | null {
+export function which(cmd: string): string | null {
   const r = spawnSync('sh', ['-c', `command -v ${cmd}`], { encoding: 'utf8' });
   return r.status === 0 ? r.stdout.trim() : null;
+}
+
+/** A clustered nats-server: its name, the route port, every route of the cluster, a monitoring port. */
+export interface NatsClusterNode {
+  serverName: string;
+  clusterName: string;
+  routePort: number;
+  routes: number[];
+  httpPort: number;
+}
+
+/** nats.conf for one server; alone (the stack) or one node of a JetStream cluster (deploy/cluster.ts). */
+export function natsConfig(dir: string, port: number, node?: NatsClusterNode): string {
+  // max_payload above a report's 1 MiB limit: a published batch carries several reports.
+  const jetstream = `jetstream {\n  store_dir: "${join(dir, 'jetstream')}"\n  max_file_store: 64GB\n  max_memory_store: 256MB\n}\n`;
+  if (!node) return `listen: 127.0.0.1:${port}\nmax_payload: 8MB\n${jetstream}`;
+  const routes = node.routes.map((p) => `    nats-route://127.0.0.1:${p}`).join('\n');
+  return (
+    `server_name: ${node.serverName}\nlisten: 127.0.0.1:${port}\nhttp: 127.0.0.1:${node.httpPort}\nmax_payload: 8MB\n${jetstream}` +
+    `cluster {\n  name: ${node.clusterName}\n  listen: 127.0.0.1:${node.routePort}\n  routes: [\n${routes}\n  ]\n}\n`
+  );
 }
 
 export async function startNats(cfg: Config, log: Log): Promise<LocalServer> {
   const dir = join(cfg.dataDir, 'nats');
   mkdirSync(join(dir, 'jetstream'), { recursive: true });
   await stopStale(join(dir, 'server.pid'), log);
-  // max_payload above a report's 1 MiB limit: a published batch carries several reports.
-  writeFileSync(
-    join(dir, 'nats.conf'),
-    `listen: 127.0.0.1:${cfg.ports.nats}\nmax_payload: 8MB\njetstream {\n  store_dir: "${join(dir, 'jetstream')}"\n  max_file_store: 64GB\n  max_memory_store: 256MB\n}\n`,
-  );
+  writeFileSync(join(dir, 'nats.conf'), natsConfig(dir, cfg.ports.nats));
   const { child, logFile } = spawnServer(which('nats-server') ?? 'nats-server', ['-c', join(dir, 'nats.conf')], dir);
   await waitFor('nats-server', () => tcpProbe(cfg.ports.nats, 'INFO'), child, logFile);
   log(`nats-server ready on 127.0.0.1:${cfg.ports.nats} (data ${dir})`);
@@ -250,14 +269,45 @@ async function createDatabaseIfMissing(port: number, name: string): Promise<void
   }
 }
 
-export async function startClickHouse(cfg: Config, log: Log): Promise<LocalServer> {
-  const dir = join(cfg.dataDir, 'clickhouse');
-  for (const sub of ['data', 'tmp', 'user_files', 'format_schemas', 'log']) mkdirSync(join(dir, sub), { recursive: true });
-  await stopStale(join(dir, 'server.pid'), log);
+/** One replica of a replicated ClickHouse (deploy/cluster.ts): its cluster, ZooKeeper, macros. */
+export interface ClickHouseReplica {
+  cluster: string;
+  /** Native-protocol ports of every replica of the one shard, this one's among them. */
+  replicaTcpPorts: number[];
+  interserverPort: number;
+  zookeeperPort: number;
+  shard: string;
+  replica: string;
+}
+
+/** config.xml; a replica adds remote_servers, ZooKeeper, macros, interserver and distributed DDL. */
+export function clickhouseConfig(dir: string, httpPort: number, tcpPort: number, rep?: ClickHouseReplica): string {
+  const replication = rep
+    ? `  <interserver_http_port>${rep.interserverPort}</interserver_http_port>
+  <interserver_http_host>127.0.0.1</interserver_http_host>
+  <remote_servers>
+    <${rep.cluster}>
+      <shard>
+        <internal_replication>true</internal_replication>
+${rep.replicaTcpPorts.map((p) => `        <replica><host>127.0.0.1</host><port>${p}</port></replica>`).join('\n')}
+      </shard>
+    </${rep.cluster}>
+  </remote_servers>
+  <zookeeper>
+    <node><host>127.0.0.1</host><port>${rep.zookeeperPort}</port></node>
+    <session_timeout_ms>30000</session_timeout_ms>
+  </zookeeper>
+  <macros>
+    <shard>${rep.shard}</shard>
+    <replica>${rep.replica}</replica>
+  </macros>
+  <distributed_ddl>
+    <path>/clickhouse/task_queue/ddl</path>
+  </distributed_ddl>
+`
+    : '';
   // Root element <yandex>: ClickHouse 18.16 does not know <clickhouse>. Newer releases accept both.
-  writeFileSync(
-    join(dir, 'config.xml'),
-    `<?xml version="1.0"?>
+  return `<?xml version="1.0"?>
 <yandex>
   <logger>
     <level>warning</level>
@@ -266,8 +316,8 @@ export async function startClickHouse(cfg: Config, log: Log): Promise<LocalServe
     <size>100M</size>
     <count>3</count>
   </logger>
-  <http_port>${cfg.ports.clickhouseHttp}</http_port>
-  <tcp_port>${cfg.ports.clickhouseTcp}</tcp_port>
+  <http_port>${httpPort}</http_port>
+  <tcp_port>${tcpPort}</tcp_port>
   <listen_host>127.0.0.1</listen_host>
   <path>${dir}/data/</path>
   <tmp_path>${dir}/tmp/</tmp_path>
@@ -280,17 +330,19 @@ export async function startClickHouse(cfg: Config, log: Log): Promise<LocalServe
   <mark_cache_size>268435456</mark_cache_size>
   <max_concurrent_queries>200</max_concurrent_queries>
   <keep_alive_timeout>10</keep_alive_timeout>
-</yandex>
-`,
-  );
-  writeFileSync(
-    join(dir, 'users.xml'),
-    `<?xml version="1.0"?>
+${replication}</yandex>
+`;
+}
+
+/** users.xml; `replicated`: inserts into a Distributed table return only once stored (not queued). */
+export function clickhouseUsers(replicated = false): string {
+  const sync = replicated ? `\n      <insert_distributed_sync>1</insert_distributed_sync>` : '';
+  return `<?xml version="1.0"?>
 <yandex>
   <profiles>
     <default>
       <max_memory_usage>4000000000</max_memory_usage>
-      <load_balancing>random</load_balancing>
+      <load_balancing>random</load_balancing>${sync}
     </default>
   </profiles>
   <users>
@@ -314,17 +366,30 @@ export async function startClickHouse(cfg: Config, log: Log): Promise<LocalServe
     </default>
   </quotas>
 </yandex>
-`,
-  );
+`;
+}
+
+/** The ClickHouse server binary and its arguments for a config file. */
+export function clickhouseCommand(configFile: string): { bin: string; args: string[] } {
   const bin = which('clickhouse-server') ?? which('clickhouse');
   if (!bin) throw new Error('clickhouse-server not found (apt-get install clickhouse-server)');
-  const args = bin.endsWith('clickhouse') ? ['server', `--config-file=${join(dir, 'config.xml')}`] : [`--config-file=${join(dir, 'config.xml')}`];
+  return { bin, args: bin.endsWith('clickhouse') ? ['server', `--config-file=${configFile}`] : [`--config-file=${configFile}`] };
+}
+
+export const clickhousePing = (port: number) => async () => {
+  const r = await fetch(`http://127.0.0.1:${port}/ping`, { signal: AbortSignal.timeout(1000) });
+  return (await r.text()).startsWith('Ok.');
+};
+
+export async function startClickHouse(cfg: Config, log: Log): Promise<LocalServer> {
+  const dir = join(cfg.dataDir, 'clickhouse');
+  for (const sub of ['data', 'tmp', 'user_files', 'format_schemas', 'log']) mkdirSync(join(dir, sub), { recursive: true });
+  await stopStale(join(dir, 'server.pid'), log);
+  writeFileSync(join(dir, 'config.xml'), clickhouseConfig(dir, cfg.ports.clickhouseHttp, cfg.ports.clickhouseTcp));
+  writeFileSync(join(dir, 'users.xml'), clickhouseUsers());
+  const { bin, args } = clickhouseCommand(join(dir, 'config.xml'));
   const { child, logFile } = spawnServer(bin, args, dir);
-  const ping = async () => {
-    const r = await fetch(`http://127.0.0.1:${cfg.ports.clickhouseHttp}/ping`, { signal: AbortSignal.timeout(1000) });
-    return (await r.text()).startsWith('Ok.');
-  };
-  await waitFor('clickhouse-server', ping, child, logFile, 120_000);
+  await waitFor('clickhouse-server', clickhousePing(cfg.ports.clickhouseHttp), child, logFile, 120_000);
   log(`clickhouse-server ready on 127.0.0.1:${cfg.ports.clickhouseHttp} (data ${dir})`);
   return { name: 'clickhouse', stop: stopper('clickhouse-server', child, dir, 'SIGTERM', log) };
 }

@@ -1,6 +1,8 @@
 // A service process (gateway, worker, api) spawned from dist/ by tests and benchmarks, its JSON log
 // lines kept so callers can wait for one ("listening") or assert on them.
 import { spawn, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 
 /** The project root (dist/deploy/service-process.js -> ../..). */
@@ -21,6 +23,17 @@ export function nodeFlags(script: string): string[] {
   return flags;
 }
 
+/**
+ * The api's session key for a local stack: JWT_SECRET when set, else one generated once into
+ * `dataDir/jwt-secret` (mode 600), the same for every api replica of that stack.
+ */
+export function sessionSecret(dataDir: string, jwtSecret = ''): string {
+  if (jwtSecret) return jwtSecret;
+  const file = join(dataDir, 'jwt-secret');
+  if (!existsSync(file)) writeFileSync(file, randomBytes(32).toString('hex') + '\n', { mode: 0o600 });
+  return readFileSync(file, 'utf8').trim();
+}
+
 export interface LogLine {
   msg?: string;
   level?: number;
@@ -39,6 +52,8 @@ export class Proc {
     readonly name: string,
     script: string,
     env: Record<string, string>,
+    /** `echo`: copy its output to stderr, each chunk prefixed with the name and pid (`npm run cluster`). */
+    opts: { echo?: boolean } = {},
   ) {
     this.child = spawn(process.execPath, [...nodeFlags(script), join(ROOT, 'dist', script)], {
       cwd: ROOT,
@@ -48,7 +63,7 @@ export class Proc {
     let buf = '';
     const onData = (d: Buffer) => {
       this.output += d.toString();
-      if (process.env.FLEET_PROC_LOGS) process.stderr.write(`[${this.name} ${this.child.pid}] ${d.toString()}`);
+      if (opts.echo || process.env.FLEET_PROC_LOGS) process.stderr.write(`[${this.name} ${this.child.pid}] ${d.toString()}`);
       buf += d.toString();
       let i: number;
       while ((i = buf.indexOf('\n')) >= 0) {

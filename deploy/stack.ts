@@ -4,9 +4,11 @@
 //   test     fresh test servers -> migrations -> tap over dist/test -> "N passed, N failed"
 //   bench    fresh bench servers -> bench/run.ts (bench/README.md)
 //   servers  only the four servers, for working on one process by hand
+//   cluster       the production shape on loopback (deploy/cluster.ts): servers -> schema, R3 streams -> demo seed -> 2+2+2 processes
+//   test-cluster  the cluster tests (test/cluster/): each file starts a cluster of its own
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdirSync, writeFileSync, rmSync } from 'node:fs';
-import { join, dirname } from 'node:path';
+import { join, dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { configOrExit, type Config } from '../lib/config.js';
 import { migrate } from '../lib/db/migrate.js';
@@ -14,12 +16,11 @@ import { connectNats, ensureStreams } from '../lib/db/nats.js';
 import { createPool } from '../lib/db/postgres.js';
 import { createCustomer, createToken, findCustomer } from '../lib/admin.js';
 import { createUser, addMembership, findUserByLogin, newPassword } from '../lib/accounts.js';
-import { randomBytes } from 'node:crypto';
-import { readFileSync } from 'node:fs';
 import { startLocalServers, stopServers, type LocalServer } from './local-servers.js';
 import { runTests } from './test-runner.js';
-import { nodeFlags } from './service-process.js';
+import { nodeFlags, sessionSecret } from './service-process.js';
 import { runBench } from '../bench/run.js';
+import { Cluster, CLUSTER_BASE_PORT } from './cluster.js';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const log = (msg: string) => process.stderr.write(`[stack] ${msg}\n`);
@@ -72,7 +73,7 @@ async function prepare(cfg: Config): Promise<void> {
  * First start: the demo customer with a token of both scopes, and the user demo@example.com, owner
  * of it. The token and the password are printed once and saved under DATA_DIR (mode 600).
  */
-async function seedDemo(cfg: Config): Promise<void> {
+async function seedDemo(cfg: Config, urls = { gateway: `http://${cfg.gateway.host}:${cfg.gateway.port}`, api: `http://${cfg.api.host}:${cfg.api.port}`, curl: 'curl' }): Promise<void> {
   const pool = createPool(cfg.databaseUrl, 1, 'fleet-seed');
   try {
     const tokenFile = join(cfg.dataDir, 'demo-token');
@@ -93,8 +94,7 @@ async function seedDemo(cfg: Config): Promise<void> {
       lines.push(`Seeded dashboard user demo@example.com (owner of demo). Password (shown once; saved to ${passwordFile}, mode 600):`, '', `  ${password}`, '');
     }
     if (lines.length === 0) return;
-    const g = `http://${cfg.gateway.host}:${cfg.gateway.port}`;
-    const a = `http://${cfg.api.host}:${cfg.api.port}`;
+    const { gateway: g, api: a, curl } = urls;
     process.stdout.write(
       [
         '',
@@ -102,23 +102,15 @@ async function seedDemo(cfg: Config): Promise<void> {
         `Dashboard: ${a}/ (log in as demo@example.com with the password above)`,
         '',
         'Try it:',
-        `  curl -H "Authorization: Bearer $(cat ${tokenFile})" -H 'Content-Type: application/json' -d '{}' \\`,
+        `  ${curl} -H "Authorization: Bearer $(cat ${tokenFile})" -H 'Content-Type: application/json' -d '{}' \\`,
         `    ${g}/api/ingest/demo/m1/agent/heartbeat`,
-        `  curl -H "Authorization: Bearer $(cat ${tokenFile})" ${a}/api/instances`,
+        `  ${curl} -H "Authorization: Bearer $(cat ${tokenFile})" ${a}/api/instances`,
         '',
       ].join('\n'),
     );
   } finally {
     await pool.end();
   }
-}
-
-/** The api's session key: JWT_SECRET, or one generated once into DATA_DIR (mode 600). */
-function jwtSecret(cfg: Config): string {
-  if (cfg.api.jwtSecret) return cfg.api.jwtSecret;
-  const file = join(cfg.dataDir, 'jwt-secret');
-  if (!existsSync(file)) writeFileSync(file, randomBytes(32).toString('hex') + '\n', { mode: 0o600 });
-  return readFileSync(file, 'utf8').trim();
 }
 
 interface Managed {
@@ -199,7 +191,7 @@ async function start(): Promise<void> {
       script: 'workers/main.js',
       env: { WORKER_HTTP_PORT: workerPort > 0 ? String(workerPort + i) : '0' },
     })),
-    { name: 'api', script: 'api/main.js', env: { JWT_SECRET: jwtSecret(cfg) } },
+    { name: 'api', script: 'api/main.js', env: { JWT_SECRET: sessionSecret(cfg.dataDir, cfg.api.jwtSecret) } },
   ];
   if (shuttingDown) return;
   for (const a of apps) launch(a);
@@ -259,8 +251,42 @@ async function serversOnly(): Promise<void> {
   process.on('SIGTERM', bye);
 }
 
+/** `npm run cluster`: the production shape on loopback, data under .data/cluster, until a signal. */
+async function cluster(): Promise<void> {
+  const base = Number(process.env.CLUSTER_BASE_PORT || CLUSTER_BASE_PORT);
+  if (!Number.isInteger(base) || base < 1 || base > 65535 - 100) throw new Error(`CLUSTER_BASE_PORT=${process.env.CLUSTER_BASE_PORT}: must be a port number below 65435`);
+  const c = new Cluster({ dataDir: resolve(process.env.DATA_DIR || '.data/cluster'), base, log, echo: true });
+  let stopping = false;
+  const shutdown = async (why: string) => {
+    if (stopping) return;
+    stopping = true;
+    log(`${why}: stopping the cluster`);
+    await c.stop();
+    log('stopped');
+    process.exit(0);
+  };
+  for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) process.on(sig, () => void shutdown(sig));
+  try {
+    await c.startServers();
+    await seedDemo(c.cfg, { gateway: c.url, api: c.url, curl: `curl --cacert ${c.tls.cert}` });
+    await c.startApps();
+  } catch (e) {
+    log(`cluster start-up failed: ${(e as Error).stack ?? e}`);
+    await shutdown('start-up failed');
+    return;
+  }
+  if (!stopping) log(`cluster up: ${c.url} (gateways and apis behind nginx, TLS certificate ${c.tls.cert}); Ctrl-C stops everything`);
+}
+
+/** `npm run test:cluster`: every file under test/cluster starts and stops its own cluster. */
+async function testCluster(args: string[]): Promise<void> {
+  const counts = await runTests(null, root, args);
+  process.stdout.write(`\n${counts.passed} passed, ${counts.failed} failed\n`);
+  process.exit(counts.failed === 0 ? 0 : 1);
+}
+
 const [mode, ...args] = process.argv.slice(2);
-const modes: Record<string, (a: string[]) => Promise<void>> = { start, test, bench, servers: serversOnly };
+const modes: Record<string, (a: string[]) => Promise<void>> = { start, test, bench, servers: serversOnly, cluster, 'test-cluster': testCluster };
 const fn = modes[mode ?? 'start'];
 if (!fn) {
   log(`unknown mode ${mode}; use one of ${Object.keys(modes).join(', ')}`);

@@ -1,6 +1,8 @@
 // Runs the tap suite (compiled to dist/test) against the test stack's servers and ends with the
 // plain line `N passed, N failed` (printed by deploy/stack.ts once the servers are stopped): N counts the named tests (t.test blocks) of every file; a file
-// that fails outside any named test counts as one failed test.
+// that fails outside any named test counts as one failed test. The cluster tests (test/cluster/,
+// `npm run test:cluster`) are a suite of their own: each file starts its own cluster topology
+// (deploy/cluster.ts), so they run one at a time and never in `npm test`.
 import { spawn } from 'node:child_process';
 import { existsSync, readdirSync, statSync } from 'node:fs';
 import { join, relative } from 'node:path';
@@ -45,19 +47,20 @@ export function countTap(output: string): TapCounts {
   return { passed, failed };
 }
 
-export async function runTests(cfg: Config, root: string, filters: string[]): Promise<TapCounts> {
-  const all = findTests(root);
+const CLUSTER_DIR = join('dist', 'test', 'cluster');
+
+export async function runTests(cfg: Config | null, root: string, filters: string[]): Promise<TapCounts> {
+  const cluster = cfg === null;
+  const all = findTests(root).filter((f) => relative(root, f).startsWith(CLUSTER_DIR + '/') === cluster);
   const files = filters.length ? all.filter((f) => filters.some((x) => f.includes(x.replace(/\.ts$/, '')))) : all;
   if (files.length === 0) {
     process.stdout.write('no test files matched\n');
     return { passed: 0, failed: 1 };
   }
+  const servers = cfg ? { NATS_URL: cfg.natsUrl, REDIS_URL: cfg.redisUrl, DATABASE_URL: cfg.databaseUrl, CLICKHOUSE_URL: cfg.clickhouseUrl } : {};
   const env = {
     ...process.env,
-    NATS_URL: cfg.natsUrl,
-    REDIS_URL: cfg.redisUrl,
-    DATABASE_URL: cfg.databaseUrl,
-    CLICKHOUSE_URL: cfg.clickhouseUrl,
+    ...servers,
     FLEET_ROOT: root,
     NODE_OPTIONS: '--enable-source-maps',
     LOG_LEVEL: process.env.LOG_LEVEL ?? 'warn',
@@ -68,7 +71,7 @@ export async function runTests(cfg: Config, root: string, filters: string[]): Pr
     '--allow-empty-coverage',
     '-R', 'tap',
     '--timeout', process.env.TEST_TIMEOUT_S ?? '600',
-    '--jobs', process.env.TEST_JOBS ?? '2',
+    '--jobs', cluster ? '1' : (process.env.TEST_JOBS ?? '2'),
     ...files.map((f) => relative(root, f)),
   ];
   const child = spawn(process.execPath, args, { cwd: root, env, stdio: ['ignore', 'pipe', 'inherit'] });

@@ -7,7 +7,7 @@ import { Lifecycle, drainNats } from '../lib/shutdown.js';
 import { createLogger } from '../lib/log.js';
 import { createMetrics } from '../lib/metrics.js';
 import { createPool } from '../lib/db/postgres.js';
-import { connectNats, ensureStreams } from '../lib/db/nats.js';
+import { connectNats, ensureStreams, warnDurability } from '../lib/db/nats.js';
 import { subjects } from '../lib/messages.js';
 import { loadUws, UwsFallbackError, type us_listen_socket } from './uws.js';
 import { TokenCache } from './token-cache.js';
@@ -25,7 +25,7 @@ const log = createLogger('gateway', cfg.logLevel);
 
 let uwsLoaded;
 try {
-  uwsLoaded = loadUws(cfg.gateway.allowUwsFallback);
+  uwsLoaded = loadUws(cfg.gateway.allowUwsFallback, cfg.gateway.uwsModule);
 } catch (e) {
   if (e instanceof UwsFallbackError) {
     log.fatal(e.message);
@@ -59,6 +59,7 @@ async function checkStream(): Promise<void> {
   }
 }
 await checkStream();
+await warnDurability(nc, await nc.jetstreamManager(), cfg, log).catch((e) => log.warn({ err: e }, 'NATS durability check failed'));
 // Artifact uploads: upload records (KV) and chunks (object store) in JetStream.
 const artifacts = await ArtifactStore.open(nc, cfg);
 // Host metrics only: the register of client_metric_ids (one round trip per metrics request).

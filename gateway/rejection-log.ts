@@ -59,8 +59,11 @@ export class RejectionLog {
       else this.lost++;
       return;
     }
-    if (this.buffer.length > 0) this.drainBuffer();
     try {
+      // Inside the try: the connection may be gone although isConnected() has not noticed yet (a
+      // gateway shutting down closes it while requests still arrive on open connections); a throw
+      // here would end the process.
+      if (this.buffer.length > 0) this.drainBuffer();
       // A plain publish on a stream subject: JetStream stores it; the request is not held up.
       this.nc.publish(this.subject, encodeJson(rec));
       this.written++;
@@ -70,10 +73,13 @@ export class RejectionLog {
     }
   }
 
+  /** Publishes the buffered records in order; one that cannot be published stays buffered (and throws). */
   private drainBuffer(): void {
-    const pending = this.buffer.splice(0);
-    for (const rec of pending) this.nc.publish(this.subject, encodeJson(rec));
-    this.written += pending.length;
+    while (this.buffer.length > 0) {
+      this.nc.publish(this.subject, encodeJson(this.buffer[0]!));
+      this.buffer.shift();
+      this.written++;
+    }
   }
 
   /** One record per source that was limited: its last rejection, with how many were not written. */

@@ -196,7 +196,8 @@ export function registerRoutes(app: TemplatedApp, d: GatewayDeps): void {
       return null;
     }
     if (d.isClosing()) {
-      reject(ctx, kind, new HttpError(503, 'gateway shutting down; retry', { retryAfterS: 1 }));
+      // Closing the connection after the answer sends the proxy's next request to another gateway.
+      reject(ctx, kind, new HttpError(503, 'gateway shutting down; retry', { retryAfterS: 1, close: true }));
       return null;
     }
     const badPath = pathRefusal(path);

@@ -41,6 +41,10 @@ export const Settings = Type.Object({
   CLICKHOUSE_DB: Str('fleet', 'ClickHouse database', { pattern: '^[A-Za-z_][A-Za-z0-9_]{0,63}$', allowed: 'a ClickHouse identifier' }),
   CLICKHOUSE_USER: Str('default', 'ClickHouse login', { minLength: 1 }),
   CLICKHOUSE_PASSWORD: Str('', 'ClickHouse password'),
+  CLICKHOUSE_CLUSTER: Str('', 'ClickHouse cluster (remote_servers name): replicated tables, Distributed tables for reads, DDL ON CLUSTER; empty: one server', {
+    pattern: '^([A-Za-z_][A-Za-z0-9_]{0,63})?$',
+    allowed: 'empty or a ClickHouse identifier',
+  }),
   STREAM_NAME: Str('INGEST', 'JetStream stream (names on shared servers)', NAME),
   SUBJECT_PREFIX: Str('ingest', 'NATS subject prefix', { pattern: '^[A-Za-z0-9_-]+(\\.[A-Za-z0-9_-]+)*$', allowed: 'NATS subject tokens (letters, digits, _ and -) joined by dots' }),
   REDIS_PREFIX: Str('fleet:', 'Redis key prefix', { minLength: 1 }),
@@ -50,6 +54,7 @@ export const Settings = Type.Object({
   GATEWAY_HOST: Str('127.0.0.1', 'gateway listen address', HOST),
   GATEWAY_PORT: Port(8080, 'gateway listen port (0 = any free port)'),
   UWS_ALLOW_FALLBACK: Bool(false, "let the gateway run on uWS's slow pure-JS fallback"),
+  UWS_MODULE: Str('uWebSockets.js', 'the uWebSockets.js build the gateway loads: a package name, or a path to its folder or file', { minLength: 1 }),
   TRUST_PROXY: Str('', 'the proxies in front (docs/operations.md "Security"): a number of hops, or their addresses (CIDRs, loopback, linklocal, uniquelocal); empty: none', {
     allowed: 'empty, a number of proxy hops (e.g. 1), or comma-separated proxy addresses or CIDRs',
   }),
@@ -245,6 +250,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env) {
     clickhouseDatabase: s.CLICKHOUSE_DB,
     clickhouseUser: s.CLICKHOUSE_USER,
     clickhousePassword: s.CLICKHOUSE_PASSWORD,
+    // Replicated servers (lib/db/schema.ts renders the DDL ON CLUSTER); '' = one server.
+    clickhouseCluster: s.CLICKHOUSE_CLUSTER,
     // Names that keep two deployments (or two test files) apart on shared servers.
     streamName: s.STREAM_NAME,
     subjectPrefix: s.SUBJECT_PREFIX,
@@ -259,6 +266,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env) {
       host: s.GATEWAY_HOST,
       port: s.GATEWAY_PORT,
       allowUwsFallback: s.UWS_ALLOW_FALLBACK,
+      uwsModule: s.UWS_MODULE,
       bodyTimeoutMs: s.BODY_TIMEOUT_MS,
       bodyLimit: s.BODY_LIMIT_BYTES,
       maxItems: s.MAX_ITEMS,

@@ -8,7 +8,7 @@ import { createMetrics } from '../lib/metrics.js';
 import { createPool } from '../lib/db/postgres.js';
 import { createClickHouse } from '../lib/db/clickhouse.js';
 import { createRedis } from '../lib/db/redis.js';
-import { connectNats, ensureStreams, ensureConsumer } from '../lib/db/nats.js';
+import { connectNats, ensureStreams, ensureConsumer, warnDurability } from '../lib/db/nats.js';
 import { subjects } from '../lib/messages.js';
 import { IngestConsumer } from './ingest-consumer.js';
 import { Readiness, probeDependencies, serveHealth } from './health.js';
@@ -66,6 +66,7 @@ await retrying('the JetStream stream and consumer', async () => {
   await ensureStreams(jsm, cfg);
   await ensureConsumer(jsm, cfg.streamName, cfg.worker.consumerName, cfg.worker.ackWaitS);
 });
+await warnDurability(nc, jsm, cfg, log).catch((e) => log.warn({ err: e }, 'NATS durability check failed'));
 const js = nc.jetstream();
 const subj = subjects(cfg.subjectPrefix);
 const whitelist = new WhitelistCache(pool, cfg.cacheRefreshMs, (e) => log.warn({ err: e }, 'whitelist refresh failed'));

@@ -3,7 +3,7 @@
 import { ClickHouseError } from '@clickhouse/client';
 import { createClickHouse, chIdent } from './clickhouse.js';
 import { createPool } from './postgres.js';
-import { postgresMigrations, clickhouseMigrations } from './schema.js';
+import { postgresMigrations, clickhouseMigrationsFor } from './schema.js';
 
 const LOCK_KEY = 7_401_133; // any constant; identifies "fleet migrations" among advisory locks
 
@@ -13,6 +13,8 @@ export interface MigrateTarget {
   clickhouseDatabase: string;
   clickhouseUser?: string;
   clickhousePassword?: string;
+  /** CLICKHOUSE_CLUSTER: replicated tables created ON CLUSTER (lib/db/schema.ts); empty: one server. */
+  clickhouseCluster?: string;
 }
 
 export async function migrate(t: MigrateTarget, log: (msg: string) => void = () => {}): Promise<string[]> {
@@ -41,18 +43,24 @@ export async function migrate(t: MigrateTarget, log: (msg: string) => void = () 
     // ClickHouse has no transactions; every statement is IF NOT EXISTS (or an ADD COLUMN whose
     // "already exists" is ignored), so a half-applied migration is simply applied again.
     const db = chIdent(t.clickhouseDatabase);
+    const cluster = t.clickhouseCluster ? chIdent(t.clickhouseCluster) : '';
     const root = createClickHouse({ url: t.clickhouseUrl, user: t.clickhouseUser, password: t.clickhousePassword });
     try {
-      await root.command({ query: `CREATE DATABASE IF NOT EXISTS ${db}` });
+      await root.command({ query: cluster ? `CREATE DATABASE IF NOT EXISTS ${db} ON CLUSTER ${cluster}` : `CREATE DATABASE IF NOT EXISTS ${db}` });
     } finally {
       await root.close();
     }
     const ch = createClickHouse({ url: t.clickhouseUrl, database: db, user: t.clickhouseUser, password: t.clickhousePassword });
     try {
-      await ch.command({ query: `CREATE TABLE IF NOT EXISTS schema_migrations (id String, applied_at DateTime) ENGINE = Log` });
+      // On a cluster the record of applied migrations is replicated too: any replica may be asked next time.
+      await ch.command({
+        query: cluster
+          ? `CREATE TABLE IF NOT EXISTS ${db}.schema_migrations ON CLUSTER ${cluster} (id String, applied_at DateTime) ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/${db}/schema_migrations', '{replica}') ORDER BY id`
+          : `CREATE TABLE IF NOT EXISTS schema_migrations (id String, applied_at DateTime) ENGINE = Log`,
+      });
       const rs = await ch.query({ query: 'SELECT id FROM schema_migrations', format: 'JSONEachRow' });
       const chDone = new Set(((await rs.json()) as { id: string }[]).map((r) => r.id));
-      for (const m of clickhouseMigrations) {
+      for (const m of clickhouseMigrationsFor({ cluster, database: db })) {
         if (chDone.has(m.id)) continue;
         for (const sql of m.sql) await ch.command({ query: sql }).catch((e) => tolerateDoneAlter(sql, e));
         await ch.insert({ table: 'schema_migrations', values: [{ id: m.id, applied_at: Math.floor(Date.now() / 1000) }], format: 'JSONEachRow' });
@@ -72,6 +80,6 @@ export async function migrate(t: MigrateTarget, log: (msg: string) => void = () 
 
 /** ClickHouse 18.16 has no `ADD COLUMN IF NOT EXISTS`: a column added by an earlier, interrupted run is fine. */
 function tolerateDoneAlter(sql: string, e: unknown): void {
-  if (/^\s*ALTER TABLE\s+\S+\s+ADD COLUMN\b/i.test(sql) && e instanceof ClickHouseError && e.code === '44') return;
+  if (/^\s*ALTER TABLE\s+\S+\s+(ON CLUSTER\s+\S+\s+)?ADD COLUMN\b/i.test(sql) && e instanceof ClickHouseError && e.code === '44') return;
   throw e;
 }

@@ -92,3 +92,58 @@ export async function ensureConsumer(jsm: JetStreamManager, streamName: string, 
     await jsm.consumers.add(streamName, cfg);
   }
 }
+
+/**
+ * The production requirement for JetStream (docs/operations.md, "NATS durability"): nats-server
+ * 2.10.23 or later (Jepsen: 2.10.20 to 2.10.22 could lose a whole stream after crashes) and every
+ * stream on 3 replicas. `sync_interval: always` belongs to it too, but a client cannot see the
+ * server's fsync setting.
+ */
+export const NATS_REQUIRED = { version: '2.10.23', replicas: 3 } as const;
+
+/** Whether dotted version `v` is older than `min` (numeric parts; a suffix such as -beta is ignored). */
+export function versionBelow(v: string, min: string): boolean {
+  const parts = (x: string) => x.replace(/^v/, '').split(/[-+]/)[0]!.split('.').map((n) => Number(n) || 0);
+  const a = parts(v);
+  const b = parts(min);
+  for (let i = 0; i < Math.max(a.length, b.length); i++) {
+    const d = (a[i] ?? 0) - (b[i] ?? 0);
+    if (d !== 0) return d < 0;
+  }
+  return false;
+}
+
+/** What falls short of NATS_REQUIRED, one phrase each; empty when nothing does. */
+export function durabilityShortfalls(serverVersion: string, replicas: number): string[] {
+  const out: string[] = [];
+  if (versionBelow(serverVersion, NATS_REQUIRED.version)) out.push(`nats-server ${serverVersion} is older than ${NATS_REQUIRED.version}`);
+  if (replicas < NATS_REQUIRED.replicas) out.push(`the stream has ${replicas} replica${replicas === 1 ? '' : 's'}, fewer than ${NATS_REQUIRED.replicas}`);
+  return out;
+}
+
+interface WarnLog {
+  warn(obj: object, msg: string): void;
+}
+
+/**
+ * Every process calls this once at start: one warning when the server it is connected to or the
+ * ingest stream falls short of the production requirement. A stream not made yet counts with the
+ * replicas it will be made with (STREAM_REPLICAS).
+ */
+export async function warnDurability(nc: NatsConnection, jsm: JetStreamManager, s: { streamName: string; streamReplicas: number }, log: WarnLog): Promise<string[]> {
+  const version = nc.info?.version ?? '0.0.0';
+  let replicas = s.streamReplicas;
+  try {
+    replicas = (await jsm.streams.info(s.streamName)).config.num_replicas;
+  } catch (e) {
+    if (!isNotFound(e)) throw e;
+  }
+  const short = durabilityShortfalls(version, replicas);
+  if (short.length > 0) {
+    log.warn(
+      { nats_version: version, stream: s.streamName, stream_replicas: replicas, required: NATS_REQUIRED },
+      `NATS durability below the production requirement (docs/operations.md, "NATS durability"): ${short.join('; ')}`,
+    );
+  }
+  return short;
+}

@@ -1,35 +1,38 @@
 // Redis connection and the key names the service uses, in one place.
-import { createHash } from 'node:crypto';
 import { Redis } from 'ioredis';
 
 export { Redis };
 
+/** Every Lua command of the project (luaCommand), defined on each connection createRedis makes. */
+const scripts = new Map<string, string>();
+
 export function createRedis(url: string, opts: { lazyConnect?: boolean; bullmq?: boolean } = {}): Redis {
-  return new Redis(url, {
+  const redis = new Redis(url, {
     lazyConnect: opts.lazyConnect ?? false,
     // BullMQ requires null here for its blocking connections.
     maxRetriesPerRequest: opts.bullmq ? null : 3,
     enableAutoPipelining: !opts.bullmq,
   });
+  // Defined before any command: an automatic pipeline copies the connection's commands when it is
+  // made, so one defined later is missing from a pipeline already pending in the same tick, and
+  // ioredis then crashes the process ("results[i] is not iterable", seen when a worker started
+  // under load in the rolling-restart test).
+  for (const [name, lua] of scripts) redis.defineCommand(name, { lua });
+  return redis;
 }
 
 /**
- * A Lua script, run by EVALSHA (the script's text goes over the wire only when Redis does not have
- * it yet: NOSCRIPT, then EVAL, which also loads it). Callers pass the number of keys, then keys and
- * args. Not an ioredis custom command (defineCommand): with auto-pipelining, a command defined on
- * its first call is missing from the pipeline ioredis already opened in that tick, and the
- * TypeError it throws there is uncaught and ends the process (a worker died so under load).
- * EVALSHA and EVAL exist on every pipeline.
+ * A Lua script as a command of `redis` (ioredis runs it by EVALSHA, loading it once). Declared at
+ * module level, so every connection createRedis makes afterwards has it from the start; on any
+ * other connection it is defined the first time it is called. Callers pass the number of keys,
+ * then keys and args.
  */
 export function luaCommand<R>(name: string, lua: string): (redis: Redis, numKeys: number, ...args: (string | number)[]) => Promise<R> {
-  const sha = createHash('sha1').update(lua).digest('hex');
-  return async (redis, numKeys, ...args) => {
-    try {
-      return (await redis.evalsha(sha, numKeys, ...args)) as R;
-    } catch (e) {
-      if (!String((e as Error).message).startsWith('NOSCRIPT')) throw e;
-      return (await redis.eval(lua, numKeys, ...args)) as R;
-    }
+  scripts.set(name, lua);
+  return (redis, numKeys, ...args) => {
+    const r = redis as unknown as Record<string, (n: number, ...a: (string | number)[]) => Promise<R>>;
+    if (typeof r[name] !== 'function') redis.defineCommand(name, { lua });
+    return r[name]!(numKeys, ...args);
   };
 }
 

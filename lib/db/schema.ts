@@ -8,6 +8,11 @@
 // partitioning. Every table is a ReplacingMergeTree whose sorting key ends in the id of the report
 // (or record) that produced the row: a batch applied twice collapses to one row; query with FINAL
 // (or through the *_v views) to see each row once before background merges have run.
+//
+// ClickHouse statements are kept as data (`clickhouseSchema`) and rendered for one server (the SQL
+// below has always produced) or, with CLICKHOUSE_CLUSTER, for replicated servers: every table a
+// ReplicatedReplacingMergeTree `<name>_local` on each replica (ZooKeeper), the app's table name a
+// Distributed table over it, every statement ON CLUSTER (`renderClickHouse`).
 
 export interface Migration {
   id: string;
@@ -414,17 +419,40 @@ const RECEIVED = ['received_at DateTime', 'received_ms UInt64'].join(',\n       
 const MACHINE_COLUMNS = ['customer_id String', 'customer String', 'machine_id String', 'machine String'].join(',\n         ');
 const INSTANCE_COLUMNS = [MACHINE_COLUMNS, 'software String', 'instance_id String'].join(',\n         ');
 
-/** `<table>_v`: the table read FINAL, each row once (for analysts). */
-const finalView = (table: string) => `CREATE VIEW IF NOT EXISTS ${table}_v AS SELECT * FROM ${table} FINAL`;
+/**
+ * A ClickHouse statement as data, so that one schema renders two ways (`renderClickHouse`): for
+ * one server (the tables the app reads and writes are ReplacingMergeTree tables) and for a cluster
+ * named by CLICKHOUSE_CLUSTER (a ReplicatedReplacingMergeTree `<name>_local` on every replica, and
+ * under the app's name a Distributed table over it; every statement ON CLUSTER).
+ */
+export type ChStatement =
+  /** `columns`: the text between the parentheses, exactly as written. */
+  | { table: string; columns: string; partition: string; orderBy: string; ver?: string }
+  /** `<table>_v`: the table read FINAL, each row once (for analysts). */
+  | { view: string }
+  | { dropView: string }
+  | { addColumn: string; to: string };
 
-const ENGINE = (orderBy: string, partition = 'toYYYYMM(received_at)') =>
-  `ENGINE = ReplacingMergeTree() PARTITION BY ${partition} ORDER BY (${orderBy})`;
+export interface ChMigration {
+  id: string;
+  statements: ChStatement[];
+}
 
-export const clickhouseMigrations: Migration[] = [
+const table = (name: string, columns: string, orderBy: string, partition = 'toYYYYMM(received_at)', ver?: string): ChStatement => ({
+  table: name,
+  columns,
+  partition,
+  orderBy,
+  ...(ver ? { ver } : {}),
+});
+
+export const clickhouseSchema: ChMigration[] = [
   {
     id: '0001-core',
-    sql: [
-      `CREATE TABLE IF NOT EXISTS heartbeats (
+    statements: [
+      table(
+        'heartbeats',
+        `
          ${RECEIVED},
          ts_ms UInt64,
          ${INSTANCE_COLUMNS},
@@ -437,8 +465,12 @@ export const clickhouseMigrations: Migration[] = [
          location String,
          group_priority Nullable(Int64),
          sort_priority Nullable(Int64)
-       ) ${ENGINE('customer_id, instance_id, received_ms, report_id')}`,
-      `CREATE TABLE IF NOT EXISTS diagnostics (
+       `,
+        'customer_id, instance_id, received_ms, report_id',
+      ),
+      table(
+        'diagnostics',
+        `
          ${RECEIVED},
          ts_ms UInt64,
          ${INSTANCE_COLUMNS},
@@ -449,15 +481,23 @@ export const clickhouseMigrations: Migration[] = [
          message String,
          suppressed UInt8,
          rule_id String
-       ) ${ENGINE('customer_id, instance_id, received_ms, report_id, item')}`,
-      `CREATE TABLE IF NOT EXISTS status_history (
+       `,
+        'customer_id, instance_id, received_ms, report_id, item',
+      ),
+      table(
+        'status_history',
+        `
          ${RECEIVED},
          ${INSTANCE_COLUMNS},
          report_id String,
          status String, message String, snapshot String
-       ) ${ENGINE('customer_id, instance_id, received_ms, report_id')}`,
+       `,
+        'customer_id, instance_id, received_ms, report_id',
+      ),
       // Rejected ingest requests. Never the token or the body. customer_id '' = no known customer.
-      `CREATE TABLE IF NOT EXISTS ingest_rejections (
+      table(
+        'ingest_rejections',
+        `
          ${RECEIVED},
          id String,
          customer_id String,
@@ -470,21 +510,25 @@ export const clickhouseMigrations: Migration[] = [
          body_size UInt64,
          remote String,
          dropped UInt64
-       ) ${ENGINE('customer_id, received_ms, id')}`,
-      finalView('heartbeats'),
-      finalView('diagnostics'),
-      finalView('status_history'),
-      finalView('ingest_rejections'),
+       `,
+        'customer_id, received_ms, id',
+      ),
+      { view: 'heartbeats' },
+      { view: 'diagnostics' },
+      { view: 'status_history' },
+      { view: 'ingest_rejections' },
     ],
   },
   {
     id: '0002-light-events',
-    sql: [
+    statements: [
       // Every change of an instance's traffic light. (instance_id, seq) identifies a change: a
       // retried delivery from the outbox inserts the same row again and it collapses (read FINAL).
       // at_ms: when the colour changed (a silence: last heartbeat + timeout); recorded_ms: when a
       // worker recorded it; cause: report, expiry (Redis key expired) or sweep.
-      `CREATE TABLE IF NOT EXISTS light_events (
+      table(
+        'light_events',
+        `
          at DateTime,
          at_ms UInt64,
          recorded_ms UInt64,
@@ -494,19 +538,24 @@ export const clickhouseMigrations: Migration[] = [
          to_light String,
          reason String,
          cause String
-       ) ${ENGINE('customer_id, instance_id, seq', 'toYYYYMM(at)')}`,
-      finalView('light_events'),
+       `,
+        'customer_id, instance_id, seq',
+        'toYYYYMM(at)',
+      ),
+      { view: 'light_events' },
     ],
   },
   {
     id: '0004-metrics',
-    sql: [
+    statements: [
       // Host metrics (issue 6): one row per record and value name. Idempotent by client_metric_id,
       // forever: the sorting key is (customer, machine, name, client_metric_id), so every copy of
       // a record collapses into one row; `ver` makes the FIRST copy the one kept (a copy sent
       // again without ts would carry a later receive time). Reads group by client_metric_id
       // (argMax by ver), which is exact even before merges and across partitions.
-      `CREATE TABLE IF NOT EXISTS host_metrics (
+      table(
+        'host_metrics',
+        `
          ts DateTime,
          ts_ms UInt64,
          received_ms UInt64,
@@ -518,21 +567,88 @@ export const clickhouseMigrations: Migration[] = [
          label_values Array(String),
          report_id String,
          ver UInt64
-       ) ENGINE = ReplacingMergeTree(ver) PARTITION BY toYYYYMM(ts) ORDER BY (customer_id, machine_id, name, client_metric_id)`,
-      finalView('host_metrics'),
+       `,
+        'customer_id, machine_id, name, client_metric_id',
+        'toYYYYMM(ts)',
+        'ver',
+      ),
+      { view: 'host_metrics' },
     ],
   },
   {
     id: '0005-clock-skew',
-    sql: [
+    statements: [
       // ts_ms holds the agent's `ts` only where it is plausible (else the receive time); clock_skew
       // = 1 flags a row whose agent sent a `ts` outside the window; agent_ts is that `ts` as sent
       // ('' when none). Analysts: WHERE clock_skew = 1 lists agents with a broken clock.
-      `ALTER TABLE heartbeats ADD COLUMN clock_skew UInt8 DEFAULT 0`,
-      `ALTER TABLE heartbeats ADD COLUMN agent_ts String DEFAULT ''`,
+      { addColumn: 'clock_skew UInt8 DEFAULT 0', to: 'heartbeats' },
+      { addColumn: "agent_ts String DEFAULT ''", to: 'heartbeats' },
       // A view's `SELECT *` keeps the columns the table had when the view was made (18.16).
-      `DROP TABLE IF EXISTS heartbeats_v`,
-      finalView('heartbeats'),
+      { dropView: 'heartbeats' },
+      { view: 'heartbeats' },
     ],
   },
 ];
+
+/** Where the schema goes: one server (no cluster), or every replica of `cluster` at once. */
+export interface ChTarget {
+  /** The `remote_servers` cluster (CLICKHOUSE_CLUSTER); empty or absent: one server. */
+  cluster?: string;
+  /** The database (cluster statements name it: ON CLUSTER runs them on hosts without a session). */
+  database: string;
+}
+
+/** The table the app reads and writes; on a cluster the Distributed table over `<name>_local`. */
+export const localTable = (name: string) => `${name}_local`;
+
+/**
+ * The SQL of one statement, for one server (exactly what ran before clusters) or a cluster.
+ * `columns`: on a cluster, each table's columns so far (the Distributed table is made anew with
+ * them after an ADD COLUMN); kept up to date by the caller's order of statements.
+ */
+export function renderClickHouse(st: ChStatement, target: ChTarget, columns: Map<string, string> = new Map()): string[] {
+  const c = target.cluster;
+  if (!c) {
+    if ('table' in st) {
+      const engine = `ReplacingMergeTree(${st.ver ?? ''})`;
+      return [`CREATE TABLE IF NOT EXISTS ${st.table} (${st.columns}) ENGINE = ${engine} PARTITION BY ${st.partition} ORDER BY (${st.orderBy})`];
+    }
+    if ('view' in st) return [`CREATE VIEW IF NOT EXISTS ${st.view}_v AS SELECT * FROM ${st.view} FINAL`];
+    if ('dropView' in st) return [`DROP TABLE IF EXISTS ${st.dropView}_v`];
+    return [`ALTER TABLE ${st.to} ADD COLUMN ${st.addColumn}`];
+  }
+  // 18.16's syntax for replicated engines: ZooKeeper path and replica name first, then the
+  // engine's own arguments; {shard} and {replica} are each server's <macros>. The path names the
+  // database, so two databases on one cluster never share a replication log.
+  const db = target.database;
+  const on = `ON CLUSTER ${c}`;
+  // Writes reach one replica of the shard (internal_replication: the replicated table copies them
+  // to the others); reads go to a healthy replica of each shard.
+  const distributed = (name: string) =>
+    `CREATE TABLE IF NOT EXISTS ${db}.${name} ${on} (${columns.get(name)}) ENGINE = Distributed(${c}, ${db}, ${localTable(name)})`;
+  if ('table' in st) {
+    columns.set(st.table, st.columns);
+    const zkPath = `/clickhouse/tables/{shard}/${db}/${st.table}`;
+    const engine = `ReplicatedReplacingMergeTree('${zkPath}', '{replica}'${st.ver ? `, ${st.ver}` : ''})`;
+    return [
+      `CREATE TABLE IF NOT EXISTS ${db}.${localTable(st.table)} ${on} (${st.columns}) ENGINE = ${engine} PARTITION BY ${st.partition} ORDER BY (${st.orderBy})`,
+      distributed(st.table),
+    ];
+  }
+  if ('view' in st) return [`CREATE VIEW IF NOT EXISTS ${db}.${st.view}_v ${on} AS SELECT * FROM ${db}.${st.view} FINAL`];
+  if ('dropView' in st) return [`DROP TABLE IF EXISTS ${db}.${st.dropView}_v ${on}`];
+  // ALTER ... ON CLUSTER of a replicated table runs on one replica of each shard and reaches the
+  // others through ZooKeeper. A Distributed table cannot be altered ON CLUSTER when its shards
+  // replicate internally (code 371), so it is made again with the new column (it holds no data).
+  columns.set(st.to, `${columns.get(st.to) ?? ''},\n         ${st.addColumn}`);
+  return [`ALTER TABLE ${db}.${localTable(st.to)} ${on} ADD COLUMN ${st.addColumn}`, `DROP TABLE IF EXISTS ${db}.${st.to} ${on}`, distributed(st.to)];
+}
+
+/** The ClickHouse migrations as SQL for `target` (one server unless it names a cluster). */
+export function clickhouseMigrationsFor(target: ChTarget): Migration[] {
+  const columns = new Map<string, string>();
+  return clickhouseSchema.map((m) => ({ id: m.id, sql: m.statements.flatMap((st) => renderClickHouse(st, target, columns)) }));
+}
+
+/** The migrations for one server: the SQL that ran before clusters, unchanged. */
+export const clickhouseMigrations: Migration[] = clickhouseMigrationsFor({ database: '' });

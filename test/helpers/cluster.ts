@@ -1,0 +1,202 @@
+// The cluster topology of `npm run cluster` (deploy/cluster.ts) for one test file of
+// `npm run test:cluster`: started fresh under DATA_DIR/<name> on ports from CLUSTER_TEST_BASE_PORT
+// (default 22700), a customer with a token, and HTTPS through nginx with the cluster's own
+// certificate. Stopped at teardown.
+import { readFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import type { Test } from 'tap';
+import { Agent, fetch as undiciFetch } from 'undici';
+import { Cluster } from '../../deploy/cluster.js';
+import { createClickHouse, type ClickHouseClient } from '../../lib/db/clickhouse.js';
+import { createPool, type Pool } from '../../lib/db/postgres.js';
+import { connectNats, type NatsConnection } from '../../lib/db/nats.js';
+import { createCustomer, createToken, type Customer } from '../../lib/admin.js';
+import type { Answer } from './http.js';
+
+export interface TestCluster {
+  c: Cluster;
+  pool: Pool;
+  /** ClickHouse through nginx (either replica). */
+  ch: ClickHouseClient;
+  /** ClickHouse on replica i only. */
+  replica(i: number): ClickHouseClient;
+  nc: NatsConnection;
+  customer: Customer;
+  token: string;
+  /** An HTTPS request through nginx, trusting only the cluster's certificate; `from`: the client's own loopback address. */
+  https(method: string, path: string, token: string | null, body?: unknown, headers?: Record<string, string>, from?: string): Promise<Answer>;
+  /** A Server-Sent Events stream through nginx: its raw text so far. */
+  stream(path: string, token: string): Promise<{ status: number; headers: Headers; text(): string; close(): Promise<void> }>;
+  /** The server name (n1, n2, n3) of the ingest stream's leader. */
+  streamLeader(): Promise<string>;
+}
+
+export async function testCluster(t: Test, name: string): Promise<TestCluster> {
+  const base = Number(process.env.CLUSTER_TEST_BASE_PORT || 22700);
+  const dataDir = resolve(process.env.DATA_DIR || '.data/cluster-test', name);
+  const log = (msg: string) => {
+    if (process.env.FLEET_PROC_LOGS) process.stderr.write(`[cluster] ${msg}\n`);
+  };
+  const c = new Cluster({ dataDir, base, log, fresh: true });
+  const clients: { close(): Promise<unknown> }[] = [];
+  t.teardown(async () => {
+    for (const x of clients) await x.close().catch(() => {});
+    await c.stop();
+  });
+  // A failed start must not leave servers behind: the teardown runs only once the file goes on.
+  let pool: Pool, ch: ClickHouseClient, replicas: ClickHouseClient[], nc: NatsConnection, customer: Customer, token: string;
+  try {
+    await c.startServers();
+    pool = createPool(c.cfg.databaseUrl, 4, 'cluster-test');
+    clients.push({ close: () => pool.end() });
+    ch = createClickHouse({ url: c.cfg.clickhouseUrl, database: c.cfg.clickhouseDatabase });
+    clients.push(ch);
+    replicas = c.ports.clickhouseHttp.map((p) => createClickHouse({ url: `http://127.0.0.1:${p}`, database: c.cfg.clickhouseDatabase }));
+    clients.push(...replicas);
+    nc = await connectNats(c.cfg.natsUrl, 'cluster-test');
+    clients.push({ close: () => nc.close() });
+    customer = await createCustomer(pool, `ct-${name}`, `cluster test ${name}`);
+    token = (await createToken(pool, customer.id, 'cluster test')).token;
+    await pool.query(`UPDATE licences SET device_limit = 100000`);
+    await c.startApps();
+  } catch (e) {
+    for (const x of clients) await x.close().catch(() => {});
+    clients.length = 0;
+    await c.stop().catch(() => {});
+    throw e;
+  }
+
+  const ca = readFileSync(c.tls.cert);
+  const agents = new Map<string, Agent>();
+  const agent = (from: string) => {
+    let a = agents.get(from);
+    if (!a) {
+      a = new Agent({ connect: { ca }, localAddress: from, keepAliveTimeout: 2000 });
+      agents.set(from, a);
+      clients.push(a);
+    }
+    return a;
+  };
+  const https: TestCluster['https'] = async (method, path, tok, body, headers = {}, from = '127.0.0.1') => {
+    const r = await undiciFetch(`${c.url}${path}`, {
+      method,
+      dispatcher: agent(from),
+      headers: { ...(body !== undefined ? { 'Content-Type': 'application/json' } : {}), ...(tok ? { Authorization: `Bearer ${tok}` } : {}), ...headers },
+      body: body === undefined ? undefined : JSON.stringify(body),
+      signal: AbortSignal.timeout(60_000),
+    });
+    const text = await r.text();
+    let parsed: unknown = text;
+    try {
+      parsed = text === '' ? null : JSON.parse(text);
+    } catch {
+      /* not JSON */
+    }
+    return { status: r.status, body: parsed, headers: r.headers as unknown as Headers };
+  };
+  const stream: TestCluster['stream'] = async (path, tok) => {
+    const ac = new AbortController();
+    const r = await undiciFetch(`${c.url}${path}`, { dispatcher: agent('127.0.0.1'), headers: { Authorization: `Bearer ${tok}` }, signal: ac.signal });
+    let raw = '';
+    const done = (async () => {
+      try {
+        const dec = new TextDecoder();
+        for await (const chunk of r.body!) raw += dec.decode(chunk as Uint8Array, { stream: true });
+      } catch {
+        /* aborted */
+      }
+    })();
+    return {
+      status: r.status,
+      headers: r.headers as unknown as Headers,
+      text: () => raw,
+      close: async () => {
+        ac.abort();
+        await done;
+      },
+    };
+  };
+  const streamLeader = async () => {
+    const jsm = await nc.jetstreamManager({ timeout: 5000 });
+    const info = await jsm.streams.info(c.cfg.streamName);
+    const leader = info.cluster?.leader;
+    if (!leader) throw new Error('the stream has no leader');
+    return leader;
+  };
+  return { c, pool, ch, replica: (i) => replicas[i]!, nc, customer, token, https, stream, streamLeader };
+}
+
+/** The cluster's data folder of a test (for the log files under it). */
+export const clusterDataDir = (name: string) => join(resolve(process.env.DATA_DIR || '.data/cluster-test'), name);
+
+/**
+ * Steady ingest through nginx: `clients` agents each sending heartbeats (a unique `version` marker
+ * each) and diagnostics, one after another. Records every answer, what was acknowledged (200, 202 for diagnostics), and
+ * when (for the time without service).
+ */
+export function steadyIngest(k: TestCluster, prefix: string, clients = 6) {
+  const acked: { kind: 'heartbeat' | 'diagnostics'; marker: string; at: number }[] = [];
+  const answers = new Map<string, number>();
+  const note = (key: string) => answers.set(key, (answers.get(key) ?? 0) + 1);
+  let running = true;
+  let seq = 0;
+  const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+  const client = async () => {
+    while (running) {
+      const n = seq++;
+      const kind = n % 4 === 0 ? 'diagnostics' : 'heartbeat';
+      const marker = `${prefix}-${n}`;
+      const body = kind === 'heartbeat' ? { version: marker } : { items: [{ code: n % 1000, severity: 0, message: marker }] };
+      try {
+        const r = await k.https('POST', `/api/ingest/${k.customer.slug}/${prefix}-m${n % 10}/agent/${kind}`, k.token, body);
+        note(String(r.status));
+        if (r.status === 200 || r.status === 202) acked.push({ kind, marker, at: Date.now() });
+        else if (r.status === 503 && !r.headers.get('retry-after')) note('503 without Retry-After');
+      } catch {
+        note('network');
+      }
+      await sleep(20);
+    }
+  };
+  const done = Promise.all(Array.from({ length: clients }, client));
+  return {
+    acked,
+    answers,
+    /** Acknowledged reports after time `t` (ms). */
+    ackedSince: (t: number) => acked.filter((a) => a.at > t).length,
+    /** The longest time between two acknowledged reports from `from` on (ms). */
+    longestGap(from: number): number {
+      let gap = 0;
+      let last = from;
+      for (const a of acked) {
+        if (a.at < from) continue;
+        gap = Math.max(gap, a.at - last);
+        last = a.at;
+      }
+      return gap;
+    },
+    /** 5xx answers other than 503 with Retry-After, and network errors. */
+    bad(): string[] {
+      return [...answers.entries()].filter(([s]) => (/^5/.test(s) && s !== '503') || s === '503 without Retry-After' || s === 'network').map(([s, n]) => `${s}×${n}`);
+    },
+    summary: () => [...answers.entries()].map(([s, n]) => `${s}×${n}`).join(', '),
+    async stop() {
+      running = false;
+      await done;
+    },
+  };
+}
+
+/** Markers not stored, and stored more than once (FINAL), of the acknowledged reports. */
+export async function storedOnce(ch: ClickHouseClient, acked: { kind: string; marker: string }[], prefix: string) {
+  const rows = async (q: string) => (await (await ch.query({ query: q, format: 'JSONEachRow' })).json()) as { m: string; n: string }[];
+  const [h, d] = await Promise.all([
+    rows(`SELECT version AS m, count() AS n FROM heartbeats FINAL WHERE version LIKE '${prefix}-%' GROUP BY m`),
+    rows(`SELECT message AS m, count() AS n FROM diagnostics FINAL WHERE message LIKE '${prefix}-%' GROUP BY m`),
+  ]);
+  const got = new Map([...h, ...d].map((r) => [r.m, Number(r.n)]));
+  return {
+    missing: acked.filter((a) => !got.has(a.marker)).map((a) => a.marker),
+    doubled: [...got.entries()].filter(([, n]) => n > 1).map(([m]) => m),
+  };
+}
