@@ -184,17 +184,21 @@ t.test('a body that does not arrive in time: 408', async (t) => {
 });
 
 t.test('over the per-token rate: 429 with Retry-After', async (t) => {
-  const g = await s.startGateway({ RATE_LIMIT_PER_S: '5', RATE_LIMIT_BURST: '5' });
+  const g = await s.startGateway({ RATE_LIMIT_PER_S: '1', RATE_LIMIT_BURST: '5' });
   const path = `/api/ingest/${c}/rl/agent/heartbeat`;
+  const start = Date.now();
   const rs = await Promise.all(Array.from({ length: 20 }, () => post(`${g.url}${path}`, s.token, {})));
+  // The burst, plus what the bucket refilled (1/s) while the 20 were being answered on a loaded machine.
+  const refilled = Math.ceil((Date.now() - start) / 1000);
   const statuses = rs.map((r) => r.status);
-  t.equal(statuses.filter((x) => x === 200).length, 5, 'the burst passes');
+  const passed = statuses.filter((x) => x === 200).length;
+  t.ok(passed >= 5 && passed <= 5 + refilled, `the burst passes (${passed}, refill allowance ${refilled})`);
   const limited = rs.find((r) => r.status === 429)!;
   t.ok(limited, 'the rest is limited');
   t.equal(limited.headers.get('retry-after'), '1');
   await rejectionFor(path, 429);
   await g.proc.stop();
-  await expectStored(t, 'rl', 5);
+  await expectStored(t, 'rl', passed);
 });
 
 t.test('a flood of bad requests writes a bounded number of rejection rows, with the dropped count', async (t) => {
