@@ -143,6 +143,13 @@ t.test('lowering the limit starts a new grace period; the sweep ends it when mac
 
   // Every machine but two unseen for 31 days: back within the limit.
   await s.pool.query(`UPDATE machines SET last_seen_at = now() - interval '31 days' WHERE customer_id = $1 AND slug NOT IN ('m1', 'm2')`, [s.customer.id]);
+  // … and what 31 days of silence leave in Redis: their heartbeat keys and state long expired (with
+  // them live, a heartbeat that changes nothing would wait for the periodic Postgres write).
+  const aged = await s.pool.query<{ id: string }>(
+    `SELECT i.id FROM instances i JOIN machines m ON m.id = i.machine_id WHERE m.customer_id = $1 AND m.slug NOT IN ('m1', 'm2')`,
+    [s.customer.id],
+  );
+  for (const { id } of aged.rows) await s.redis.del(`${s.env.REDIS_PREFIX}hb:${id}`, `${s.env.REDIS_PREFIX}hs:${id}`);
   const ok = await eventually(async () => {
     const x = await status();
     return x.grace_period.started_at === null ? x : null;
