@@ -26,6 +26,10 @@ export const BODIES = {
     }
     return JSON.stringify({ status: 'running', message: 'all modules up', snapshot });
   })(),
+  /** Batch ingest: 100 heartbeats of 100 machines of one customer in one request. */
+  batch: JSON.stringify({
+    entries: Array.from({ length: 100 }, (_, i) => ({ machine: `b-${i}`, software: 'agent', kind: 'heartbeat', body: { version: '5.10.2', uptime_seconds: 86_400, pid: 4242, ip_addresses: ['10.0.0.7'] } })),
+  }),
   metrics: JSON.stringify({
     items: Array.from({ length: 100 }, (_, i) => ({
       client_metric_id: `@@ID@@-${i}`,
@@ -50,6 +54,12 @@ export async function createFixtures(pool: Pool, dir: string, customers: number,
     targets(kind: string, software = 'agent') {
       const file = join(dir, `targets-${kind}-${software}.tsv`);
       const lines: string[] = [];
+      if (kind === 'batch') {
+        // One path per customer: the machines are in the body.
+        for (const c of cs) lines.push(`/api/ingest/${c.slug}/batch\t${c.token}`);
+        writeFileSync(file, lines.join('\n') + '\n');
+        return file;
+      }
       // Interleave customers so consecutive requests hit different tokens and machines.
       for (let m = 0; m < machinesPerCustomer; m++) {
         for (const c of cs) lines.push(`/api/ingest/${c.slug}/m-${m}/${software}/${kind}\t${c.token}`);

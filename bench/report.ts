@@ -11,7 +11,8 @@ export function renderTable(r: R): string {
   const row = (name: string, key: string) =>
     t[key] ? `| ${name} | ${t[key].requests_per_s.toLocaleString('en')} | ${t[key].p50_ms} | ${t[key].p99_ms} | ${t[key].non_2xx + t[key].socket_errors} |` : null;
   const lines = [
-    `Run: ${r.mode} mode, ${r.started_at}, ${r.machine.cores} cores (${r.machine.cpu}), ${r.machine.memory_gib} GiB, Node ${r.machine.node}.`,
+    `Run: ${r.mode} mode, ${r.started_at}, ${r.machine.cores} cores (${r.machine.cpu}), ${r.machine.memory_gib} GiB, Node ${r.machine.node}.` +
+      (r.parts ? ` Parts re-measured later with --only: ${Object.entries(r.parts).map(([k, v]) => `${k} (${v})`).join(', ')}.` : ''),
     `Load: ${r.load.customers} customers with one token each, ${r.load.machines.toLocaleString('en')} machines; wrk ${r.load.wrk.threads} thread, ${r.load.wrk.connections} connections, ${r.load.wrk.seconds} s after a warm-up.`,
     '',
     '| Throughput | requests/s | p50 ms | p99 ms | errors |',
@@ -22,11 +23,13 @@ export function renderTable(r: R): string {
     row('Gateway: diagnostics, 10 items', 'gateway_diagnostics'),
     row('Gateway: status, 4 KiB snapshot', 'gateway_status'),
     row('Gateway: host metrics, 100 records (new ids)', 'gateway_metrics'),
+    row('Gateway: batch ingest, 100 heartbeats per request (requests/s)', 'gateway_batch'),
   ].filter((x) => x !== null) as string[];
   if (r.ratios) {
     lines.push('', '| Ratio (heartbeat) | value | target |', '|---|---:|---:|');
     lines.push(`| gateway / ceiling | ${r.ratios.gateway_vs_ceiling ?? 'n/a'} | ≥ 0.5 |`);
     lines.push(`| gateway / usual alternative | ${r.ratios.gateway_vs_alternative ?? 'n/a'} | ≥ 5 |`);
+    if (r.ratios.batch_vs_single_reports != null) lines.push(`| reports/s: batches of 100 / single requests | ${r.ratios.batch_vs_single_reports} | ≥ 5 |`);
   }
   if (r.e2e) {
     const runs: R[] = Array.isArray(r.e2e) ? r.e2e : [r.e2e];
@@ -139,7 +142,7 @@ export function renderCapacity(r: R, pgIntervalS = 240): string | null {
   const fmt = (n: number, d = 1) => (n >= 100 ? Math.round(n).toLocaleString('en') : n.toFixed(d));
   const kinds = ['heartbeat', 'diagnostics', 'status'] as const;
   const lines = [
-    `Inputs: bench run of ${r.started_at} (${r.machine.cores} cores, ${r.machine.cpu}); mix per device: one heartbeat a minute, one diagnostics report (10 items) every 10 minutes, one status report (4 KiB snapshot) every 30 minutes; one instance per device; PG_HEARTBEAT_INTERVAL_S=${pgIntervalS}.`,
+    `Inputs: bench/results/latest-full.json, the full run of ${r.started_at}${r.parts ? ` (parts re-measured later: ${Object.keys(r.parts).join(', ')})` : ''} (${r.machine.cores} cores, ${r.machine.cpu}); mix per device: one heartbeat a minute, one diagnostics report (10 items) every 10 minutes, one status report (4 KiB snapshot) every 30 minutes; one instance per device; PG_HEARTBEAT_INTERVAL_S=${pgIntervalS}.`,
     '',
     '| per process | ' + kinds.map((k) => `CPU-s per 100k ${k}`).join(' | ') + ' | one core carries (mix, reports/s) |',
     '|---|' + kinds.map(() => '---:|').join('') + '---:|',
@@ -164,7 +167,7 @@ export function renderCapacity(r: R, pgIntervalS = 240): string | null {
   const wkRss = Math.max(...Object.entries(rss).filter(([k]) => k.startsWith('worker')).map(([, v]) => Number(v)), 0);
   const reps = (n: number, p: string) => Math.max(1, Math.ceil(cores(n, p) / NODE_CORE));
   row('gateway + worker memory (replicas × peak RSS)', (n) => `${fmt((reps(n, 'gateway') * gwRss + reps(n, 'worker') * wkRss) / 1024, 1)} GiB`);
-  row('Redis memory (state and key per instance)', (n) => `${fmt((n * fp.redis_bytes_per_instance) / 1024 ** 3, 1)} GiB`);
+  row('Redis memory (upper bound: all of the bench\'s Redis per instance)', (n) => `${fmt((n * fp.redis_bytes_per_instance) / 1024 ** 3, 1)} GiB`);
   row('Postgres: machines + instances on disk', (n) => `${fmt((n * fp.postgres_bytes_per_instance) / 1024 ** 3, 1)} GiB`);
   const statusRows = (cost.status.pg_rows_per_100k ?? 0) / 100_000;
   const diagRows = (cost.diagnostics.pg_rows_per_100k ?? 0) / 100_000;

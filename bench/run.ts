@@ -5,7 +5,7 @@
 // own processes (wrk; a paced undici client for the fixed rate). Results: bench/results/*.json and
 // the table in bench/README.md. Called by deploy/stack.ts, which started fresh servers.
 import { fork, spawnSync } from 'node:child_process';
-import { readFileSync, writeFileSync, mkdirSync } from 'node:fs';
+import { readFileSync, writeFileSync, mkdirSync, existsSync } from 'node:fs';
 import { cpus, totalmem } from 'node:os';
 import { join } from 'node:path';
 import { randomUUID } from 'node:crypto';
@@ -111,8 +111,10 @@ export async function runBench(cfg: Config, root: string, args: string[]): Promi
     }
     if (want('gateway')) {
       // Workers stopped: this measures the gateway with durable JetStream acks; the stream absorbs.
-      const g = await startProc('gateway', 'gateway/main.js');
-      for (const kind of ['heartbeat', 'diagnostics', 'status', 'metrics'] as const) {
+      // The per-token rate limit (1,000 reports/s per token by default, counting batch entries)
+      // would cap the batch run at 100 tokens × 1,000: raised, since the gateway is measured here.
+      const g = await startProc('gateway', 'gateway/main.js', { RATE_LIMIT_PER_S: '10000000', RATE_LIMIT_BURST: '10000000' });
+      for (const kind of ['heartbeat', 'diagnostics', 'status', 'metrics', 'batch'] as const) {
         await load(`gateway_${kind}`, g.port, kind);
         await purge();
       }
@@ -156,8 +158,28 @@ export async function runBench(cfg: Config, root: string, args: string[]): Promi
   results.ratios = {
     gateway_vs_ceiling: ratio(throughput.gateway_heartbeat, throughput.ceiling_bare_uws),
     gateway_vs_alternative: ratio(throughput.gateway_heartbeat, throughput.alternative_fastify_pg),
+    // Reports per second: a batch request carries 100 heartbeats.
+    batch_vs_single_reports: throughput.gateway_batch && throughput.gateway_heartbeat ? Math.round(((throughput.gateway_batch.requestsPerS * 100) / throughput.gateway_heartbeat.requestsPerS) * 100) / 100 : null,
   };
   results.peak_rss_mb = rss;
+  // A partial full run (--only) re-measures its parts and keeps the others of the latest full run.
+  const latestFull = join(root, 'bench', 'results', 'latest-full.json');
+  if (!opt.quick && opt.only && existsSync(latestFull)) {
+    const prev = JSON.parse(readFileSync(latestFull, 'utf8')) as Record<string, any>;
+    const merged: Record<string, any> = { ...prev, ...results };
+    merged.throughput = { ...prev.throughput, ...(results.throughput as object) };
+    merged.peak_rss_mb = { ...prev.peak_rss_mb, ...rss };
+    const t = merged.throughput;
+    const r = (a?: { requests_per_s: number }, b?: { requests_per_s: number }) => (a && b && b.requests_per_s > 0 ? Math.round((a.requests_per_s / b.requests_per_s) * 100) / 100 : null);
+    merged.ratios = {
+      gateway_vs_ceiling: r(t.gateway_heartbeat, t.ceiling_bare_uws),
+      gateway_vs_alternative: r(t.gateway_heartbeat, t.alternative_fastify_pg),
+      batch_vs_single_reports: t.gateway_batch && t.gateway_heartbeat ? Math.round(((t.gateway_batch.requests_per_s * 100) / t.gateway_heartbeat.requests_per_s) * 100) / 100 : null,
+    };
+    merged.parts = { ...(prev.parts ?? {}), ...Object.fromEntries([...opt.only].map((k) => [k, results.started_at])) };
+    merged.started_at = prev.started_at;
+    Object.assign(results, merged);
+  }
   results.finished_at = new Date().toISOString();
 
   mkdirSync(join(root, 'bench', 'results'), { recursive: true });
