@@ -171,8 +171,10 @@ export function renderCapacity(r: R, pgIntervalS = 240): string | null {
   row('Postgres: machines + instances on disk', (n) => `${fmt((n * fp.postgres_bytes_per_instance) / 1024 ** 3, 1)} GiB`);
   const statusRows = (cost.status.pg_rows_per_100k ?? 0) / 100_000;
   const diagRows = (cost.diagnostics.pg_rows_per_100k ?? 0) / 100_000;
-  row('Postgres rows written/s (heartbeat flush + status + diagnostics)', (n) => fmt(n / pgIntervalS + n * MIX.status * statusRows + n * MIX.diagnostics * diagRows));
-  row('… if every heartbeat were written (before)', (n) => fmt(n * MIX.heartbeat * ((cost.heartbeat_pg_every_report?.pg_rows_per_100k ?? 100_000) / 100_000) + n * MIX.status * statusRows + n * MIX.diagnostics * diagRows));
+  // A periodic write of an unchanged heartbeat writes what a written heartbeat does (instance and machine rows).
+  const hbRows = (cost.heartbeat_pg_every_report?.pg_rows_per_100k ?? 100_000) / 100_000;
+  row('Postgres rows written/s (heartbeat flush + status + diagnostics)', (n) => fmt((n / pgIntervalS) * hbRows + n * MIX.status * statusRows + n * MIX.diagnostics * diagRows));
+  row('… if every heartbeat were written (before)', (n) => fmt(n * MIX.heartbeat * hbRows + n * MIX.status * statusRows + n * MIX.diagnostics * diagRows));
   const chb = (t: string) => fp.clickhouse?.[t]?.compressed_bytes_per_row ?? 0;
   const chRowsS = (n: number) => n * (MIX.heartbeat + MIX.diagnostics * 10 + MIX.status);
   row('ClickHouse rows/s', (n) => fmt(chRowsS(n)));
