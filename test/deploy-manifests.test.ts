@@ -304,7 +304,13 @@ t.test('NATS chart values: JetStream on 3 servers, fsync before acknowledging, 8
   const docs = loadYaml(join(VALUES, 'clickhouse-installation.yaml'));
   const chi = docs.find((d) => d.kind === 'ClickHouseInstallation')!;
   t.equal(configMap.data.CLICKHOUSE_URL, `http://clickhouse-${chi.metadata.name}:8123`, "the operator's Service for the installation");
-  t.equal(chi.spec.configuration.clusters[0].layout.replicasCount, 1, 'one replica until the schema uses Replicated* tables');
+  const cluster = chi.spec.configuration.clusters[0];
+  t.equal(cluster.layout.replicasCount, 2, 'two replicas');
+  t.equal(configMap.data.CLICKHOUSE_CLUSTER, cluster.name, 'the services create Replicated* tables on that cluster');
+  const user = String(configMap.data.CLICKHOUSE_USER);
+  const profile = chi.spec.configuration.users[`${user}/profile`];
+  t.equal(chi.spec.configuration.profiles[`${profile}/insert_distributed_sync`], 1, "the services' user inserts synchronously into the Distributed tables");
+  t.ok(chi.spec.configuration.zookeeper.nodes.length > 0, 'coordinated by Keeper');
 });
 
 function bytes(q: string): number {
