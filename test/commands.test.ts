@@ -257,8 +257,12 @@ t.test('open commands per instance are limited (COMMAND_MAX_OPEN)', async (t) =>
   const over = await queue(id, { module: 'updater', command: 'check' });
   t.equal(over.status, 409);
   t.match(over.body.detail, /open commands/);
-  // All three offered together, oldest first.
-  const offered = await heartbeatUntilOffered('limit');
+  // All three offered together, oldest first (once the gateway's copy has all three hints: each
+  // queued command is hinted on its own, and they may arrive between two heartbeats).
+  const offered = await eventually(async () => {
+    const r = await post(ingest('limit', 'heartbeat'), s.token, {});
+    return r.status === 200 && r.body.commands?.length === 3 ? r.body.commands : null;
+  }, 5000, 'all three commands offered to limit');
   t.equal(offered.length, 3);
   const listed = await commandsOf(id);
   t.same(offered.map((c: any) => c.id), listed.map((c) => c.id).reverse(), 'oldest first');
