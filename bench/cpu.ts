@@ -2,7 +2,8 @@
 // the gateway, the workers and every server the stack started for this data folder, and the rows
 // Postgres wrote (pg_stat_user_tables). bench/run.ts takes a snapshot before and after a scenario
 // and divides the difference by the reports it carried.
-import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
+import { servesDir } from '../deploy/local-servers.js';
 import type { Pool } from '../lib/db/postgres.js';
 
 /** Clock ticks per second of /proc/<pid>/stat (USER_HZ: 100 on every Linux the stack runs on). */
@@ -37,21 +38,6 @@ function pids(): number[] {
     .map(Number);
 }
 
-/** Whether the process serves this data folder (its working directory or command line names it). */
-function serves(pid: number, dir: string): boolean {
-  try {
-    const cwd = readlinkSync(`/proc/${pid}/cwd`);
-    if (cwd === dir || cwd.startsWith(dir + '/')) return true;
-  } catch {
-    /* gone or not ours */
-  }
-  try {
-    return readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes(dir);
-  } catch {
-    return false;
-  }
-}
-
 export type Servers = Record<'nats-server' | 'postgres' | 'clickhouse-server' | 'redis-server', number>;
 
 /** The pids of the servers started for `dataDir` (Postgres: the postmaster). */
@@ -59,7 +45,7 @@ export function serverPids(dataDir: string): Partial<Servers> {
   const out: Partial<Servers> = {};
   const all = pids().map((pid) => ({ pid, s: stat(pid) }));
   for (const { pid, s } of all) {
-    if (!s || !serves(pid, dataDir)) continue;
+    if (!s || !servesDir(pid, dataDir)) continue;
     const name = s.comm.startsWith('clickhouse') ? 'clickhouse-server' : s.comm.startsWith('redis') ? 'redis-server' : s.comm === 'nats-server' ? 'nats-server' : s.comm === 'postgres' ? 'postgres' : null;
     if (!name) continue;
     // Postgres: the one whose parent is not a postgres (its backends have the postmaster as parent).

@@ -41,7 +41,7 @@ export async function waitExit(pid: number, ms: number): Promise<boolean> {
  * folder. A pid file can outlive its process and the pid be reused by anything else, which must not
  * be killed (Redis rewrites its command line, hence the working directory too).
  */
-function servesDir(pid: number, dir: string): boolean {
+export function servesDir(pid: number, dir: string): boolean {
   try {
     const cwd = readlinkSync(`/proc/${pid}/cwd`);
     if (cwd === dir || cwd.startsWith(dir + '/')) return true;
