@@ -12,7 +12,7 @@ import { createClickHouse, queryRows } from '../lib/db/clickhouse.js';
 import { connectNats, ensureStreams, ensureConsumer } from '../lib/db/nats.js';
 import { deadLetterStream } from '../lib/messages.js';
 import { createCustomer, createToken } from '../lib/admin.js';
-import { uuidFromName } from '../lib/ids.js';
+import { idempotentReportId } from '../lib/ids.js';
 import { Proc } from '../deploy/service-process.js';
 import { Heartbeat, Status, diagnosticsSchema } from '../lib/schemas/ingest.js';
 import { MetricsBody } from '../lib/schemas/metrics.js';
@@ -112,7 +112,7 @@ async function client(): Promise<void> {
     answers.set(status, (answers.get(status) ?? 0) + 1);
     if (status === 200 || status === 202) {
       const items = p.kind === 'diagnostics' ? ((body as { items: unknown[] }).items.length) : 1;
-      acked.push({ kind: p.kind, customer: ci, id: uuidFromName(c.id, key), items, metricIds });
+      acked.push({ kind: p.kind, customer: ci, id: idempotentReportId(c.id, p.kind, `m${i % 50}`, p.kind === 'metrics' ? 'logcollector' : `sw${i % 3}`, key), items, metricIds });
     }
   }
 }

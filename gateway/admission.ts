@@ -11,6 +11,7 @@ import type { Validator } from '../lib/validation.js';
 import type { RequestHead } from './request.js';
 import type { TokenInfo } from './token-cache.js';
 import type { IngestPath } from './types.js';
+import { scanJson, isOverLimit, type JsonLimits, type JsonOverLimit } from '../lib/json-scan.js';
 
 /** The kinds that arrive as a JSON body on the ingest path. */
 export type JsonKind = 'heartbeat' | 'diagnostics' | 'status' | 'help' | 'metrics' | 'artifact-init' | 'command_ack';
@@ -86,9 +87,22 @@ export function sizeRefusal(size: string | number, bodyLimit: number): HttpError
   return new HttpError(413, `body of ${size} bytes is over the limit of ${bodyLimit} bytes`);
 }
 
-/** The body as a JSON object (an empty body counts as `{}`), or why not. */
-export function parseJsonObject(raw: Buffer): Record<string, unknown> | HttpError {
-  if (raw.length === 0) return {};
+/** A parsed body, and the byte spans of the values at the span path it was parsed with (lib/json-scan.ts). */
+export interface ParsedBody {
+  data: Record<string, unknown>;
+  spans: Map<number, [number, number]>;
+}
+
+const NO_SPANS = new Map<number, [number, number]>();
+
+/**
+ * The body as a JSON object (an empty body counts as `{}`), or why not: not UTF-8 or not JSON
+ * (400), over the depth or value-count limit (422, with the JSON pointer, before anything walks
+ * it), not an object (422). `spanPath`: whose byte spans to return (the batch's entry bodies, the
+ * metrics records), so that what is queued is the bytes the client sent.
+ */
+export function parseJsonObject(raw: Buffer, limits: JsonLimits, spanPath: readonly string[] = []): ParsedBody | HttpError {
+  if (raw.length === 0) return { data: {}, spans: NO_SPANS };
   // JSON is UTF-8 (RFC 8259); decoding would turn bad bytes into U+FFFD and store that.
   if (!isUtf8(raw)) return badRequest('the body is not valid UTF-8');
   let data: unknown;
@@ -97,10 +111,33 @@ export function parseJsonObject(raw: Buffer): Record<string, unknown> | HttpErro
   } catch (e) {
     return badRequest(`malformed JSON: ${(e as Error).message}`);
   }
+  const scan = scanJson(raw, limits, spanPath);
+  if (isOverLimit(scan)) return jsonLimitRefusal(scan);
   if (data === null || typeof data !== 'object' || Array.isArray(data)) {
     return unprocessable('the body must be a JSON object', [{ path: '/', message: 'must be object' }]);
   }
-  return data as Record<string, unknown>;
+  return { data: data as Record<string, unknown>, spans: scan.spans };
+}
+
+/** The 422 of a body over JSON_MAX_DEPTH or JSON_MAX_NODES. */
+export function jsonLimitRefusal(o: JsonOverLimit): HttpError {
+  return unprocessable(o.detail, [{ path: o.path, message: o.limit === 'depth' ? 'nested too deep' : 'too many values' }]);
+}
+
+/** A batch entry's raw body, held to the limits of a single request's body (the same refusal, with the same path). */
+export function entryJsonRefusal(raw: Buffer, limits: JsonLimits): HttpError | null {
+  if (raw.length === 0) return null;
+  const scan = scanJson(raw, limits);
+  return isOverLimit(scan) ? jsonLimitRefusal(scan) : null;
+}
+
+/**
+ * The limits of a whole batch request, a safety net under the limits of each entry's body (which
+ * refuse an entry alone, as its single request would be): twice the depth (the envelope adds 3
+ * levels), and the values of as many bodies as its size allows.
+ */
+export function batchJsonLimits(limits: JsonLimits, batchBodyLimit: number, bodyLimit: number): JsonLimits {
+  return { maxDepth: limits.maxDepth * 2, maxNodes: Math.ceil((limits.maxNodes * batchBodyLimit) / bodyLimit) };
 }
 
 /** Beyond the schema: the snapshot's own size limit (413), free trees and typed leaves (lib/report-check.ts). */

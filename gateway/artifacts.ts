@@ -18,7 +18,8 @@ import type { TokenInfo } from './token-cache.js';
 import { compile } from '../lib/validation.js';
 import { ArtifactInit } from '../lib/schemas/artifacts.js';
 import { HttpError, badRequest, notFound } from '../lib/errors.js';
-import { isUuid, uuidFromName } from '../lib/ids.js';
+import { isUuid, uuidFromName, idempotentReportId } from '../lib/ids.js';
+import { keyReused } from './idempotency.js';
 import { encodeReport } from '../lib/messages.js';
 import {
   bitmapHas, bitmapList, bitmapNew, bitmapSet, chunkCount, chunkLength, mapLimit, type UploadRecord, type ArtifactReport,
@@ -50,7 +51,7 @@ export function readChunkBody(ctx: Ctx, limit: number, declared: number | null, 
   const into = declared !== null && declared <= limit ? Buffer.allocUnsafe(declared) : null;
   let pieces: Buffer[] | null = into ? null : [];
   let finished = false;
-  ctx.res.onData((ab, isLast) => {
+  ctx.res.onData(ctx.guard((ab: ArrayBuffer, isLast: boolean) => {
     if (finished) return;
     const at = ctx.bodySize;
     ctx.bodySize += ab.byteLength;
@@ -67,7 +68,7 @@ export function readChunkBody(ctx: Ctx, limit: number, declared: number | null, 
       pieces = null;
       onBody(body);
     }
-  });
+  }));
 }
 
 /** The artifact id of an upload: derived, so that every replica completing it names it the same. */
@@ -126,7 +127,7 @@ export function artifactRoutes(k: Kit) {
       const rec: UploadRecord = {
         v: 1,
         // With an Idempotency-Key, a retried init finds the upload its first attempt created.
-        id: idemKey ? uuidFromName(tok.customerId, 'artifact-init', idemKey) : randomUUID(),
+        id: idemKey ? idempotentReportId(tok.customerId, 'artifact-init', path.machine, path.software, idemKey) : randomUUID(),
         customer_id: tok.customerId,
         customer: tok.customer,
         machine: path.machine,
@@ -143,7 +144,7 @@ export function artifactRoutes(k: Kit) {
         state: 'open',
         received: bitmapNew(chunkCount(b.size, A.chunkSize)),
       };
-      void (async () => {
+      (async () => {
         try {
           if ((await store().createUpload(rec)) === 'created') {
             k.answered(KIND, 201);
@@ -153,14 +154,14 @@ export function artifactRoutes(k: Kit) {
           const same =
             old && old.customer_id === rec.customer_id && old.machine === rec.machine && old.software === rec.software &&
             old.filename === rec.filename && old.size === rec.size && old.sha256 === rec.sha256;
-          if (!same) return k.reject(ctx, KIND, new HttpError(409, 'this Idempotency-Key was already used for a different upload'), tok);
+          if (!same) return k.reject(ctx, KIND, keyReused(), tok);
           k.answered(KIND, 201);
           ctx.send(201, initAnswer(old));
         } catch (e) {
           log.warn({ err: e }, 'artifact-init: store failed');
           k.reject(ctx, KIND, storeUnavailable('upload not started'), tok);
         }
-      })();
+      })().catch(ctx.fail);
     },
   };
 
@@ -222,7 +223,7 @@ export function artifactRoutes(k: Kit) {
     const tokP = a.known ? Promise.resolve(a.known) : k.resolveToken(ctx, KIND, a.bearer, path.customer);
     const recP = store().getUpload(id).then((r) => ({ r }), (e: unknown) => ({ e }));
 
-    void (async () => {
+    (async () => {
       try {
         const [tok, got, body] = await Promise.all([tokP, recP, bodyP]);
         if (!tok || body === null || ctx.done) return;
@@ -255,7 +256,7 @@ export function artifactRoutes(k: Kit) {
       } finally {
         drop();
       }
-    })();
+    })().catch(ctx.fail);
   };
 
   /** Shared start of the GET status and POST complete handlers (no body). */
@@ -267,7 +268,7 @@ export function artifactRoutes(k: Kit) {
       const a = k.begin(ctx, kind, path);
       if (!a) return;
       if (!isUuid(id)) return k.reject(ctx, kind, badRequest(`invalid upload id ${JSON.stringify(id.slice(0, 80))}: must be a UUID`), a.known, path.customer);
-      void (async () => {
+      (async () => {
         const tok = a.known ?? (await k.resolveToken(ctx, kind, a.bearer, path.customer));
         if (!tok) return;
         try {
@@ -278,7 +279,7 @@ export function artifactRoutes(k: Kit) {
           log.warn({ err: e, upload: id }, `${kind}: store failed`);
           k.reject(ctx, kind, storeUnavailable(kind === 'artifact-status' ? 'status unknown' : 'upload not completed'), tok);
         }
-      })();
+      })().catch(ctx.fail);
     };
   }
 
@@ -326,7 +327,8 @@ export function artifactRoutes(k: Kit) {
     );
     // Queue the artifact first, then mark the upload complete: a failure in between leaves it
     // open, and the retry queues the same artifact id again (the worker's insert is idempotent).
-    d.publisher.add(msg, (err) => {
+    ctx.reportId = artifactId;
+    d.publisher.add(msg, ctx.guard((err: HttpError | null) => {
       if (err) return k.reject(ctx, KIND, err, tok);
       store()
         .updateUpload(rec.id, (r) => (r.state === 'complete' ? null : { ...r, state: 'complete', artifact_id: artifactId, completed_ms: now }))
@@ -339,8 +341,9 @@ export function artifactRoutes(k: Kit) {
             log.warn({ err: e, upload: rec.id }, 'artifact-complete: marking the upload complete failed');
             k.reject(ctx, KIND, storeUnavailable('upload not completed'), tok);
           },
-        );
-    });
+        )
+        .catch(ctx.fail);
+    }));
   });
 
   return { init, chunk, status, complete };

@@ -20,10 +20,14 @@ import { compile } from '../lib/validation.js';
 import { batchEnvelopeSchema } from '../lib/schemas/ingest.js';
 import { Ctx, readBody } from './request.js';
 import type { TokenInfo } from './token-cache.js';
-import { batchHeadRefusal, entryBodyRefusal, entryHeadRefusal, parseJsonObject, sizeRefusal, schemaRefusal, type EntryHead } from './admission.js';
-import type { Handler, Kit } from './types.js';
+import { batchHeadRefusal, batchJsonLimits, entryBodyRefusal, entryHeadRefusal, entryJsonRefusal, parseJsonObject, sizeRefusal, schemaRefusal, type EntryHead } from './admission.js';
+import type { Handler, Kit, PreparedReport } from './types.js';
+import type { BatchKind } from '../lib/schemas/ingest.js';
+import { keyReused, keyRegisterUnavailable } from './idempotency.js';
 
 const KIND = 'batch';
+const ENTRY_BODIES = ['entries', '*', 'body'];
+const EMPTY = Buffer.alloc(0);
 
 interface Refused {
   index: number;
@@ -50,6 +54,7 @@ export function batchRoute(k: Kit): Handler {
   const { cfg } = d;
   const envelope = compile(batchEnvelopeSchema(cfg.gateway.maxItems));
   const entries = d.metrics.counter('fleet_gateway_batch_entries_total');
+  const limits = batchJsonLimits(cfg.gateway.json, cfg.gateway.batchBodyLimit, cfg.gateway.bodyLimit);
 
   return (res, req) => {
     const ctx = Ctx.of(res, req, cfg.trustProxy, 1, 'POST');
@@ -64,11 +69,13 @@ export function batchRoute(k: Kit): Handler {
     let token: TokenInfo | null = known ?? null;
     let body: Buffer | null = null;
     if (known === undefined) {
-      void k.resolveToken(ctx, KIND, bearer, customer, 'has').then((t) => {
-        if (t === null) return;
-        token = t;
-        if (body !== null) accept(t, body);
-      });
+      k.resolveToken(ctx, KIND, bearer, customer, 'has')
+        .then((t) => {
+          if (t === null) return;
+          token = t;
+          if (body !== null) accept(t, body);
+        })
+        .catch(ctx.fail);
     }
     const limit = cfg.gateway.batchBodyLimit;
     ctx.bodyDeadline = Date.now() + cfg.gateway.bodyTimeoutMs;
@@ -95,14 +102,17 @@ export function batchRoute(k: Kit): Handler {
 
     function accept(tok: TokenInfo, raw: Buffer): void {
       if (ctx.done) return;
-      const data = parseJsonObject(raw);
-      if (data instanceof HttpError) return refuse(tok, data);
-      const bad = schemaRefusal(envelope, data);
+      const bytes = k.rate.overBytes(tok, raw.length);
+      if (bytes) return refuse(tok, bytes);
+      const parsed = parseJsonObject(raw, limits, ENTRY_BODIES);
+      if (parsed instanceof HttpError) return refuse(tok, parsed);
+      const bad = schemaRefusal(envelope, parsed.data);
       if (bad) return refuse(tok, bad);
-      run(tok, data.entries as unknown[]);
+      run(tok, parsed.data.entries as unknown[], raw, parsed.spans);
     }
 
-    function run(tok: TokenInfo, list: unknown[]): void {
+    /** `spans`: where each entry's body stands in `request` (it is queued as those bytes). */
+    function run(tok: TokenInfo, list: unknown[], request: Buffer, spans: Map<number, [number, number]>): void {
       const n = list.length;
       const results: string[] = new Array<string>(n);
       const refused: Refused[] = [];
@@ -110,6 +120,7 @@ export function batchRoute(k: Kit): Handler {
       let pending = 0;
       let queued = false;
 
+      const keyed: { i: number; kind: BatchKind; p: PreparedReport; what: string; raw: Buffer; body: unknown }[] = [];
       const refuseEntry = (index: number, err: HttpError, what = '', bodySize = 0) => {
         results[index] = refusedResult(err);
         refused.push({ index, err, what, bodySize });
@@ -136,31 +147,69 @@ export function batchRoute(k: Kit): Handler {
         budget--;
         queue(i, head, what);
       }
+      claimKeys();
       queued = true;
       if (pending === 0) finish();
+
+      /** The entries with an idempotency key: one round trip claims every key for its body, then they are queued (gateway/idempotency.ts). */
+      function claimKeys(): void {
+        if (keyed.length === 0) return;
+        const held = keyed.splice(0);
+        pending += held.length; // held until the register answers
+        const settle = () => {
+          if (--pending === 0 && queued) finish();
+        };
+        d.idempotency
+          .claim(held.map((e) => ({ id: e.p.id, body: e.body })))
+          .then(
+            (claims) =>
+              held.forEach((e, j) => {
+                if (claims[j] === 'different') refuseEntry(e.i, keyReused(), e.what, e.raw.length);
+                else send(e.i, e.kind, e.p, e.what, e.raw.length);
+                settle();
+              }),
+            (err) => {
+              d.log.warn({ err }, 'Idempotency-Key register (Redis) unavailable');
+              held.forEach((e) => {
+                refuseEntry(e.i, keyRegisterUnavailable(), e.what, e.raw.length);
+                settle();
+              });
+            },
+          )
+          .catch(ctx.fail);
+      }
 
       function queue(i: number, head: EntryHead, what: string): void {
         const { kind, path } = head;
         const b = entryBodyRefusal(list[i] as Record<string, unknown>);
         if (b instanceof HttpError) return refuseEntry(i, b, what);
-        // The body as it will be queued: its compact JSON (the request's raw bytes hold many entries).
-        const raw = Buffer.from(JSON.stringify(b.body));
+        // The body as it will be queued: the bytes the client sent for it (no body: `{}`), held
+        // to a single request's limits, so that nothing grows on its way to the queue.
+        const span = spans.get(i);
+        const raw = span ? request.subarray(span[0], span[1]) : EMPTY;
         const refusal =
-          sizeRefusal(raw.length, cfg.gateway.bodyLimit) ?? k.reports.bodyRefusal(kind, k.reports.validatorOf(kind), tok, path.machine, b.body, raw.length);
+          sizeRefusal(raw.length, cfg.gateway.bodyLimit) ??
+          entryJsonRefusal(raw, cfg.gateway.json) ??
+          k.reports.bodyRefusal(kind, k.reports.validatorOf(kind), tok, path.machine, b.body, raw.length);
         if (refusal) return refuseEntry(i, refusal, what, raw.length);
         const p = k.reports.prepare(kind, tok, path, raw, b.body, b.idemKey);
         if (p instanceof HttpError) return refuseEntry(i, p, what, raw.length);
+        if (b.idemKey) keyed.push({ i, kind, p, what, raw, body: b.body });
+        else send(i, kind, p, what, raw.length);
+      }
+
+      function send(i: number, kind: BatchKind, p: PreparedReport, what: string, size: number): void {
         pending++;
-        d.publisher.add(p.report, (err) => {
+        d.publisher.add(p.report, ctx.guard((err: HttpError | null) => {
           // Not acknowledged by JetStream: never reported accepted.
-          if (err) refuseEntry(i, err, what, raw.length);
+          if (err) refuseEntry(i, err, what, size);
           else {
             accepted++;
             results[i] = acceptedResult(p.answer.status, p.id, p.answer.body);
             entries.labels(kind, String(p.answer.status)).inc();
           }
           if (--pending === 0 && queued) finish();
-        });
+        }));
       }
 
       function finish(): void {

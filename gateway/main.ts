@@ -19,6 +19,7 @@ import { HelpCoverage } from './help-coverage.js';
 import { createRedis } from '../lib/db/redis.js';
 import { ArtifactStore } from '../lib/artifacts.js';
 import { PendingCommands } from './pending-commands.js';
+import { IdempotencyRegister } from './idempotency.js';
 
 const cfg = configOrExit('gateway');
 const log = createLogger('gateway', cfg.logLevel);
@@ -37,6 +38,16 @@ const { uws, native } = uwsLoaded;
 if (!native) log.warn('running on the pure-JS uWS fallback (UWS_ALLOW_FALLBACK=1): expect a fraction of the native throughput');
 
 const metrics = createMetrics('gateway');
+// The last net under the routes' error boundaries (gateway/request.ts `guarded`): an error no
+// route caught is logged and counted, and the gateway keeps serving every other request rather
+// than ending them all. Each one is a bug (fleet_gateway_internal_errors_total{route="process"}).
+const internalErrors = metrics.counter('fleet_gateway_internal_errors_total');
+function internalError(route: string, e: unknown): void {
+  internalErrors.labels(route).inc();
+  log.error({ err: e, route }, 'internal error outside any request: the gateway goes on serving');
+}
+process.on('uncaughtException', (e) => internalError('process', e));
+process.on('unhandledRejection', (e) => internalError('process', e));
 const pool = createPool(cfg.databaseUrl, 4, 'fleet-gateway');
 const tokens = new TokenCache(pool, cfg.cacheRefreshMs, (e) => log.warn({ err: e }, 'token refresh failed'));
 await tokens.start();
@@ -62,7 +73,8 @@ await checkStream();
 await warnDurability(nc, await nc.jetstreamManager(), cfg, log).catch((e) => log.warn({ err: e }, 'NATS durability check failed'));
 // Artifact uploads: upload records (KV) and chunks (object store) in JetStream.
 const artifacts = await ArtifactStore.open(nc, cfg);
-// Host metrics only: the register of client_metric_ids (one round trip per metrics request).
+// Host metrics: the register of client_metric_ids (one round trip per metrics request); the
+// Idempotency-Key register (one round trip per request that carries a key).
 const redis = createRedis(cfg.redisUrl);
 redis.on('error', (e) => log.warn({ err: e }, 'redis error'));
 
@@ -100,6 +112,7 @@ const publisher = new BatchPublisher(
       publishFailed.inc(n);
       log.warn({ reports: n, reason }, 'publish failed');
     },
+    settleThrew: (e) => internalError('publisher', e),
   },
 );
 publisher.connected = !nc.isClosed();
@@ -142,6 +155,7 @@ registerRoutes(app, {
   redis,
   artifacts,
   commands,
+  idempotency: new IdempotencyRegister(redis, cfg.redisPrefix, cfg.idempotencyTtlS),
   isReady: () => publisher.connected && streamOk && !life.closing,
   isClosing: () => life.closing,
 });

@@ -27,6 +27,10 @@ import { uuidFromName } from '../lib/ids.js';
 import { markNew } from './metric-register.js';
 
 const KIND = 'metrics';
+const RECORDS = ['items', '*'];
+const ITEMS_OPEN = Buffer.from('{"items":[');
+const ITEMS_CLOSE = Buffer.from(']}');
+const COMMA = Buffer.from(',');
 const REDIS_TIMEOUT_MS = 2000;
 
 /** Redis key that remembers a client_metric_id of a customer's machine. */
@@ -64,20 +68,28 @@ export function metricsRoute(k: Kit): JsonRoute {
   return {
     software: 'logcollector',
     validate,
-    finish(ctx, tok, _raw, data, path) {
+    spanPath: RECORDS,
+    finish(ctx, tok, raw, data, path, _idemKey, spans) {
       const list = (isBatch(data) ? data.items : [data]) as MetricRecord[];
       const late = metricTimes(list, isBatch(data) ? (i) => `/items/${i}` : () => '');
       if (late) return k.reject(ctx, KIND, unprocessable(late.detail, late.errors), tok);
 
       let duplicates = 0;
       const seen = new Set<string>();
-      const fresh: { rec: MetricRecord; key: string }[] = [];
-      for (const rec of list) {
+      // Each record's bytes as the agent sent them: one record is the whole body, many are spans of `items`.
+      const bytesOf = (i: number): Buffer => {
+        if (!isBatch(data)) return raw;
+        const span = spans.get(i)!;
+        return raw.subarray(span[0], span[1]);
+      };
+      const fresh: { rec: MetricRecord; key: string; index: number }[] = [];
+      for (let index = 0; index < list.length; index++) {
+        const rec = list[index]!;
         const key = metricKey(cfg.redisPrefix, tok.customerId, path.machine, rec.client_metric_id);
         if (seen.has(key)) duplicates++;
         else {
           seen.add(key);
-          fresh.push({ rec, key });
+          fresh.push({ rec, key, index });
         }
       }
       const at = Date.now();
@@ -95,12 +107,17 @@ export function metricsRoute(k: Kit): JsonRoute {
           duplicates += fresh.length - todo.length;
           if (todo.length === 0) return answer(0);
           if (ctx.aborted) return;
-          const body = Buffer.from(JSON.stringify({ items: todo.map((x) => x.rec) }));
+          // The new records, queued as the bytes the agent sent (never re-serialised: that would
+          // grow numbers such as 9e20 to 21 digits, and the report past the body limit).
+          const parts: Buffer[] = [ITEMS_OPEN];
+          todo.forEach((x, i) => parts.push(...(i > 0 ? [COMMA, bytesOf(x.index)] : [bytesOf(x.index)])));
+          parts.push(ITEMS_CLOSE);
+          const body = Buffer.concat(parts);
           const report = encodeReport({ id: randomUUID(), k: 'metrics', c: tok.customerId, cs: tok.customer, m: path.machine, s: path.software, t: tok.id, at }, body);
           if (report.length > publisher.maxReportBytes) {
             return k.reject(ctx, KIND, new HttpError(413, `report of ${report.length} bytes is over the queue's message limit`), tok);
           }
-          publisher.add(report, (err) => {
+          publisher.add(report, ctx.guard((err: HttpError | null) => {
             if (err) return k.reject(ctx, KIND, err, tok);
             withTimeout(markNew(redis, todo.map((x) => x.key), String(at), ttl), REDIS_TIMEOUT_MS).then(
               (accepted) => {
@@ -111,13 +128,13 @@ export function metricsRoute(k: Kit): JsonRoute {
               log.warn({ err: e }, 'metric id register (Redis) failed after the records were queued');
               k.reject(ctx, KIND, unavailable('the records are queued, but the duplicate register (Redis) did not answer'), tok);
             });
-          });
+          }));
         },
         (e) => {
           log.warn({ err: e }, 'metric id register (Redis) unavailable');
           k.reject(ctx, KIND, unavailable('the duplicate register (Redis) is unavailable'), tok);
         },
-      );
+      ).catch(ctx.fail);
     },
   };
 }

@@ -30,6 +30,8 @@ export interface PublisherOptions {
 export interface PublisherStats {
   published(reports: number, bytes: number, ms: number): void;
   failed(reports: number, reason: string): void;
+  /** A settle callback threw: its own request's bug, which must not cost the rest of the group its answers. */
+  settleThrew?(e: unknown): void;
 }
 
 export class BatchPublisher {
@@ -55,7 +57,7 @@ export class BatchPublisher {
 
   add(report: Buffer, settle: Settle): void {
     if (!this.connected) {
-      settle(new QueueUnavailableError('queue unavailable: not connected to NATS', 2));
+      this.settleAll([settle], new QueueUnavailableError('queue unavailable: not connected to NATS', 2));
       return;
     }
     this.outstanding++;
@@ -132,11 +134,21 @@ export class BatchPublisher {
     }
     if (ack !== null) {
       this.stats?.published(g.reports.length, data.length, Date.now() - started);
-      for (const s of g.settles) s(null);
+      this.settleAll(g.settles, null);
     } else {
       const err = error ?? new QueueUnavailableError('queue unavailable');
       this.stats?.failed(g.reports.length, err.detail);
-      for (const s of g.settles) s(err);
+      this.settleAll(g.settles, err);
+    }
+  }
+
+  private settleAll(settles: Settle[], err: QueueUnavailableError | null): void {
+    for (const s of settles) {
+      try {
+        s(err);
+      } catch (e) {
+        this.stats?.settleThrew?.(e);
+      }
     }
   }
 

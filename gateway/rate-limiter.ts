@@ -7,6 +7,12 @@ interface Bucket {
   last: number;
 }
 
+/** A bucket's own rate, where it differs from the limiter's (a customer's quota override). */
+export interface Rate {
+  perS: number;
+  burst: number;
+}
+
 export class RateLimiter {
   private buckets = new Map<string, Bucket>();
 
@@ -17,34 +23,49 @@ export class RateLimiter {
   ) {}
 
   /** Takes one token; false when the bucket is empty. */
-  take(key: string, now = Date.now()): boolean {
-    return this.takeUpTo(key, 1, now) === 1;
+  take(key: string, now = Date.now(), rate?: Rate): boolean {
+    return this.takeUpTo(key, 1, now, rate) === 1;
   }
 
   /**
    * Takes up to `n` tokens, as many as the bucket holds: how many it took (a batch request counts
    * its entries; those beyond the budget are refused one by one).
    */
-  takeUpTo(key: string, n: number, now = Date.now()): number {
-    const b = this.bucket(key, now);
+  takeUpTo(key: string, n: number, now = Date.now(), rate?: Rate): number {
+    const b = this.bucket(key, now, rate);
     const taken = Math.max(0, Math.min(n, Math.floor(b.tokens)));
     b.tokens -= taken;
     return taken;
   }
 
-  /** Whether one token is there, without taking it (a batch's check before its body arrives). */
-  has(key: string, now = Date.now()): boolean {
-    return this.bucket(key, now).tokens >= 1;
+  /** Takes `n` tokens if the bucket holds them all, else none (bytes of a body: all or nothing). */
+  takeAll(key: string, n: number, now = Date.now(), rate?: Rate): boolean {
+    const b = this.bucket(key, now, rate);
+    if (b.tokens < n) return false;
+    b.tokens -= n;
+    return true;
   }
 
-  private bucket(key: string, now: number): Bucket {
+  /** Gives back tokens taken for work that did not happen (capped at the burst). */
+  refund(key: string, n: number, rate?: Rate): void {
+    const b = this.buckets.get(key);
+    if (b) b.tokens = Math.min(rate?.burst ?? this.burst, b.tokens + n);
+  }
+
+  /** Whether one token is there, without taking it (a batch's check before its body arrives). */
+  has(key: string, now = Date.now(), rate?: Rate): boolean {
+    return this.bucket(key, now, rate).tokens >= 1;
+  }
+
+  private bucket(key: string, now: number, rate?: Rate): Bucket {
+    const burst = rate?.burst ?? this.burst;
     let b = this.buckets.get(key);
     if (b === undefined) {
       if (this.buckets.size >= this.maxKeys) this.prune(now);
-      b = { tokens: this.burst, last: now };
+      b = { tokens: burst, last: now };
       this.buckets.set(key, b);
     } else if (now > b.last) {
-      b.tokens = Math.min(this.burst, b.tokens + ((now - b.last) * this.ratePerS) / 1000);
+      b.tokens = Math.min(burst, b.tokens + ((now - b.last) * (rate?.perS ?? this.ratePerS)) / 1000);
       b.last = now;
     }
     return b;

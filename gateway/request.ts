@@ -37,6 +37,7 @@ export const H = {
   contentLength: bytes('content-length'),
   idempotencyKey: bytes('idempotency-key'),
   forwardedFor: bytes('x-forwarded-for'),
+  fault: bytes('x-fleet-fault'),
 };
 
 /** What the gateway reads of a request, copied out of uWS's request object (valid only until the handler returns). */
@@ -49,9 +50,24 @@ export interface RequestHead {
   idempotencyKey: string;
   /** Why the body's framing cannot be trusted (conflicting Content-Length headers), or null. */
   framing: string | null;
+  /** `X-Fleet-Fault` when GATEWAY_FAULT_INJECTION is on (tests of the error boundary), else ''. */
+  fault: string;
 }
 
-const NO_HEAD: RequestHead = { params: [], authorization: '', contentType: '', contentLength: '', idempotencyKey: '', framing: null };
+const NO_HEAD: RequestHead = { params: [], authorization: '', contentType: '', contentLength: '', idempotencyKey: '', framing: null, fault: '' };
+
+/**
+ * Fault injection for the tests of the error boundary (GATEWAY_FAULT_INJECTION=1, never in
+ * production): a request with `X-Fleet-Fault: handler | body | publish` makes its route throw at
+ * that step, as a bug would.
+ */
+let faultInjection = false;
+export function enableFaultInjection(on: boolean): void {
+  faultInjection = on;
+}
+export function injectFault(ctx: Ctx, step: 'handler' | 'body' | 'publish'): void {
+  if (ctx.head.fault === step) throw new Error(`injected fault at ${step} (GATEWAY_FAULT_INJECTION)`);
+}
 
 /**
  * The route timer and arrival time of the request whose handler is running (set by timed(), taken
@@ -74,9 +90,48 @@ export function timed<H extends (res: HttpResponse, req: HttpRequest) => void>(t
   }) as H;
 }
 
+/**
+ * The error boundary of a route: an exception while it handles a request (in the handler itself,
+ * or in a callback wrapped by `ctx.guard`) answers that request 500 through `onFail`, and the
+ * process goes on serving everyone else. uWS ends the process on an exception in a callback.
+ */
+export type FailureHandler = (ctx: Ctx, e: unknown) => void;
+let arrivingCtx: Ctx | null = null;
+let arrivingRoute = '';
+
+export function guarded<H extends (res: HttpResponse, req: HttpRequest) => void>(route: string, onFail: FailureHandler, h: H): H {
+  return ((res: HttpResponse, req: HttpRequest) => {
+    arrivingCtx = null;
+    arrivingRoute = route;
+    Ctx.onFail = onFail;
+    try {
+      h(res, req);
+    } catch (e) {
+      // Before the handler made its Ctx: one made now answers (the handler returns without an answer).
+      onFail(arrivingCtx ?? new Ctx(res, 'POST', safeUrl(req), ''), e);
+    } finally {
+      arrivingCtx = null;
+    }
+  }) as H;
+}
+
+function safeUrl(req: HttpRequest): string {
+  try {
+    return req.getUrl();
+  } catch {
+    return '';
+  }
+}
+
 export class Ctx {
+  /** Set by `guarded`: what a failure inside one of this Ctx's callbacks does. */
+  static onFail: FailureHandler | null = null;
   aborted = false;
   done = false;
+  /** The route (operationId) that made it: the error boundary's label. */
+  readonly route = arrivingRoute;
+  /** The report id once one is made (logged with a failure). */
+  reportId = '';
   bodySize = 0;
   bodyDeadline = 0;
   /** Runs once, when the response has been sent or the client went away (resource release). */
@@ -100,6 +155,7 @@ export class Ctx {
       contentLength: req.getHeader(H.contentLength),
       idempotencyKey: req.getHeader(H.idempotencyKey),
       framing: conflictingLength(req),
+      fault: faultInjection ? req.getHeader(H.fault) : '',
     };
     return new Ctx(res, method, req.getUrl(), trust ? req.getHeader(H.forwardedFor) : '', trust, head);
   }
@@ -114,10 +170,29 @@ export class Ctx {
     readonly head: RequestHead = NO_HEAD,
   ) {
     arrivingTimer = null; // one Ctx per request
+    arrivingCtx = this;
     res.onAborted(() => {
       this.aborted = true;
       this.ended();
     });
+  }
+
+  /** This request's error boundary (gateway/server.ts answers 500, logs and counts). */
+  readonly fail = (e: unknown): void => {
+    const f = Ctx.onFail;
+    if (f) f(this, e);
+    else throw e;
+  };
+
+  /** `fn`, with an exception in it answered by this request's error boundary (for callbacks run later). */
+  guard<A extends unknown[]>(fn: (...args: A) => void): (...args: A) => void {
+    return (...args: A) => {
+      try {
+        fn(...args);
+      } catch (e) {
+        this.fail(e);
+      }
+    };
   }
 
   private ended(): void {
@@ -163,7 +238,7 @@ export class Ctx {
  */
 export function readBody(ctx: Ctx, limit: number, onBody: (body: Buffer) => void, onTooLarge: () => void): void {
   let chunks: Buffer[] | null = [];
-  ctx.res.onData((ab, isLast) => {
+  ctx.res.onData(ctx.guard((ab: ArrayBuffer, isLast: boolean) => {
     if (chunks === null) return;
     ctx.bodySize += ab.byteLength;
     if (ctx.bodySize > limit) {
@@ -177,7 +252,7 @@ export function readBody(ctx: Ctx, limit: number, onBody: (body: Buffer) => void
       chunks = null;
       onBody(body);
     }
-  });
+  }));
 }
 
 /**

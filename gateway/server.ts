@@ -7,13 +7,13 @@
 import { randomUUID } from 'node:crypto';
 import type { TemplatedApp } from './uws.js';
 import { HttpError } from '../lib/errors.js';
-import { uuidFromName } from '../lib/ids.js';
+import { idempotentReportId } from '../lib/ids.js';
 import { encodeReport } from '../lib/messages.js';
 import { routesOf, colonPath, checkHandlers, allowedMethods } from '../lib/routes.js';
 import type { Validator } from '../lib/validation.js';
 import type { ReportKind } from '../lib/schemas/ingest.js';
 import { reportChecker, type ReportChecker, type CheckedKind } from '../lib/report-check.js';
-import { Ctx, readBody, quarantine, unlessQuarantined, timed } from './request.js';
+import { Ctx, readBody, quarantine, unlessQuarantined, timed, guarded, injectFault, enableFaultInjection } from './request.js';
 import { routeTimer } from '../lib/metrics.js';
 import type { TokenInfo } from './token-cache.js';
 import { RateLimiter } from './rate-limiter.js';
@@ -21,6 +21,7 @@ import { acceptedAnswer } from './help-coverage.js';
 import { metricsRoute } from './metrics.js';
 import { artifactRoutes } from './artifacts.js';
 import { batchRoute } from './batch.js';
+import { keyReused, keyRegisterUnavailable } from './idempotency.js';
 import { KINDS, authorise, parseBearer, missingBearer, pathRefusal, headRefusal, parseJsonObject, deepRefusal, schemaRefusal, type JsonKind } from './admission.js';
 import type { GatewayDeps, Handler, IngestPath, JsonRoute, Kit, PreparedReport, RateMode } from './types.js';
 
@@ -28,6 +29,7 @@ const OK = '{"ok":true}';
 
 export function registerRoutes(app: TemplatedApp, d: GatewayDeps): void {
   const { cfg, metrics } = d;
+  enableFaultInjection(cfg.gateway.faultInjection);
   const limiter = new RateLimiter(cfg.gateway.rateLimit, cfg.gateway.rateBurst);
   const responses = metrics.counter('fleet_gateway_responses_total');
   // Successful answers are counted in plain numbers on the hot path and added to the Prometheus
@@ -42,6 +44,20 @@ export function registerRoutes(app: TemplatedApp, d: GatewayDeps): void {
     }
   });
   const countOk = (kind: string) => void (okCounts[kind] = (okCounts[kind] ?? 0) + 1);
+  const internalErrors = metrics.counter('fleet_gateway_internal_errors_total');
+
+  /** The error boundary of every route (gateway/request.ts `guarded`, `ctx.guard`): 500 to that request, logged and counted; the process goes on. */
+  function failed(ctx: Ctx, e: unknown): void {
+    try {
+      internalErrors.labels(ctx.route || 'unknown').inc();
+      d.log.error({ err: e, route: ctx.route, path: ctx.path.slice(0, 200), report: ctx.reportId || undefined }, 'internal error while handling a request: answered 500');
+      if (ctx.done || ctx.aborted) return;
+      const which = ctx.reportId ? ` (report ${ctx.reportId})` : '';
+      reject(ctx, 'internal', new HttpError(500, `internal error${which}: the request may not have been accepted; retry (with an Idempotency-Key, a retry is never stored twice)`));
+    } catch (e2) {
+      d.log.error({ err: e2 }, 'the error boundary itself failed');
+    }
+  }
   const pendingBodies = new Set<Ctx>();
 
   function reject(ctx: Ctx, kind: string, err: HttpError, token?: TokenInfo, customer = ''): void {
@@ -74,10 +90,44 @@ export function registerRoutes(app: TemplatedApp, d: GatewayDeps): void {
   }, 1000);
   sweep.unref();
 
-  const overRate = () => new HttpError(429, `over the rate limit of ${cfg.gateway.rateLimit} requests/s for this token`, { retryAfterS: limiter.retryAfterS() });
+  // Per customer, over all its tokens: requests (batch entries one each) and body bytes
+  // (docs/operations.md "Quotas per customer"). Whatever one customer sends, this is what it can
+  // cost the pipeline the others share.
+  const customerRequests = new RateLimiter(cfg.gateway.customerRate.perS, cfg.gateway.customerRate.burst);
+  const customerBytes = new RateLimiter(cfg.gateway.customerBytes.perS, cfg.gateway.customerBytes.burst);
+  const quotaRefusals = metrics.counter('fleet_gateway_quota_refusals_total');
+  const refusedBy = { token: quotaRefusals.labels('token_rate'), requests: quotaRefusals.labels('customer_rate'), bytes: quotaRefusals.labels('customer_bytes') };
+  const overRate = () => {
+    refusedBy.token.inc();
+    return new HttpError(429, `over the rate limit of ${cfg.gateway.rateLimit} requests/s for this token`, { retryAfterS: limiter.retryAfterS() });
+  };
+  const overCustomerRate = (t: TokenInfo) => {
+    refusedBy.requests.inc();
+    return new HttpError(429, `over the ingest rate of ${cfg.gateway.customerRate.perS} requests/s for customer ${t.customer} (all its tokens together)`, { retryAfterS: 1 });
+  };
   /** `take`: one token for this request; `has`: only that one is left (a batch takes one per entry once it has read them). */
   function rateLimited(t: TokenInfo, mode: RateMode = 'take'): HttpError | null {
-    return (mode === 'take' ? limiter.take(t.id) : limiter.has(t.id)) ? null : overRate();
+    const now = Date.now();
+    if (mode === 'has') return !limiter.has(t.id, now) ? overRate() : !customerRequests.has(t.customerId, now) ? overCustomerRate(t) : null;
+    if (!limiter.take(t.id, now)) return overRate();
+    if (customerRequests.take(t.customerId, now)) return null;
+    limiter.refund(t.id, 1);
+    return overCustomerRate(t);
+  }
+  /** Up to `n` requests of this token and its customer (a batch's entries): how many both allow. */
+  function takeUpTo(t: TokenInfo, n: number): number {
+    const now = Date.now();
+    const byToken = limiter.takeUpTo(t.id, n, now);
+    const both = customerRequests.takeUpTo(t.customerId, byToken, now);
+    if (both < byToken) limiter.refund(t.id, byToken - both);
+    return both;
+  }
+  /** The customer's byte rate, for a body of `size` bytes (all or nothing). */
+  function overBytes(t: TokenInfo, size: number): HttpError | null {
+    if (customerBytes.takeAll(t.customerId, size)) return null;
+    refusedBy.bytes.inc();
+    const perS = cfg.gateway.customerBytes.perS;
+    return new HttpError(429, `over the ingest byte rate of ${perS} bytes/s for customer ${t.customer} (all its tokens together)`, { retryAfterS: Math.max(1, Math.ceil(size / perS)) });
   }
 
   // Schema and storability of each kind (lib/report-check.ts: the same check a worker repeats on a
@@ -102,7 +152,7 @@ export function registerRoutes(app: TemplatedApp, d: GatewayDeps): void {
    */
   function prepare(kind: JsonKind, tok: TokenInfo, path: IngestPath, raw: Buffer, data: unknown, idemKey: string, commandId = ''): HttpError | PreparedReport {
     const offer = KINDS[kind].offersCommands ? d.commands.offer(tok.customerId, path.machine, path.software) : null;
-    const id = idemKey ? uuidFromName(tok.customerId, idemKey) : randomUUID();
+    const id = idemKey ? idempotentReportId(tok.customerId, kind, path.machine, path.software, idemKey) : randomUUID();
     const report = encodeReport(
       { id, k: kind as ReportKind, c: tok.customerId, cs: tok.customer, m: path.machine, s: path.software, t: tok.id, at: Date.now(), ik: idemKey || undefined, dc: offer?.ids, ci: commandId || undefined },
       raw,
@@ -118,6 +168,7 @@ export function registerRoutes(app: TemplatedApp, d: GatewayDeps): void {
     const params = policy.namesCommand ? 4 : route.software ? 2 : 3;
     return (res, req) => {
       const ctx = Ctx.of(res, req, cfg.trustProxy, params, 'POST');
+      injectFault(ctx, 'handler');
       const [customer = '', machine = '', third = '', commandId = ''] = ctx.head.params;
       const path: IngestPath = { customer, machine, software: route.software ?? third };
       const idemKey = ctx.head.idempotencyKey;
@@ -131,11 +182,13 @@ export function registerRoutes(app: TemplatedApp, d: GatewayDeps): void {
       let token: TokenInfo | undefined | null = known ?? null;
       let body: Buffer | null = null;
       if (known === undefined) {
-        void resolveToken(ctx, kind, bearer, customer).then((t) => {
-          if (t === null) return;
-          token = t;
-          if (body !== null) accept(t, body);
-        });
+        resolveToken(ctx, kind, bearer, customer)
+          .then((t) => {
+            if (t === null) return;
+            token = t;
+            if (body !== null) accept(t, body);
+          })
+          .catch(ctx.fail);
       }
       const limit = cfg.gateway.bodyLimit;
       ctx.bodyDeadline = Date.now() + cfg.gateway.bodyTimeoutMs;
@@ -156,17 +209,21 @@ export function registerRoutes(app: TemplatedApp, d: GatewayDeps): void {
 
       function accept(tok: TokenInfo, raw: Buffer): void {
         if (ctx.done) return;
-        const data = parseJsonObject(raw);
-        if (data instanceof HttpError) return reject(ctx, kind, data, tok);
+        injectFault(ctx, 'body');
+        const bytes = overBytes(tok, raw.length);
+        if (bytes) return reject(ctx, kind, bytes, tok);
+        const parsed = parseJsonObject(raw, cfg.gateway.json, route.spanPath);
+        if (parsed instanceof HttpError) return reject(ctx, kind, parsed, tok);
+        const { data } = parsed;
         const refused = bodyRefusal(kind, validate, tok, machine, data, raw.length);
         if (refused) return reject(ctx, kind, refused, tok);
-        if (route.finish) return route.finish(ctx, tok, raw, data, path, idemKey);
+        if (route.finish) return route.finish(ctx, tok, raw, data, path, idemKey, parsed.spans);
 
         if (policy.namesCommand) {
           // The command must be this instance's (404 otherwise): in memory, or one read for an id it does not know.
           const check = d.commands.checkAck(tok.customerId, machine, path.software, commandId);
           if (!(check instanceof Promise)) return check ? reject(ctx, kind, check, tok) : publish(tok, raw, data);
-          return void check.then((e) => (e ? reject(ctx, kind, e, tok) : publish(tok, raw, data)));
+          return void check.then((e) => (e ? reject(ctx, kind, e, tok) : publish(tok, raw, data))).catch(ctx.fail);
         }
         publish(tok, raw, data);
       }
@@ -174,13 +231,33 @@ export function registerRoutes(app: TemplatedApp, d: GatewayDeps): void {
       function publish(tok: TokenInfo, raw: Buffer, data: unknown): void {
         const p = prepare(kind, tok, path, raw, data, idemKey, commandId);
         if (p instanceof HttpError) return reject(ctx, kind, p, tok);
+        ctx.reportId = p.id;
+        if (!idemKey) return queue(tok, p);
+        // A key is claimed for its body before the report is queued (gateway/idempotency.ts).
+        d.idempotency
+          .claim([{ id: p.id, body: data }])
+          .then(
+            ([claim]) => (claim === 'different' ? reject(ctx, kind, keyReused(), tok) : queue(tok, p)),
+            (e) => {
+              d.log.warn({ err: e }, 'Idempotency-Key register (Redis) unavailable');
+              reject(ctx, kind, keyRegisterUnavailable(), tok);
+            },
+          )
+          .catch(ctx.fail);
+      }
+
+      function queue(tok: TokenInfo, p: PreparedReport): void {
         const { answer } = p;
-        d.publisher.add(p.report, (err) => {
-          if (err) return reject(ctx, kind, err, tok);
-          if (answer.status === 200) countOk(kind);
-          else responses.labels(kind, String(answer.status)).inc();
-          ctx.send(answer.status, answer.body);
-        });
+        d.publisher.add(
+          p.report,
+          ctx.guard((err: HttpError | null) => {
+            injectFault(ctx, 'publish');
+            if (err) return reject(ctx, kind, err, tok);
+            if (answer.status === 200) countOk(kind);
+            else responses.labels(kind, String(answer.status)).inc();
+            ctx.send(answer.status, answer.body);
+          }),
+        );
       }
     };
   }
@@ -246,7 +323,7 @@ export function registerRoutes(app: TemplatedApp, d: GatewayDeps): void {
     pendingBodies,
     answered: (kind, status) => responses.labels(kind, String(status)).inc(),
     reports: { validatorOf, bodyRefusal, prepare },
-    rate: { takeUpTo: (t, n) => limiter.takeUpTo(t.id, n), overRate },
+    rate: { takeUpTo, overRate, overBytes },
   };
   const metrics_ = metricsRoute(kit);
   const artifacts = artifactRoutes(kit);
@@ -271,7 +348,10 @@ export function registerRoutes(app: TemplatedApp, d: GatewayDeps): void {
     },
     gateway_metrics: (res) => {
       const ctx = new Ctx(res, 'GET', '/metrics', '');
-      void metrics.text().then((text) => ctx.send(200, text, { 'Content-Type': metrics.contentType }));
+      metrics
+        .text()
+        .then((text) => ctx.send(200, text, { 'Content-Type': metrics.contentType }))
+        .catch(ctx.fail);
     },
   };
 
@@ -280,7 +360,7 @@ export function registerRoutes(app: TemplatedApp, d: GatewayDeps): void {
   // Every answer is timed by route and status class (fleet_http_request_duration_seconds).
   const durations = metrics.hotHistogram('fleet_http_request_duration_seconds');
   for (const r of table) {
-    const h = unlessQuarantined(timed(routeTimer(durations, r.operationId), handlers[r.operationId]!));
+    const h = unlessQuarantined(guarded(r.operationId, failed, timed(routeTimer(durations, r.operationId), handlers[r.operationId]!)));
     const path = colonPath(r.path);
     if (r.method === 'GET') app.get(path, h);
     else if (r.method === 'POST') app.post(path, h);
@@ -288,7 +368,7 @@ export function registerRoutes(app: TemplatedApp, d: GatewayDeps): void {
     else app.del(path, h);
   }
   const unmatched = notFoundOrMethod((ctx, err) => (ctx.path.startsWith('/api/ingest') ? reject(ctx, 'unknown', err) : ctx.sendError(err)));
-  app.any('/*', unlessQuarantined(timed(routeTimer(durations, 'unmatched'), unmatched)));
+  app.any('/*', unlessQuarantined(guarded('unmatched', failed, timed(routeTimer(durations, 'unmatched'), unmatched))));
 }
 
 /** 404 for an unknown path, 405 with `Allow` for a known path and the wrong method (lib/routes.ts). */

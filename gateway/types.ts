@@ -16,6 +16,7 @@ import type { RejectionLog } from './rejection-log.js';
 import type { LicenceGate } from './licence-gate.js';
 import type { HelpCoverage } from './help-coverage.js';
 import type { PendingCommands } from './pending-commands.js';
+import type { IdempotencyRegister } from './idempotency.js';
 import type { CheckedKind } from '../lib/report-check.js';
 import type { JsonKind } from './admission.js';
 
@@ -34,6 +35,8 @@ export interface GatewayDeps {
   /** Artifact uploads: upload records and chunks in JetStream (KV and object store). */
   artifacts: ArtifactStore;
   commands: PendingCommands;
+  /** Which body each Idempotency-Key was first used with (422 for another). */
+  idempotency: IdempotencyRegister;
   isReady(): boolean;
   isClosing(): boolean;
 }
@@ -47,12 +50,14 @@ export interface IngestPath {
 }
 
 /** What a route on the JSON ingest path does with a validated body instead of queueing one report. */
-export type Finish = (ctx: Ctx, tok: TokenInfo, raw: Buffer, data: Record<string, unknown>, path: IngestPath, idemKey: string) => void;
+export type Finish = (ctx: Ctx, tok: TokenInfo, raw: Buffer, data: Record<string, unknown>, path: IngestPath, idemKey: string, spans: Map<number, [number, number]>) => void;
 
 export interface JsonRoute {
   /** Fixed software: the metrics path has the literal segment `logcollector` there. */
   software?: string;
   validate?: Validator<unknown>;
+  /** The values whose raw bytes `finish` gets (lib/json-scan.ts span path), e.g. `['items', '*']`. */
+  spanPath?: readonly string[];
   finish?: Finish;
 }
 
@@ -85,11 +90,13 @@ export interface Kit {
     /** The report to queue and its answer, or 413 (over the queue's message limit). */
     prepare(kind: JsonKind, tok: TokenInfo, path: IngestPath, raw: Buffer, data: unknown, idemKey: string, commandId?: string): HttpError | PreparedReport;
   };
-  /** The per-token rate: a batch takes one token per entry. */
+  /** The per-token and per-customer rates: a batch takes one of each per entry. */
   rate: {
-    /** Takes up to n tokens of this token's bucket: how many it got. */
+    /** Takes up to n requests of this token's and its customer's buckets: how many both allow. */
     takeUpTo(tok: TokenInfo, n: number): number;
     /** The 429 of a request (or entry) over the rate, with Retry-After. */
     overRate(): HttpError;
+    /** The customer's byte rate for a body of `size` bytes: null, or the 429. */
+    overBytes(tok: TokenInfo, size: number): HttpError | null;
   };
 }

@@ -52,6 +52,7 @@ export const Settings = Type.Object({
   STREAM_REPLICAS: Int(1, 1, 5, 'JetStream replicas (3 on a NATS cluster)'),
 
   GATEWAY_HOST: Str('127.0.0.1', 'gateway listen address', HOST),
+  GATEWAY_FAULT_INJECTION: Bool(false, 'tests only: a request with X-Fleet-Fault: handler|body|publish throws at that step (the error boundary answers 500)'),
   GATEWAY_PORT: Port(8080, 'gateway listen port (0 = any free port)'),
   UWS_ALLOW_FALLBACK: Bool(false, "let the gateway run on uWS's slow pure-JS fallback"),
   UWS_MODULE: Str('uWebSockets.js', 'the uWebSockets.js build the gateway loads: a package name, or a path to its folder or file', { minLength: 1 }),
@@ -65,8 +66,19 @@ export const Settings = Type.Object({
   // A batch carries what many single requests would (status snapshots of many instances); each
   // entry's body is still held to BODY_LIMIT_BYTES, so no queued report is larger than a single one.
   BATCH_BODY_LIMIT_BYTES: Int(4 * 1024 * 1024, 1024, 64 * 1024 * 1024, 'batch ingest request body limit (413 above); each entry body is held to BODY_LIMIT_BYTES'),
+  // What one request may cost before anything walks it (lib/json-scan.ts): JSON.parse takes any
+  // depth, every recursive step after it does not. A status body with a snapshot at its limit
+  // (depth 32) is 33 deep; a batch request as a whole may nest twice as deep (each entry body is held to this).
+  JSON_MAX_DEPTH: Int(64, 8, 1000, 'nesting of a request body or batch entry body (422 above); a batch request as a whole: twice this'),
+  JSON_MAX_NODES: Int(100_000, 100, 10_000_000, 'values in a request body or batch entry body (422 above); a batch request as a whole: this times BATCH_BODY_LIMIT_BYTES / BODY_LIMIT_BYTES'),
   RATE_LIMIT_PER_S: Pos(1000, 'per token and gateway replica (429 above)'),
   RATE_LIMIT_BURST: Pos(2000, 'burst of the per-token rate'),
+  // Per customer, over all its tokens (docs/operations.md "Quotas per customer"): what one customer
+  // may cost the shared pipeline, whatever it sends.
+  CUSTOMER_RATE_PER_S: Pos(2000, 'ingest requests per customer and gateway replica, batch entries counted one each (429 above)'),
+  CUSTOMER_RATE_BURST: Pos(4000, 'burst of the per-customer request rate'),
+  CUSTOMER_BYTES_PER_S: Pos(4 * 1024 * 1024, 'ingest body bytes per customer and gateway replica (429 above; artifact chunks not counted)'),
+  CUSTOMER_BYTES_BURST: Pos(8 * 1024 * 1024, 'burst of the per-customer byte rate; at least BATCH_BODY_LIMIT_BYTES'),
   REJECTION_LOG_RATE_PER_S: Pos(20, 'rejection-log rows per source address and second; the rest is counted'),
   REJECTION_LOG_BURST: Pos(100, 'burst of the rejection-log rate'),
   PUBLISH_TIMEOUT_MS: Pos(5000, 'wait for a PubAck before answering 503'),
@@ -220,6 +232,12 @@ export function parseSettings(env: NodeJS.ProcessEnv = process.env): Settings {
       problems.push(`TRUST_PROXY=${JSON.stringify(env.TRUST_PROXY)}: ${(e as Error).message}`);
     }
   }
+  // A burst smaller than the largest body would refuse that body for ever.
+  const bytesBurst = out.CUSTOMER_BYTES_BURST as number | undefined;
+  const largest = Math.max((out.BODY_LIMIT_BYTES as number | undefined) ?? 0, (out.BATCH_BODY_LIMIT_BYTES as number | undefined) ?? 0);
+  if (bytesBurst !== undefined && bytesBurst < largest) {
+    problems.push(`CUSTOMER_BYTES_BURST=${JSON.stringify(env.CUSTOMER_BYTES_BURST ?? String(bytesBurst))}: must be at least BODY_LIMIT_BYTES and BATCH_BODY_LIMIT_BYTES (${largest})`);
+  }
   if (problems.length > 0) {
     // In the order the settings are declared (and the README lists them).
     const order = (p: string) => SETTING_NAMES.indexOf(p.slice(0, p.indexOf('=')) as keyof Settings);
@@ -266,13 +284,17 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env) {
       host: s.GATEWAY_HOST,
       port: s.GATEWAY_PORT,
       allowUwsFallback: s.UWS_ALLOW_FALLBACK,
+      faultInjection: s.GATEWAY_FAULT_INJECTION,
       uwsModule: s.UWS_MODULE,
       bodyTimeoutMs: s.BODY_TIMEOUT_MS,
       bodyLimit: s.BODY_LIMIT_BYTES,
       maxItems: s.MAX_ITEMS,
       batchBodyLimit: s.BATCH_BODY_LIMIT_BYTES,
+      json: { maxDepth: s.JSON_MAX_DEPTH, maxNodes: s.JSON_MAX_NODES },
       rateLimit: s.RATE_LIMIT_PER_S,
       rateBurst: s.RATE_LIMIT_BURST,
+      customerRate: { perS: s.CUSTOMER_RATE_PER_S, burst: s.CUSTOMER_RATE_BURST },
+      customerBytes: { perS: s.CUSTOMER_BYTES_PER_S, burst: s.CUSTOMER_BYTES_BURST },
       // Rejection log: per source (remote address) this many rows per second, then counted only.
       rejectionLogRate: s.REJECTION_LOG_RATE_PER_S,
       rejectionLogBurst: s.REJECTION_LOG_BURST,

@@ -23,3 +23,12 @@ export function uuidFromName(...parts: string[]): string {
   // Shape it as a version-8 (custom) UUID.
   return `${h.slice(0, 8)}-${h.slice(8, 12)}-8${h.slice(13, 16)}-${((parseInt(h[16]!, 16) & 0x3) | 0x8).toString(16)}${h.slice(17, 20)}-${h.slice(20, 32)}`;
 }
+
+/**
+ * The report id an Idempotency-Key stands for. Keys are scoped as Stripe scopes them: per customer
+ * and endpoint (report kind, machine, software), so the same key sent for another machine, software
+ * or kind is another report (docs/api.md "Idempotency-Key").
+ */
+export function idempotentReportId(customerId: string, kind: string, machine: string, software: string, key: string): string {
+  return uuidFromName(customerId, kind, machine, software, key);
+}

@@ -105,6 +105,18 @@ export const METRICS = {
     help: 'Host-metric records by outcome: accepted (queued) or duplicate (its client_metric_id seen within METRIC_DEDUP_TTL_S)',
   },
 
+  fleet_gateway_quota_refusals_total: {
+    type: 'counter',
+    services: ['gateway'],
+    labels: ['quota'],
+    help: 'Ingest requests (or batch entries) refused with 429 by a rate: token_rate (per token), customer_rate and customer_bytes (per customer, all its tokens)',
+  },
+  fleet_gateway_internal_errors_total: {
+    type: 'counter',
+    services: ['gateway'],
+    labels: ['route'],
+    help: 'Requests a bug failed (the route answered 500 and the process went on serving); route "process": an error no route caught. Any is a bug to report',
+  },
   fleet_gateway_batch_entries_total: {
     type: 'counter',
     services: ['gateway'],

@@ -282,5 +282,8 @@ t.test('the software filter (5.8.0), an empty file, and Idempotency-Key on init'
   t.equal(k1.status, 201);
   t.same(k2.body, k1.body, 'a retried init gets the same upload');
   const k3 = await post(ing('m5', 'agent', 'artifact-init'), s.token, { ...body, size: 6 }, { 'Idempotency-Key': 'init-1' });
-  t.equal(k3.status, 409);
+  t.equal(k3.status, 422, 'the same key with a different body: 422, as on every ingest route');
+  const k4 = await post(ing('m6', 'agent', 'artifact-init'), s.token, body, { 'Idempotency-Key': 'init-1' });
+  t.equal(k4.status, 201, 'the same key on another machine is another upload');
+  t.not(k4.body.upload_id, k1.body.upload_id);
 });

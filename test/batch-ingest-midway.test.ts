@@ -7,7 +7,7 @@
 // entry is stored once.
 import t from 'tap';
 import { testStack, post, eventually, chRows } from './helpers/stack.js';
-import { uuidFromName } from '../lib/ids.js';
+import { idempotentReportId } from '../lib/ids.js';
 
 const STREAM_MAX_BYTES = 96 * 1024;
 const s = await testStack(t, 'batchmid', {
@@ -25,7 +25,7 @@ const entries = Array.from({ length: N }, (_, i) => ({
   body: { status: 'running', message: `${i}:`.padEnd(8000, 'm') },
   idempotency_key: `mid-${s.id}-${i}`,
 }));
-const idOf = (i: number) => uuidFromName(s.customer.id, entries[i]!.idempotency_key);
+const idOf = (i: number) => idempotentReportId(s.customer.id, 'status', entries[i]!.machine, 'agent', entries[i]!.idempotency_key);
 const storedIds = async () =>
   (await chRows<{ report_id: string }>(s.ch, `SELECT report_id FROM status_history FINAL WHERE machine LIKE 'mid-%' ORDER BY report_id`)).map((r) => r.report_id);
 

@@ -15,7 +15,7 @@ import fc from 'fast-check';
 import { testStack, request, eventually, chRows } from './helpers/stack.js';
 import { arbitraryOf, toJson } from './helpers/arbitraries.js';
 import { Heartbeat, Status, diagnosticsSchema, helpSchema, type BatchKind } from '../lib/schemas/ingest.js';
-import { uuidFromName } from '../lib/ids.js';
+import { idempotentReportId } from '../lib/ids.js';
 
 const s = await testStack(t, 'batchprop', {
   api: false,
@@ -82,6 +82,9 @@ interface Compared {
   single: number;
   singleText: string;
 }
+
+/** The report id of an entry's idempotency key (scoped to its kind, machine and software). */
+const idOf = (c: Compared) => idempotentReportId(s.customer.id, c.e.kind, c.e.machine, c.e.software, c.k);
 const compared: Compared[] = [];
 let sentBatches = 0;
 for (let b = 0; b < batches.length; b++) {
@@ -123,7 +126,7 @@ t.test('each entry of a batch gets the status (and detail) it gets alone', async
     } else same++;
     if (c.batch.status >= 500) t.fail(`a 5xx in a batch: ${JSON.stringify(c.batch)}`);
     if (c.batch.status >= 400 && !c.batch.detail) t.fail(`a refusal without a detail: ${JSON.stringify(c.batch)}`);
-    if (c.batch.status < 300 && c.batch.id !== uuidFromName(s.customer.id, c.k)) t.fail(`accepted with id ${c.batch.id}, not the id of its key`);
+    if (c.batch.status < 300 && c.batch.id !== idOf(c)) t.fail(`accepted with id ${c.batch.id}, not the id of its key`);
     // The same detail, where the single route could answer (a body over the limit may have closed the
     // connection first) and saw the slugs as the entry has them (not percent-encoded by the URL).
     const urlSafe = [c.e.machine, c.e.software].every((x) => encodeURIComponent(x) === x);
@@ -141,7 +144,7 @@ t.test('each entry of a batch gets the status (and detail) it gets alone', async
 });
 
 t.test('every accepted entry is stored, once', async (t) => {
-  const ids = (kind: BatchKind) => compared.filter((c) => c.e.kind === kind && c.batch.status < 300).map((c) => `'${uuidFromName(s.customer.id, c.k)}'`);
+  const ids = (kind: BatchKind) => compared.filter((c) => c.e.kind === kind && c.batch.status < 300).map((c) => `'${idOf(c)}'`);
   const hb = ids('heartbeat');
   const st = ids('status');
   const dg = compared.filter((c) => c.e.kind === 'diagnostics' && c.batch.status < 300);
@@ -153,7 +156,7 @@ t.test('every accepted entry is stored, once', async (t) => {
       const [h, sh, d] = await Promise.all([
         chRows<{ n: string }>(s.ch, `SELECT count() AS n FROM heartbeats FINAL WHERE report_id IN (${inList(hb)})`),
         chRows<{ n: string }>(s.ch, `SELECT count() AS n FROM status_history FINAL WHERE report_id IN (${inList(st)})`),
-        chRows<{ n: string }>(s.ch, `SELECT count() AS n FROM diagnostics FINAL WHERE report_id IN (${inList(dg.map((c) => `'${uuidFromName(s.customer.id, c.k)}'`))})`),
+        chRows<{ n: string }>(s.ch, `SELECT count() AS n FROM diagnostics FINAL WHERE report_id IN (${inList(dg.map((c) => `'${idOf(c)}'`))})`),
       ]);
       seen = [Number(h[0]!.n), Number(sh[0]!.n), Number(d[0]!.n)];
       return seen[0] === hb.length && seen[1] === st.length && seen[2] === items;
@@ -175,7 +178,7 @@ t.test('every accepted entry is stored, once', async (t) => {
   for (const [table, ids, key] of [
     ['heartbeats', hb, 'report_id'],
     ['status_history', st, 'report_id'],
-    ['diagnostics', dg.map((c) => `'${uuidFromName(s.customer.id, c.k)}'`), 'report_id, item'],
+    ['diagnostics', dg.map((c) => `'${idOf(c)}'`), 'report_id, item'],
   ] as const) {
     const rows = await chRows<{ k: string; n: string; v: string }>(
       s.ch,

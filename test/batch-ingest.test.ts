@@ -11,7 +11,7 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { testStack, post, get, request, eventually, chRows } from './helpers/stack.js';
-import { uuidFromName } from '../lib/ids.js';
+import { idempotentReportId } from '../lib/ids.js';
 import { ROOT } from '../deploy/service-process.js';
 
 // The rejection log's per-source limit would drop rows of this file's many refusals (all from 127.0.0.1).
@@ -370,10 +370,11 @@ t.test('idempotency keys: repeated inside one batch, across batches and with the
   const e2 = { machine: 'idem-2', software: 'agent', kind: 'diagnostics', body: { items: [{ code: 94001, severity: 0 }] }, idempotency_key: k2 };
   const a = await batch([e1, e1, e2, e1]);
   t.same(statuses(a), [200, 200, 202, 200], 'every copy answered accepted');
-  const id1 = uuidFromName(s.customer.id, k1);
-  t.same(a.body.results.map((x: { id: string }) => x.id), [id1, id1, uuidFromName(s.customer.id, k2), id1], 'the id the single route derives from the key');
+  const id1 = idempotentReportId(s.customer.id, 'heartbeat', 'idem-1', 'agent', k1);
+  const id2 = idempotentReportId(s.customer.id, 'diagnostics', 'idem-2', 'agent', k2);
+  t.same(a.body.results.map((x: { id: string }) => x.id), [id1, id1, id2, id1], 'the id the single route derives from the key and its endpoint');
   const b = await batch([e2, e1]);
-  t.same(b.body.results.map((x: { id: string }) => x.id), [uuidFromName(s.customer.id, k2), id1], 'across batches: the same ids');
+  t.same(b.body.results.map((x: { id: string }) => x.id), [id2, id1], 'across batches: the same ids');
   t.equal((await single(e1)).status, 200, 'and the single route with the header');
   const [c, d] = await Promise.all([batch([e1, e2]), batch([e2, e1])]);
   t.same([c.status, d.status], [200, 200], 'concurrent copies too');

@@ -9,7 +9,7 @@ import { testStack, eventually, chRows } from './helpers/stack.js';
 import { arbitraryOf, toJson, nested, Raw } from './helpers/arbitraries.js';
 import { Heartbeat, Status, diagnosticsSchema, helpSchema } from '../lib/schemas/ingest.js';
 import { MetricsBody } from '../lib/schemas/metrics.js';
-import { uuidFromName } from '../lib/ids.js';
+import { idempotentReportId } from '../lib/ids.js';
 import { deadLetterStream } from '../lib/messages.js';
 
 const s = await testStack(t, 'prop');
@@ -86,7 +86,7 @@ const cases = [...generated, ...extremes, ...sweep];
 const machineOf = (i: number) => `m${i % 25}`;
 const softwareOf = (c: Case, i: number) => (c.kind === 'metrics' ? 'logcollector' : `sw${i % 3}`);
 const key = (i: number) => `prop-${seed}-${i}`;
-const reportId = (i: number) => uuidFromName(s.customer.id, key(i));
+const reportId = (i: number, c: Case) => idempotentReportId(s.customer.id, c.kind, machineOf(i), softwareOf(c, i), key(i));
 
 interface Sent {
   i: number;
@@ -133,7 +133,7 @@ t.test('no payload gets a 5xx, and every refusal says why', async (t) => {
 });
 
 const parsed = (x: Sent) => JSON.parse(x.body) as Record<string, any>;
-const ids = (kind: Kind) => accepted.filter((x) => x.c.kind === kind && x.i < 100_000).map((x) => ({ x, id: reportId(x.i) }));
+const ids = (kind: Kind) => accepted.filter((x) => x.c.kind === kind && x.i < 100_000).map((x) => ({ x, id: reportId(x.i, x.c) }));
 const inList = (xs: { id: string }[]) => xs.map((x) => `'${x.id}'`).join(',') || "''";
 
 t.test('every accepted report is stored: heartbeats, diagnostics, status, help, metrics', async (t) => {

@@ -51,5 +51,7 @@ export function redisKeys(prefix: string) {
     heartbeatDue: `${prefix}hbdue`,
     /** First receive time of a report sent with an Idempotency-Key (24 h). */
     idempotency: (reportId: string) => `${prefix}idem:${reportId}`,
+    /** The body an Idempotency-Key was first used with (a hash, gateway/idempotency.ts; 24 h). */
+    idempotencyBody: (reportId: string) => `${prefix}idemb:${reportId}`,
   };
 }

@@ -7,7 +7,7 @@ import { HttpError } from '../../lib/errors.js';
 import type { RequestHead } from '../../gateway/request.js';
 import type { TokenInfo } from '../../gateway/token-cache.js';
 
-const head = (h: Partial<RequestHead> = {}): RequestHead => ({ params: [], authorization: '', contentType: 'application/json', contentLength: '', idempotencyKey: '', framing: null, ...h });
+const head = (h: Partial<RequestHead> = {}): RequestHead => ({ params: [], authorization: '', contentType: 'application/json', contentLength: '', idempotencyKey: '', framing: null, fault: '', ...h });
 const checker = reportChecker(1000);
 
 t.test('the policy of each kind', async (t) => {
@@ -43,12 +43,22 @@ t.test('before the body: command id, Content-Type, Idempotency-Key, announced si
 });
 
 t.test('the body: UTF-8, JSON, an object; beyond the schema', async (t) => {
-  t.same(parseJsonObject(Buffer.alloc(0)), {}, 'an empty body is {}');
-  t.same(parseJsonObject(Buffer.from('{"a":1}')), { a: 1 });
-  const bad = parseJsonObject(Buffer.from([0x7b, 0xff, 0x7d]));
+  const L = { maxDepth: 64, maxNodes: 100_000 };
+  const data = (r: ReturnType<typeof parseJsonObject>) => (r instanceof HttpError ? r : r.data);
+  t.same(data(parseJsonObject(Buffer.alloc(0), L)), {}, 'an empty body is {}');
+  t.same(data(parseJsonObject(Buffer.from('{"a":1}'), L)), { a: 1 });
+  const bad = parseJsonObject(Buffer.from([0x7b, 0xff, 0x7d]), L);
   t.ok(bad instanceof HttpError && bad.status === 400 && /UTF-8/.test(bad.detail));
-  t.equal((parseJsonObject(Buffer.from('{')) as HttpError).status, 400);
-  t.equal((parseJsonObject(Buffer.from('[1]')) as HttpError).status, 422);
+  t.equal((parseJsonObject(Buffer.from('{'), L) as HttpError).status, 400);
+  t.equal((parseJsonObject(Buffer.from('[1]'), L) as HttpError).status, 422);
+  // 40 KB that once ended a gateway: refused before anything walks it, with where.
+  const deep = parseJsonObject(Buffer.from(`{"x":${'['.repeat(20_000)}${']'.repeat(20_000)}}`), L);
+  t.ok(deep instanceof HttpError && deep.status === 422 && deep.errors?.[0]?.path.startsWith('/x/0/0') && /deeper than 64/.test(deep.detail), 'too deep: 422 with the path');
+  const wide = parseJsonObject(Buffer.from(`{"a":[${'0,'.repeat(100_000)}0]}`), L);
+  t.ok(wide instanceof HttpError && wide.status === 422 && wide.errors?.[0]?.path === '/a/99998', 'too many values: 422 at the value over the limit');
+  t.equal((parseJsonObject(Buffer.from(`{"a":[${'0,'.repeat(99_997)}0]}`), L) as { data: unknown }).data !== undefined, true, 'exactly at the limit passes');
+  const spans = parseJsonObject(Buffer.from('{"items":[{"v":9e20} , {"v":1}]}'), L, ['items', '*']);
+  t.same(spans instanceof HttpError ? null : [...spans.spans.values()], [[10, 20], [23, 30]], 'spans of the values at the path');
   t.equal(deepRefusal('status', { status: 'running', snapshot: { a: 'x\u0000' } }, 20, checker)?.status, 422);
   t.equal(deepRefusal('status', { status: 'running', snapshot: { big: 'x'.repeat(300_000) } }, 300_100, checker)?.status, 413);
   t.equal(deepRefusal('heartbeat', { version: '1' }, 20, checker), null);
