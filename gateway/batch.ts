@@ -62,7 +62,7 @@ export function batchRoute(k: Kit): Handler {
     const gate = k.begin(ctx, KIND, { customer }, 'has');
     if (gate === null) return;
     const { bearer, known } = gate;
-    const early = batchHeadRefusal(ctx.head, cfg.gateway.batchBodyLimit);
+    const early = batchHeadRefusal(ctx.head, cfg.gateway.batchBodyLimit) ?? k.rate.announcedOverBytes(known, ctx.head.contentLength);
     if (early) return k.reject(ctx, KIND, early, known, customer);
 
     // The token is usually known; when it is not, look it up while the body arrives.

@@ -52,9 +52,9 @@ export class RateLimiter {
     if (b) b.tokens = Math.min(rate?.burst ?? this.burst, b.tokens + n);
   }
 
-  /** Whether one token is there, without taking it (a batch's check before its body arrives). */
-  has(key: string, now = Date.now(), rate?: Rate): boolean {
-    return this.bucket(key, now, rate).tokens >= 1;
+  /** Whether `n` tokens (default one) are there, without taking them (a check before a body arrives). */
+  has(key: string, now = Date.now(), rate?: Rate, n = 1): boolean {
+    return this.bucket(key, now, rate).tokens >= n;
   }
 
   private bucket(key: string, now: number, rate?: Rate): Bucket {

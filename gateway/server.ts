@@ -124,10 +124,23 @@ export function registerRoutes(app: TemplatedApp, d: GatewayDeps): void {
   }
   /** The customer's byte rate, for a body of `size` bytes (all or nothing). */
   function overBytes(t: TokenInfo, size: number): HttpError | null {
-    if (customerBytes.takeAll(t.customerId, size)) return null;
+    return customerBytes.takeAll(t.customerId, size) ? null : overByteRate(t, size);
+  }
+  /**
+   * Before the body: a Content-Length the customer's byte rate cannot take now is refused without
+   * reading the body (and the connection closed, so the rest of it is not read either): a customer
+   * flooding large bodies costs the gateway no parsing.
+   */
+  function announcedOverBytes(t: TokenInfo | undefined, contentLength: string): HttpError | null {
+    if (t === undefined || contentLength === '') return null;
+    const size = Number(contentLength);
+    if (!(size > 0) || customerBytes.has(t.customerId, Date.now(), undefined, size)) return null;
+    return overByteRate(t, size, true);
+  }
+  function overByteRate(t: TokenInfo, size: number, close = false): HttpError {
     refusedBy.bytes.inc();
     const perS = cfg.gateway.customerBytes.perS;
-    return new HttpError(429, `over the ingest byte rate of ${perS} bytes/s for customer ${t.customer} (all its tokens together)`, { retryAfterS: Math.max(1, Math.ceil(size / perS)) });
+    return new HttpError(429, `over the ingest byte rate of ${perS} bytes/s for customer ${t.customer} (all its tokens together)`, { retryAfterS: Math.max(1, Math.ceil(size / perS)), close });
   }
 
   // Schema and storability of each kind (lib/report-check.ts: the same check a worker repeats on a
@@ -175,7 +188,7 @@ export function registerRoutes(app: TemplatedApp, d: GatewayDeps): void {
       const gate = begin(ctx, kind, path);
       if (gate === null) return;
       const { bearer, known } = gate;
-      const early = headRefusal(kind, ctx.head, commandId, cfg.gateway.bodyLimit);
+      const early = headRefusal(kind, ctx.head, commandId, cfg.gateway.bodyLimit) ?? announcedOverBytes(known, ctx.head.contentLength);
       if (early) return reject(ctx, kind, early, known, customer);
 
       // The token is usually known; when it is not, look it up while the body arrives.
@@ -323,7 +336,7 @@ export function registerRoutes(app: TemplatedApp, d: GatewayDeps): void {
     pendingBodies,
     answered: (kind, status) => responses.labels(kind, String(status)).inc(),
     reports: { validatorOf, bodyRefusal, prepare },
-    rate: { takeUpTo, overRate, overBytes },
+    rate: { takeUpTo, overRate, overBytes, announcedOverBytes },
   };
   const metrics_ = metricsRoute(kit);
   const artifacts = artifactRoutes(kit);

@@ -98,5 +98,7 @@ export interface Kit {
     overRate(): HttpError;
     /** The customer's byte rate for a body of `size` bytes: null, or the 429. */
     overBytes(tok: TokenInfo, size: number): HttpError | null;
+    /** Before the body: its Content-Length over what the customer's byte rate has now: the 429 (closing the connection). */
+    announcedOverBytes(tok: TokenInfo | undefined, contentLength: string): HttpError | null;
   };
 }
