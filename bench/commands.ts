@@ -22,6 +22,7 @@
 //      heartbeat URLs: a separate process, so it does not share the gateway's event loop;
 //   4. prints ONE JSON object on stdout: both rates, their ratio, and whether it is within 10 %.
 // Progress goes to stderr.
+import { LIFTED_CUSTOMER_RATES } from './fixtures.js';
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -224,9 +225,10 @@ async function main(): Promise<void> {
     REDIS_PREFIX: `${id}:`,
     STREAM_MAX_BYTES: String(4 * 1024 ** 3),
     GATEWAY_PORT: '0',
-    // One token sends everything here: lift the per-token limit out of the way.
+    // One token sends everything here: lift the per-token and per-customer limits out of the way.
     RATE_LIMIT_PER_S: '100000000',
     RATE_LIMIT_BURST: '100000000',
+    ...LIFTED_CUSTOMER_RATES,
     LOG_LEVEL: 'info',
   };
   const tmp = mkdtempSync(join(tmpdir(), 'bench-commands-'));

@@ -19,6 +19,7 @@
 // heartbeats the instances that are green or yellow, round robin. Prints ONE JSON object on stdout:
 // {instances, readers, duration_s, endpoints: {name: {requests, p50_ms, p99_ms, max_ms, errors}},
 // ingest_rate, ...}. Progress goes to stderr.
+import { LIFTED_CUSTOMER_RATES } from './fixtures.js';
 import { fork, spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -231,9 +232,10 @@ async function main(): Promise<void> {
     GATEWAY_PORT: '0',
     API_PORT: '0',
     WORKER_HTTP_PORT: '0',
-    // One token sends everything here: lift the per-token limit out of the way.
+    // One token sends everything here: lift the per-token and per-customer limits out of the way.
     RATE_LIMIT_PER_S: '100000000',
     RATE_LIMIT_BURST: '100000000',
+    ...LIFTED_CUSTOMER_RATES,
     LOG_LEVEL: 'info',
   };
   const admin = async (sql: string) => {

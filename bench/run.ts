@@ -16,7 +16,7 @@ import { connectNats, ensureStreams, ensureConsumer } from '../lib/db/nats.js';
 import { encodeBatch, encodeReport, subjects } from '../lib/messages.js';
 import { migrate } from '../lib/db/migrate.js';
 import { Proc } from '../deploy/service-process.js';
-import { createFixtures, type BODIES } from './fixtures.js';
+import { createFixtures, LIFTED_CUSTOMER_RATES, type BODIES } from './fixtures.js';
 import { wrk, type WrkResult } from './wrk.js';
 import { writeReport, renderTable, writeCapacity } from './report.js';
 import { snapshot, perHundredThousand } from './cpu.js';
@@ -113,7 +113,7 @@ export async function runBench(cfg: Config, root: string, args: string[]): Promi
       // Workers stopped: this measures the gateway with durable JetStream acks; the stream absorbs.
       // The per-token rate limit (1,000 reports/s per token by default, counting batch entries)
       // would cap the batch run at 100 tokens × 1,000: raised, since the gateway is measured here.
-      const g = await startProc('gateway', 'gateway/main.js', { RATE_LIMIT_PER_S: '10000000', RATE_LIMIT_BURST: '10000000' });
+      const g = await startProc('gateway', 'gateway/main.js', { RATE_LIMIT_PER_S: '10000000', RATE_LIMIT_BURST: '10000000', ...LIFTED_CUSTOMER_RATES });
       for (const kind of ['heartbeat', 'diagnostics', 'status', 'metrics', 'batch'] as const) {
         await load(`gateway_${kind}`, g.port, kind);
         await purge();

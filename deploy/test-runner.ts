@@ -4,7 +4,7 @@
 // `npm run test:cluster`) are a suite of their own: each file starts its own cluster topology
 // (deploy/cluster.ts), so they run one at a time and never in `npm test`.
 import { spawn } from 'node:child_process';
-import { existsSync, readdirSync, statSync } from 'node:fs';
+import { existsSync, readFileSync, readdirSync, statSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import type { Config } from '../lib/config.js';
 
@@ -65,13 +65,34 @@ export async function runTests(cfg: Config | null, root: string, filters: string
     NODE_OPTIONS: '--enable-source-maps',
     LOG_LEVEL: process.env.LOG_LEVEL ?? 'warn',
   };
+  // Files that measure latency under load run alone, after the others (test/README.md "Files that
+  // run alone"): a second file beside them on two cores would measure that file, not the service.
+  const alone = files.filter((f) => runsAlone(root, f));
+  const together = files.filter((f) => !alone.includes(f));
+  const counts: TapCounts = { passed: 0, failed: 0 };
+  for (const [group, jobs] of [[together, cluster ? '1' : (process.env.TEST_JOBS ?? '2')], [alone, '1']] as const) {
+    if (group.length === 0) continue;
+    const c = await runTap(root, group, jobs, env);
+    counts.passed += c.passed;
+    counts.failed += c.failed;
+  }
+  return counts;
+}
+
+/** The marker of a file that runs alone: a line `// Runs alone: <why>` in its source. */
+function runsAlone(root: string, compiled: string): boolean {
+  const source = join(root, relative(join(root, 'dist'), compiled)).replace(/\.js$/, '.ts');
+  return /^\/\/ Runs alone: /m.test(readFileSync(source, 'utf8'));
+}
+
+async function runTap(root: string, files: string[], jobs: string, env: NodeJS.ProcessEnv): Promise<TapCounts> {
   const args = [
     join(root, 'node_modules', 'tap', 'dist', 'esm', 'run.mjs'),
     '--disable-coverage',
     '--allow-empty-coverage',
     '-R', 'tap',
     '--timeout', process.env.TEST_TIMEOUT_S ?? '600',
-    '--jobs', cluster ? '1' : (process.env.TEST_JOBS ?? '2'),
+    '--jobs', jobs,
     ...files.map((f) => relative(root, f)),
   ];
   const child = spawn(process.execPath, args, { cwd: root, env, stdio: ['ignore', 'pipe', 'inherit'] });

@@ -77,8 +77,8 @@ export const Settings = Type.Object({
   // may cost the shared pipeline, whatever it sends.
   CUSTOMER_RATE_PER_S: Pos(2000, 'ingest requests per customer and gateway replica, batch entries counted one each (429 above)'),
   CUSTOMER_RATE_BURST: Pos(4000, 'burst of the per-customer request rate'),
-  CUSTOMER_BYTES_PER_S: Pos(4 * 1024 * 1024, 'ingest body bytes per customer and gateway replica (429 above; artifact chunks not counted)'),
-  CUSTOMER_BYTES_BURST: Pos(8 * 1024 * 1024, 'burst of the per-customer byte rate; at least BATCH_BODY_LIMIT_BYTES'),
+  CUSTOMER_BYTES_PER_S: Pos(1024 * 1024, 'ingest body bytes per customer and gateway replica (429 above; artifact chunks not counted)'),
+  CUSTOMER_BYTES_BURST: Pos(4 * 1024 * 1024, 'burst of the per-customer byte rate; at least BATCH_BODY_LIMIT_BYTES'),
   REJECTION_LOG_RATE_PER_S: Pos(20, 'rejection-log rows per source address and second; the rest is counted'),
   REJECTION_LOG_BURST: Pos(100, 'burst of the rejection-log rate'),
   PUBLISH_TIMEOUT_MS: Pos(5000, 'wait for a PubAck before answering 503'),

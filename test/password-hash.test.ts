@@ -2,6 +2,7 @@
 // from before (N=2^14) still logs in and is upgraded at that login; and a wrong password costs the
 // same time whether the account exists (with a new or an old hash) or not, so login timing does
 // not tell which accounts exist. Few hashes: each is ~0.35 s of one of this machine's two cores.
+// Runs alone: it compares times (another file on the other core skews them; seen at ×1.45 in CI).
 import t from 'tap';
 import { randomBytes, scrypt } from 'node:crypto';
 import { testStack, post } from './helpers/stack.js';
