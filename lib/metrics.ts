@@ -43,6 +43,15 @@ export const METRICS = {
     help: 'Time from a request to its answer, by route (its operationId in lib/routes.ts; unmatched: 404 and 405) and status class (2xx, 4xx, 5xx)',
   },
 
+  // Quotas per customer (lib/quotas.ts), in the process that enforces each.
+  fleet_quota_refusals_total: {
+    type: 'counter',
+    services: ['gateway', 'api'],
+    labels: ['quota'],
+    init: [['artifact_bytes'], ['artifact_max_bytes'], ['stream_connections'], ['webhooks'], ['whitelist_rules']],
+    help: 'Requests refused because a customer is at one of its quotas, by quota: artifact_bytes and artifact_max_bytes (gateway, artifact-init), stream_connections, webhooks, whitelist_rules (api)',
+  },
+
   // Gateway.
   fleet_gateway_responses_total: {
     type: 'counter',
