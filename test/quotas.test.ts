@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { testStack, post, get, request, eventually } from './helpers/stack.js';
 import { openStream } from './helpers/lights.js';
 import { ROOT } from '../deploy/service-process.js';
-import { usageKeys } from '../lib/artifact-usage.js';
+import { usageKeys, parseReservation } from '../lib/artifact-usage.js';
 
 const CHUNK = 64 * 1024;
 const SIZE = 3 * CHUNK + 100; // four chunks
@@ -183,6 +183,40 @@ t.test('an upload that expires gives its bytes back', async (t) => {
   const data = randomBytes(SIZE);
   const { artifactId } = await upload(c.customer.slug, c.token, data);
   t.ok(artifactId, 'the same size fits again');
+});
+
+t.test('reservations: the worker settles a stored artifact; the sweep puts back what Redis lost, settles what a worker left, removes the stale', async (t) => {
+  const c = await s.newCustomer('repair');
+  const key = usageKeys(s.env.REDIS_PREFIX!).reservations(c.customer.id);
+  const { uploadId: done } = await upload(c.customer.slug, c.token, randomBytes(SIZE));
+  const open = await post(ing(c.customer.slug, 'artifact-init'), c.token, { filename: 'open.bin', size: SIZE });
+  t.equal(open.status, 201);
+  // The worker that wrote the artifact row settled its reservation (seq of artifact_usage).
+  const settled = await eventually(async () => {
+    const v = await s.redis.hget(key, done);
+    return v && parseReservation(v).seq !== null ? parseReservation(v) : null;
+  }, 10_000, 'the stored artifact settled');
+  t.equal(settled.size, SIZE);
+  t.equal(parseReservation((await s.redis.hget(key, open.body.upload_id))!).seq, null, 'the upload in progress is open');
+
+  // Redis loses the hash: the next sweep (every 300 ms here) puts back the upload in progress only.
+  await s.redis.del(key);
+  await eventually(async () => s.redis.hexists(key, open.body.upload_id), 10_000, 'the open reservation restored');
+  t.notOk(await s.redis.hexists(key, done), 'a stored artifact needs no reservation');
+  t.match((await quotas(c.token)).quotas.artifact_bytes, { used: 2 * SIZE, stored: SIZE, reserved: SIZE, uploads_in_progress: 1 });
+
+  // A worker that stopped between its commit and settling: the sweep settles the stored artifact's entry.
+  const old = Date.now() - 11 * 60_000;
+  await s.redis.hset(key, done, `${SIZE}|${old}`);
+  await eventually(async () => parseReservation((await s.redis.hget(key, done)) ?? '0|0').seq !== null, 10_000, 'settled by the sweep');
+  t.match((await quotas(c.token)).quotas.artifact_bytes, { used: 2 * SIZE, reserved: SIZE }, 'counted once');
+
+  // Stale entries go: settled over 10 minutes ago (every gateway counts it as stored by then), and
+  // open ones whose upload record has not existed for 10 minutes.
+  const ghost = '00000000-0000-4000-8000-000000000001';
+  await s.redis.hset(key, ghost, `${SIZE}|${old}`);
+  await s.redis.hset(key, done, `${SIZE}|${old}|1|${old}`);
+  await eventually(async () => !(await s.redis.hexists(key, ghost)) && !(await s.redis.hexists(key, done)), 10_000, 'the stale entries removed');
 });
 
 t.test("live streams: over the customer's quota 429 with Retry-After; another customer's stream opens and gets its events", async (t) => {
