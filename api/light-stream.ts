@@ -36,6 +36,11 @@ export class LightHub {
     return this.size;
   }
 
+  /** Open streams of one customer on this replica (the quota stream_connections). */
+  countOf(customerId: string): number {
+    return this.clients.get(customerId)?.size ?? 0;
+  }
+
   /** Subscribes to every customer's changes; called once NATS is connected. */
   attach(nc: NatsConnection, subjectPrefix: string): void {
     const subject = subjects(subjectPrefix).control('light.*');

@@ -8,6 +8,9 @@ import { createCustomer, createToken, findCustomer, listTokens, revokeToken, typ
 import { createUser, setMembership, MembershipError, findUserByLogin, newPassword, ROLES, type Role } from '../lib/accounts.js';
 import { withTx } from '../lib/db/postgres.js';
 import { getLicence, deviceCount, licenceView, setLicence, TIERS, type LicenceChange, type Tier } from '../lib/licences.js';
+import { QUOTAS, QuotaError, loadArtifactStored, loadOverrides, parseBytes, quotaDefaults, quotaView, setOverrides, type QuotaName, type QuotaOverrides } from '../lib/quotas.js';
+import { ArtifactUsage } from '../lib/artifact-usage.js';
+import { createRedis } from '../lib/db/redis.js';
 import { upload, UploadError } from './upload.js';
 import { ingestBatch, IngestBatchError } from './ingest-batch.js';
 
@@ -161,6 +164,82 @@ licence
     }).catch((e) => fail((e as Error).message));
     process.stdout.write(JSON.stringify(out, null, 2) + '\n');
   });
+
+const quota = program.command('quota').description('quotas per customer: artifact bytes, artifact size, live streams, webhooks, whitelist rules, ingest rates');
+/** `--artifact-bytes` for artifact_bytes: one option per quota. */
+const optionOf = (name: string) => `--${name.replace(/_/g, '-')}`;
+const camel = (name: string) => name.replace(/_([a-z])/g, (_, c: string) => c.toUpperCase());
+
+/** A customer's quotas (value, default, source, unit) and what is used of them, as JSON. */
+async function quotaReport(slug: string) {
+  const cfg = config();
+  return withPool(async (p) => {
+    const c = await findCustomer(p, slug);
+    if (!c) fail(`no customer ${slug}`);
+    const [overrides, stored, counts] = await Promise.all([
+      loadOverrides(p, c.id),
+      loadArtifactStored(p, c.id),
+      p.query<{ webhooks: number; rules: number }>(
+        `SELECT (SELECT count(*)::int FROM webhooks WHERE customer_id = $1) AS webhooks,
+                (SELECT count(*)::int FROM whitelist_rules WHERE customer_id = $1 AND deleted_at IS NULL) AS rules`,
+        [c.id],
+      ),
+    ]);
+    // Uploads in progress are reserved in Redis (lib/artifact-usage.ts).
+    const redis = createRedis(cfg.redisUrl, { lazyConnect: true });
+    redis.on('error', () => {});
+    const reserved = await new ArtifactUsage(redis, cfg.redisPrefix).reserved(c.id, stored.seq).catch(() => null);
+    redis.disconnect();
+    return {
+      customer: c.slug,
+      quotas: quotaView(quotaDefaults(cfg), overrides),
+      used: {
+        artifact_bytes: reserved ? stored.bytes + reserved.bytes : null,
+        artifact_bytes_stored: stored.bytes,
+        artifact_bytes_reserved: reserved?.bytes ?? null,
+        artifacts: stored.artifacts,
+        uploads_in_progress: reserved?.uploads ?? null,
+        webhooks: counts.rows[0]!.webhooks,
+        whitelist_rules: counts.rows[0]!.rules,
+      },
+    };
+  });
+}
+
+quota
+  .command('show <customer>')
+  .description("a customer's quotas (each value, its default, whether it is overridden) and what is used (JSON)")
+  .action(async (slug: string) => {
+    process.stdout.write(JSON.stringify(await quotaReport(slug), null, 2) + '\n');
+  });
+const setQuota = quota
+  .command('set <customer>')
+  .description('override quotas of a customer (`default` puts one back to the environment\'s value); every gateway applies it within CACHE_REFRESH_MS, the api at once');
+for (const q of QUOTAS) {
+  const what = q.unit === 'bytes' || q.unit === 'bytes_per_s' ? 'bytes (10GiB, 500MB, 1048576)' : 'a whole number';
+  setQuota.option(`${optionOf(q.name)} <value>`, `${q.description}: ${what}, or default (${q.env})`);
+}
+setQuota.action(async (slug: string, o: Record<string, string | undefined>) => {
+  const change: QuotaOverrides = {};
+  for (const q of QUOTAS) {
+    const v = o[camel(q.name)];
+    if (v === undefined) continue;
+    if (v === 'default') {
+      change[q.name as QuotaName] = null;
+      continue;
+    }
+    const n = q.unit === 'bytes' || q.unit === 'bytes_per_s' ? parseBytes(v) : /^[0-9]+$/.test(v) ? Number(v) : null;
+    if (n === null) fail(`${optionOf(q.name)} ${JSON.stringify(v)}: must be ${q.unit === 'bytes' || q.unit === 'bytes_per_s' ? 'a size such as 10GiB, 500MB or 1048576' : 'a whole number'}, or default`);
+    change[q.name as QuotaName] = n;
+  }
+  if (Object.keys(change).length === 0) fail(`nothing to change: give one or more of ${QUOTAS.map((q) => optionOf(q.name)).join(', ')}`);
+  await withPool(async (p) => {
+    const c = await findCustomer(p, slug);
+    if (!c) fail(`no customer ${slug}`);
+    await setOverrides(p, c.id, change);
+  }).catch((e) => fail(e instanceof QuotaError ? e.message : (e as Error).message));
+  process.stdout.write(JSON.stringify(await quotaReport(slug), null, 2) + '\n');
+});
 
 program
   .command('upload <file>')

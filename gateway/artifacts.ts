@@ -10,7 +10,9 @@
 // nothing is written to the gateway's disk. A chunk body is held in memory only while it is
 // stored; ARTIFACT_INFLIGHT_BYTES bounds the chunk bodies one gateway holds at once (503 with
 // Retry-After above it). At complete the gateway queues the artifact (one report, like any other);
-// a worker writes its Postgres row.
+// a worker writes its Postgres row. Quotas per customer (lib/quotas.ts) are checked at init: the
+// size of one artifact (413) and the bytes the customer holds, stored plus reserved by its uploads
+// in progress (507); a chunk can never add more than the size declared at init (413/422).
 import { createHash, randomUUID } from 'node:crypto';
 import type { Handler, JsonRoute, Kit, IngestPath } from './types.js';
 import { Ctx } from './request.js';
@@ -18,6 +20,8 @@ import type { TokenInfo } from './token-cache.js';
 import { compile } from '../lib/validation.js';
 import { ArtifactInit } from '../lib/schemas/artifacts.js';
 import { HttpError, badRequest, notFound } from '../lib/errors.js';
+import { describeQuota, formatBytes } from '../lib/quotas.js';
+import { MAX_COPY_AGE_MS, type ReserveResult } from '../lib/artifact-usage.js';
 import { isUuid, uuidFromName, idempotentReportId } from '../lib/ids.js';
 import { keyReused } from './idempotency.js';
 import { encodeReport } from '../lib/messages.js';
@@ -117,12 +121,25 @@ export function artifactRoutes(k: Kit) {
     JSON.stringify({ upload_id: rec.id, chunk_size: rec.chunk_size, chunks: rec.chunks, expires_at: iso(rec.expires_ms) });
 
   // ---- init (on the JSON ingest path of gateway/server.ts) ----
+  // The customer's quotas (lib/quotas.ts) from this gateway's copy: the size of one artifact
+  // (artifact_max_bytes, 413) and the bytes it may hold (artifact_bytes, 507): the declared size is
+  // reserved in Redis before the upload record is created (lib/artifact-usage.ts), atomically
+  // against every other gateway's reservations, and released if the record cannot be created.
+  const quotaRefusals = metrics.counter('fleet_quota_refusals_total');
   const init: JsonRoute = {
     validate: compile(ArtifactInit),
     finish(ctx, tok, _raw, data, path, idemKey) {
       const KIND = 'artifact-init';
       const b = data as unknown as ArtifactInit;
-      if (b.size > A.maxSize) return k.reject(ctx, KIND, new HttpError(413, `an artifact of ${b.size} bytes is over the limit of ${A.maxSize} bytes`), tok);
+      if (d.quotas.ageMs > MAX_COPY_AGE_MS) {
+        const age = Math.round(d.quotas.ageMs / 1000);
+        return k.reject(ctx, KIND, new HttpError(503, `upload not started: this gateway's copy of the quotas is ${age} s old (Postgres unreachable); retry`, { retryAfterS: 5 }), tok);
+      }
+      const quota = d.quotas.quotas(tok.customerId);
+      if (b.size > quota.artifact_max_bytes) {
+        quotaRefusals.labels('artifact_max_bytes').inc();
+        return k.reject(ctx, KIND, new HttpError(413, `an artifact of ${b.size} bytes is over the limit of ${describeQuota('artifact_max_bytes', quota.artifact_max_bytes)}`), tok);
+      }
       const now = Date.now();
       const rec: UploadRecord = {
         v: 1,
@@ -145,6 +162,29 @@ export function artifactRoutes(k: Kit) {
         received: bitmapNew(chunkCount(b.size, A.chunkSize)),
       };
       (async () => {
+        let r: ReserveResult;
+        try {
+          r = await d.artifactUsage.reserve(tok.customerId, rec.id, rec.size, quota.artifact_bytes, d.quotas.artifactStored(tok.customerId));
+        } catch (e) {
+          log.warn({ err: e }, 'artifact-init: the quota reservation (Redis) failed');
+          return k.reject(ctx, KIND, new HttpError(503, 'upload not started: the artifact quota check (Redis) did not answer; retry', { retryAfterS: 2 }), tok);
+        }
+        if (!r.ok) {
+          quotaRefusals.labels('artifact_bytes').inc();
+          return k.reject(
+            ctx,
+            KIND,
+            new HttpError(
+              507,
+              `artifact quota exceeded: ${tok.customer} holds ${r.used} bytes (${formatBytes(r.used)}) in stored artifacts and uploads in progress, ` +
+                `this upload declares ${rec.size} bytes (${formatBytes(rec.size)}), and the quota is ${describeQuota('artifact_bytes', quota.artifact_bytes)}. ` +
+                'Uploads in progress count with their declared size until they complete or expire; ask the operator to raise the quota',
+            ),
+            tok,
+          );
+        }
+        // Gives back what this init reserved, when it must not keep it.
+        const giveBack = () => (r.ok && r.fresh ? d.artifactUsage.release(tok.customerId, rec.id).catch((e) => log.warn({ err: e, upload: rec.id }, 'artifact-init: releasing the reservation failed; the expiry sweep removes it')) : undefined);
         try {
           if ((await store().createUpload(rec)) === 'created') {
             k.answered(KIND, 201);
@@ -154,11 +194,17 @@ export function artifactRoutes(k: Kit) {
           const same =
             old && old.customer_id === rec.customer_id && old.machine === rec.machine && old.software === rec.software &&
             old.filename === rec.filename && old.size === rec.size && old.sha256 === rec.sha256;
-          if (!same) return k.reject(ctx, KIND, keyReused(), tok);
+          if (!same) {
+            await giveBack();
+            return k.reject(ctx, KIND, keyReused(), tok);
+          }
+          // A completed upload's bytes are counted as stored (or by its own reservation until then).
+          if (old.state === 'complete') await giveBack();
           k.answered(KIND, 201);
           ctx.send(201, initAnswer(old));
         } catch (e) {
           log.warn({ err: e }, 'artifact-init: store failed');
+          await giveBack();
           k.reject(ctx, KIND, storeUnavailable('upload not started'), tok);
         }
       })().catch(ctx.fail);

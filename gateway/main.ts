@@ -20,6 +20,8 @@ import { createRedis } from '../lib/db/redis.js';
 import { ArtifactStore } from '../lib/artifacts.js';
 import { PendingCommands } from './pending-commands.js';
 import { IdempotencyRegister } from './idempotency.js';
+import { QuotaCache } from '../lib/quotas.js';
+import { ArtifactUsage } from '../lib/artifact-usage.js';
 
 const cfg = configOrExit('gateway');
 const log = createLogger('gateway', cfg.logLevel);
@@ -55,6 +57,9 @@ const help = new HelpCoverage(pool, cfg.cacheRefreshMs, (e) => log.warn({ err: e
 await help.start();
 const licences = new LicenceGate(pool, cfg.cacheRefreshMs, (e) => log.warn({ err: e }, 'licence refresh failed'));
 await licences.start();
+// Quotas per customer (overrides and stored artifact bytes), polled like the tokens.
+const quotas = new QuotaCache(pool, cfg, cfg.cacheRefreshMs, (e) => log.warn({ err: e }, 'quota refresh failed'));
+await quotas.start();
 
 const subj = subjects(cfg.subjectPrefix);
 const nc = await connectNats(cfg.natsUrl, `gateway-${process.pid}`);
@@ -74,8 +79,10 @@ await warnDurability(nc, await nc.jetstreamManager(), cfg, log).catch((e) => log
 // Artifact uploads: upload records (KV) and chunks (object store) in JetStream.
 const artifacts = await ArtifactStore.open(nc, cfg);
 // Host metrics: the register of client_metric_ids (one round trip per metrics request); the
-// Idempotency-Key register (one round trip per request that carries a key).
+// Idempotency-Key register (one round trip per request that carries a key); artifact uploads: the
+// reservations against the quota artifact_bytes (one script call per artifact-init).
 const redis = createRedis(cfg.redisUrl);
+const artifactUsage = new ArtifactUsage(redis, cfg.redisPrefix);
 redis.on('error', (e) => log.warn({ err: e }, 'redis error'));
 
 // Open agent commands in memory (answers to heartbeats and status reports carry them).
@@ -154,6 +161,8 @@ registerRoutes(app, {
   licences,
   redis,
   artifacts,
+  quotas,
+  artifactUsage,
   commands,
   idempotency: new IdempotencyRegister(redis, cfg.redisPrefix, cfg.idempotencyTtlS),
   isReady: () => publisher.connected && streamOk && !life.closing,
@@ -175,6 +184,7 @@ life.onShutdown(async (why) => {
   tokens.stop();
   help.stop();
   licences.stop();
+  quotas.stop();
   commands.stop();
   await drainNats(nc);
   await pool.end().catch(() => {});

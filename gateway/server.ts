@@ -95,22 +95,23 @@ export function registerRoutes(app: TemplatedApp, d: GatewayDeps): void {
   // cost the pipeline the others share.
   const customerRequests = new RateLimiter(cfg.gateway.customerRate.perS, cfg.gateway.customerRate.burst);
   const customerBytes = new RateLimiter(cfg.gateway.customerBytes.perS, cfg.gateway.customerBytes.burst);
-  const quotaRefusals = metrics.counter('fleet_gateway_quota_refusals_total');
-  const refusedBy = { token: quotaRefusals.labels('token_rate'), requests: quotaRefusals.labels('customer_rate'), bytes: quotaRefusals.labels('customer_bytes') };
-  const overRate = () => {
-    refusedBy.token.inc();
-    return new HttpError(429, `over the rate limit of ${cfg.gateway.rateLimit} requests/s for this token`, { retryAfterS: limiter.retryAfterS() });
-  };
+  const quotaRefusals = metrics.counter('fleet_quota_refusals_total');
+  const refusedBy = { requests: quotaRefusals.labels('ingest_requests_per_s'), bytes: quotaRefusals.labels('ingest_bytes_per_s') };
+  const overRate = () => new HttpError(429, `over the rate limit of ${cfg.gateway.rateLimit} requests/s for this token`, { retryAfterS: limiter.retryAfterS() });
   const overCustomerRate = (t: TokenInfo) => {
     refusedBy.requests.inc();
-    return new HttpError(429, `over the ingest rate of ${cfg.gateway.customerRate.perS} requests/s for customer ${t.customer} (all its tokens together)`, { retryAfterS: 1 });
+    const perS = ratesOf(t)?.requests.perS ?? cfg.gateway.customerRate.perS;
+    return new HttpError(429, `over the ingest rate of ${perS} requests/s for customer ${t.customer} (all its tokens together: quota ingest_requests_per_s)`, { retryAfterS: 1 });
   };
+  /** A customer's own buckets where a system administrator overrode its ingest quotas (lib/quotas.ts), else undefined: the defaults. */
+  const ratesOf = (t: TokenInfo) => d.quotas.ingestRates(t.customerId) ?? undefined;
   /** `take`: one token for this request; `has`: only that one is left (a batch takes one per entry once it has read them). */
   function rateLimited(t: TokenInfo, mode: RateMode = 'take'): HttpError | null {
     const now = Date.now();
-    if (mode === 'has') return !limiter.has(t.id, now) ? overRate() : !customerRequests.has(t.customerId, now) ? overCustomerRate(t) : null;
+    const own = ratesOf(t);
+    if (mode === 'has') return !limiter.has(t.id, now) ? overRate() : !customerRequests.has(t.customerId, now, own?.requests) ? overCustomerRate(t) : null;
     if (!limiter.take(t.id, now)) return overRate();
-    if (customerRequests.take(t.customerId, now)) return null;
+    if (customerRequests.take(t.customerId, now, own?.requests)) return null;
     limiter.refund(t.id, 1);
     return overCustomerRate(t);
   }
@@ -118,13 +119,13 @@ export function registerRoutes(app: TemplatedApp, d: GatewayDeps): void {
   function takeUpTo(t: TokenInfo, n: number): number {
     const now = Date.now();
     const byToken = limiter.takeUpTo(t.id, n, now);
-    const both = customerRequests.takeUpTo(t.customerId, byToken, now);
+    const both = customerRequests.takeUpTo(t.customerId, byToken, now, ratesOf(t)?.requests);
     if (both < byToken) limiter.refund(t.id, byToken - both);
     return both;
   }
   /** The customer's byte rate, for a body of `size` bytes (all or nothing). */
   function overBytes(t: TokenInfo, size: number): HttpError | null {
-    return customerBytes.takeAll(t.customerId, size) ? null : overByteRate(t, size);
+    return customerBytes.takeAll(t.customerId, size, Date.now(), ratesOf(t)?.bytes) ? null : overByteRate(t, size);
   }
   /**
    * Before the body: a Content-Length the customer's byte rate cannot take now is refused without
@@ -134,13 +135,16 @@ export function registerRoutes(app: TemplatedApp, d: GatewayDeps): void {
   function announcedOverBytes(t: TokenInfo | undefined, contentLength: string): HttpError | null {
     if (t === undefined || contentLength === '') return null;
     const size = Number(contentLength);
-    if (!(size > 0) || customerBytes.has(t.customerId, Date.now(), undefined, size)) return null;
+    if (!(size > 0) || customerBytes.has(t.customerId, Date.now(), ratesOf(t)?.bytes, size)) return null;
     return overByteRate(t, size, true);
   }
   function overByteRate(t: TokenInfo, size: number, close = false): HttpError {
     refusedBy.bytes.inc();
-    const perS = cfg.gateway.customerBytes.perS;
-    return new HttpError(429, `over the ingest byte rate of ${perS} bytes/s for customer ${t.customer} (all its tokens together)`, { retryAfterS: Math.max(1, Math.ceil(size / perS)), close });
+    const perS = ratesOf(t)?.bytes.perS ?? cfg.gateway.customerBytes.perS;
+    return new HttpError(429, `over the ingest byte rate of ${perS} bytes/s for customer ${t.customer} (all its tokens together: quota ingest_bytes_per_s)`, {
+      retryAfterS: Math.max(1, Math.ceil(size / perS)),
+      close,
+    });
   }
 
   // Schema and storability of each kind (lib/report-check.ts: the same check a worker repeats on a

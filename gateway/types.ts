@@ -9,6 +9,8 @@ import type { HttpError } from '../lib/errors.js';
 import type { Validator } from '../lib/validation.js';
 import type { Redis } from '../lib/db/redis.js';
 import type { ArtifactStore } from '../lib/artifacts.js';
+import type { QuotaCache } from '../lib/quotas.js';
+import type { ArtifactUsage } from '../lib/artifact-usage.js';
 import type { Ctx } from './request.js';
 import type { TokenCache, TokenInfo } from './token-cache.js';
 import type { BatchPublisher } from './publisher.js';
@@ -34,6 +36,10 @@ export interface GatewayDeps {
   redis: Redis;
   /** Artifact uploads: upload records and chunks in JetStream (KV and object store). */
   artifacts: ArtifactStore;
+  /** Every customer's effective quotas and stored artifact bytes in memory (lib/quotas.ts), refreshed every CACHE_REFRESH_MS. */
+  quotas: QuotaCache;
+  /** Reservations of artifact uploads in progress (Redis), against the quota artifact_bytes. */
+  artifactUsage: ArtifactUsage;
   commands: PendingCommands;
   /** Which body each Idempotency-Key was first used with (422 for another). */
   idempotency: IdempotencyRegister;

@@ -73,12 +73,6 @@ export const Settings = Type.Object({
   JSON_MAX_NODES: Int(100_000, 100, 10_000_000, 'values in a request body or batch entry body (422 above); a batch request as a whole: this times BATCH_BODY_LIMIT_BYTES / BODY_LIMIT_BYTES'),
   RATE_LIMIT_PER_S: Pos(1000, 'per token and gateway replica (429 above)'),
   RATE_LIMIT_BURST: Pos(2000, 'burst of the per-token rate'),
-  // Per customer, over all its tokens (docs/operations.md "Quotas per customer"): what one customer
-  // may cost the shared pipeline, whatever it sends.
-  CUSTOMER_RATE_PER_S: Pos(2000, 'ingest requests per customer and gateway replica, batch entries counted one each (429 above)'),
-  CUSTOMER_RATE_BURST: Pos(4000, 'burst of the per-customer request rate'),
-  CUSTOMER_BYTES_PER_S: Pos(1024 * 1024, 'ingest body bytes per customer and gateway replica (429 above; artifact chunks not counted)'),
-  CUSTOMER_BYTES_BURST: Pos(4 * 1024 * 1024, 'burst of the per-customer byte rate; at least BATCH_BODY_LIMIT_BYTES'),
   REJECTION_LOG_RATE_PER_S: Pos(20, 'rejection-log rows per source address and second; the rest is counted'),
   REJECTION_LOG_BURST: Pos(100, 'burst of the rejection-log rate'),
   PUBLISH_TIMEOUT_MS: Pos(5000, 'wait for a PubAck before answering 503'),
@@ -113,9 +107,10 @@ export const Settings = Type.Object({
   LOGIN_WINDOW_S: Pos(900, 'window of the failed-login counts'),
   PUBLIC_API_URL: Str('/', 'the api server /openapi.json names (/ = where the document came from)', { pattern: '^(/|https?://\\S+)$', allowed: '/ or an http(s) URL' }),
   PUBLIC_GATEWAY_URL: Derived('the gateway server /openapi.json names; default http://$GATEWAY_HOST:$GATEWAY_PORT', { pattern: '^https?://\\S+$', allowed: 'an http(s) URL' }),
-  WHITELIST_MAX_RULES: Pos(1000, 'whitelist rules per customer (409 above)'),
+  WHITELIST_MAX_RULES: Pos(1000, 'whitelist rules per customer, the default of the quota whitelist_rules (409 above)'),
   SSE_KEEPALIVE_S: Pos(15, 'live stream keep-alive comment'),
-  SSE_MAX_CLIENTS: Pos(10_000, 'open live streams per api replica (503 above)'),
+  SSE_MAX_CLIENTS: Pos(10_000, 'open live streams per api replica, all customers together (503 above)'),
+  QUOTA_STREAM_CONNECTIONS: Nat(50, 'open live streams per customer and api replica, the default of the quota stream_connections (429 above)'),
   API_COUNT_CACHE_MS: Int(1000, 0, 60_000, 'the fleet summary and the `total` of instance lists are cached this long per customer and filter (0 = off)'),
   API_REQUEST_TIMEOUT_MS: Pos(30_000, "a request's headers and body must arrive within this (408)"),
   API_IDLE_TIMEOUT_MS: Pos(60_000, 'a connection with a request in progress may be silent this long'),
@@ -129,7 +124,7 @@ export const Settings = Type.Object({
   WEBHOOK_BACKOFF_MS: Pos(1000, 'first retry delay, doubled each time'),
   WEBHOOK_TIMEOUT_MS: Pos(10_000, 'per delivery attempt'),
   WEBHOOK_CONCURRENCY: Int(16, 1, 1000, 'deliveries in flight per worker'),
-  WEBHOOKS_PER_CUSTOMER: Pos(10, 'webhooks a customer may register'),
+  WEBHOOKS_PER_CUSTOMER: Nat(10, 'webhooks a customer may register, the default of the quota webhooks (409 above)'),
   WEBHOOK_ALLOW_CIDRS: Str('', 'internal addresses webhooks may reach after all (comma-separated CIDRs)'),
   CACHE_REFRESH_MS: Pos(1000, 'how often gateways re-read tokens and help-text coverage, workers the whitelist'),
   LICENCE_SWEEP_MS: Pos(60_000, 'how often one worker re-checks device counts against licence limits'),
@@ -150,12 +145,18 @@ export const Settings = Type.Object({
   METRIC_DEDUP_TTL_S: Pos(86_400, 'how long gateways remember a client_metric_id for exact duplicate counts'),
   // Chunk sizes and counts are Postgres `integer` columns.
   ARTIFACT_CHUNK_BYTES: Int(1024 * 1024, 1024, 64 * 1024 * 1024, 'chunk size of artifact uploads (413 above)'),
-  ARTIFACT_MAX_BYTES: Pos(2 * 1024 ** 3, 'largest artifact (413 at init above)'),
+  ARTIFACT_MAX_BYTES: Pos(2 * 1024 ** 3, 'largest artifact, the default of the quota artifact_max_bytes (413 at init above)'),
+  QUOTA_ARTIFACT_BYTES: Nat(10 * 1024 ** 3, 'artifact bytes a customer may hold: stored artifacts plus the declared sizes of its uploads in progress; the default of the quota artifact_bytes (507 at init above)'),
   ARTIFACT_UPLOAD_TTL_S: Pos(86_400, 'an upload not completed this long after its init expires'),
   ARTIFACT_SWEEP_MS: Pos(60_000, 'how often the expiry job looks for expired uploads'),
   ARTIFACT_EXPIRY_GRACE_S: Nat(600, 'chunks of an expired upload are deleted this long after its expiry'),
   ARTIFACT_STORE_MAX_BYTES: Nat(0, 'size limit of the artifact object store (0: none of its own)'),
   ARTIFACT_INFLIGHT_BYTES: Pos(64 * 1024 * 1024, 'chunk bodies one gateway holds in memory at once'),
+  // What one customer may cost the pipeline the others share, whatever it sends (docs/operations.md
+  // "Quotas per customer"). Per gateway replica; bursts: twice the request rate, four times the byte
+  // rate (at least BATCH_BODY_LIMIT_BYTES, so that the largest request always fits).
+  QUOTA_INGEST_REQUESTS_PER_S: Pos(2000, 'ingest requests per second per customer (all its tokens) and gateway replica, batch entries counted one each; the default of the quota ingest_requests_per_s (429 above)'),
+  QUOTA_INGEST_BYTES_PER_S: Pos(1024 * 1024, 'ingest body bytes per second per customer (all its tokens) and gateway replica, artifact chunks not counted; the default of the quota ingest_bytes_per_s (429 above)'),
   COMMAND_QUEUE_TTL_S: Pos(86_400, 'an agent command not delivered within this time expires'),
   COMMAND_ACK_TIMEOUT_S: Pos(3600, 'a delivered agent command not acked within this time times out'),
   COMMAND_SWEEP_MS: Pos(30_000, 'how often the workers end overdue commands'),
@@ -232,18 +233,23 @@ export function parseSettings(env: NodeJS.ProcessEnv = process.env): Settings {
       problems.push(`TRUST_PROXY=${JSON.stringify(env.TRUST_PROXY)}: ${(e as Error).message}`);
     }
   }
-  // A burst smaller than the largest body would refuse that body for ever.
-  const bytesBurst = out.CUSTOMER_BYTES_BURST as number | undefined;
-  const largest = Math.max((out.BODY_LIMIT_BYTES as number | undefined) ?? 0, (out.BATCH_BODY_LIMIT_BYTES as number | undefined) ?? 0);
-  if (bytesBurst !== undefined && bytesBurst < largest) {
-    problems.push(`CUSTOMER_BYTES_BURST=${JSON.stringify(env.CUSTOMER_BYTES_BURST ?? String(bytesBurst))}: must be at least BODY_LIMIT_BYTES and BATCH_BODY_LIMIT_BYTES (${largest})`);
-  }
   if (problems.length > 0) {
     // In the order the settings are declared (and the README lists them).
     const order = (p: string) => SETTING_NAMES.indexOf(p.slice(0, p.indexOf('=')) as keyof Settings);
     throw new ConfigError(problems.sort((a, b) => order(a) - order(b)));
   }
   return out as Settings;
+}
+
+/**
+ * The token buckets of a customer's ingest quotas (per gateway replica): bursts of twice the
+ * request rate and four times the byte rate, the latter at least the largest request.
+ */
+export function ingestRates(requestsPerS: number, bytesPerS: number, largestBody: number) {
+  return {
+    requests: { perS: requestsPerS, burst: 2 * requestsPerS },
+    bytes: { perS: bytesPerS, burst: Math.max(4 * bytesPerS, largestBody) },
+  };
 }
 
 /** The settings, shaped by what reads them. */
@@ -293,8 +299,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env) {
       json: { maxDepth: s.JSON_MAX_DEPTH, maxNodes: s.JSON_MAX_NODES },
       rateLimit: s.RATE_LIMIT_PER_S,
       rateBurst: s.RATE_LIMIT_BURST,
-      customerRate: { perS: s.CUSTOMER_RATE_PER_S, burst: s.CUSTOMER_RATE_BURST },
-      customerBytes: { perS: s.CUSTOMER_BYTES_PER_S, burst: s.CUSTOMER_BYTES_BURST },
+      customerRate: ingestRates(s.QUOTA_INGEST_REQUESTS_PER_S, s.QUOTA_INGEST_BYTES_PER_S, s.BATCH_BODY_LIMIT_BYTES).requests,
+      customerBytes: ingestRates(s.QUOTA_INGEST_REQUESTS_PER_S, s.QUOTA_INGEST_BYTES_PER_S, s.BATCH_BODY_LIMIT_BYTES).bytes,
       // Rejection log: per source (remote address) this many rows per second, then counted only.
       rejectionLogRate: s.REJECTION_LOG_RATE_PER_S,
       rejectionLogBurst: s.REJECTION_LOG_BURST,
@@ -408,6 +414,17 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env) {
       expiryGraceS: s.ARTIFACT_EXPIRY_GRACE_S,
       storeMaxBytes: s.ARTIFACT_STORE_MAX_BYTES,
       maxInflightBytes: s.ARTIFACT_INFLIGHT_BYTES,
+    },
+    // Per-customer quotas: these are the defaults; a system administrator overrides them per customer
+    // (Postgres customer_quotas, `fleet quota set`). The model is lib/quotas.ts.
+    quotas: {
+      artifactBytes: s.QUOTA_ARTIFACT_BYTES,
+      artifactMaxBytes: s.ARTIFACT_MAX_BYTES,
+      streamConnections: s.QUOTA_STREAM_CONNECTIONS,
+      webhooks: s.WEBHOOKS_PER_CUSTOMER,
+      whitelistRules: s.WHITELIST_MAX_RULES,
+      ingestRequestsPerS: s.QUOTA_INGEST_REQUESTS_PER_S,
+      ingestBytesPerS: s.QUOTA_INGEST_BYTES_PER_S,
     },
     commands: {
       // A queued command not delivered within queueTtlS expires; a delivered one not acked within

@@ -70,6 +70,7 @@ const STATUS_TEXT: Record<number, string> = {
   429: 'Too Many Requests',
   500: 'Internal Server Error',
   503: 'Service Unavailable',
+  507: 'Insufficient Storage',
 };
 
 export function statusLine(status: number): string {

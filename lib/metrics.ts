@@ -43,6 +43,15 @@ export const METRICS = {
     help: 'Time from a request to its answer, by route (its operationId in lib/routes.ts; unmatched: 404 and 405) and status class (2xx, 4xx, 5xx)',
   },
 
+  // Quotas per customer (lib/quotas.ts), in the process that enforces each.
+  fleet_quota_refusals_total: {
+    type: 'counter',
+    services: ['gateway', 'api'],
+    labels: ['quota'],
+    init: [['artifact_bytes'], ['artifact_max_bytes'], ['stream_connections'], ['webhooks'], ['whitelist_rules'], ['ingest_requests_per_s'], ['ingest_bytes_per_s']],
+    help: 'Requests refused because a customer is at one of its quotas, by quota: artifact_bytes and artifact_max_bytes (gateway, artifact-init), ingest_requests_per_s (batch entries one each) and ingest_bytes_per_s (gateway, 429), stream_connections, webhooks, whitelist_rules (api)',
+  },
+
   // Gateway.
   fleet_gateway_responses_total: {
     type: 'counter',
@@ -105,12 +114,6 @@ export const METRICS = {
     help: 'Host-metric records by outcome: accepted (queued) or duplicate (its client_metric_id seen within METRIC_DEDUP_TTL_S)',
   },
 
-  fleet_gateway_quota_refusals_total: {
-    type: 'counter',
-    services: ['gateway'],
-    labels: ['quota'],
-    help: 'Ingest requests (or batch entries) refused with 429 by a rate: token_rate (per token), customer_rate and customer_bytes (per customer, all its tokens)',
-  },
   fleet_gateway_internal_errors_total: {
     type: 'counter',
     services: ['gateway'],

@@ -28,6 +28,7 @@ import {
   DeliveriesQuery,
 } from './schemas/traffic-light.js';
 import { DashboardAssetParams, DashboardInstanceParams } from './schemas/dashboard.js';
+import { QuotaList } from './schemas/quotas.js';
 
 export type Service = 'gateway' | 'api';
 export type Method = 'GET' | 'POST' | 'PUT' | 'DELETE';
@@ -223,8 +224,9 @@ export const routes = [
       201: { description: 'upload started: send chunks 0 … chunks-1, then complete', schema: ArtifactInitAnswer },
       ...ingestErrors,
       409: err('Idempotency-Key already used for a different upload'),
-      413: err('body over 1 MiB, or `size` over ARTIFACT_MAX_BYTES (2 GiB)'),
-      503: err('the upload store did not durably accept the upload; retry after Retry-After'),
+      413: err("body over 1 MiB, or `size` over the customer's quota artifact_max_bytes (ARTIFACT_MAX_BYTES, 2 GiB by default)"),
+      503: err('the upload store, or the quota check (Redis), did not answer; retry after Retry-After'),
+      507: err("the upload would take the customer over its quota artifact_bytes (stored artifacts plus uploads in progress; QUOTA_ARTIFACT_BYTES, 10 GiB by default)"),
     },
   }),
   route({
@@ -354,7 +356,8 @@ export const routes = [
     responses: {
       200: { description: '`text/event-stream`: one `event: light` per change, its data a LightEvent', schema: LightEvent, contentType: 'text/event-stream' },
       ...authErrors,
-      503: err('too many open streams on this api replica; retry after Retry-After'),
+      429: err("the customer has as many streams open on this api replica as its quota stream_connections allows (QUOTA_STREAM_CONNECTIONS, 50 by default); retry after Retry-After"),
+      503: err('too many open streams on this api replica (SSE_MAX_CLIENTS, all customers); retry after Retry-After'),
     },
   }),
   route({
@@ -380,7 +383,7 @@ export const routes = [
       201: { description: 'created; the secret is shown only here', schema: WebhookCreated },
       400: err('bad URL or body, or a URL whose host is (or resolves to) an address webhooks may not reach'),
       ...authErrors,
-      409: err('the customer has the maximum number of webhooks'),
+      409: err('the customer has as many webhooks as its quota webhooks allows (WEBHOOKS_PER_CUSTOMER, 10 by default)'),
     },
   }),
   route({
@@ -498,7 +501,7 @@ export const routes = [
     tags: ['whitelist'],
     auth: 'admin',
     body: WhitelistRuleInput,
-    responses: { 201: { description: 'the new rule', schema: WhitelistRule }, 400: err('invalid rule'), ...authErrors, 409: err('the customer has the maximum number of rules') },
+    responses: { 201: { description: 'the new rule', schema: WhitelistRule }, 400: err('invalid rule'), ...authErrors, 409: err('the customer has as many rules as its quota whitelist_rules allows (WHITELIST_MAX_RULES, 1000 by default)') },
   }),
   route({
     service: 'api',
@@ -760,6 +763,16 @@ export const routes = [
     tags: ['onboarding'],
     auth: 'viewer',
     responses: { 200: { description: 'progress', schema: A.OnboardingStatus }, ...authErrors },
+  }),
+  route({
+    service: 'api',
+    method: 'GET',
+    path: '/api/quotas',
+    operationId: 'list_quotas',
+    summary: "The active customer's quotas (artifact bytes, artifact size, live streams, webhooks, whitelist rules, ingest rates): each value, whether it is the default or an override, and what is used",
+    tags: ['quotas'],
+    auth: 'viewer',
+    responses: { 200: { description: 'quotas and usage', schema: QuotaList }, ...authErrors, 503: err('the reservations of uploads in progress (Redis) could not be read; retry') },
   }),
   route({
     service: 'api',

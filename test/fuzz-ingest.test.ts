@@ -14,7 +14,7 @@ import { idempotentReportId } from '../lib/ids.js';
 import { deadLetterStream } from '../lib/messages.js';
 
 const s = await testStack(t, 'fuzz', {
-  env: { RATE_LIMIT_PER_S: '100000', RATE_LIMIT_BURST: '100000', CUSTOMER_RATE_PER_S: '100000', CUSTOMER_RATE_BURST: '100000', CUSTOMER_BYTES_PER_S: String(1024 ** 3), CUSTOMER_BYTES_BURST: String(1024 ** 3) },
+  env: { RATE_LIMIT_PER_S: '100000', RATE_LIMIT_BURST: '100000' },
 });
 await s.pool.query(`UPDATE licences SET device_limit = 100000 WHERE customer_id = $1`, [s.customer.id]);
 const seed = Number(process.env.FC_SEED ?? Math.floor(Math.random() * 2 ** 31));

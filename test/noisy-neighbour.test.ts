@@ -17,7 +17,7 @@ import { parseSettings } from '../lib/config.js';
 const TIMEOUT_S = 300;
 // The per-customer rates as shipped (the test stack lifts them for other files).
 const d = parseSettings({});
-const shipped = Object.fromEntries(['CUSTOMER_RATE_PER_S', 'CUSTOMER_RATE_BURST', 'CUSTOMER_BYTES_PER_S', 'CUSTOMER_BYTES_BURST', 'RATE_LIMIT_PER_S', 'RATE_LIMIT_BURST'].map((k) => [k, String(d[k as keyof typeof d])]));
+const shipped = Object.fromEntries(['QUOTA_INGEST_REQUESTS_PER_S', 'QUOTA_INGEST_BYTES_PER_S', 'RATE_LIMIT_PER_S', 'RATE_LIMIT_BURST'].map((k) => [k, String(d[k as keyof typeof d])]));
 const s = await testStack(t, 'noisy', { env: { HEARTBEAT_TIMEOUT_S: String(TIMEOUT_S), ...shipped } });
 const b = await s.newCustomer(`quiet-${s.id}`);
 const keys = redisKeys(s.env.REDIS_PREFIX!);

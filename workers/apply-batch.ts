@@ -16,6 +16,8 @@ import { redisKeys } from '../lib/db/redis.js';
 import type { Heartbeat, Diagnostics, Status } from '../lib/schemas/ingest.js';
 import { writeMetrics } from './metrics.js';
 import { writeArtifacts } from './artifacts.js';
+import type { ArtifactUsage } from '../lib/artifact-usage.js';
+import type { Logger } from '../lib/log.js';
 import type { LightEvent } from '../lib/traffic-light.js';
 import type { ReportLights } from './traffic-light.js';
 import { applyCommandReports, type CommandDeps } from './commands.js';
@@ -41,6 +43,9 @@ export interface ApplyDeps extends CommandDeps {
   whitelist?: WhitelistCache;
   /** Traffic light: changes of colour caused by the batch (workers/traffic-light.ts). */
   lights?: ReportLights;
+  /** Reservations against the quota artifact_bytes, settled once an artifact is stored (lib/artifact-usage.ts); without it none are. */
+  artifactUsage?: ArtifactUsage;
+  log?: Logger;
 }
 
 export type { Resolved };
@@ -73,7 +78,7 @@ export async function applyBatch(d: ApplyDeps, all: Report[], rejections: Reject
       reports.length < all.length ? applyHelpTexts(d.pool, all) : null,
       recordMilestones(d.pool, all),
       writeMetrics(d.ch, reports, ids),
-      writeArtifacts(d.pool, reports, ids),
+      writeArtifacts(d.pool, reports, ids, d.artifactUsage ? { usage: d.artifactUsage, log: d.log } : undefined),
       applyCommandReports(d, reports),
     ]);
   } finally {

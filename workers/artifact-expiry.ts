@@ -1,14 +1,34 @@
 // Expiry of artifact uploads: a scheduled job (lib/jobs.ts) runs `sweepUploads` every
 // ARTIFACT_SWEEP_MS on one of the worker replicas. An open upload ARTIFACT_EXPIRY_GRACE_S past its expiry loses its chunks
-// (object store) and then its record (KV); a completed upload's record is forgotten once it is
-// older than ARTIFACT_UPLOAD_TTL_S and its artifact row is in Postgres (the chunks stay: they are
-// the artifact). Every step is idempotent, so a sweep that dies half-way is finished by the next.
+// (object store) and then its record (KV), and then its reservation against the quota
+// artifact_bytes; a completed upload's record is forgotten once it is older than
+// ARTIFACT_UPLOAD_TTL_S and its artifact row is in Postgres (the chunks stay: they are the
+// artifact). Every step is idempotent, so a sweep that dies half-way is finished by the next.
+//
+// The same pass keeps the reservations (lib/artifact-usage.ts) true to the upload records: an open
+// upload whose reservation is missing (Redis lost it) gets it back, a completed one whose artifact
+// is stored is settled (the worker that stored it could not), settled entries are removed once
+// every gateway counts them as stored, and entries whose upload is gone are removed.
 import type { Pool } from '../lib/db/postgres.js';
-import { mapLimit, type ArtifactStore } from '../lib/artifacts.js';
+import type { Logger } from '../lib/log.js';
+import { mapLimit, type ArtifactStore, type UploadRecord } from '../lib/artifacts.js';
+import { ORPHAN_AFTER_MS, SETTLED_KEEP_MS, type ArtifactUsage } from '../lib/artifact-usage.js';
 import type { RunResult } from '../lib/jobs.js';
 
-export async function sweepUploads(store: ArtifactStore, pool: Pool, o: { now: number; graceMs: number; keepCompletedMs: number }): Promise<RunResult> {
-  const out = { expired: 0, chunksDeleted: 0, forgotten: 0 };
+interface SweepOptions {
+  now: number;
+  graceMs: number;
+  keepCompletedMs: number;
+  /** Reservations against the quota artifact_bytes; without it they are left alone. */
+  usage?: ArtifactUsage;
+  log?: Logger;
+}
+
+export async function sweepUploads(store: ArtifactStore, pool: Pool, o: SweepOptions): Promise<RunResult> {
+  const out = { expired: 0, chunksDeleted: 0, forgotten: 0, released: 0, settledGone: 0, restored: 0, settled: 0, removed: 0 };
+  /** Upload records that stay after this pass, by upload id. */
+  const live = new Map<string, UploadRecord>();
+  const complete: UploadRecord[] = [];
   for (const id of await store.listUploadIds()) {
     const got = await store.getUpload(id);
     if (!got) continue;
@@ -21,14 +41,65 @@ export async function sweepUploads(store: ArtifactStore, pool: Pool, o: { now: n
       out.chunksDeleted += deleted.filter(Boolean).length;
       await store.deleteUpload(id);
       out.expired++;
-    } else if (rec.state === 'complete' && o.now > (rec.completed_ms ?? rec.created_ms) + o.keepCompletedMs) {
-      const r = await pool.query('SELECT 1 FROM artifacts WHERE id = $1', [rec.artifact_id]);
-      if (r.rowCount) {
-        await store.deleteUpload(id);
-        out.forgotten++;
-      }
-    }
+      // Only now: until its chunks are gone the upload still takes their room.
+      if (o.usage && (await o.usage.release(rec.customer_id, id))) out.released++;
+    } else if (rec.state === 'complete') complete.push(rec);
+    else live.set(id, rec);
+  }
+  const stored = await storedUploads(pool, complete.map((r) => r.id));
+  for (const rec of complete) {
+    if (stored.has(rec.id) && o.now > (rec.completed_ms ?? rec.created_ms) + o.keepCompletedMs) {
+      await store.deleteUpload(rec.id);
+      out.forgotten++;
+    } else live.set(rec.id, rec);
   }
   await store.compactUploads();
+  if (o.usage) await reconcile(o.usage, pool, live, stored, o.now, out);
+  if (out.restored + out.removed > 0) o.log?.warn(out, 'artifact reservations repaired (Redis lost entries, or a process stopped between two steps)');
   return out;
+}
+
+/** The upload ids among `ids` whose artifact row is in Postgres. */
+async function storedUploads(pool: Pool, ids: string[]): Promise<Set<string>> {
+  if (ids.length === 0) return new Set();
+  const r = await pool.query<{ upload_id: string }>('SELECT upload_id FROM artifacts WHERE upload_id = ANY($1::uuid[])', [ids]);
+  return new Set(r.rows.map((x) => x.upload_id));
+}
+
+async function reconcile(usage: ArtifactUsage, pool: Pool, live: Map<string, UploadRecord>, stored: Set<string>, now: number, out: Record<string, number>): Promise<void> {
+  // Uploads that hold (or will hold) bytes not counted as stored yet: their entry must exist.
+  for (const rec of live.values()) {
+    if (rec.state === 'complete' && stored.has(rec.id)) continue;
+    if (await usage.restore(rec.customer_id, rec.id, rec.size, rec.created_ms)) out.restored!++;
+  }
+  const customers = [...new Set([...(await usage.customers()), ...[...live.values()].map((r) => r.customer_id)])];
+  if (customers.length === 0) return;
+  const seqs = await pool.query<{ customer_id: string; seq: number }>('SELECT customer_id, seq FROM artifact_usage WHERE customer_id = ANY($1::uuid[])', [customers]);
+  const seqOf = new Map(seqs.rows.map((x) => [x.customer_id, x.seq]));
+  for (const customerId of customers) {
+    const entries = await usage.entries(customerId);
+    const remove: string[] = [];
+    const gone: string[] = [];
+    const orphans: string[] = [];
+    const settle: string[] = [];
+    for (const [id, r] of entries) {
+      if (r.seq !== null) {
+        if (r.settledMs !== null && now - r.settledMs > SETTLED_KEEP_MS) gone.push(id);
+        continue;
+      }
+      const rec = live.get(id);
+      if (rec?.state === 'complete' && stored.has(id)) settle.push(id);
+      // No record: forgotten or expired before its entry was settled or released, or an init that
+      // died between its reservation and its record (hence the age: a new init's record may not be
+      // listed yet).
+      else if (!rec && now - r.reservedMs > ORPHAN_AFTER_MS) orphans.push(id);
+    }
+    const orphanStored = await storedUploads(pool, orphans);
+    for (const id of orphans) (orphanStored.has(id) ? settle : remove).push(id);
+    const seq = seqOf.get(customerId);
+    for (const id of settle) if (seq !== undefined && (await usage.settle(customerId, id, seq))) out.settled!++;
+    out.removed! += remove.length;
+    out.settledGone! += gone.length;
+    await usage.remove(customerId, [...remove, ...gone]);
+  }
 }

@@ -1,12 +1,22 @@
 // Artifact reports (queued by the gateway at artifact-complete) -> Postgres `artifacts`. The
 // artifact id is derived from the upload id, so a redelivered or repeated report inserts nothing.
+// A trigger adds each new row's size to its customer's `artifact_usage`; after the commit the
+// upload's reservation against the quota artifact_bytes is settled (lib/artifact-usage.ts): from
+// that usage row's seq on, the bytes count as stored instead of reserved.
 import type { Report } from '../lib/messages.js';
 import type { Pool } from '../lib/db/postgres.js';
 import type { ArtifactReport } from '../lib/artifacts.js';
+import type { ArtifactUsage } from '../lib/artifact-usage.js';
+import type { Logger } from '../lib/log.js';
 import { instanceKey } from './reports.js';
 import { pgText } from '../lib/db/postgres.js';
 
-export async function writeArtifacts(pool: Pool, reports: Report[], ids: Map<string, { machineId: string; instanceId: string }>): Promise<void> {
+export async function writeArtifacts(
+  pool: Pool,
+  reports: Report[],
+  ids: Map<string, { machineId: string; instanceId: string }>,
+  usage?: { usage: ArtifactUsage; log?: Logger },
+): Promise<void> {
   const rows: { a: ArtifactReport; machineId: string; instanceId: string }[] = [];
   for (const r of reports) {
     if (r.k !== 'artifact') continue;
@@ -14,6 +24,8 @@ export async function writeArtifacts(pool: Pool, reports: Report[], ids: Map<str
     if (id) rows.push({ a: r.b as ArtifactReport, ...id });
   }
   if (rows.length === 0) return;
+  // In customer order: the trigger locks each customer's usage row, and two workers must take them in the same order.
+  rows.sort((a, b) => (a.a.customer_id < b.a.customer_id ? -1 : a.a.customer_id > b.a.customer_id ? 1 : 0));
   const col = <T>(f: (x: (typeof rows)[number]) => T) => rows.map(f);
   await pool.query(
     `INSERT INTO artifacts (id, customer_id, machine_id, instance_id, software, upload_id, filename, size, sha256, content_type,
@@ -40,4 +52,24 @@ export async function writeArtifacts(pool: Pool, reports: Report[], ids: Map<str
       col((x) => x.a.completed_ms),
     ],
   );
+  if (usage) await settleReservations(pool, usage.usage, rows.map((x) => x.a), usage.log);
+}
+
+/**
+ * The reservations of these stored artifacts become "stored at seq": the usage row's seq read after
+ * the commit, so it counts them (a report applied again settles nothing new). Best effort: the
+ * expiry sweep settles what a failure here leaves (until then the bytes count twice, never not at all).
+ */
+export async function settleReservations(pool: Pool, usage: ArtifactUsage, artifacts: Pick<ArtifactReport, 'customer_id' | 'id'>[], log?: Logger): Promise<void> {
+  try {
+    const customers = [...new Set(artifacts.map((a) => a.customer_id))];
+    const r = await pool.query<{ customer_id: string; seq: number }>('SELECT customer_id, seq FROM artifact_usage WHERE customer_id = ANY($1::uuid[])', [customers]);
+    const seqOf = new Map(r.rows.map((x) => [x.customer_id, x.seq]));
+    for (const a of artifacts) {
+      const seq = seqOf.get(a.customer_id);
+      if (seq !== undefined) await usage.settle(a.customer_id, a.id, seq);
+    }
+  } catch (e) {
+    log?.warn({ err: e }, 'settling artifact reservations failed; the expiry sweep settles them');
+  }
 }

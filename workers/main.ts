@@ -16,6 +16,7 @@ import { reportChecker } from '../lib/report-check.js';
 import { WhitelistCache } from './whitelist-cache.js';
 import { ArtifactStore } from '../lib/artifacts.js';
 import { sweepUploads } from './artifact-expiry.js';
+import { ArtifactUsage } from '../lib/artifact-usage.js';
 import { Horizon, LightEventSink, ReportLights } from './traffic-light.js';
 import { ExpiryListener, ensureExpiryEvents } from './light-expiry.js';
 import { LightSweep } from './light-sweep.js';
@@ -119,6 +120,8 @@ hints.attach(nc);
 
 // Opened before consuming starts: its JetStream requests must not queue behind a backlog's first batches.
 const artifactStore = await retrying('the artifact store (JetStream)', () => ArtifactStore.open(nc, cfg));
+// Reservations of artifact uploads against the quota artifact_bytes (lib/artifact-usage.ts).
+const artifactUsage = new ArtifactUsage(redis, cfg.redisPrefix);
 
 // Messages per pull: that many of the largest message a gateway publishes (a full group of
 // PUBLISH_MAX_BYTES, or one report of a body at BODY_LIMIT_BYTES) must fit in half the server's
@@ -139,6 +142,8 @@ const consumer = new IngestConsumer(
     tsWindow: { pastMs: cfg.tsPlausiblePastS * 1000, futureMs: cfg.tsPlausibleFutureS * 1000 },
     whitelist,
     lights: reportLights,
+    artifactUsage,
+    log,
     ackTimeoutS: cfg.commands.ackTimeoutS,
     commandsChanged: (refs) => hints.publish(refs),
   },
@@ -202,7 +207,7 @@ const jobs = [
   scheduledJob(jobCtx, { queue: QUEUES.licenceSweep, everyMs: cfg.licence.sweepMs, run: async () => ({ changed: await reconcileLicences(pool) }) }),
   // Incomplete artifact uploads expire.
   scheduledJob(jobCtx, { queue: QUEUES.artifactExpiry, everyMs: cfg.artifacts.sweepMs, run: () =>
-    sweepUploads(artifactStore, pool, { now: Date.now(), graceMs: cfg.artifacts.expiryGraceS * 1000, keepCompletedMs: cfg.artifacts.uploadTtlS * 1000 }),
+    sweepUploads(artifactStore, pool, { now: Date.now(), graceMs: cfg.artifacts.expiryGraceS * 1000, keepCompletedMs: cfg.artifacts.uploadTtlS * 1000, usage: artifactUsage, log }),
   }),
   // Instances per traffic-light colour (fleet_worker_instances).
   scheduledJob(jobCtx, { queue: QUEUES.lightCensus, everyMs: cfg.light.censusIntervalMs, keep: 2, run: async () => {

@@ -7,10 +7,15 @@ import { lightCounts } from '../light-counts.js';
 import { queryRows } from '../../lib/db/clickhouse.js';
 import { chInt } from '../../lib/db/clickhouse-sql.js';
 import { ownedInstanceRows } from '../../lib/ownership.js';
+import { describeQuota, loadQuotas } from '../../lib/quotas.js';
 
 const iso = (ms: number | string) => new Date(Number(ms)).toISOString();
 
+/** A customer at its stream quota retries after this (the dashboard retries a refused stream every 30 s anyway). */
+const STREAM_RETRY_AFTER_S = 30;
+
 export function trafficLightHandlers(d: ApiDeps): HandlersOf<'fleet_light_stream' | 'fleet_summary' | 'list_instance_light_events'> {
+  const quotaRefusals = d.metrics.counter('fleet_quota_refusals_total');
   return {
     async fleet_summary(req) {
       const p = principal(req);
@@ -53,8 +58,20 @@ export function trafficLightHandlers(d: ApiDeps): HandlersOf<'fleet_light_stream
 
     async fleet_light_stream(req, reply) {
       const p = principal(req);
+      // The customer's quota, read now: an override is in force at the next stream.
+      const cap = (await loadQuotas(d.pool, d.cfg, p.customerId)).stream_connections;
+      // Both checks after the last await, right before open(): exact on this replica.
       if (d.lights.count >= d.lights.maxClients) {
         throw new HttpError(503, `too many live streams on this api replica (${d.lights.maxClients}); retry later`, { retryAfterS: 5 });
+      }
+      const open = d.lights.countOf(p.customerId);
+      if (open >= cap) {
+        quotaRefusals.labels('stream_connections').inc();
+        throw new HttpError(
+          429,
+          `${p.customer} has ${open} live streams open on this api replica, its quota (${describeQuota('stream_connections', cap)} per api replica); close one, or retry later`,
+          { retryAfterS: STREAM_RETRY_AFTER_S },
+        );
       }
       reply.hijack();
       // The stream writes a keep-alive comment every SSE_KEEPALIVE_S; the idle timeout

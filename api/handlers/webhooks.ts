@@ -9,13 +9,14 @@ import { withTx } from '../../lib/db/postgres.js';
 import { newWebhookSecret, secretProblem } from '../../lib/webhooks.js';
 import { EgressPolicy, EgressRefused, EgressUrlError, NOT_ALLOWED } from '../../lib/egress.js';
 import { apiRow, isoTime as iso } from '../../lib/db/postgres.js';
+import { describeQuota, loadQuotas } from '../../lib/quotas.js';
 
 // The webhook as the api answers it (never its secret): the SELECT names the fields.
 const COLUMNS = 'id, url, description, created_at, last_success_at, last_failure_at, last_error, consecutive_failures';
 const toWebhook = apiRow;
 
 export function webhookHandlers(d: ApiDeps): HandlersOf<'create_webhook' | 'delete_webhook' | 'list_webhook_deliveries' | 'list_webhooks'> {
-  const max = d.cfg.webhooks.maxPerCustomer;
+  const quotaRefusals = d.metrics.counter('fleet_quota_refusals_total');
   const policy = new EgressPolicy({ allowCidrs: d.cfg.webhooks.allowCidrs });
 
   /**
@@ -68,8 +69,12 @@ export function webhookHandlers(d: ApiDeps): HandlersOf<'create_webhook' | 'dele
       const row = await withTx(d.pool, async (c) => {
         // One creation at a time per customer, so the limit holds under concurrent requests.
         await c.query('SELECT 1 FROM customers WHERE id = $1 FOR UPDATE', [p.customerId]);
-        const n = await c.query<{ n: number }>('SELECT count(*)::int AS n FROM webhooks WHERE customer_id = $1', [p.customerId]);
-        if (n.rows[0]!.n >= max) throw new HttpError(409, `${p.customer} has ${max} webhooks already (the maximum); delete one first`);
+        const max = (await loadQuotas(c, d.cfg, p.customerId)).webhooks;
+        const n = (await c.query<{ n: number }>('SELECT count(*)::int AS n FROM webhooks WHERE customer_id = $1', [p.customerId])).rows[0]!.n;
+        if (n >= max) {
+          quotaRefusals.labels('webhooks').inc();
+          throw new HttpError(409, `${p.customer} has ${n} webhooks, its quota (${describeQuota('webhooks', max)}); delete one first, or ask the operator to raise the quota`);
+        }
         const r = await c.query(
           `INSERT INTO webhooks (customer_id, url, secret, description, created_by) VALUES ($1, $2, $3, $4, $5) RETURNING ${COLUMNS}`,
           [p.customerId, url, secret, b.description ?? '', p.userId ?? null],

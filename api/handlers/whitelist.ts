@@ -6,6 +6,7 @@ import { principal } from '../auth.js';
 import { HttpError, badRequest, notFound } from '../../lib/errors.js';
 import type { WhitelistRuleInput } from '../../lib/schemas/whitelist.js';
 import { apiRow } from '../../lib/db/postgres.js';
+import { describeQuota, loadQuotas } from '../../lib/quotas.js';
 
 interface Row {
   id: string;
@@ -39,7 +40,7 @@ function columns(b: WhitelistRuleInput): unknown[] {
 }
 
 export function whitelistHandlers(d: ApiDeps): HandlersOf<'create_whitelist_rule' | 'delete_whitelist_rule' | 'get_whitelist_rule' | 'list_whitelist_rules' | 'update_whitelist_rule'> {
-  const max = d.cfg.api.whitelistMaxRules;
+  const quotaRefusals = d.metrics.counter('fleet_quota_refusals_total');
 
   async function one(customerId: string, id: string): Promise<Row> {
     const r = await d.pool.query<Row>(`SELECT ${COLS} FROM whitelist_rules WHERE customer_id = $1 AND id = $2 AND deleted_at IS NULL`, [customerId, id]);
@@ -57,6 +58,7 @@ export function whitelistHandlers(d: ApiDeps): HandlersOf<'create_whitelist_rule
     async create_whitelist_rule(req, reply) {
       const p = principal(req);
       const cols = columns(req.body as WhitelistRuleInput);
+      const max = (await loadQuotas(d.pool, d.cfg, p.customerId)).whitelist_rules;
       // The count and the insert in one statement: concurrent creates cannot pass the limit by much
       // (the limit bounds matching work, it is not a billing quota).
       const r = await d.pool.query<Row>(
@@ -66,7 +68,10 @@ export function whitelistHandlers(d: ApiDeps): HandlersOf<'create_whitelist_rule
          RETURNING ${COLS}`,
         [p.customerId, ...cols, p.userId ?? null, max],
       );
-      if (!r.rows[0]) throw new HttpError(409, `the customer already has ${max} whitelist rules (WHITELIST_MAX_RULES); delete one first`);
+      if (!r.rows[0]) {
+        quotaRefusals.labels('whitelist_rules').inc();
+        throw new HttpError(409, `${p.customer} has reached its quota of whitelist rules (${describeQuota('whitelist_rules', max)}); delete one first, or ask the operator to raise the quota`);
+      }
       return reply.code(201).send(toRule(r.rows[0]));
     },
 

@@ -411,6 +411,53 @@ export const postgresMigrations: Migration[] = [
       `DROP INDEX instances_customer`,
     ],
   },
+  {
+    id: '0010-quotas',
+    sql: [
+      // Quotas per customer (lib/quotas.ts): what a system administrator set for one customer; a
+      // NULL column (or no row) is the default from the environment. Gateways poll it by updated_at.
+      `CREATE TABLE customer_quotas (
+         customer_id uuid PRIMARY KEY REFERENCES customers(id) ON DELETE CASCADE,
+         artifact_bytes bigint CHECK (artifact_bytes >= 0),
+         artifact_max_bytes bigint CHECK (artifact_max_bytes >= 1),
+         stream_connections integer CHECK (stream_connections >= 0),
+         webhooks integer CHECK (webhooks >= 0),
+         whitelist_rules integer CHECK (whitelist_rules >= 0),
+         ingest_requests_per_s integer CHECK (ingest_requests_per_s >= 1),
+         ingest_bytes_per_s bigint CHECK (ingest_bytes_per_s >= 1),
+         created_at timestamptz NOT NULL DEFAULT now(),
+         updated_at timestamptz NOT NULL DEFAULT clock_timestamp()
+       )`,
+      `CREATE INDEX customer_quotas_updated ON customer_quotas (updated_at)`,
+      `CREATE TRIGGER customer_quotas_touch BEFORE UPDATE ON customer_quotas FOR EACH ROW EXECUTE FUNCTION touch_updated_at()`,
+      // The bytes of each customer's stored artifacts, kept by a trigger in the transaction that
+      // writes or deletes the artifact row (whoever writes it). seq counts the changes: a gateway's
+      // copy at seq s counts every artifact whose row was there at s (lib/artifact-usage.ts).
+      `CREATE TABLE artifact_usage (
+         customer_id uuid PRIMARY KEY REFERENCES customers(id) ON DELETE CASCADE,
+         bytes bigint NOT NULL DEFAULT 0,
+         artifacts integer NOT NULL DEFAULT 0,
+         seq bigint NOT NULL DEFAULT 0,
+         updated_at timestamptz NOT NULL DEFAULT clock_timestamp()
+       )`,
+      `CREATE INDEX artifact_usage_updated ON artifact_usage (updated_at)`,
+      `CREATE FUNCTION artifacts_usage() RETURNS trigger LANGUAGE plpgsql AS $$
+       BEGIN
+         IF TG_OP = 'INSERT' THEN
+           INSERT INTO artifact_usage AS u (customer_id, bytes, artifacts, seq) VALUES (NEW.customer_id, NEW.size, 1, 1)
+           ON CONFLICT (customer_id) DO UPDATE
+             SET bytes = u.bytes + EXCLUDED.bytes, artifacts = u.artifacts + 1, seq = u.seq + 1, updated_at = clock_timestamp();
+           RETURN NEW;
+         END IF;
+         UPDATE artifact_usage SET bytes = bytes - OLD.size, artifacts = artifacts - 1, seq = seq + 1, updated_at = clock_timestamp()
+          WHERE customer_id = OLD.customer_id;
+         RETURN OLD;
+       END $$`,
+      `CREATE TRIGGER artifacts_usage AFTER INSERT OR DELETE ON artifacts FOR EACH ROW EXECUTE FUNCTION artifacts_usage()`,
+      `INSERT INTO artifact_usage (customer_id, bytes, artifacts, seq)
+         SELECT customer_id, sum(size), count(*), count(*) FROM artifacts GROUP BY customer_id`,
+    ],
+  },
 ];
 
 /** When the gateway received the report: a DateTime for partitions, and the exact ms. */

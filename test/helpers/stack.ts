@@ -111,10 +111,8 @@ export async function testStack(t: Test, name: string, opts: StackOptions = {}):
     LOG_LEVEL: 'info',
     // The per-customer rates are lifted for files that send much at once (property tests, batches):
     // the files that test them set their own (hostile-requests, noisy-neighbour).
-    CUSTOMER_RATE_PER_S: '1000000',
-    CUSTOMER_RATE_BURST: '1000000',
-    CUSTOMER_BYTES_PER_S: String(1024 ** 3),
-    CUSTOMER_BYTES_BURST: String(1024 ** 3),
+    QUOTA_INGEST_REQUESTS_PER_S: '1000000',
+    QUOTA_INGEST_BYTES_PER_S: String(1024 ** 3),
     ...opts.env,
   };
   await adminQuery(`CREATE DATABASE "t_${id}"`, pgServer);
