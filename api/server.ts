@@ -26,6 +26,7 @@ import { trafficLightHandlers } from './handlers/traffic-light.js';
 import { webhookHandlers } from './handlers/webhooks.js';
 import { commandHandlers } from './handlers/commands.js';
 import { dashboardHandlers } from './handlers/dashboard.js';
+import { deadLetterHandlers } from './handlers/dead-letters.js';
 import type { ApiDeps, ApiHandlers } from './types.js';
 import { routeTimer, type RouteTimer } from '../lib/metrics.js';
 
@@ -111,6 +112,7 @@ export async function buildApi(d: ApiDeps): Promise<FastifyInstance> {
     ...webhookHandlers(d),
     ...commandHandlers(d),
     ...dashboardHandlers(d),
+    ...deadLetterHandlers(d),
     api_healthz: () => ({ ok: true }),
     api_readyz: async (_req, reply) => {
       try {
