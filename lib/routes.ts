@@ -925,6 +925,7 @@ function dashboardRoutes() {
     page('/login', 'dashboard_login', 'Dashboard: log in'),
     page('/instances/{id}', 'dashboard_instance', 'Dashboard: one instance (status, diagnostics, colour history, metrics, artifacts, commands)', DashboardInstanceParams),
     page('/settings', 'dashboard_settings', 'Dashboard: settings (API tokens, whitelist, webhooks, licence, onboarding, support)'),
+    page('/dead-letters', 'dashboard_dead_letters', 'Dashboard: dead letters (system administrators)'),
     route({
       service: 'api',
       method: 'GET',
