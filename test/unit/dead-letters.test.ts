@@ -119,6 +119,9 @@ t.test('reading a stored dead letter: from its headers, or (older ones) from its
   t.match(o.summary, { customer: 'acme', kind: 'status', machine: null, reports: 2, report_ids: [report.id, r2.id], error: 'old reason', failure: null, content: 'reports' });
   const u = parse(stored(9, `b.${NO_CUSTOMER}`, Buffer.from([0xff, 0x00])));
   t.match(u.summary, { customer: null, reports: 0, report_ids: [], content: 'undecodable' });
+  const rec = { id: randomUUID(), at: 1, customer_id: report.c, customer: 'acme', token_id: '', method: 'POST', path: '/api/ingest/acme/m/s/heartbeat', status: 429, detail: 'd', body_size: 0, remote: '', dropped: 0 };
+  const rej = parse(stored(11, 'b.acme', Buffer.from(JSON.stringify(rec))));
+  t.match(rej.summary, { content: 'rejection', customer: 'acme', customer_id: report.c, report_ids: [rec.id], reports: 0 }, 'a rejection-log record: replayable to its own subject');
   const notReports = parse(stored(10, 'b', Buffer.from('{"v":1,"r":[1,2]}')));
   t.equal(notReports.summary.content, 'undecodable', 'a batch whose entries are not reports is not replayable');
 });
