@@ -15,6 +15,7 @@ import { buildApi } from './server.js';
 import { ArtifactStore } from '../lib/artifacts.js';
 import { subjects } from '../lib/messages.js';
 import { CommandHints } from '../lib/commands.js';
+import { DeadLetters } from '../lib/dead-letters.js';
 
 const cfg = configOrExit('api');
 const log = createLogger('api', cfg.logLevel);
@@ -30,17 +31,19 @@ if (sessions.ephemeral) log.warn('JWT_SECRET not set: sessions are signed with a
 
 // NATS, connected in the background so the api starts (and serves everything else) while NATS is
 // away: it feeds the live stream of traffic-light changes (one subscription per process), carries
-// the agent-command hints to the gateways (their periodic re-read covers a hint not sent), and
-// the artifact downloads (which answer 503 until the store is reachable).
+// the agent-command hints to the gateways (their periodic re-read covers a hint not sent), the
+// artifact downloads (which answer 503 until the store is reachable) and the dead-letter routes.
 const hints = new CommandHints(subjects(cfg.subjectPrefix).control('commands'), (e) => log.warn({ err: e }, 'command hint not published'));
 const sseEvents = metrics.counter('fleet_api_light_stream_events_total');
 const lights = new LightHub(log, cfg.api.sseKeepaliveS, cfg.api.sseMaxClients, (n) => sseEvents.inc(n));
 let nc: NatsConnection | null = null;
 let artifacts: ArtifactStore | null = null;
+let deadLetters: DeadLetters | null = null;
 void (async () => {
   const c = await connectNats(cfg.natsUrl, `api-${process.pid}`);
   nc = c;
   if (life.closing) return void c.close();
+  deadLetters = new DeadLetters(c, cfg);
   lights.attach(c, cfg.subjectPrefix);
   hints.attach(c);
   await warnDurability(c, await c.jetstreamManager(), cfg, log).catch((e) => log.warn({ err: e }, 'NATS durability check failed'));
@@ -55,7 +58,7 @@ void (async () => {
   }
 })().catch((e) => log.error({ err: e }, 'NATS connection failed: no live traffic-light stream, no downloads'));
 
-const app = await buildApi({ cfg, log, metrics, pool, ch, redis, sessions, artifacts: () => artifacts, lights, hints });
+const app = await buildApi({ cfg, log, metrics, pool, ch, redis, sessions, artifacts: () => artifacts, lights, hints, deadLetters: () => deadLetters });
 await app.listen({ host: cfg.api.host, port: cfg.api.port });
 const addr = app.server.address();
 log.info({ host: cfg.api.host, port: typeof addr === 'object' && addr ? addr.port : cfg.api.port }, 'listening');

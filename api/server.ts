@@ -27,6 +27,7 @@ import { webhookHandlers } from './handlers/webhooks.js';
 import { commandHandlers } from './handlers/commands.js';
 import { dashboardHandlers } from './handlers/dashboard.js';
 import { quotaHandlers } from './handlers/quotas.js';
+import { deadLetterHandlers } from './handlers/dead-letters.js';
 import type { ApiDeps, ApiHandlers } from './types.js';
 import { routeTimer, type RouteTimer } from '../lib/metrics.js';
 
@@ -113,6 +114,7 @@ export async function buildApi(d: ApiDeps): Promise<FastifyInstance> {
     ...commandHandlers(d),
     ...dashboardHandlers(d),
     ...quotaHandlers(d),
+    ...deadLetterHandlers(d),
     api_healthz: () => ({ ok: true }),
     api_readyz: async (_req, reply) => {
       try {

@@ -18,6 +18,7 @@ import type { CommandHints } from '../lib/commands.js';
 import type { routes } from '../lib/routes.js';
 import type { Sessions } from './session.js';
 import type { LightHub } from './light-stream.js';
+import type { DeadLetters } from '../lib/dead-letters.js';
 
 export interface ApiDeps {
   cfg: Config;
@@ -33,6 +34,8 @@ export interface ApiDeps {
   lights: LightHub;
   /** Tells the gateways (core NATS) that an instance's open agent commands changed. */
   hints: CommandHints;
+  /** The dead-letter stream; null until the api has connected to NATS (its routes answer 503). */
+  deadLetters: () => DeadLetters | null;
 }
 
 type Route = (typeof routes)[number];

@@ -13,6 +13,8 @@ import { ArtifactUsage } from '../lib/artifact-usage.js';
 import { createRedis } from '../lib/db/redis.js';
 import { upload, UploadError } from './upload.js';
 import { ingestBatch, IngestBatchError } from './ingest-batch.js';
+import { CliError, filterOf, formatList, formatReplay, formatShow, intOption, withDeadLetters, type FilterOptions } from './dead-letters.js';
+import { LIMITS } from '../lib/dead-letters.js';
 
 // Read when a command runs, not before: `fleet --help` works whatever the environment holds.
 let loaded: Config | undefined;
@@ -319,5 +321,71 @@ program
       fail(e instanceof IngestBatchError ? e.message : `ingest-batch failed: ${(e as Error).message}`);
     }
   });
+
+// Dead letters (docs/operations.md, "Dead letters"): reports the workers could not store.
+const deadLetters = program.command('dead-letters').description('reports the workers could not store: list, show, replay (docs/operations.md, "Dead letters")');
+const withFilters = (c: Command) =>
+  c
+    .option('--customer <slug>', 'only this customer (_none: no customer known)')
+    .option('--since <time>', 'dead-lettered since: ISO 8601 time, or a duration back from now (90s, 30m, 2h, 7d, 1w)')
+    .option('--reason <text>', 'the reason, its kind or class contains this text (case-insensitive)')
+    .option('--json', 'JSON, as the api answers');
+/** Runs a dead-letter command: its errors as one line and exit code 1. */
+const dlAction = (fn: () => Promise<void>) =>
+  fn().catch((e) => fail(e instanceof CliError ? e.message : `dead-letters: ${(e as Error).message}`));
+withFilters(deadLetters.command('list'))
+  .description('dead letters, oldest first (tab-separated: seq, time, customer, kind, machine/software, class, report id, reason)')
+  .option('--after <seq>', 'only those after this sequence number (the next page)')
+  .option('--limit <n>', `at most this many (1-${LIMITS.listMax})`, String(LIMITS.listDefault))
+  .action((o: FilterOptions & { after?: string; limit: string; json?: boolean }) =>
+    dlAction(async () => {
+      const f = filterOf(o);
+      const afterSeq = intOption(o.after, '--after', 0, Number.MAX_SAFE_INTEGER);
+      const limit = intOption(o.limit, '--limit', 1, LIMITS.listMax);
+      const l = await withDeadLetters(config(), (d) => d.list({ ...f, afterSeq, limit }));
+      if (o.json) return void process.stdout.write(`${JSON.stringify(l, null, 2)}\n`);
+      const text = formatList(l);
+      process.stdout.write(text.out);
+      process.stderr.write(text.err);
+    }),
+  );
+deadLetters
+  .command('show <seq>')
+  .description('one dead letter: its headers and its reports, bodies pretty-printed (each at most 64 KiB)')
+  .option('--json', 'JSON, as the api answers')
+  .action((seq: string, o: { json?: boolean }) =>
+    dlAction(async () => {
+      const n = intOption(seq, 'seq', 1, Number.MAX_SAFE_INTEGER)!;
+      const d = await withDeadLetters(config(), (dl) => dl.show(n));
+      if (!d) throw new CliError(`no dead letter ${n} (replayed already, expired, or never there)`);
+      process.stdout.write(o.json ? `${JSON.stringify(d, null, 2)}\n` : formatShow(d));
+    }),
+  );
+withFilters(deadLetters.command('replay [seq...]'))
+  .description('republish dead letters to the ingest stream (stored once however often), then remove them; undecodable ones are skipped')
+  .option('--all', 'every dead letter (needed when neither sequence numbers nor a filter is given)')
+  .option('--after <seq>', 'with a filter or --all: only those after this sequence number')
+  .option('--dry-run', 'say what would be done, change nothing')
+  .option('--limit <n>', `at most this many (1-${LIMITS.replayMax})`, String(LIMITS.replayDefault))
+  .action((seqs: string[], o: FilterOptions & { all?: boolean; after?: string; dryRun?: boolean; limit: string; json?: boolean }) =>
+    dlAction(async () => {
+      const f = filterOf(o);
+      const picked = seqs.map((x) => intOption(x, 'seq', 1, Number.MAX_SAFE_INTEGER)!);
+      const afterSeq = intOption(o.after, '--after', 0, Number.MAX_SAFE_INTEGER);
+      const limit = intOption(o.limit, '--limit', 1, LIMITS.replayMax);
+      if (picked.length === 0 && f.customer === undefined && f.since === undefined && f.reason === undefined && !o.all) {
+        throw new CliError('say which dead letters: sequence numbers, --customer, --since, --reason, or --all');
+      }
+      const r = await withDeadLetters(config(), (d) => d.replay({ ...f, seqs: picked, all: o.all, afterSeq }, { dryRun: o.dryRun, limit }));
+      if (o.json) process.stdout.write(`${JSON.stringify(r, null, 2)}\n`);
+      else {
+        const text = formatReplay(r);
+        process.stdout.write(text.out);
+        process.stderr.write(text.err);
+      }
+      // 4: some could not be republished (their lines say why); they stay in the dead-letter stream.
+      if (r.summary.failed > 0) process.exit(4);
+    }),
+  );
 
 await program.parseAsync(process.argv).catch((e) => fail((e as Error).message));

@@ -13,8 +13,9 @@
 // new to the gateway) and `artifact` (body: the completed upload record, ArtifactReport) travel in
 // the same batches; workers/metrics.ts and workers/artifacts.ts apply them.
 //
-// Stream `${STREAM_NAME}_DLQ` holds `${SUBJECT_PREFIX}-dlq.reports`: a batch a worker could not apply
-// after WORKER_MAX_DELIVER deliveries, byte for byte, with the error in the `Fleet-Error` header.
+// Stream `${STREAM_NAME}_DLQ` holds `${SUBJECT_PREFIX}-dlq.reports.<customer slug>` (`._none`: no
+// customer known): each a report the workers could not store, byte for byte as a one-report batch,
+// the reason and the report's identity in headers. lib/dead-letters.ts defines that format and reads it.
 //
 // Core NATS (not stored) `${SUBJECT_PREFIX}.control.<topic>`: hints that control data changed, so
 // replicas refresh their caches at once instead of at the next poll.

@@ -168,6 +168,12 @@ export const METRICS = {
     init: [['data'], ['unknown'], ['decode']],
     help: 'Reports moved to the dead-letter stream, by failure: data (storage refused its values), unknown (failed WORKER_MAX_DELIVER times), decode (a message that is not a batch)',
   },
+  fleet_worker_dead_letter_messages: {
+    type: 'gauge',
+    services: ['worker'],
+    labels: ['customer'],
+    help: "Dead letters waiting in the dead-letter stream, by customer slug (_none: no customer known), from the stream's per-subject counts every 5 s (every worker reports the same numbers)",
+  },
   fleet_worker_isolations_total: {
     type: 'counter',
     services: ['worker'],

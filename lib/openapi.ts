@@ -29,6 +29,7 @@ const TAGS: Record<string, string> = {
   whitelist: 'Rules that mark diagnostics as harmless (suppressed)',
   rejections: 'The ingest rejection log',
   admin: 'System administrators only',
+  'dead letters': 'Reports the workers could not store: list, inspect, replay (system administrators)',
   docs: 'This description',
   operations: 'Liveness, readiness and metrics of each process',
 };

@@ -29,6 +29,7 @@ import {
 } from './schemas/traffic-light.js';
 import { DashboardAssetParams, DashboardInstanceParams } from './schemas/dashboard.js';
 import { QuotaList } from './schemas/quotas.js';
+import { DeadLetterQuery, DeadLetterList, DeadLetterParams, DeadLetterDetail, ReplayBody, ReplayAnswer } from './schemas/dead-letters.js';
 
 export type Service = 'gateway' | 'api';
 export type Method = 'GET' | 'POST' | 'PUT' | 'DELETE';
@@ -559,6 +560,56 @@ export const routes = [
     query: AdminRejectionQuery,
     responses: { 200: { description: 'rejections', schema: RejectionList }, 400: err('bad query'), ...authErrors },
   }),
+  // The dead-letter stream (docs/operations.md, "Dead letters"): reports the workers could not store.
+  route({
+    service: 'api',
+    method: 'GET',
+    path: '/api/admin/dead-letters',
+    operationId: 'list_dead_letters',
+    summary: 'Dead letters (reports the workers could not store), oldest first, by customer, time and reason',
+    tags: ['dead letters', 'admin'],
+    auth: 'system-admin',
+    query: DeadLetterQuery,
+    responses: {
+      200: { description: 'a page of dead letters; `next_seq` continues', schema: DeadLetterList },
+      400: err('bad query (customer, since, limit)'),
+      ...authErrors,
+      503: err('NATS is not reachable; retry after Retry-After'),
+    },
+  }),
+  route({
+    service: 'api',
+    method: 'GET',
+    path: '/api/admin/dead-letters/{seq}',
+    operationId: 'get_dead_letter',
+    summary: 'One dead letter: its headers and its reports, bodies pretty-printed and bounded',
+    tags: ['dead letters', 'admin'],
+    auth: 'system-admin',
+    params: DeadLetterParams,
+    responses: {
+      200: { description: 'the dead letter', schema: DeadLetterDetail },
+      400: err('ill-formed sequence number'),
+      ...authErrors,
+      404: err('no such dead letter (replayed already, or expired)'),
+      503: err('NATS is not reachable; retry after Retry-After'),
+    },
+  }),
+  route({
+    service: 'api',
+    method: 'POST',
+    path: '/api/admin/dead-letter-replays',
+    operationId: 'replay_dead_letters',
+    summary: 'Replay dead letters: republish each to the ingest stream, wait for the PubAck, remove it; stored once however often replayed',
+    tags: ['dead letters', 'admin'],
+    auth: 'system-admin',
+    body: ReplayBody,
+    responses: {
+      200: { description: 'what was done with each dead letter, and a summary', schema: ReplayAnswer },
+      400: err('bad body, or no selection (seqs, a filter, or all)'),
+      ...authErrors,
+      503: err('NATS is not reachable; retry after Retry-After'),
+    },
+  }),
   route({
     service: 'api',
     method: 'GET',
@@ -887,6 +938,7 @@ function dashboardRoutes() {
     page('/login', 'dashboard_login', 'Dashboard: log in'),
     page('/instances/{id}', 'dashboard_instance', 'Dashboard: one instance (status, diagnostics, colour history, metrics, artifacts, commands)', DashboardInstanceParams),
     page('/settings', 'dashboard_settings', 'Dashboard: settings (API tokens, whitelist, webhooks, licence, onboarding, support)'),
+    page('/dead-letters', 'dashboard_dead_letters', 'Dashboard: dead letters (system administrators)'),
     route({
       service: 'api',
       method: 'GET',

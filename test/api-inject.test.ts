@@ -27,6 +27,7 @@ const app = await buildApi({
   artifacts: () => null,
   lights: new LightHub(log, 15, 100),
   hints: new CommandHints('t.hints'),
+  deadLetters: () => null,
 });
 t.teardown(() => app.close());
 

@@ -2,7 +2,8 @@
 // real stack: log in with the keyboard, see a heartbeating instance green, stop it and watch it turn
 // red live (from the event stream, without a reload), open it, read the snapshot's typed leaves,
 // read a diagnostic's help text in DE and EN, show suppressed diagnostics, queue a command and see
-// its state change, create a token (shown once, copied) and revoke it, switch customer, log out.
+// its state change, create a token (shown once, copied) and revoke it, switch customer, log out;
+// as a system administrator, find a dead letter, open it and replay it.
 // Screenshots of the main pages at desktop and phone width go to test/artifacts/ (not committed);
 // every page passes axe-core's WCAG A/AA checks and fits a phone's width; the page loads nothing
 // from another host and throws no script error.
@@ -11,6 +12,9 @@ import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { testStack, post, get, eventually } from './helpers/stack.js';
 import { addMembership } from '../lib/accounts.js';
 import { launchBrowser, browserUnavailable, screenshot, axeViolations, horizontalOverflow, untilInPage } from './helpers/browser.js';
+import { randomUUID } from 'node:crypto';
+import { subjects, encodeBatch, encodeReport, type Report } from '../lib/messages.js';
+import { deadLetterOf } from '../lib/dead-letters.js';
 
 const skip = browserUnavailable();
 if (skip) t.plan(0, `browser tests skipped: ${skip}`);
@@ -483,7 +487,73 @@ async function run(): Promise<void> {
       await screenshot(p.page, `${name}-phone`);
       await expectNoAxeViolations(t, p.page, `${name} (phone)`);
     }
+    t.equal(await p.page.locator('nav.main-nav a[href="/dead-letters"]').count(), 0, 'no dead letters for an owner who is no system administrator');
     t.same(p.errors, [], 'no script errors, no Content-Security-Policy violations');
     await p.ctx.close();
+  });
+
+  t.test('dead letters (system administrator): listed, filtered, opened, replayed after a confirmation; every width', async (t) => {
+    const sysadmin = await s.newUser(null, { systemAdmin: true });
+    // Two dead letters, written as the worker writes them: the other customer's heartbeat, and a
+    // message that is no batch.
+    const subj = subjects(s.env.SUBJECT_PREFIX!);
+    const js = s.nc.jetstream();
+    const source = { stream: s.env.STREAM_NAME!, seq: 1, subject: subj.reports, deliveries: 1 };
+    const report: Report = { id: randomUUID(), k: 'heartbeat', c: B.customer.id, cs: B.customer.slug, m: 'dl-box', s: 'agent', t: randomUUID(), at: Date.now(), b: null };
+    const dl = deadLetterOf({ base: subj.deadLetter, failure: { kind: 'data', reason: 'Postgres refused a value (22003 numeric_value_out_of_range)' }, failureClass: 'data', source, report });
+    await js.publish(dl.subject, encodeBatch([encodeReport(report, Buffer.from('{"version":"5.10.2","uptime_seconds":42}'))]), { headers: dl.headers, msgID: dl.msgID });
+    const junk = deadLetterOf({ base: subj.deadLetter, failure: { kind: 'data', reason: 'queue message cannot be decoded' }, failureClass: 'decode', source: { ...source, seq: 2 } });
+    await js.publish(junk.subject, Buffer.from([0xff, 0x00, 0x01]), { headers: junk.headers, msgID: junk.msgID });
+
+    const a = await newContext(desktop);
+    const pg = a.page;
+    await pg.goto(`${s.apiUrl}/dead-letters`);
+    await pg.waitForURL(/\/login\?next=%2Fdead-letters/);
+    await pg.fill('#login-email', sysadmin.email);
+    await pg.fill('#login-password', sysadmin.password);
+    await pg.click('button[type=submit]');
+    await pg.waitForURL((u) => u.pathname === '/dead-letters');
+    await pg.locator('tr[data-dead-letter]').nth(1).waitFor();
+    t.equal(await pg.locator('tr[data-dead-letter]').count(), 2, 'both listed');
+    t.equal(await pg.locator('nav.main-nav a[href="/dead-letters"]').getAttribute('aria-current'), 'page', 'linked in the header');
+    const junkRow = pg.locator('tr[data-dead-letter][data-content=undecodable]');
+    t.match(await junkRow.textContent(), /no customer.*undecodable.*decode/, 'the undecodable one: no customer');
+    t.equal(await junkRow.locator('button', { hasText: 'Replay' }).count(), 0, 'and no replay for it');
+
+    await pg.fill('#dl-customer', B.customer.slug);
+    await pg.click('#dead-letters button[type=submit]');
+    await untilInPage(pg, "document.querySelectorAll('tr[data-dead-letter]').length === 1");
+    const row = pg.locator('tr[data-dead-letter][data-content=reports]');
+    t.match(await row.textContent(), /heartbeat.*dl-box \/ agent.*data.*22003 numeric_value_out_of_range/, 'customer, kind, machine, class, reason');
+    await row.locator('button', { hasText: 'Show' }).click();
+    const body = pg.locator('.dl-detail pre.dl-body');
+    await body.waitFor();
+    t.equal(await body.textContent(), '{\n  "version": "5.10.2",\n  "uptime_seconds": 42\n}', 'the body, pretty-printed');
+    t.match(await pg.locator('.dl-headers').textContent(), /Fleet-Customer.*other-/, 'the headers');
+    await screenshot(pg, 'dead-letters-desktop');
+    await expectNoAxeViolations(t, pg, 'dead letters');
+
+    await row.locator('button', { hasText: 'Replay' }).click(); // confirm() is accepted
+    await pg.locator('#dl-result', { hasText: '1 replayed' }).waitFor();
+    await pg.locator('text=No dead letters.').waitFor();
+    t.pass('replayed and gone from the list');
+    await eventually(async () => (await get(`${s.apiUrl}/api/instances?machine=dl-box`, B.token)).body.items?.length === 1, WAIT, 'the replayed heartbeat stored');
+    t.pass("the other customer's instance exists now");
+
+    const p = await newContext(phone);
+    await p.page.goto(`${s.apiUrl}/login?next=%2Fdead-letters`);
+    await p.page.fill('#login-email', sysadmin.email);
+    await p.page.fill('#login-password', sysadmin.password);
+    await p.page.click('button[type=submit]');
+    await p.page.waitForURL((u) => u.pathname === '/dead-letters');
+    await p.page.locator('tr[data-dead-letter]').first().waitFor();
+    await p.page.locator('tr[data-dead-letter] button', { hasText: 'Show' }).click();
+    await p.page.locator('.dl-detail pre.dl-body').waitFor();
+    const o = await horizontalOverflow(p.page);
+    t.ok(o.scrollWidth <= o.width, `dead letters: no sideways scrolling at ${o.width} px (page ${o.scrollWidth} px) ${o.culprits.join(', ')}`);
+    await screenshot(p.page, 'dead-letters-phone');
+    await expectNoAxeViolations(t, p.page, 'dead letters (phone)');
+    t.same([...a.errors, ...p.errors], [], 'no script errors, no Content-Security-Policy violations');
+    await Promise.all([a.ctx.close(), p.ctx.close()]);
   });
 }

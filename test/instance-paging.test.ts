@@ -29,6 +29,7 @@ async function api(countCacheMs: number) {
     artifacts: () => null,
     lights: new LightHub(log, 15, 100),
     hints: new CommandHints('t.hints'),
+    deadLetters: () => null,
   });
   t.teardown(() => app.close());
   return app;

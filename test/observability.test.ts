@@ -14,6 +14,9 @@ import { testStack, post, get, eventually, chRows } from './helpers/stack.js';
 import { freePort } from './helpers/nats-server.js';
 import { ROOT } from '../deploy/service-process.js';
 import { METRICS, type MetricName } from '../lib/metrics.js';
+import { deadLetterOf } from '../lib/dead-letters.js';
+import { subjects, encodeBatch, encodeReport } from '../lib/messages.js';
+import { randomUUID } from 'node:crypto';
 
 type Obj = Record<string, any>;
 const PROM = join(ROOT, 'deploy', 'prometheus');
@@ -180,14 +183,20 @@ t.test('after traffic, every process exports its metrics, and everything the rul
   t.equal((await get(`${s.apiUrl}/api/instances`, 'not-a-token')).status, 401);
   t.equal((await fetch(`${workerUrl}/healthz`)).status, 200, `the worker answers on ${workerUrl}`);
   t.ok(workerProc.output.includes('"host":"0.0.0.0"'), 'on every address (WORKER_HTTP_HOST)');
+  // A dead letter waiting, written as a worker writes one (the worker's dead-letter counter stays at 0).
+  const subj = subjects(s.env.SUBJECT_PREFIX!);
+  const report = { id: randomUUID(), k: 'heartbeat' as const, c: s.customer.id, cs: s.customer.slug, m: 'obs-dl', s: 'agent', t: randomUUID(), at: Date.now(), b: null };
+  const dl = deadLetterOf({ base: subj.deadLetter, failure: { kind: 'data', reason: 'test' }, failureClass: 'data', source: { stream: s.env.STREAM_NAME!, seq: 1, subject: subj.reports, deliveries: 1 }, report });
+  await s.nc.jetstream().publish(dl.subject, encodeBatch([encodeReport(report, Buffer.from('{}'))]), { headers: dl.headers, msgID: dl.msgID });
 
   const [gateway, api] = [await scrape(s.gatewayUrl), await scrape(s.apiUrl)];
   // The census runs on a schedule: wait until the worker serves its counts.
   const worker = await eventually(async () => {
     const w = await scrape(workerUrl);
     const counted = value(w.samples, 'fleet_worker_instances', { light: 'yellow' }) >= 1 && value(w.samples, 'fleet_worker_reports_total') >= 4;
-    return counted && value(w.samples, 'fleet_worker_ready') === 1 ? w : null;
-  }, 20_000, 'the worker counted the applied reports and the instances, and is ready');
+    const waiting = value(w.samples, 'fleet_worker_dead_letter_messages', { customer: s.customer.slug }) === 1;
+    return counted && waiting && value(w.samples, 'fleet_worker_ready') === 1 ? w : null;
+  }, 20_000, 'the worker counted the applied reports, the instances and the dead letter waiting, and is ready');
   const byService = { gateway, worker, api };
 
   for (const [service, m] of Object.entries(byService)) {

@@ -18,7 +18,7 @@
 // pending while this worker waits for one longer than WORKER_STALL_TIMEOUT_MS is a stall: it is
 // logged, counted, shown in /readyz, and the pull is started afresh.
 import type { Consumer, JetStreamClient, JsMsg } from 'nats';
-import { headers } from 'nats';
+import { deadLetterOf } from '../lib/dead-letters.js';
 import type { Logger } from '../lib/log.js';
 import type { Metrics } from '../lib/metrics.js';
 import { decodeBatch, encodeBatch, DecodeError, type Report, type RejectionRecord } from '../lib/messages.js';
@@ -304,7 +304,7 @@ export class IngestConsumer {
     const id = r?.id ?? u.rejection?.id ?? `${msg.info.stream}-${msg.seq}`;
     this.log.error({ err, report: id, customer: r?.c, kind: r?.k, seq: msg.seq, deliveries, failure }, 'dead-lettering a report');
     const data = r ? encodeBatch([Buffer.from(JSON.stringify(r))]) : Buffer.from(JSON.stringify(u.rejection));
-    if (!(await this.publishDeadLetter(data, msg, failure, `dlq-${id}`, id))) return false;
+    if (!(await this.publishDeadLetter(data, msg, failure, failure.kind, u))) return false;
     if (r) {
       const now = Date.now();
       await insertRows(this.deps.ch, 'ingest_rejections', [
@@ -334,7 +334,7 @@ export class IngestConsumer {
     const failure = classifyFailure(err);
     this.log.error({ err, seq: msg.seq, deliveries: msg.info.redeliveryCount }, 'dead-lettering an undecodable message');
     const id = `${msg.info.stream}-${msg.seq}`;
-    if (!(await this.publishDeadLetter(msg.data, msg, failure, `dlq-${id}`, ''))) {
+    if (!(await this.publishDeadLetter(msg.data, msg, failure, 'decode'))) {
       msg.nak(5000);
       return;
     }
@@ -360,16 +360,18 @@ export class IngestConsumer {
     msg.term();
   }
 
-  private async publishDeadLetter(data: Uint8Array, msg: JsMsg, failure: Failure, msgID: string, reportId: string): Promise<boolean> {
+  private async publishDeadLetter(data: Uint8Array, msg: JsMsg, failure: Failure, failureClass: string, u?: Unit): Promise<boolean> {
     try {
-      const h = headers();
-      h.set('Fleet-Error', failure.reason.replace(/[\r\n]/g, ' ').slice(0, 1000));
-      h.set('Fleet-Error-Kind', failure.kind);
-      h.set('Fleet-Deliveries', String(msg.info.redeliveryCount));
-      h.set('Fleet-Subject', msg.subject);
-      h.set('Fleet-Stream-Seq', String(msg.seq));
-      if (reportId) h.set('Fleet-Report-Id', reportId);
-      await this.js.publish(this.opts.deadLetterSubject, data, { headers: h, msgID });
+      // Subject (per customer), headers and message id: the dead-letter format of lib/dead-letters.ts.
+      const dl = deadLetterOf({
+        base: this.opts.deadLetterSubject,
+        failure,
+        failureClass,
+        source: { stream: msg.info.stream, seq: msg.seq, subject: msg.subject, deliveries: msg.info.redeliveryCount },
+        report: u?.report,
+        rejection: u?.rejection,
+      });
+      await this.js.publish(dl.subject, data, { headers: dl.headers, msgID: dl.msgID });
       return true;
     } catch (e) {
       // Without a copy in the dead-letter stream the report must stay where it is.

@@ -28,6 +28,7 @@ import { CommandHints } from '../lib/commands.js';
 import { QUEUES, scheduledJob, removeLegacyJobs } from '../lib/jobs.js';
 import { reconcileLicences } from '../lib/licences.js';
 import { LightCensus } from './light-census.js';
+import { DeadLetters } from '../lib/dead-letters.js';
 
 const cfg = configOrExit('worker');
 const log = createLogger('worker', cfg.logLevel);
@@ -183,8 +184,21 @@ const readStream = () =>
     },
     (e) => log.debug({ err: e }, 'stream state unknown (NATS)'),
   );
+// Dead letters waiting, per customer: the dead-letter stream's per-subject counts (one request,
+// however many dead letters it holds; lib/dead-letters.ts), read with the stream's fill level.
+const deadLetters = new DeadLetters(nc, cfg);
+const waiting = metrics.gauge('fleet_worker_dead_letter_messages');
+const readDeadLetters = () =>
+  deadLetters.countByCustomer().then(
+    (counts) => {
+      waiting.reset();
+      for (const [customer, n] of counts) waiting.labels(customer).set(n);
+    },
+    (e) => log.debug({ err: e }, 'dead-letter counts unknown (NATS)'),
+  );
 void readStream();
-const streamWatch = setInterval(() => void readStream(), 5000);
+void readDeadLetters();
+const streamWatch = setInterval(() => void readStream().then(readDeadLetters), 5000);
 streamWatch.unref();
 // Instances per traffic-light colour: counted by one worker per interval, served by every worker.
 const census = new LightCensus(pool, redis, cfg.redisPrefix, cfg.light.censusIntervalMs);

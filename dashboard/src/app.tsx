@@ -11,6 +11,7 @@ import { LoginPage, safeNext } from './pages/Login.js';
 import { FleetPage } from './pages/Fleet.js';
 import { InstancePage } from './pages/Instance.js';
 import { SettingsPage } from './pages/Settings.js';
+import { DeadLettersPage } from './pages/DeadLetters.js';
 import { ErrorNote, Loading, NotFoundNote, PageTitle } from './components/common.js';
 import { useTitle } from './components/title.js';
 
@@ -90,6 +91,8 @@ export function App() {
   if (bootError && me === undefined) page = <ErrorNote error={bootError} onRetry={refreshMe} />;
   else if (route.name === 'login') page = me === null ? <LoginPage /> : <Loading />;
   else if (!me) page = <Loading />;
+  // Dead letters are every customer's: a system administrator needs no active customer for them.
+  else if (route.name === 'deadletters') page = me.is_system_admin ? <DeadLettersPage /> : <NotFoundNote title={t('dl.onlyAdmins')} />;
   else if (!me.active_customer) page = <NoCustomer />;
   else if (route.name === 'fleet') page = <FleetPage key={activeId} />;
   else if (route.name === 'instance') page = <InstancePage key={`${activeId}-${route.id}`} id={route.id} />;
@@ -139,6 +142,11 @@ function Header({ route }: { route: string }) {
             <a href="/settings" aria-current={route === 'settings' ? 'page' : undefined}>
               {t('nav.settings')}
             </a>
+            {me.is_system_admin && (
+              <a href="/dead-letters" aria-current={route === 'deadletters' ? 'page' : undefined}>
+                {t('nav.deadLetters')}
+              </a>
+            )}
           </nav>
         )}
         <div class="top-tools">

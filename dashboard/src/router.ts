@@ -8,12 +8,14 @@ export type Route =
   | { name: 'login' }
   | { name: 'instance'; id: string }
   | { name: 'settings' }
+  | { name: 'deadletters' }
   | { name: 'notfound' };
 
 export function match(path: string): Route {
   if (path === '/' || path === '') return { name: 'fleet' };
   if (path === '/login') return { name: 'login' };
   if (path === '/settings') return { name: 'settings' };
+  if (path === '/dead-letters') return { name: 'deadletters' };
   const m = /^\/instances\/([^/]+)\/?$/.exec(path);
   if (m) return { name: 'instance', id: decodeURIComponent(m[1]!) };
   return { name: 'notfound' };

@@ -11,6 +11,7 @@ import type * as TL from '../../lib/schemas/traffic-light.js';
 import type * as Met from '../../lib/schemas/metrics.js';
 import type * as Art from '../../lib/schemas/artifacts.js';
 import type * as Cmd from '../../lib/schemas/commands.js';
+import type * as DL from '../../lib/schemas/dead-letters.js';
 
 export type Light = Static<typeof Api.Light>;
 export type Instance = Static<typeof Api.Instance>;
@@ -49,3 +50,9 @@ export type Artifact = Static<typeof Art.Artifact>;
 export type CommandState = Static<typeof Cmd.CommandStateSchema>;
 export type AvailableCommand = Static<typeof Cmd.AvailableCommand>;
 export type Command = Static<typeof Cmd.Command>;
+
+/** The dead-letter stream (system administrators). */
+export type DeadLetter = Static<typeof DL.DeadLetter>;
+export type DeadLetterList = Static<typeof DL.DeadLetterList>;
+export type DeadLetterDetail = Static<typeof DL.DeadLetterDetail>;
+export type ReplayAnswer = Static<typeof DL.ReplayAnswer>;

@@ -10,6 +10,10 @@ export const JetStreamApiCodes = {
   /** The server has no room for the stream's storage. */
   StorageResourcesExceeded: 10047,
   InsufficientResources: 10023,
+  /** A message get found nothing at (or after) the sequence asked for. */
+  NoMessageFound: 10037,
+  /** A message delete named a sequence the stream does not hold (deleted already). */
+  SequenceNotFound: 10043,
 } as const;
 
 /** The JetStream API error code of an error from nats.js, if it carries one. */

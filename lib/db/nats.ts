@@ -64,7 +64,9 @@ export async function ensureStreams(jsm: JetStreamManager, s: StreamSettings): P
   });
   await upsertStream(jsm, {
     name: deadLetterStream(s.streamName),
-    subjects: [subj.deadLetter],
+    // Per customer: `<deadLetter>.<customer slug>` (lib/dead-letters.ts); the bare subject holds dead
+    // letters written before the customer was put in the subject.
+    subjects: [subj.deadLetter, `${subj.deadLetter}.>`],
     retention: RetentionPolicy.Limits,
     storage: StorageType.File,
     max_age: nanos(30 * 86_400_000),
