@@ -126,7 +126,7 @@ t.test('a pull that stops delivering is found by the watchdog, logged, shown as 
       batchMaxMessages: 256,
       batchMaxBytes: 16 * 1024 * 1024,
       batchWaitMs: 20,
-      maxDeliver: 5,
+      retryMaxMs: 30_000,
       concurrency: 2,
       pull: { maxMessages: 30, expiresMs: 5000 },
       stallMs: 1500,
