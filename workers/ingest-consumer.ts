@@ -353,7 +353,8 @@ export class IngestConsumer {
     } catch (e) {
       // A server refuses as a whole: nothing is lost, everything waits for it.
       const failure = classifyFailure(e);
-      this.log.warn({ err: e, messages: msgs.length, failure }, `batch waits for ${failure.dependency}: ${failure.reason}; retrying`);
+      const deliveries = Math.max(...msgs.map((m) => m.info.redeliveryCount));
+      this.log.warn({ err: e, messages: msgs.length, deliveries, failure }, `batch waits for ${failure.dependency}: ${failure.reason}; retrying`);
       for (const m of msgs) this.retry(m, failure, settled);
       await sleep(1000);
       return;
