@@ -406,7 +406,8 @@ export class IngestConsumer {
     if (!u.report) return null;
     try {
       const why = envelopeRefusal(u.report) ?? this.checker.check(u.report.k, u.report.b)?.detail ?? null;
-      return why === null ? null : why.slice(0, 500);
+      // At most 500 characters, keeping the end (a path 1,000 levels deep ends in what is wrong with it).
+      return why === null || why.length <= 500 ? why : `${why.slice(0, 300)}…${why.slice(-199)}`;
     } catch (e) {
       // The check itself failed: it proves nothing; the report's own error decides.
       this.log.warn({ err: e, report: u.report.id }, 'report check failed');

@@ -29,6 +29,9 @@ export async function workerMetric(workerUrl: string, name: string, labels: Reco
   return sum;
 }
 
+/** Whether a /readyz detail names an outage of `dependency`. */
+export const outageNamed = (detail: string, dependency: string): boolean => new RegExp(`outage: (.*, )?${dependency} \\(`).test(detail);
+
 /** Messages in the stack's dead-letter stream. */
 export async function deadLetterCount(s: TestStack): Promise<number> {
   const jsm = await s.nc.jetstreamManager();
@@ -68,7 +71,7 @@ export async function outageTest(t: Test, s: TestStack, worker: { proc: Proc; ur
 
   const seen = await eventually(async () => {
     const r = await readyz(worker.url);
-    return r.status === 503 && r.detail.includes(`outage: ${fault.dependency} (`) ? r : null;
+    return r.status === 503 && outageNamed(r.detail, fault.dependency) ? r : null;
   }, 60_000, `the worker not ready, naming ${fault.dependency}`);
   t.match(seen.detail, fault.reason, `/readyz: ${seen.detail}`);
   t.equal(await workerMetric(worker.url, 'fleet_worker_outage', { dependency: fault.dependency }), 1, `fleet_worker_outage{dependency="${fault.dependency}"} 1`);
