@@ -1,7 +1,7 @@
 // The queue's message format (lib/messages.ts): reports and batches round-trip, the raw body untouched; delivered and acked command ids.
 import t from 'tap';
 import { encodeReport, encodeBatch, decodeBatch, reportSlices, DecodeError } from '../../lib/messages.js';
-import { envelopeRefusal } from '../../lib/report-check.js';
+import { envelopeRefusal, reportChecker } from '../../lib/report-check.js';
 import { treeErrors, TREE_MAX_DEPTH } from '../../lib/storable.js';
 import { randomUUID } from 'node:crypto';
 
@@ -73,4 +73,8 @@ t.test('free trees: deeper than TREE_MAX_DEPTH is not storable, found without re
   t.equal(deeper.length, 1);
   t.match(deeper[0]!.message, `nested deeper than ${TREE_MAX_DEPTH} levels`);
   t.equal(treeErrors(nest(50_000), '/output').length, 1, '50,000 levels: one error, no stack overflow');
+  // The check the gateway answers 422 with, and the worker proves a queued report at fault with.
+  const check = reportChecker(100);
+  t.equal(check.check('command_ack', { result: 'success', output: nest(TREE_MAX_DEPTH) }), null);
+  t.match(check.check('command_ack', { result: 'success', output: nest(20_000) })?.detail, /^output cannot be stored: \/output\/0\/0.* nested deeper than 1000 levels$/);
 });
