@@ -332,11 +332,12 @@ export class IngestConsumer {
       return;
     }
     const started = Date.now();
-    // The first apply is the whole batch: when it succeeds every message is acked, so what it
-    // inserted need not be remembered. Any other apply may be followed by a retry of its messages.
+    // The first apply is the whole batch: when it succeeds every message is acked (unless one
+    // already waits), so what it inserted need not be remembered. Any other apply may be followed
+    // by a retry of its messages.
     let first = true;
     const apply = async (part: Unit[]) => {
-      const whole = first;
+      const whole = first && retry.size === 0;
       first = false;
       const ledger = this.landed.ledger();
       try {
