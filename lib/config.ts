@@ -92,7 +92,7 @@ export const Settings = Type.Object({
   WORKER_BATCH_WAIT_MS: Nat(50, 'how long a worker gathers a batch'),
   WORKER_CONCURRENCY: Int(2, 1, 64, 'batches one worker applies at once'),
   ACK_WAIT_S: Pos(30, 'unacked messages are redelivered after this'),
-  WORKER_MAX_DELIVER: Int(5, 1, 1000, 'deliveries before a report failing for an unknown reason is dead-lettered'),
+  WORKER_RETRY_MAX_MS: Int(30_000, 100, 3_600_000, 'the longest wait before a report waiting for an outage is tried again (the wait doubles from 0.5 s)'),
 
   API_HOST: Str('127.0.0.1', 'read API listen address', HOST),
   API_PORT: Port(8081, 'read API listen port (0 = any free port)'),
@@ -328,8 +328,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env) {
       // Batches one worker applies at once (overlaps one batch's database waits with the next).
       concurrency: s.WORKER_CONCURRENCY,
       ackWaitS: s.ACK_WAIT_S,
-      // Deliveries of a report failing for an unknown reason before it is dead-lettered.
-      maxDeliver: s.WORKER_MAX_DELIVER,
+      // A report that waits for an outage is retried after 0.5 s, 1 s, 2 s, … at most this long
+      // apart, for as long as the outage lasts (never dead-lettered for it).
+      retryMaxMs: s.WORKER_RETRY_MAX_MS,
       // Heartbeats that change nothing skip Postgres (workers/heartbeat-state.ts).
       pgHeartbeatIntervalS: s.PG_HEARTBEAT_INTERVAL_S,
       idCacheSize: s.WORKER_ID_CACHE,

@@ -31,9 +31,9 @@ import type { DeadLetterDetailT, DeadLetterListT, DeadLetterReportT, DeadLetterT
 export const HEADERS = {
   /** The customer-safe reason: server, error class and code, field; never the server's text. */
   error: 'Fleet-Error',
-  /** lib/storage-errors.ts's kind: data, unknown. */
+  /** lib/storage-errors.ts's kind: data (older dead letters: unknown). */
   errorKind: 'Fleet-Error-Kind',
-  /** The class fleet_worker_dead_letters_total counts it under: data, unknown, decode. */
+  /** The class fleet_worker_dead_letters_total counts it under: data, decode (older dead letters: unknown). */
   failure: 'Fleet-Failure',
   deliveries: 'Fleet-Deliveries',
   /** Where it was queued: the ingest subject and the ingest stream's sequence number. */
@@ -80,7 +80,7 @@ export interface DeadLetterInput {
   /** The dead-letter subject of lib/messages.ts (`subjects(prefix).deadLetter`); the customer's token is appended. */
   base: string;
   failure: { kind: string; reason: string };
-  /** data, unknown or decode: the label of fleet_worker_dead_letters_total. */
+  /** data or decode (older dead letters: unknown): the label of fleet_worker_dead_letters_total. */
   failureClass: string;
   /** The message the report came in. */
   source: { stream: string; seq: number; subject: string; deliveries: number };

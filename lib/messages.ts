@@ -14,8 +14,10 @@
 // the same batches; workers/metrics.ts and workers/artifacts.ts apply them.
 //
 // Stream `${STREAM_NAME}_DLQ` holds `${SUBJECT_PREFIX}-dlq.reports.<customer slug>` (`._none`: no
-// customer known): each a report the workers could not store, byte for byte as a one-report batch,
-// the reason and the report's identity in headers. lib/dead-letters.ts defines that format and reads it.
+// customer known): each one report whose data storage (or the worker's own check) proved at fault,
+// as a batch of one holding the report's bytes as queued (reportSlices), the reason and the
+// report's identity in headers; or a message that is not a batch at all, byte for byte. Outages
+// never make dead letters (lib/storage-errors.ts). lib/dead-letters.ts defines that format and reads it.
 //
 // Core NATS (not stored) `${SUBJECT_PREFIX}.control.<topic>`: hints that control data changed, so
 // replicas refresh their caches at once instead of at the next poll.
@@ -135,6 +137,71 @@ export function decodeBatch(data: Uint8Array): ReportBatch {
     throw new DecodeError('report batch has an unknown shape or version');
   }
   return b;
+}
+
+const QUOTE = 0x22;
+const BACKSLASH = 0x5c;
+const isSpace = (b: number) => b === 0x20 || b === 0x0a || b === 0x0d || b === 0x09;
+
+/**
+ * The bytes of each report of a batch message exactly as queued, in the order of `decodeBatch`'s
+ * `r`, without parsing or re-serialising anything: a dead letter carries its report's own bytes,
+ * whatever the report holds (JSON.stringify throws on a tree a few thousand levels deep; this
+ * loop keeps no stack). Null when `data` is not a batch this can cut up (not an object with an
+ * array `r` written plainly): the caller then keeps the whole message.
+ */
+export function reportSlices(data: Uint8Array): Uint8Array[] | null {
+  let depth = 0;
+  let inString = false;
+  let stringStart = -1;
+  let lastKey: [number, number] | null = null;
+  let pendingKey: [number, number] | null = null;
+  let slices: Uint8Array[] | null = null;
+  /** Inside the top-level `r` array: where the current element starts (-1: none yet). */
+  let inR = false;
+  let elementStart = -1;
+  const close = (end: number) => {
+    let e = end;
+    while (e > elementStart && isSpace(data[e - 1]!)) e--;
+    if (elementStart >= 0 && e > elementStart) slices!.push(data.subarray(elementStart, e));
+    elementStart = -1;
+  };
+  for (let i = 0; i < data.length; i++) {
+    const b = data[i]!;
+    if (inString) {
+      if (b === BACKSLASH) i++;
+      else if (b === QUOTE) {
+        inString = false;
+        if (depth === 1) pendingKey = [stringStart, i];
+      }
+      continue;
+    }
+    if (inR && depth === 2 && elementStart < 0 && !isSpace(b) && b !== 0x2c && b !== 0x5d) elementStart = i;
+    if (b === QUOTE) {
+      inString = true;
+      stringStart = i + 1;
+    } else if (b === 0x3a /* : */) {
+      if (depth === 1) lastKey = pendingKey;
+    } else if (b === 0x7b /* { */ || b === 0x5b /* [ */) {
+      depth++;
+      if (depth === 2 && b === 0x5b && lastKey && lastKey[1] - lastKey[0] === 1 && data[lastKey[0]] === 0x72 /* r */) {
+        // The last `r` wins, as in JSON.parse.
+        inR = true;
+        slices = [];
+        elementStart = -1;
+      }
+    } else if (b === 0x7d /* } */ || b === 0x5d /* ] */) {
+      if (inR && depth === 2) {
+        close(i);
+        inR = false;
+      }
+      depth--;
+    } else if (b === 0x2c /* , */) {
+      if (inR && depth === 2) close(i);
+      if (depth === 1) lastKey = null;
+    }
+  }
+  return slices;
 }
 
 export function encodeJson(value: unknown): Uint8Array {

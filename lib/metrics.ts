@@ -10,6 +10,7 @@
 // label values start at 0, which `increase()` in an alert needs to see the first event), and hands
 // out the instances by name: `metrics.counter('fleet_worker_reports_total')` is typed by its labels.
 import client from 'prom-client';
+import { DEPENDENCIES } from './storage-errors.js';
 
 export type Service = 'gateway' | 'worker' | 'api';
 type Type = 'counter' | 'gauge' | 'histogram';
@@ -157,16 +158,23 @@ export const METRICS = {
   fleet_worker_retries_total: {
     type: 'counter',
     services: ['worker'],
-    labels: ['reason'],
-    init: [['unavailable'], ['failed']],
-    help: "Messages nak'ed for a later retry: unavailable (a server is down; the whole batch waits) or failed (a report failed for an unknown reason, below WORKER_MAX_DELIVER)",
+    labels: ['dependency'],
+    init: DEPENDENCIES.map((d) => [d]),
+    help: "Messages nak'ed to be tried again later, by what they wait for: postgres, clickhouse, redis, nats (the dead-letter stream refused a publish) or worker (an error of the worker's own, or one nothing names)",
+  },
+  fleet_worker_outage: {
+    type: 'gauge',
+    services: ['worker'],
+    labels: ['dependency'],
+    init: DEPENDENCIES.map((d) => [d]),
+    help: 'Whether this worker has messages waiting for this dependency (an outage: nothing is dead-lettered for it; /readyz 503 names it): 1 or 0',
   },
   fleet_worker_dead_letters_total: {
     type: 'counter',
     services: ['worker'],
     labels: ['failure'],
-    init: [['data'], ['unknown'], ['decode']],
-    help: 'Reports moved to the dead-letter stream, by failure: data (storage refused its values), unknown (failed WORKER_MAX_DELIVER times), decode (a message that is not a batch)',
+    init: [['data'], ['decode']],
+    help: 'Reports moved to the dead-letter stream, by failure: data (a code of the server, or the worker\'s own check, proves its values at fault), decode (a message that is not a batch)',
   },
   fleet_worker_dead_letter_messages: {
     type: 'gauge',
@@ -253,7 +261,7 @@ export const METRICS = {
   fleet_worker_ready: {
     type: 'gauge',
     services: ['worker'],
-    help: '1 while the worker can do its job (/readyz 200: Postgres, ClickHouse, Redis and NATS answer, no stall), else 0',
+    help: '1 while the worker can do its job (/readyz 200: Postgres, ClickHouse, Redis and NATS answer, no stall, no saturated consumer, no message waiting for an outage), else 0',
   },
 
   // Api.

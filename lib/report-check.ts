@@ -9,6 +9,7 @@ import { metricsBatchSchema, METRIC_TS_MIN, METRIC_TS_MAX } from './schemas/metr
 import { CommandAck } from './schemas/commands.js';
 import { treeErrors } from './storable.js';
 import { checkSnapshot } from './snapshot.js';
+import { isSlug, isUuid } from './ids.js';
 
 export interface Refusal {
   /** The 422 answer's detail. */
@@ -81,5 +82,30 @@ export function metricTimes(records: { ts?: string }[], path: (i: number) => str
       return { detail: `${path(i)}/ts ${JSON.stringify(ts)} is outside 2000-01-01 … 2100-01-01`, errors: [{ path: `${path(i)}/ts`, message: 'out of range' }] };
     }
   }
+  return null;
+}
+
+/** Receive times the worker stores (ClickHouse's DateTime ends in 2105; Postgres's far later). */
+const AT_MIN = Date.parse('2000-01-01T00:00:00Z');
+const AT_MAX = Date.parse('2100-01-01T00:00:00Z');
+
+/**
+ * Why a queued report's envelope (lib/messages.ts `Report`, written by the gateway, never by the
+ * agent) cannot be stored, or null. A gateway never writes a bad one; a publisher that bypassed it
+ * can, and the worker must then prove the report at fault (dead letter) rather than take the
+ * failure it causes for an outage.
+ */
+export function envelopeRefusal(r: { id?: unknown; k?: unknown; c?: unknown; cs?: unknown; m?: unknown; s?: unknown; t?: unknown; at?: unknown; ik?: unknown; dc?: unknown; ci?: unknown }): string | null {
+  const uuid = (v: unknown) => typeof v === 'string' && isUuid(v);
+  const slug = (v: unknown) => typeof v === 'string' && isSlug(v);
+  if (!uuid(r.id)) return 'envelope: id must be a UUID';
+  if (typeof r.k !== 'string') return 'envelope: k must be a report kind';
+  if (!uuid(r.c)) return 'envelope: c must be a UUID';
+  if (!slug(r.cs) || !slug(r.m) || !slug(r.s)) return 'envelope: cs, m and s must be slugs';
+  if (!uuid(r.t)) return 'envelope: t must be a UUID';
+  if (!(Number.isSafeInteger(r.at) && (r.at as number) >= AT_MIN && (r.at as number) < AT_MAX)) return 'envelope: at must be a time in ms from 2000 to 2100';
+  if (r.ik !== undefined && typeof r.ik !== 'string') return 'envelope: ik must be a string';
+  if (r.dc !== undefined && !(Array.isArray(r.dc) && r.dc.every(uuid))) return 'envelope: dc must be a list of UUIDs';
+  if (r.ci !== undefined && !uuid(r.ci)) return 'envelope: ci must be a UUID';
   return null;
 }

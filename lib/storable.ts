@@ -7,10 +7,19 @@ import { STORABLE_TEXT_RE } from './schemas/common.js';
 const ptr = (k: string) => k.replace(/~/g, '~0').replace(/\//g, '~1');
 
 /**
- * Why `tree` cannot be stored: strings or keys with NUL or a lone surrogate, numbers that are not
- * finite, nesting deeper than `maxDepth` (the top object is depth 1). At most `max` errors.
+ * The deepest free tree the service stores (a command's output; snapshots have their own, lower
+ * limit). The worker serialises trees with JSON.stringify, which runs out of stack at around 4,000
+ * levels (Node 20); a report deeper than this is refused by the gateway (422) and, should one be
+ * queued anyway (an older gateway, a publisher that bypassed it), dead-lettered by the worker as
+ * data at fault instead of failing its apply again and again.
  */
-export function treeErrors(tree: unknown, base: string, maxDepth = Infinity, max = 20): FieldError[] {
+export const TREE_MAX_DEPTH = 1000;
+
+/**
+ * Why `tree` cannot be stored: strings or keys with NUL or a lone surrogate, numbers that are not
+ * finite, nesting deeper than `maxDepth` (the top object is depth 1; TREE_MAX_DEPTH unless given). At most `max` errors.
+ */
+export function treeErrors(tree: unknown, base: string, maxDepth = TREE_MAX_DEPTH, max = 20): FieldError[] {
   const out: FieldError[] = [];
   const stack: [unknown, string, number][] = [[tree, base, 1]];
   while (stack.length > 0 && out.length < max) {

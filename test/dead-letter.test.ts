@@ -1,29 +1,56 @@
-// What storage refuses goes to the dead-letter stream and the rejection log of its own customer,
-// report by report: a data error at once, an unknown error after WORKER_MAX_DELIVER deliveries.
-// Nothing else in its message or batch waits for it, and nothing behind it is blocked.
+// What goes to the dead-letter stream, and what waits. A report whose data storage proves at
+// fault (a listed error code, or the worker's own check) goes to the dead-letter stream and the
+// rejection log of its own customer, alone and at once; anything else waits, never dead-lettered.
+// Dead-lettering never throws, whatever the report holds, and a dead-letter stream that refuses
+// the publish makes the report wait too. Nothing else in its message or batch waits for it.
 import t from 'tap';
 import { randomUUID } from 'node:crypto';
 import { testStack, post, eventually, chRows } from './helpers/stack.js';
+import { freePort } from './helpers/nats-server.js';
+import { storedOnce, stopMerges } from './helpers/stored-once.js';
+import { readyz, outageNamed, deadLetterCount, workerMetric } from './helpers/outage.js';
 import { subjects, deadLetterStream, encodeReport, encodeBatch } from '../lib/messages.js';
+import { ensureStreams } from '../lib/db/nats.js';
 
-const s = await testStack(t, 'dlq', { api: false, env: { WORKER_MAX_DELIVER: '2' } });
+const s = await testStack(t, 'dlq', { worker: false, api: false, env: { WORKER_RETRY_MAX_MS: '1000' } });
+await stopMerges(s.ch, `t_${s.id}`);
+const port = await freePort();
+const worker = await s.startWorker({ WORKER_HTTP_PORT: String(port) });
+const workerUrl = `http://127.0.0.1:${port}`;
 const subj = subjects(s.env.SUBJECT_PREFIX!);
 const js = s.nc.jetstream();
+const jsm = await s.nc.jetstreamManager();
+const dlqName = deadLetterStream(s.env.STREAM_NAME!);
+
+/** A report as a gateway queues it, for this stack's customer unless told. */
+const queued = (machine: string, kind: string, body: string, o: { c?: string; cs?: string; ci?: string; s?: string } = {}) => {
+  const id = randomUUID();
+  const bytes = encodeReport(
+    { id, k: kind as never, c: o.c ?? s.customer.id, cs: o.cs ?? s.customer.slug, m: machine, s: o.s ?? 'agent', t: randomUUID(), at: Date.now(), ci: o.ci },
+    Buffer.from(body),
+  );
+  return { id, bytes };
+};
+const drained = () =>
+  eventually(async () => {
+    const info = await jsm.consumers.info(s.env.STREAM_NAME!, 'workers');
+    return info.num_pending + info.num_ack_pending === 0;
+  }, 60_000, 'nothing left in the stream');
 
 t.test('an undecodable message is dead-lettered at once; later reports flow', async (t) => {
+  const before = await deadLetterCount(s);
   await js.publish(subj.reports, new TextEncoder().encode('this is not a batch'));
   t.equal((await post(`${s.gatewayUrl}/api/ingest/${s.customer.slug}/after/agent/heartbeat`, s.token, {})).status, 200);
   await eventually(async () => (await chRows(s.ch, `SELECT 1 FROM heartbeats FINAL WHERE machine = 'after'`)).length === 1, 10_000, 'later report applied');
-  const jsm = await s.nc.jetstreamManager();
   const info = await eventually(async () => {
-    const i = await jsm.streams.info(deadLetterStream(s.env.STREAM_NAME!));
-    return i.state.messages >= 1 ? i : null;
+    const i = await jsm.streams.info(dlqName);
+    return i.state.messages > before ? i : null;
   });
-  t.equal(info.state.messages, 1);
-  const m = await jsm.streams.getMessage(deadLetterStream(s.env.STREAM_NAME!), { seq: info.state.first_seq });
+  t.equal(info.state.messages, before + 1);
+  const m = await jsm.streams.getMessage(dlqName, { seq: info.state.last_seq });
   t.equal(new TextDecoder().decode(m.data), 'this is not a batch', 'kept byte for byte');
   t.match(m.header.get('Fleet-Error'), /cannot be decoded/);
-  const rows = await eventually(async () => (await chRows<{ detail: string }>(s.ch, `SELECT detail FROM ingest_rejections FINAL WHERE method = 'QUEUE'`))[0]);
+  const rows = await eventually(async () => (await chRows<{ detail: string }>(s.ch, `SELECT detail FROM ingest_rejections FINAL WHERE method = 'QUEUE' AND path = '${subj.reports}'`))[0]);
   t.match(rows.detail, /dead-lettered/);
 });
 
@@ -42,36 +69,91 @@ t.test('a report the database refuses for its data is dead-lettered at once, and
   t.match(row.detail, /^dead-lettered after 1 delivery: Postgres refused a value \(23503 foreign_key_violation\)$/);
   t.notMatch(row.detail, /violates|constraint|instances|machines|customer_id/, 'no server text, table or column names');
   t.equal(row.path, '/api/ingest/ghost/m/x/heartbeat');
-  const info = await (await s.nc.jetstreamManager()).consumers.info(s.env.STREAM_NAME!, 'workers');
-  t.equal(info.num_pending + info.num_ack_pending, 0, 'nothing stuck in the stream');
+  await drained();
 });
 
-t.test('a report that fails for an unknown reason is retried WORKER_MAX_DELIVER times, then dead-lettered alone; its neighbours are applied at once', async (t) => {
-  // An artifact report without its record: the worker's own code throws (a TypeError), which is
-  // neither a server being down nor a value the server refused.
-  const broken = encodeReport({ id: randomUUID(), k: 'artifact', c: s.customer.id, cs: s.customer.slug, m: 'nb', s: 'agent', t: randomUUID(), at: Date.now() }, Buffer.from('null'));
-  const good = encodeReport({ id: randomUUID(), k: 'heartbeat', c: s.customer.id, cs: s.customer.slug, m: 'nb', s: 'agent', t: randomUUID(), at: Date.now() }, Buffer.from('{}'));
-  const started = Date.now();
-  await js.publish(subj.reports, encodeBatch([broken, good]));
-  await eventually(async () => (await chRows(s.ch, `SELECT 1 FROM heartbeats FINAL WHERE machine = 'nb'`)).length === 1, 5_000, 'the good neighbour applied');
-  t.ok(Date.now() - started < 5_000, 'at the first delivery');
-  const row = await eventually(
-    async () => (await chRows<{ detail: string; path: string }>(s.ch, `SELECT detail, path FROM ingest_rejections FINAL WHERE path LIKE '%/nb/agent/artifact'`))[0],
-    20_000,
-    'dead letter logged',
-  );
-  t.match(row.detail, /^dead-lettered after 2 deliveries: internal error \(TypeError\)$/);
-  const jsm = await s.nc.jetstreamManager();
-  const dlq = await jsm.streams.info(deadLetterStream(s.env.STREAM_NAME!));
-  const last = await jsm.streams.getMessage(deadLetterStream(s.env.STREAM_NAME!), { seq: dlq.state.last_seq });
-  const kept = JSON.parse(new TextDecoder().decode(last.data));
-  t.equal(kept.r.length, 1, 'the dead letter holds the failing report alone');
-  t.equal(kept.r[0].k, 'artifact');
-  t.equal(last.header.get('Fleet-Error-Kind'), 'unknown');
-  await eventually(async () => {
-    const info = await jsm.consumers.info(s.env.STREAM_NAME!, 'workers');
-    return info.num_pending + info.num_ack_pending === 0;
-  }, 10_000, 'nothing stuck in the stream');
-  const hb = await chRows<{ n: string }>(s.ch, `SELECT count() AS n FROM heartbeats FINAL WHERE machine = 'nb'`);
-  t.equal(Number(hb[0]!.n), 1, 'the neighbour stored once, though its message was delivered twice');
+t.test('a report that fails for a reason nothing names (a bug) waits like an outage: retried, never dead-lettered; its neighbours are applied at once', async (t) => {
+  const before = await deadLetterCount(s);
+  // An artifact report without its record: the worker's own code throws (a TypeError): neither a
+  // code that proves the data at fault nor anything the worker's check finds.
+  const broken = queued('nb', 'artifact', 'null');
+  const good = queued('nb', 'heartbeat', '{"version":"nb-good"}');
+  const ack = await js.publish(subj.reports, encodeBatch([broken.bytes]));
+  await js.publish(subj.reports, encodeBatch([good.bytes]));
+  t.equal((await s.report('nb-2', 'heartbeat', { version: 'nb-2' })).status, 200);
+  await eventually(async () => (await storedOnce(s.ch, 'heartbeats', 'version', ['nb-good', 'nb-2'])).missing.length === 0, 10_000, 'the neighbours applied');
+  const seen = await eventually(async () => {
+    const r = await readyz(workerUrl);
+    return r.status === 503 && outageNamed(r.detail, 'worker') ? r : null;
+  }, 30_000, 'the worker not ready, naming what it waits for');
+  t.match(seen.detail, /worker \(internal error \(TypeError\)\)/, seen.detail);
+  // Far past the old limit of 5 deliveries.
+  await eventually(async () => worker.lines.some((l) => / waits for worker/.test(l.msg ?? '') && l.report === broken.id && Number(l.deliveries) >= 7), 60_000, 'delivered 7 times');
+  t.equal(await deadLetterCount(s), before, 'not dead-lettered');
+  t.equal((await chRows(s.ch, `SELECT 1 FROM ingest_rejections WHERE path LIKE '%/nb/agent/artifact'`)).length, 0, 'not in the rejection log');
+  const stored = await storedOnce(s.ch, 'heartbeats', 'version', ['nb-good', 'nb-2']);
+  t.ok(stored.once, `the neighbours stored once (${JSON.stringify(stored)})`);
+  // An operator removes it (docs/operations.md, "Dead letters"): the worker is ready again.
+  await jsm.streams.deleteMessage(s.env.STREAM_NAME!, ack.seq);
+  await eventually(async () => (await readyz(workerUrl)).status === 200, 60_000, 'ready again');
+  await drained();
+});
+
+t.test('a dead letter the dead-letter stream refuses waits (an outage of nats); its neighbours are stored once; it is dead-lettered once the stream takes it', async (t) => {
+  await jsm.streams.delete(dlqName);
+  const ghost = randomUUID();
+  const bad = queued('dlqdown-bad', 'heartbeat', '{"version":"dlqdown-bad"}', { c: ghost, cs: 'ghost', s: 'x' });
+  const neighbour = queued('dlqdown-1', 'heartbeat', '{"version":"dlqdown-1"}');
+  await js.publish(subj.reports, encodeBatch([bad.bytes, neighbour.bytes]));
+  t.equal((await s.report('dlqdown-2', 'heartbeat', { version: 'dlqdown-2' })).status, 200, 'acknowledged');
+  const seen = await eventually(async () => {
+    const r = await readyz(workerUrl);
+    return r.status === 503 && outageNamed(r.detail, 'nats') ? r : null;
+  }, 30_000, 'the worker not ready, naming nats');
+  t.match(seen.detail, /nats \(the dead-letter stream refused the publish\)/, seen.detail);
+  await eventually(async () => worker.lines.filter((l) => /dead-letter publish failed/.test(l.msg ?? '')).length >= 4, 60_000, 'retried again and again');
+  await eventually(async () => (await storedOnce(s.ch, 'heartbeats', 'version', ['dlqdown-1', 'dlqdown-2'])).missing.length === 0, 10_000, 'the neighbours applied');
+
+  await ensureStreams(jsm, { streamName: s.env.STREAM_NAME!, subjectPrefix: s.env.SUBJECT_PREFIX!, streamMaxBytes: 1024 ** 3, streamReplicas: 1 });
+  const info = await eventually(async () => {
+    const i = await jsm.streams.info(dlqName);
+    return i.state.messages >= 1 ? i : null;
+  }, 30_000, 'dead-lettered once the stream is back');
+  await drained();
+  t.equal((await jsm.streams.info(dlqName)).state.messages, 1, 'one dead letter');
+  const m = await jsm.streams.getMessage(dlqName, { seq: info.state.first_seq });
+  t.equal(m.header.get('Fleet-Report-Id'), bad.id);
+  t.same(Buffer.from(m.data), encodeBatch([bad.bytes]), 'the report alone, its bytes as queued');
+  t.equal(m.header.get('Fleet-Error'), 'Postgres refused a value (23503 foreign_key_violation)');
+  const rows = await eventually(async () => chRows(s.ch, `SELECT detail FROM ingest_rejections WHERE customer_id = '${ghost}'`));
+  t.equal(rows.length, 1, 'one rejection-log row');
+  const stored = await storedOnce(s.ch, 'heartbeats', 'version', ['dlqdown-1', 'dlqdown-2']);
+  t.ok(stored.once, `the neighbours stored once on raw rows, though one's message was delivered again and again (${JSON.stringify(stored)})`);
+  t.same((await storedOnce(s.ch, 'heartbeats', 'version', ['dlqdown-bad'])).missing, ['dlqdown-bad'], 'the bad one not stored');
+  await eventually(async () => (await readyz(workerUrl)).status === 200, 60_000, 'ready again');
+});
+
+t.test('a command ack whose output is nested 20,000 deep, queued past the gateway: dead-lettered alone with its own bytes, at once; its neighbours stored once', async (t) => {
+  const before = await deadLetterCount(s);
+  const output = `${'['.repeat(20_000)}${']'.repeat(20_000)}`;
+  const deep = queued('deep-1', 'command_ack', `{"result":"success","output":${output}}`, { ci: randomUUID() });
+  const neighbour = queued('deep-1', 'heartbeat', '{"version":"deep-1"}');
+  await js.publish(subj.reports, encodeBatch([neighbour.bytes, deep.bytes]));
+  t.equal((await s.report('deep-2', 'heartbeat', { version: 'deep-2' })).status, 200, 'acknowledged');
+  const info = await eventually(async () => {
+    const i = await jsm.streams.info(dlqName);
+    return i.state.messages > before ? i : null;
+  }, 30_000, 'dead-lettered');
+  await drained();
+  t.equal((await jsm.streams.info(dlqName)).state.messages, before + 1, 'one dead letter');
+  const m = await jsm.streams.getMessage(dlqName, { seq: info.state.last_seq });
+  t.equal(m.header.get('Fleet-Report-Id'), deep.id);
+  t.equal(m.header.get('Fleet-Deliveries'), '1', 'at its first delivery');
+  t.same(Buffer.from(m.data), encodeBatch([deep.bytes]), 'its own bytes, never re-serialised');
+  t.match(m.header.get('Fleet-Error'), /^not storable: output cannot be stored: \/output\/0\/0.*nested deeper than 1000 levels$/);
+  const stored = await storedOnce(s.ch, 'heartbeats', 'version', ['deep-1', 'deep-2']);
+  t.ok(stored.once, `the neighbours stored once (${JSON.stringify(stored)})`);
+  const row = await eventually(async () => (await chRows<{ detail: string }>(s.ch, `SELECT detail FROM ingest_rejections WHERE path LIKE '%/deep-1/agent/command_ack'`))[0]);
+  t.match(row.detail, /^dead-lettered after 1 delivery: not storable: output cannot be stored/);
+  t.equal(await workerMetric(workerUrl, 'fleet_worker_outage'), 0, 'nothing waits for an outage');
 });

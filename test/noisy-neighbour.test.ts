@@ -1,6 +1,7 @@
 // A noisy neighbour: customer A at its full allowed rate with the largest allowed reports
 // (1 MiB diagnostics of 120 items of 8,192 characters, status reports with 256 KiB snapshots, 4 MiB
-// batches, 1,000-record host metrics), ignoring every 429, while customer B's agents send
+// batches, 1,000-record host metrics), ignoring every 429, with its live streams at their quota,
+// while customer B's agents send
 // heartbeats. B's p99 apply lag stays within 1 s, every one of B's heartbeats is answered 200 and
 // stored once (raw rows, merges stopped), and nothing of B is refused.
 //
@@ -17,8 +18,8 @@ import { parseSettings } from '../lib/config.js';
 const TIMEOUT_S = 300;
 // The per-customer rates as shipped (the test stack lifts them for other files).
 const d = parseSettings({});
-const shipped = Object.fromEntries(['QUOTA_INGEST_REQUESTS_PER_S', 'QUOTA_INGEST_BYTES_PER_S', 'RATE_LIMIT_PER_S', 'RATE_LIMIT_BURST'].map((k) => [k, String(d[k as keyof typeof d])]));
-const s = await testStack(t, 'noisy', { env: { HEARTBEAT_TIMEOUT_S: String(TIMEOUT_S), ...shipped } });
+const shipped = Object.fromEntries(['QUOTA_INGEST_REQUESTS_PER_S', 'QUOTA_INGEST_BYTES_PER_S', 'QUOTA_STREAM_CONNECTIONS', 'RATE_LIMIT_PER_S', 'RATE_LIMIT_BURST'].map((k) => [k, String(d[k as keyof typeof d])]));
+const s = await testStack(t, 'noisy', { api: true, env: { HEARTBEAT_TIMEOUT_S: String(TIMEOUT_S), ...shipped } });
 const b = await s.newCustomer(`quiet-${s.id}`);
 const keys = redisKeys(s.env.REDIS_PREFIX!);
 const B_MACHINES = 20;
@@ -96,10 +97,23 @@ t.test("B's heartbeats are applied within 1 s (p99) while A sends everything it 
     }
   })();
 
+  // A's live streams: as many as its quota lets it open, held open the whole time.
+  const streams: AbortController[] = [];
+  for (let i = 0; i < Number(shipped.QUOTA_STREAM_CONNECTIONS); i++) {
+    const ac = new AbortController();
+    const r = await fetch(`${s.apiUrl}/api/fleet/stream`, { headers: { Authorization: `Bearer ${s.token}` }, signal: ac.signal });
+    t.equal(r.status, 200, `A's live stream ${i + 1}`);
+    streams.push(ac);
+  }
+  const over = await fetch(`${s.apiUrl}/api/fleet/stream`, { headers: { Authorization: `Bearer ${s.token}` } });
+  t.equal(over.status, 429, 'one more is over its quota');
+  await over.body?.cancel();
+
   const until = Date.now() + SECONDS * 1000;
   const stop = () => Date.now() > until;
   await Promise.all([...Array.from({ length: 4 }, (_, lane) => hostile(stop, lane)), ...Array.from({ length: B_MACHINES }, (_, m) => quiet(stop, m))]);
   t.comment(`A's answers: ${[...aAnswers].map(([k, v]) => `${k}: ${v}`).join(', ')}`);
+  for (const ac of streams) ac.abort();
 
   // Every B heartbeat answered 200 and nothing refused.
   const refused = beats.filter((x) => x.status !== 200);

@@ -5,13 +5,15 @@
 //      within seconds, and the pipeline keeps applying afterwards;
 //   2. the same straight into JetStream (3,000 messages of 400 B, then one of 200 KB, then more);
 //   3. a pull that stops delivering (induced with the old, stalling pull) is found by the
-//      watchdog: logged, counted, shown as not ready, and restarted; the report arrives.
+//      watchdog: logged, counted, shown as not ready, and restarted; the report arrives;
+//   4. a consumer whose unacked messages reach its max_ack_pending delivers nothing to any
+//      worker: the watchdog shows it as not ready (saturated, not a stall), until some are acked.
 import t from 'tap';
 import { HeartbeatState } from '../workers/heartbeat-state.js';
 import { Writable } from 'node:stream';
 import { randomUUID } from 'node:crypto';
 import { pino } from 'pino';
-import type { Consumer } from 'nats';
+import { AckPolicy, nanos, type Consumer, type JsMsg } from 'nats';
 import { testStack, post, eventually, chRows } from './helpers/stack.js';
 import { subjects, encodeReport, encodeBatch } from '../lib/messages.js';
 import { createMetrics } from '../lib/metrics.js';
@@ -22,6 +24,8 @@ const s = await testStack(t, 'stall', { api: false });
 const other = await s.newCustomer('stall-b');
 await s.pool.query(`UPDATE licences SET device_limit = 100000`);
 const ingest = (slug: string, machine: string, kind: string) => `${s.gatewayUrl}/api/ingest/${slug}/${machine}/agent/${kind}`;
+// One checker per process (its schemas are compiled once, by id).
+const checker = reportChecker(1000);
 const count = async (sql: string) => Number((await chRows<{ n: string }>(s.ch, sql))[0]!.n);
 
 t.test('1,500 small reports, then several of 200 KB and one of 950 KB, through the gateway: all applied within seconds, and more after', async (t) => {
@@ -118,7 +122,7 @@ t.test('a pull that stops delivering is found by the watchdog, logged, shown as 
       tsWindow: { pastMs: 30 * 86_400_000, futureMs: 86_400_000 },
       ackTimeoutS: 3600,
     },
-    reportChecker(1000),
+    checker,
     {
       reportsSubject: subj.reports,
       rejectionsSubject: subj.rejections,
@@ -126,7 +130,7 @@ t.test('a pull that stops delivering is found by the watchdog, logged, shown as 
       batchMaxMessages: 256,
       batchMaxBytes: 16 * 1024 * 1024,
       batchWaitMs: 20,
-      maxDeliver: 5,
+      retryMaxMs: 30_000,
       concurrency: 2,
       pull: { maxMessages: 30, expiresMs: 5000 },
       stallMs: 1500,
@@ -147,4 +151,77 @@ t.test('a pull that stops delivering is found by the watchdog, logged, shown as 
   t.match(await metrics.text(), /fleet_worker_consumer_stalls_total\{service="worker"\} [3-9]/, 'each stall counted');
   await eventually(async () => consumer.problem() === null, 5000, 'ready again once it delivers');
   await consumer.stop();
+});
+
+t.test('a consumer at its max_ack_pending delivers nothing to anyone: not ready (saturated), not a stall; ready again once acked', async (t) => {
+  const w = await testStack(t, 'saturated', { api: false, gateway: false, worker: false });
+  const subj = subjects(w.env.SUBJECT_PREFIX!);
+  const js = w.nc.jetstream();
+  const jsm = await w.nc.jetstreamManager();
+  // A cap of 2 stands for the 50,000 of a real deployment.
+  await jsm.consumers.add(w.env.STREAM_NAME!, { durable_name: 'workers', ack_policy: AckPolicy.Explicit, ack_wait: nanos(120_000), max_deliver: -1, max_ack_pending: 2 });
+  const real = await js.consumers.get(w.env.STREAM_NAME!, 'workers');
+  const hb = (machine: string) =>
+    encodeBatch([encodeReport({ id: randomUUID(), k: 'heartbeat', c: w.customer.id, cs: w.customer.slug, m: machine, s: 'agent', t: randomUUID(), at: Date.now() }, Buffer.from(`{"version":"${machine}"}`))]);
+  for (const m of ['sat-held-1', 'sat-held-2', 'sat-next-1', 'sat-next-2']) await js.publish(subj.reports, hb(m));
+  // Another worker holds two messages and does not ack them (one stuck in a long outage, say).
+  const held: JsMsg[] = [];
+  for await (const m of await real.fetch({ max_messages: 2, expires: 5000 })) {
+    held.push(m);
+    if (held.length === 2) break;
+  }
+  t.equal(held.length, 2, 'two messages held, unacked');
+
+  const lines: { msg?: string; level?: number }[] = [];
+  const sink = new Writable({
+    write(chunk, _enc, done) {
+      for (const l of String(chunk).split('\n')) if (l) lines.push(JSON.parse(l));
+      done();
+    },
+  });
+  const consumer = new IngestConsumer(
+    real,
+    js,
+    {
+      pool: w.pool,
+      ch: w.ch,
+      redis: w.redis,
+      redisPrefix: w.env.REDIS_PREFIX!,
+      heartbeats: new HeartbeatState(w.redis, w.env.REDIS_PREFIX!, { heartbeatTimeoutMs: 300_000, pgIntervalMs: 240_000, idCacheSize: 1000 }),
+      idempotencyTtlS: 60,
+      tsWindow: { pastMs: 30 * 86_400_000, futureMs: 86_400_000 },
+      ackTimeoutS: 3600,
+    },
+    checker,
+    {
+      reportsSubject: subj.reports,
+      rejectionsSubject: subj.rejections,
+      deadLetterSubject: subj.deadLetter,
+      batchMaxMessages: 256,
+      batchMaxBytes: 16 * 1024 * 1024,
+      batchWaitMs: 20,
+      retryMaxMs: 30_000,
+      concurrency: 2,
+      pull: { maxMessages: 30, expiresMs: 1000 },
+      stallMs: 1000,
+      watchdogMs: 250,
+    },
+    pino({ level: 'info' }, sink),
+    createMetrics('worker'),
+  );
+  consumer.start();
+  t.teardown(() => consumer.stop());
+  const seen = await eventually(async () => consumer.problem(), 10_000, 'the saturation seen');
+  t.match(seen, /^saturated: 2 messages delivered and not acked \(max_ack_pending 2\)/, `not ready: ${seen}`);
+  t.ok(lines.some((l) => l.level === 50 && /consumer saturated/.test(l.msg ?? '')), 'an error line in the log');
+  // A look of the watchdog after the worker has waited longer than the stall timeout, with
+  // messages pending: still not a stall (a new pull would not help).
+  const after = Date.now() + 1500;
+  await eventually(async () => (consumer.consumerState?.at ?? 0) > after, 10_000, 'a watchdog look past the stall timeout');
+  t.equal(consumer.stalledSince, null, 'not reported as a stall');
+  t.match(consumer.problem(), /^saturated/, 'still saturated');
+  for (const m of held) m.ack();
+  await eventually(async () => (await chRows(w.ch, `SELECT 1 FROM heartbeats FINAL WHERE machine LIKE 'sat-next-%'`)).length === 2, 20_000, 'the rest delivered and applied');
+  await eventually(async () => consumer.problem() === null, 10_000, 'ready again');
+  t.notOk(lines.some((l) => /consumer stalled/.test(l.msg ?? '')), 'no stall was logged');
 });

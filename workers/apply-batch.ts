@@ -6,6 +6,9 @@
 //   ClickHouse  ReplacingMergeTree rows keyed by report id (and item number);
 //   Redis       keys whose expiry is an absolute time (receive time + timeout), only ever extended;
 //               state hashes whose times only move forward.
+// A batch that fails half-way is applied again later: every write is waited for (settled) before
+// the failure is thrown, and the ClickHouse rows that did land are told to `rows` (RowLedger),
+// which the next apply asks, so each report's rows are inserted once (workers/outages.ts).
 import type { Report, RejectionRecord } from '../lib/messages.js';
 import type { Pool, PoolClient } from '../lib/db/postgres.js';
 import { withTx, pgText, pgJson } from '../lib/db/postgres.js';
@@ -46,6 +49,23 @@ export interface ApplyDeps extends CommandDeps {
   /** Reservations against the quota artifact_bytes, settled once an artifact is stored (lib/artifact-usage.ts); without it none are. */
   artifactUsage?: ArtifactUsage;
   log?: Logger;
+  /** Which reports' ClickHouse rows landed already (a retried batch's); none: insert everything. */
+  rows?: RowLedger;
+}
+
+/** ClickHouse rows that landed before, per table and report id (workers/outages.ts LandedRows). */
+export interface RowLedger {
+  /** The rows of report `id` are in `table` already: not inserted again. */
+  landed(table: string, id: string): boolean;
+  /** An insert into `table` succeeded with the rows of these reports. */
+  inserted(table: string, ids: readonly string[]): void;
+}
+
+/** Every promise settled; then the first failure, if any, is thrown. */
+async function settled(ps: (Promise<unknown> | null)[]): Promise<void> {
+  const results = await Promise.allSettled(ps.filter((p): p is Promise<unknown> => p !== null));
+  const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+  if (failed) throw failed.reason;
 }
 
 export type { Resolved };
@@ -72,12 +92,15 @@ export async function applyBatch(d: ApplyDeps, all: Report[], rejections: Reject
   // Committed changes of colour go out (never throws), even if the rest of the batch is retried.
   const lightsDelivered = d.lights?.afterCommit(lightEvents);
   try {
-    await Promise.all([
+    // Settled, not raced: a write still in flight when another failed could land unnoticed, and
+    // its rows would be inserted again by the retry.
+    const metrics = reports.filter((r) => r.k === 'metrics' && !d.rows?.landed('host_metrics', r.id));
+    await settled([
       writeClickHouse(d, reports, rejections, ids, suppressed),
       d.heartbeats.written(toWrite.flatMap((u) => (written.has(u.key) ? [{ u, id: written.get(u.key)!, pgAt: written.get(u.key)!.pgAt }] : []))),
       reports.length < all.length ? applyHelpTexts(d.pool, all) : null,
       recordMilestones(d.pool, all),
-      writeMetrics(d.ch, reports, ids),
+      metrics.length > 0 ? writeMetrics(d.ch, metrics, ids).then(() => d.rows?.inserted('host_metrics', metrics.map((r) => r.id))) : null,
       writeArtifacts(d.pool, reports, ids, d.artifactUsage ? { usage: d.artifactUsage, log: d.log } : undefined),
       applyCommandReports(d, reports),
     ]);
@@ -213,10 +236,15 @@ async function writeClickHouse(d: ApplyDeps, reports: Report[], rejections: Reje
   const heartbeats: string[] = [];
   const diagnostics: string[] = [];
   const statuses: string[] = [];
+  // The reports whose rows each insert holds (for the ledger).
+  const of: Record<'heartbeats' | 'diagnostics' | 'status_history', string[]> = { heartbeats: [], diagnostics: [], status_history: [] };
   for (const r of reports) {
     if (r.k !== 'heartbeat' && r.k !== 'diagnostics' && r.k !== 'status') continue;
     const id = ids.get(instanceKey(r));
     if (!id) continue;
+    const table = r.k === 'heartbeat' ? 'heartbeats' : r.k === 'diagnostics' ? 'diagnostics' : 'status_history';
+    if (d.rows?.landed(table, r.id)) continue;
+    of[table].push(r.id);
     const base = tsvRow([chTime(r.at), r.at, r.c, r.cs, id.machineId, r.m, r.s, id.instanceId, r.id]);
     if (r.k === 'heartbeat') {
       const b = r.b as Heartbeat;
@@ -249,13 +277,19 @@ async function writeClickHouse(d: ApplyDeps, reports: Report[], rejections: Reje
       statuses.push(base + '\t' + tsvRow([b.status, b.message ?? '', b.snapshot === undefined ? '' : JSON.stringify(b.snapshot)]));
     }
   }
-  const rej = rejections.map((x) =>
+  const rejected = rejections.filter((x) => !d.rows?.landed('ingest_rejections', x.id));
+  const rej = rejected.map((x) =>
     tsvRow([chTime(x.at), x.at, x.id, x.customer_id, x.customer, x.token_id, x.method, x.path, x.status, x.detail, x.body_size, x.remote, x.dropped]),
   );
-  await Promise.all([
-    insertTsv(d.ch, 'heartbeats', HEARTBEAT_COLS, heartbeats),
-    insertTsv(d.ch, 'diagnostics', DIAGNOSTIC_COLS, diagnostics),
-    insertTsv(d.ch, 'status_history', STATUS_COLS, statuses),
-    insertTsv(d.ch, 'ingest_rejections', REJECTION_COLS, rej),
+  const insert = async (table: string, columns: readonly string[], rows: string[], reportIds: readonly string[]) => {
+    if (rows.length === 0) return;
+    await insertTsv(d.ch, table, columns, rows);
+    d.rows?.inserted(table, reportIds);
+  };
+  await settled([
+    insert('heartbeats', HEARTBEAT_COLS, heartbeats, of.heartbeats),
+    insert('diagnostics', DIAGNOSTIC_COLS, diagnostics, of.diagnostics),
+    insert('status_history', STATUS_COLS, statuses, of.status_history),
+    insert('ingest_rejections', REJECTION_COLS, rej, rejected.map((x) => x.id)),
   ]);
 }

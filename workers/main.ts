@@ -156,7 +156,7 @@ const consumer = new IngestConsumer(
     batchMaxMessages: cfg.worker.batchMaxMessages,
     batchMaxBytes: cfg.worker.batchMaxBytes,
     batchWaitMs: cfg.worker.batchWaitMs,
-    maxDeliver: cfg.worker.maxDeliver,
+    retryMaxMs: cfg.worker.retryMaxMs,
     concurrency: Math.max(1, cfg.worker.concurrency),
     pull: { maxMessages: pullMaxMessages, expiresMs: 5000 },
     stallMs: cfg.worker.stallTimeoutMs,
@@ -168,8 +168,12 @@ const consumer = new IngestConsumer(
 consumer.start();
 flusher.start();
 log.info({ intervalMs: heartbeats.intervalMs, tickMs: heartbeats.tickMs }, 'heartbeats that change nothing reach Postgres within the interval');
-// The consumer's own state (stalls; NATS unreachable) joins the dependency probes in /readyz.
-const consumerHealth = setInterval(() => readiness.set('consumer', consumer.problem()), 1000);
+// The consumer's own state (stalls, saturation, NATS unreachable) and what its messages wait for
+// (an outage: a dependency that refuses them) join the dependency probes in /readyz.
+const consumerHealth = setInterval(() => {
+  readiness.set('consumer', consumer.problem());
+  readiness.set('outage', consumer.outageProblem());
+}, 1000);
 consumerHealth.unref();
 const ready = metrics.gauge('fleet_worker_ready');
 metrics.onScrape(() => ready.set(readiness.problem() === null ? 1 : 0));

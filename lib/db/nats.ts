@@ -81,8 +81,9 @@ export async function ensureConsumer(jsm: JetStreamManager, streamName: string, 
     ack_policy: AckPolicy.Explicit,
     deliver_policy: DeliverPolicy.All,
     ack_wait: nanos(ackWaitS * 1000),
-    // Redelivery is unbounded here: the worker itself dead-letters a message that keeps failing
-    // for a reason in its data, and keeps retrying one that fails because a server is down.
+    // Redelivery is unbounded here: the worker itself dead-letters a report whose data an error
+    // code proves at fault, and retries everything else, with a growing delay, for as long as it
+    // takes (lib/storage-errors.ts). Messages waiting count towards max_ack_pending.
     max_deliver: -1,
     max_ack_pending: 50_000,
   };

@@ -25,6 +25,8 @@ export interface StackOptions {
   natsUrl?: string;
   /** A Postgres server of the test's own (crash tests): its URL, any database. */
   pgUrl?: string;
+  /** A Redis server of the test's own (outage tests), instead of the shared one. */
+  redisUrl?: string;
 }
 
 export interface TestStack {
@@ -94,10 +96,11 @@ export async function testStack(t: Test, name: string, opts: StackOptions = {}):
   const id = `${name.replace(/[^a-z0-9]/g, '')}${randomBytes(3).toString('hex')}`;
   const natsUrl = opts.natsUrl ?? base.nats;
   const pgServer = opts.pgUrl ?? base.pg;
+  const redisUrl = opts.redisUrl ?? base.redis;
   const env: Record<string, string> = {
     NATS_URL: natsUrl,
     DATABASE_URL: dbUrl(`t_${id}`, pgServer),
-    REDIS_URL: base.redis,
+    REDIS_URL: redisUrl,
     CLICKHOUSE_URL: base.ch,
     CLICKHOUSE_DB: `t_${id}`,
     STREAM_NAME: `T_${id.toUpperCase()}`,
@@ -119,7 +122,7 @@ export async function testStack(t: Test, name: string, opts: StackOptions = {}):
   await migrate({ databaseUrl: env.DATABASE_URL!, clickhouseUrl: base.ch, clickhouseDatabase: env.CLICKHOUSE_DB! });
   const pool = createPool(env.DATABASE_URL!, 5, 'fleet-test');
   const ch = createClickHouse({ url: base.ch, database: env.CLICKHOUSE_DB });
-  const redis = createRedis(base.redis);
+  const redis = createRedis(redisUrl);
   const nc = await connectNats(natsUrl, `test-${id}`);
   // A patient first request: a nats-server of the test's own, on a busy machine, may take a while.
   await ensureStreams(await nc.jetstreamManager({ timeout: 20_000 }), {
@@ -199,13 +202,16 @@ export async function testStack(t: Test, name: string, opts: StackOptions = {}):
       }
     }
     await nc.close();
-    let cursor = '0';
-    do {
-      const [next, keys] = await redis.scan(cursor, 'MATCH', `${env.REDIS_PREFIX}*`, 'COUNT', 1000);
-      cursor = next;
-      if (keys.length) await redis.del(...keys);
-    } while (cursor !== '0');
-    await redis.quit();
+    // A Redis of the test's own is thrown away with its test (it may be stopped already).
+    if (!opts.redisUrl) {
+      let cursor = '0';
+      do {
+        const [next, keys] = await redis.scan(cursor, 'MATCH', `${env.REDIS_PREFIX}*`, 'COUNT', 1000);
+        cursor = next;
+        if (keys.length) await redis.del(...keys);
+      } while (cursor !== '0');
+      await redis.quit();
+    } else redis.disconnect();
     await pool.end();
     await ch.command({ query: `DROP DATABASE IF EXISTS t_${id}` }).catch(() => {});
     await ch.close();

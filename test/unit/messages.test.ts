@@ -1,6 +1,8 @@
 // The queue's message format (lib/messages.ts): reports and batches round-trip, the raw body untouched; delivered and acked command ids.
 import t from 'tap';
-import { encodeReport, encodeBatch, decodeBatch, DecodeError } from '../../lib/messages.js';
+import { encodeReport, encodeBatch, decodeBatch, reportSlices, DecodeError } from '../../lib/messages.js';
+import { envelopeRefusal, reportChecker } from '../../lib/report-check.js';
+import { treeErrors, TREE_MAX_DEPTH } from '../../lib/storable.js';
 import { randomUUID } from 'node:crypto';
 
 t.test('a batch round-trips, the raw body untouched', async (t) => {
@@ -27,4 +29,52 @@ t.test('a report carries the delivered command ids and the acked command id', as
   t.equal(b.r[2]!.k, 'command_ack');
   t.equal(b.r[2]!.ci, ids[0]);
   t.same(b.r[2]!.b, { result: 'success' });
+});
+
+const text = (b: Uint8Array) => Buffer.from(b).toString('utf8');
+
+t.test("reportSlices: each report's bytes as queued, whatever they hold, without a stack", async (t) => {
+  const a = encodeReport({ id: 'a', k: 'status', c: 'c', cs: 'cs', m: 'm', s: 's', t: 't', at: 5 }, Buffer.from('{"status":"running","message":"] , } [ { \\" ,"}'));
+  const deep = encodeReport({ id: 'b', k: 'command_ack', c: 'c', cs: 'cs', m: 'm', s: 's', t: 't', at: 6 }, Buffer.from(`{"result":"success","output":${'['.repeat(20_000)}${']'.repeat(20_000)}}`));
+  const c = encodeReport({ id: 'c', k: 'heartbeat', c: 'c', cs: 'cs', m: 'm', s: 's', t: 't', at: 7, ik: 'x"]}' }, null);
+  const batch = encodeBatch([a, deep, c]);
+  const slices = reportSlices(batch)!;
+  t.equal(slices.length, 3);
+  t.same(slices.map(text), [a, deep, c].map(String), 'byte for byte');
+  t.throws(() => JSON.stringify(decodeBatch(batch)), RangeError, 'what re-serialising it would do');
+  // Another writer's layout: whitespace, other keys around, `r` not first, values that look like keys.
+  const odd = Buffer.from(' { "x" : {"r":[1]} ,\n "v" : 1 , "r" : [ {"id":"p"} ,\t{"id":"q","r":[2]} ] , "y":"r" } ');
+  t.same(reportSlices(odd)!.map(text), ['{"id":"p"}', '{"id":"q","r":[2]}']);
+  t.same(reportSlices(Buffer.from('{"v":1,"r":[]}')), []);
+  // The last `r` wins, as in JSON.parse.
+  t.same(reportSlices(Buffer.from('{"r":[{"a":1}],"v":1,"r":[{"b":2},{"c":3}]}'))!.map(text), ['{"b":2}', '{"c":3}']);
+  t.equal(reportSlices(Buffer.from('{"v":1}')), null, 'no r');
+  t.equal(reportSlices(Buffer.from('[{"r":[1]}]')), null, 'not an object');
+  t.equal(reportSlices(Buffer.from('{"\\u0072":[{"a":1}]}')), null, 'an escaped key: the caller keeps the whole message');
+});
+
+t.test('envelopeRefusal: what a gateway writes passes, what a bypassing publisher may write is named', async (t) => {
+  const ok = { id: randomUUID(), k: 'heartbeat', c: randomUUID(), cs: 'acme', m: 'm-1', s: 'agent', t: randomUUID(), at: Date.now(), dc: [randomUUID()], ci: randomUUID(), ik: 'k' };
+  t.equal(envelopeRefusal(ok), null);
+  t.match(envelopeRefusal({ ...ok, id: 'x' }), /id must be a UUID/);
+  t.match(envelopeRefusal({ ...ok, c: 'ghost' }), /c must be a UUID/);
+  t.match(envelopeRefusal({ ...ok, m: 'Not A Slug' }), /slugs/);
+  t.match(envelopeRefusal({ ...ok, at: 'yesterday' }), /at must be a time/);
+  t.match(envelopeRefusal({ ...ok, at: 1e20 }), /at must be a time/);
+  t.match(envelopeRefusal({ ...ok, at: 1.5 }), /at must be a time/);
+  t.match(envelopeRefusal({ ...ok, dc: ['x'] }), /dc must be/);
+  t.match(envelopeRefusal({ ...ok, ik: 5 }), /ik must be/);
+});
+
+t.test('free trees: deeper than TREE_MAX_DEPTH is not storable, found without recursion', async (t) => {
+  const nest = (n: number): unknown => JSON.parse('['.repeat(n) + ']'.repeat(n));
+  t.same(treeErrors(nest(TREE_MAX_DEPTH), '/output'), []);
+  const deeper = treeErrors(nest(TREE_MAX_DEPTH + 1), '/output');
+  t.equal(deeper.length, 1);
+  t.match(deeper[0]!.message, `nested deeper than ${TREE_MAX_DEPTH} levels`);
+  t.equal(treeErrors(nest(50_000), '/output').length, 1, '50,000 levels: one error, no stack overflow');
+  // The check the gateway answers 422 with, and the worker proves a queued report at fault with.
+  const check = reportChecker(100);
+  t.equal(check.check('command_ack', { result: 'success', output: nest(TREE_MAX_DEPTH) }), null);
+  t.match(check.check('command_ack', { result: 'success', output: nest(20_000) })?.detail, /^output cannot be stored: \/output\/0\/0.* nested deeper than 1000 levels$/);
 });
