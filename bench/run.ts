@@ -141,6 +141,11 @@ export async function runBench(cfg: Config, root: string, args: string[]): Promi
       // Mixed valid, boundary and invalid reports from several customers; every 200 stored exactly once.
       results.soak = runScript('soak', ['--seconds', opt.quick ? '10' : '60'], {});
     }
+    if (want('hostile-soak')) {
+      // One hostile customer sends everything it may (and much it may not) for ten minutes beside five
+      // ordinary ones: theirs stored exactly once, their heartbeats applied within 1 s (p99), no restarts.
+      results.hostile_soak = runScript('hostile-soak', ['--seconds', opt.quick ? '60' : '600'], {});
+    }
     if (want('commands')) {
       results.commands = runScript('commands', [], opt.quick ? { BENCH_INSTANCES: '2000', BENCH_DURATION_S: '3', BENCH_ROUNDS: '1', BENCH_WARMUP_S: '1' } : {});
     }
