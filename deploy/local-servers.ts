@@ -103,6 +103,92 @@ export function tcpProbe(port: number, expect: string | null, send?: string): Pr
   });
 }
 
+/** A port another process holds: a server started on it would fail, and its probe reach the other one. */
+export class PortInUseError extends Error {
+  constructor(
+    readonly port: number,
+    readonly variable: string,
+    detail = 'is in use by another process',
+  ) {
+    super(`port ${port} ${detail}; set ${variable} to a free port (another stack, or a server of the machine, may hold it)`);
+    this.name = 'PortInUseError';
+  }
+}
+
+/** Refuses a port something already listens on (checked after our own stale server is stopped). */
+export async function ensurePortFree(port: number, variable: string): Promise<void> {
+  if (await tcpProbe(port, null)) throw new PortInUseError(port, variable);
+}
+
+/** The inodes of the sockets listening on 127.0.0.1 (or any address) at `port` (/proc/net/tcp, tcp6). */
+function listeningInodes(port: number): Set<string> {
+  const out = new Set<string>();
+  const hex = port.toString(16).toUpperCase().padStart(4, '0');
+  for (const f of ['/proc/net/tcp', '/proc/net/tcp6']) {
+    let text = '';
+    try {
+      text = readFileSync(f, 'utf8');
+    } catch {
+      continue;
+    }
+    for (const line of text.split('\n').slice(1)) {
+      const col = line.trim().split(/\s+/);
+      // local_address is ADDR:PORT in hex; state 0A is LISTEN; the inode is the tenth column.
+      if (col.length > 9 && col[1]!.endsWith(`:${hex}`) && col[3] === '0A') out.add(col[9]!);
+    }
+  }
+  return out;
+}
+
+/** Whether process `pid`, or a child of it (a server that forks a watchdog), holds a socket listening on `port`. */
+export function listensOn(pid: number, port: number): boolean {
+  const inodes = listeningInodes(port);
+  if (inodes.size === 0) return false;
+  const holds = (p: number) => {
+    try {
+      for (const fd of readdirSync(`/proc/${p}/fd`)) {
+        try {
+          const m = /^socket:\[(\d+)\]$/.exec(readlinkSync(`/proc/${p}/fd/${fd}`));
+          if (m && inodes.has(m[1]!)) return true;
+        } catch {
+          /* closed meanwhile */
+        }
+      }
+    } catch {
+      /* gone, or not ours to inspect */
+    }
+    return false;
+  };
+  return holds(pid) || childrenOf(pid).some(holds);
+}
+
+function childrenOf(pid: number): number[] {
+  const out: number[] = [];
+  for (const e of readdirSync('/proc')) {
+    if (!/^\d+$/.test(e)) continue;
+    try {
+      // /proc/<pid>/stat: "pid (comm) state ppid …"; comm may hold spaces and parentheses.
+      const stat = readFileSync(`/proc/${e}/stat`, 'utf8');
+      if (Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]) === pid) out.push(Number(e));
+    } catch {
+      /* gone */
+    }
+  }
+  return out;
+}
+
+/**
+ * After a server answered its probe: that it was ours that answered (it holds the listening socket),
+ * not another process on the same port. Stops ours and throws otherwise.
+ */
+async function ensureOurs(name: string, child: ChildProcess, ports: [number, string][], stop: () => Promise<void>): Promise<void> {
+  for (const [port, variable] of ports) {
+    if (child.pid && listensOn(child.pid, port)) continue;
+    await stop();
+    throw new PortInUseError(port, variable, `answered, but not by the ${name} this stack started (pid ${child.pid})`);
+  }
+}
+
 export function spawnServer(cmd: string, args: string[], dir: string, opts: { uid?: number; gid?: number; env?: NodeJS.ProcessEnv } = {}) {
   const logFile = join(dir, 'server.log');
   const out = openSync(logFile, 'a');
@@ -162,11 +248,14 @@ export async function startNats(cfg: Config, log: Log): Promise<LocalServer> {
   const dir = join(cfg.dataDir, 'nats');
   mkdirSync(join(dir, 'jetstream'), { recursive: true });
   await stopStale(join(dir, 'server.pid'), log);
+  await ensurePortFree(cfg.ports.nats, 'NATS_PORT');
   writeFileSync(join(dir, 'nats.conf'), natsConfig(dir, cfg.ports.nats));
   const { child, logFile } = spawnServer(which('nats-server') ?? 'nats-server', ['-c', join(dir, 'nats.conf')], dir);
+  const stop = stopper('nats-server', child, dir, 'SIGTERM', log);
   await waitFor('nats-server', () => tcpProbe(cfg.ports.nats, 'INFO'), child, logFile);
+  await ensureOurs('nats-server', child, [[cfg.ports.nats, 'NATS_PORT']], stop);
   log(`nats-server ready on 127.0.0.1:${cfg.ports.nats} (data ${dir})`);
-  return { name: 'nats', stop: stopper('nats-server', child, dir, 'SIGTERM', log) };
+  return { name: 'nats', stop };
 }
 
 export async function startRedis(cfg: Config, log: Log): Promise<LocalServer> {
@@ -181,10 +270,13 @@ export async function startRedis(cfg: Config, log: Log): Promise<LocalServer> {
     '--notify-keyspace-events', 'Ex', '--daemonize', 'no', '--logfile', '',
     '--maxmemory-policy', 'noeviction',
   ];
+  await ensurePortFree(cfg.ports.redis, 'REDIS_PORT');
   const { child, logFile } = spawnServer(which('redis-server') ?? 'redis-server', args, dir);
+  const stop = stopper('redis-server', child, dir, 'SIGTERM', log);
   await waitFor('redis-server', () => tcpProbe(cfg.ports.redis, '+PONG', 'PING\r\n'), child, logFile);
+  await ensureOurs('redis-server', child, [[cfg.ports.redis, 'REDIS_PORT']], stop);
   log(`redis-server ready on 127.0.0.1:${cfg.ports.redis} (data ${dir})`);
-  return { name: 'redis', stop: stopper('redis-server', child, dir, 'SIGTERM', log) };
+  return { name: 'redis', stop };
 }
 
 function postgresBin(): string {
@@ -242,14 +334,17 @@ export async function startPostgres(cfg: Config, log: Log, opts: { fast?: boolea
   ];
   // Test stacks are thrown away after the run: skip fsync there.
   if (opts.fast) args.push('-c', 'fsync=off', '-c', 'synchronous_commit=off', '-c', 'full_page_writes=off');
+  await ensurePortFree(cfg.ports.postgres, 'PG_PORT');
   const { child, logFile } = spawnServer(join(bin, 'postgres'), args, dir, { uid: user?.uid, gid: user?.gid, env: pgEnv });
+  // SIGINT = fast shutdown: roll back open transactions and stop at once.
+  const stop = stopper('postgres', child, dir, 'SIGINT', log);
   await waitFor('postgres', () => pgReady(bin, cfg.ports.postgres), child, logFile);
+  await ensureOurs('postgres', child, [[cfg.ports.postgres, 'PG_PORT']], stop);
   // The application database.
   const dbName = new URL(cfg.databaseUrl).pathname.slice(1) || 'fleet';
   await createDatabaseIfMissing(cfg.ports.postgres, dbName);
   log(`postgres ready on 127.0.0.1:${cfg.ports.postgres} (data ${data})`);
-  // SIGINT = fast shutdown: roll back open transactions and stop at once.
-  return { name: 'postgres', stop: stopper('postgres', child, dir, 'SIGINT', log) };
+  return { name: 'postgres', stop };
 }
 
 async function pgReady(bin: string, port: number): Promise<boolean> {
@@ -388,10 +483,17 @@ export async function startClickHouse(cfg: Config, log: Log): Promise<LocalServe
   writeFileSync(join(dir, 'config.xml'), clickhouseConfig(dir, cfg.ports.clickhouseHttp, cfg.ports.clickhouseTcp));
   writeFileSync(join(dir, 'users.xml'), clickhouseUsers());
   const { bin, args } = clickhouseCommand(join(dir, 'config.xml'));
+  const ports: [number, string][] = [
+    [cfg.ports.clickhouseHttp, 'CLICKHOUSE_HTTP_PORT'],
+    [cfg.ports.clickhouseTcp, 'CLICKHOUSE_TCP_PORT'],
+  ];
+  for (const [port, variable] of ports) await ensurePortFree(port, variable);
   const { child, logFile } = spawnServer(bin, args, dir);
+  const stop = stopper('clickhouse-server', child, dir, 'SIGTERM', log);
   await waitFor('clickhouse-server', clickhousePing(cfg.ports.clickhouseHttp), child, logFile, 120_000);
+  await ensureOurs('clickhouse-server', child, ports, stop);
   log(`clickhouse-server ready on 127.0.0.1:${cfg.ports.clickhouseHttp} (data ${dir})`);
-  return { name: 'clickhouse', stop: stopper('clickhouse-server', child, dir, 'SIGTERM', log) };
+  return { name: 'clickhouse', stop };
 }
 
 /** Starts every server the environment does not point elsewhere (NATS_URL, REDIS_URL, ...). */

@@ -16,7 +16,7 @@ import { connectNats, ensureStreams } from '../lib/db/nats.js';
 import { createPool } from '../lib/db/postgres.js';
 import { createCustomer, createToken, findCustomer } from '../lib/admin.js';
 import { createUser, addMembership, findUserByLogin, newPassword } from '../lib/accounts.js';
-import { startLocalServers, stopServers, type LocalServer } from './local-servers.js';
+import { startLocalServers, stopServers, ensurePortFree, type LocalServer } from './local-servers.js';
 import { runTests } from './test-runner.js';
 import { nodeFlags, sessionSecret } from './service-process.js';
 import { runBench } from '../bench/run.js';
@@ -157,7 +157,13 @@ async function stop(m: Managed, ms: number): Promise<void> {
 async function start(): Promise<void> {
   const cfg = configOrExit('stack');
   mkdirSync(cfg.dataDir, { recursive: true });
-  const servers = await startLocalServers(cfg, log);
+  let servers: LocalServer[];
+  try {
+    servers = await startLocalServers(cfg, log);
+  } catch (e) {
+    log(`start-up failed: ${(e as Error).message}`);
+    process.exit(1);
+  }
   let apps: Managed[] = [];
   let shuttingDown = false;
   const shutdown = async (why: string) => {
@@ -194,6 +200,19 @@ async function start(): Promise<void> {
     { name: 'api', script: 'api/main.js', env: { JWT_SECRET: sessionSecret(cfg.dataDir, cfg.api.jwtSecret) } },
   ];
   if (shuttingDown) return;
+  // The front doors' ports must be free too: else their readiness below would be another stack's.
+  const appPorts: [number, string][] = [
+    [cfg.gateway.port, 'GATEWAY_PORT'],
+    [cfg.api.port, 'API_PORT'],
+    ...Array.from({ length: workerPort > 0 ? workers : 0 }, (_, i) => [workerPort + i, 'WORKER_HTTP_PORT'] as [number, string]),
+  ];
+  try {
+    for (const [port, variable] of appPorts) if (port > 0) await ensurePortFree(port, variable);
+  } catch (e) {
+    log(`start-up failed: ${(e as Error).message}`);
+    await stopServers(servers, log);
+    process.exit(1);
+  }
   for (const a of apps) launch(a);
   // Say "up" only once the front doors answer ready: the README's curl works from that line on.
   const g = `http://${cfg.gateway.host}:${cfg.gateway.port}`;
