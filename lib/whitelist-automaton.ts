@@ -22,9 +22,12 @@
 // order) than the best match so far is still open.
 //
 // Work per message of n code units against R rules (each unit counted in `work`): at most 2n
-// automaton steps, n × D output-link visits (D: the customer's longest chain of floating texts
-// that end in one another, "a" ⊂ "aa" ⊂ "aaa"; the api caps it at SUFFIX_CHAIN_MAX) and per rule
-// at most 2·(wildcard groups) + 5 rule events (the api caps the groups at WILDCARD_GROUPS_MAX).
+// automaton steps, D·n output-link visits (D: the customer's longest chain of floating texts that
+// end in one another, "a" ⊂ "aa" ⊂ "aaa"; the api caps it at SUFFIX_CHAIN_MAX), n for the
+// code-point maps, and per rule one set-up, one event per anchored piece, two per floating text,
+// its deadline and its drop, together at most 2·(G + 1) + 2 with G wildcard runs (the api caps G
+// at WILDCARD_GROUPS_MAX); RuleSet.match adds one per candidate rule. Hence
+// work ≤ (3 + D)·n + (2G + 6)·R, which test/unit/whitelist.test.ts checks at the limits.
 // Positions are UTF-16 indices; offsets from `?` are code points, mapped through two tables built
 // once per message when it holds a surrogate.
 
@@ -64,55 +67,62 @@ export interface ParsedMessage {
   matchAll: boolean;
 }
 
-const STAR = '*';
-const ANY = '?';
+const PAIR = /[\uD800-\uDBFF][\uDC00-\uDFFF]/g;
+const SURROGATE_ANY = /[\uD800-\uDFFF]/;
 
-function piecesOf(cps: string[]): Piece[] {
+/** Code points in s (a lone surrogate counts as one, as Array.from counts it). */
+function cpLength(s: string): number {
+  if (!SURROGATE_ANY.test(s)) return s.length;
+  return s.length - (s.match(PAIR)?.length ?? 0);
+}
+
+// `*` and `?` are ASCII: never half of a surrogate pair, so cutting the UTF-16 string at them cuts
+// it between code points.
+function piecesOf(part: string): Piece[] {
   const out: Piece[] = [];
-  let i = 0;
-  while (i < cps.length) {
-    if (cps[i] === ANY) {
-      i++;
-      continue;
+  let off = 0;
+  for (const chunk of part.split('?')) {
+    if (chunk) {
+      const len = cpLength(chunk);
+      out.push({ text: chunk, cpOff: off, cpLen: len, node: -1 });
+      off += len;
     }
-    const start = i;
-    while (i < cps.length && cps[i] !== ANY) i++;
-    out.push({ text: cps.slice(start, i).join(''), cpOff: start, cpLen: i - start, node: -1 });
+    off++; // the `?` after it
   }
   return out;
 }
 
 /** A message pattern, lower-cased as the messages are, cut into what the automaton checks. */
 export function parseMessagePattern(pattern: string): ParsedMessage {
-  const cps = Array.from(pattern.toLowerCase());
-  let groups = 0;
-  for (let i = 0; i < cps.length; i++) if ((cps[i] === STAR || cps[i] === ANY) && (i === 0 || (cps[i - 1] !== STAR && cps[i - 1] !== ANY))) groups++;
-  const parts: string[][] = [[]];
-  for (const c of cps) {
-    if (c === STAR) parts.push([]);
-    else parts[parts.length - 1]!.push(c);
-  }
+  const p = pattern.toLowerCase();
+  const groups = p.match(/[*?]+/g)?.length ?? 0;
+  const parts = p.split('*');
   if (parts.length === 1) {
-    return { exact: true, preCp: cps.length, pre: piecesOf(cps), sufCp: 0, suf: [], segs: [], minCp: cps.length, groups, innerQuestion: false, matchAll: false };
+    const len = cpLength(p);
+    return { exact: true, preCp: len, pre: piecesOf(p), sufCp: 0, suf: [], segs: [], minCp: len, groups, innerQuestion: false, matchAll: false };
   }
   const first = parts[0]!;
   const last = parts[parts.length - 1]!;
+  const preCp = cpLength(first);
+  const sufCp = cpLength(last);
   const segs: Segment[] = [];
   let innerQuestion = false;
-  let minCp = first.length + last.length;
-  for (const part of parts.slice(1, -1)) {
+  let minCp = preCp + sufCp;
+  for (let k = 1; k < parts.length - 1; k++) {
+    const part = parts[k]!;
     if (part.length === 0) continue; // `**`
     let lead = 0;
-    while (lead < part.length && part[lead] === ANY) lead++;
+    while (lead < part.length && part.charCodeAt(lead) === 63) lead++;
     let trail = 0;
-    if (lead < part.length) while (part[part.length - 1 - trail] === ANY) trail++;
+    if (lead < part.length) while (part.charCodeAt(part.length - 1 - trail) === 63) trail++;
     const inner = part.slice(lead, part.length - trail);
-    if (inner.includes(ANY)) innerQuestion = true;
-    segs.push({ text: inner.join(''), lead, trail, cpLen: inner.length, node: -1 });
-    minCp += part.length;
+    if (inner.includes('?')) innerQuestion = true;
+    const len = cpLength(inner);
+    segs.push({ text: inner, lead, trail, cpLen: len, node: -1 });
+    minCp += lead + len + trail;
   }
   const matchAll = first.length === 0 && last.length === 0 && segs.length === 0;
-  return { exact: false, preCp: first.length, pre: piecesOf(first), sufCp: last.length, suf: piecesOf(last), segs, minCp, groups, innerQuestion, matchAll };
+  return { exact: false, preCp, pre: piecesOf(first), sufCp, suf: piecesOf(last), segs, minCp, groups, innerQuestion, matchAll };
 }
 
 // Per-message scratch shared by every automaton (matching is synchronous): event buckets per
