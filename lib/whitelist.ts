@@ -41,7 +41,7 @@ export const MESSAGE_PATTERN_MAX = 512;
 /** Runs of `*`/`?` in one message pattern (`a*b?c*` has three). */
 export const WILDCARD_GROUPS_MAX = 16;
 /** A customer's floating message texts (between two `*`) that end in one another: "a", "aa", "aaa" is 3. */
-export const SUFFIX_CHAIN_MAX = 16;
+export const SUFFIX_CHAIN_MAX = 8;
 /** Machine (or software) names whose slug-pattern results a RuleSet keeps. */
 const SLUG_CACHE_MAX = 10_000;
 

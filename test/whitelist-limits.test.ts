@@ -1,6 +1,6 @@
 // Whitelist matching at the limits, end to end: one customer with WHITELIST_MAX_RULES (1,000)
-// adversarial rules (the issue's `?*` + a…a + b, floating texts a, aa, …, a^14 that must be found
-// in order, anchored pieces between `?`s), the last created through the api, which compiles the
+// adversarial rules (the issue's `?*` + a…a + b, 14 floating texts a, aa, …, a^8, b, …, b^6 that
+// must be found in order, anchored pieces between `?`s), the last created through the api, which compiles the
 // whole set to check the limits, and one more refused. A worker started after them (it loads the
 // rules before it consumes) classifies a diagnostics report of messages up to 8,192 characters;
 // every item is stored, with the rule the first-match semantics picks (worked out by hand below).
@@ -18,7 +18,7 @@ const patterns = Array.from({ length: 999 }, (_, i) =>
   i % 3 === 0
     ? `?*${a(500)}b#${i}` // the issue's shape
     : i % 3 === 1
-      ? `*${Array.from({ length: 14 }, (_, k) => a(k + 1)).join('*')}*#${i}#*` // 14 texts in order, chain of 14
+      ? `*${[...Array.from({ length: 8 }, (_, k) => a(k + 1)), ...Array.from({ length: 6 }, (_, k) => 'b'.repeat(k + 1))].join('*')}*#${i}#*` // 14 texts in order, chain of 8
       : `${Array.from({ length: 8 }, () => a(31)).join('?')}?*#${i}`, // 8 anchored pieces
 );
 
@@ -47,13 +47,13 @@ t.test('1,000 adversarial rules: stored, the 1,001st refused, a report classifie
   await s.startWorker();
   const items: [string, string | null][] = [
     [a(8000).toUpperCase() + 'B#3', id(3)], // the issue's shape, upper case: lower-cased before matching
-    [a(4000) + '#7#' + a(4000), id(7)], // 14 texts in order, then #7#
+    [a(4000) + 'B'.repeat(100) + '#7#' + a(4000), id(7)], // 14 texts in order, then #7#
     [Array.from({ length: 8 }, () => a(31) + 'Q').join('') + 'xyz#8', id(8)], // 8 anchored pieces, `?` = Q
     [a(8192), id(999)], // only the last rule, `*aaaa*`
     ['b'.repeat(8192), null],
-    ['😀'.repeat(3000) + '#7#', null], // astral; the texts a…a^14 are missing
-    [a(200) + '#1#' + a(10), id(1)], // 105 a's suffice for a, aa, …, a^14
-    [a(100) + '#1#', id(999)], // 100 do not: fails late, the last rule matches
+    ['😀'.repeat(3000) + '#7#', null], // astral; the texts a…a^8, b…b^6 are missing
+    [a(200) + 'b'.repeat(30) + '#1#' + a(10), id(1)], // 36 a's and 21 b's suffice for a, …, a^8, b, …, b^6
+    [a(100) + 'b'.repeat(20) + '#1#', id(999)], // 20 b's do not: fails late, the last rule matches
     ['', null],
   ];
   const r = await s.report('pc-1', 'diagnostics', { items: items.map(([message], i) => ({ code: i === 4 ? 2147483647 : 1, message, severity: 2 })) });

@@ -257,7 +257,7 @@ t.test('rules stored before the limits are still applied exactly', async (t) => 
 // per anchored piece, two per floating text (start waiting, advance), its deadline, its drop. Per
 // diagnostic of n code units against R rules within the limits (D = SUFFIX_CHAIN_MAX, G =
 // WILDCARD_GROUPS_MAX; literal runs ≤ G + 1):
-//   work ≤ (3 + D)·n + (2G + 6)·R ≤ C·(n + R), C = max(3 + D, 2G + 6) = 38
+//   work ≤ (3 + D)·n + (2G + 6)·R ≤ C·(n + R), C = max(3 + D, 2G + 6) = 38 (D = 8, G = 16)
 const PER_UNIT = 3 + SUFFIX_CHAIN_MAX;
 const PER_RULE = 2 * WILDCARD_GROUPS_MAX + 6;
 const C = Math.max(PER_UNIT, PER_RULE);
@@ -285,11 +285,11 @@ t.test(`work per diagnostic ≤ ${C}·(n + rules) for adversarial rules at the l
   const scenarios: [string, string[], string[]][] = [
     // The issue: `?*` + 509 × a + b, full code range; messages of a's (and ending in b: a match).
     ['issue: ?*a…ab', Array.from({ length: R }, () => '?*' + a(509) + 'b'), [long, a(8191) + 'b', ab]],
-    // Floating texts a, aa, …, a^16: the whole chain is walked at every position while 1,000 rules
+    // Floating texts a, aa, …, a^D: the whole chain is walked at every position while 1,000 rules
     // of 16 wildcard runs wait for a text that never comes.
     [
-      'suffix chain a…a^16',
-      Array.from({ length: R }, (_, i) => `*${a(1 + (i % 16))}*` + Array.from({ length: 13 }, (_, k) => a(1 + ((i + k) % 16))).join('*') + `*c${i % 10}*`),
+      `suffix chain a…a^${SUFFIX_CHAIN_MAX}`,
+      Array.from({ length: R }, (_, i) => `*${a(1 + (i % SUFFIX_CHAIN_MAX))}*` + Array.from({ length: 13 }, (_, k) => a(1 + ((i + k) % SUFFIX_CHAIN_MAX))).join('*') + `*c${i % 10}*`),
       [long, a(4096) + 'c' + a(4095)],
     ],
     // `*x*y*…`: 15 floating segments found in order, the last text missing: fails at the very end.
@@ -303,7 +303,7 @@ t.test(`work per diagnostic ≤ ${C}·(n + rules) for adversarial rules at the l
     // Every kind at once, astral text included.
     [
       'mixed, astral text',
-      Array.from({ length: R }, (_, i) => [`*${a(1 + (i % 16))}*😀*b?*`, `?*${a(200)}😀`, `${a(i % 300)}*`, `*${'😀'.repeat(1 + (i % 5))}*x`][i % 4]!),
+      Array.from({ length: R }, (_, i) => [`*${a(1 + (i % SUFFIX_CHAIN_MAX))}*😀*b?*`, `?*${a(200)}😀`, `${a(i % 300)}*`, `*${'😀'.repeat(1 + (i % 5))}*x`][i % 4]!),
       ['😀'.repeat(4096), a(4000) + '😀'.repeat(2000) + 'b', ab],
     ],
   ];
