@@ -105,6 +105,21 @@ export function renderTable(r: R): string {
         Object.entries(f.clickhouse ?? {}).map(([t, v]: [string, any]) => `${t} ${v.compressed_bytes_per_row}`).join(', ') + '.',
     );
   }
+  if (r.whitelist?.scenarios) {
+    const w = r.whitelist;
+    const rows = Object.entries(w.scenarios).filter(([, v]: [string, any]) => v.rules !== undefined);
+    lines.push(
+      '',
+      `| Whitelist matching per diagnostic item (bench/whitelist.ts, in process, ${w.cores} cores, load average ${w.load_avg_1m}; ${w.repeat} timed calls per message after ${w.warmup}) | rules | message chars | wall min µs | wall p50 µs | wall max µs | CPU µs | work units (per n + rules) | compile ms (CPU) | target |`,
+      '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
+      ...rows.map(
+        ([name, v]: [string, any]) =>
+          `| ${name}: ${v.what} | ${v.rules.toLocaleString('en')} | ${v.message_chars.toLocaleString('en')} | ${v.us_per_item_min} | ${v.us_per_item_p50} | ${v.us_per_item_max} | ${v.cpu_us_per_item} | ${v.work_per_item_max.toLocaleString('en')} (${v.work_per_unit_max}) | ${v.compile_ms} (${v.compile_cpu_ms}) | ${name === 'legacy_fallback' || name === 'suffix_chain_16' ? '' : `≤ ${w.target_us_per_item} µs`} |`,
+      ),
+    );
+    const ir = w.scenarios.issue_report;
+    if (ir) lines.push('', `${ir.what}: ${ir.ms_p50} ms wall (p50), ${ir.ms_max} ms (max), ${ir.cpu_ms} ms CPU per report.`);
+  }
   for (const extra of ['traffic_light', 'commands']) {
     if (r[extra]) lines.push('', `${extra.replace('_', ' ')}:`, '', '```json', JSON.stringify(r[extra], null, 2), '```');
   }

@@ -21,6 +21,7 @@ import { wrk, type WrkResult } from './wrk.js';
 import { writeReport, renderTable, writeCapacity } from './report.js';
 import { snapshot, perHundredThousand } from './cpu.js';
 import { createRedis } from '../lib/db/redis.js';
+import { whitelistBench } from './whitelist.js';
 
 /** Reports per message in the drain's stream, as the gateway groups them at most. */
 const DRAIN_PER_MSG = 500;
@@ -42,6 +43,15 @@ function quantile(sorted: number[], q: number): number {
   return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))]!;
 }
 
+/** Scenarios that measure code in this process only: `--only` with just these needs no servers. */
+export const CPU_ONLY = new Set(['whitelist']);
+
+/** Whether `npm run bench` with these arguments needs the servers (deploy/stack.ts starts them). */
+export function needsServers(args: string[]): boolean {
+  const i = args.indexOf('--only');
+  return i < 0 || !args[i + 1]!.split(',').every((s) => CPU_ONLY.has(s));
+}
+
 export interface BenchOptions {
   quick: boolean;
   only: Set<string> | null;
@@ -60,6 +70,22 @@ export async function runBench(cfg: Config, root: string, args: string[]): Promi
     ? { wrkS: 4, warmS: 1, e2eS: 8, drain: 100_000, customers: 100, machines: 20, costS: 5 }
     : { wrkS: 15, warmS: 3, e2eS: 30, drain: 1_000_000, customers: 100, machines: 100, costS: 20 };
 
+  const results: Record<string, unknown> = {
+    started_at: new Date().toISOString(),
+    mode: opt.quick ? 'quick' : 'full',
+    machine: { cores: cpus().length, cpu: cpus()[0]?.model ?? '', memory_gib: Math.round(totalmem() / 1024 ** 3), node: process.version },
+    load: { customers: D.customers, machines: D.customers * D.machines, wrk: { threads: 1, connections: 64, seconds: D.wrkS } },
+  };
+  const throughput: Record<string, WrkResult> = {};
+  const rss: Record<string, number> = {};
+
+  // Whitelist matching: pure CPU in this process, no servers needed (bench/whitelist.ts).
+  if (want('whitelist')) {
+    log('whitelist matching (in process)');
+    results.whitelist = whitelistBench(opt.quick, log);
+  }
+  if (!needsServers(args)) return finishBench(cfg, root, opt, results, throughput, rss);
+
   await migrate(cfg);
   const pool = createPool(cfg.databaseUrl, 4, 'bench');
   const ch = createClickHouse({ url: cfg.clickhouseUrl, database: cfg.clickhouseDatabase });
@@ -77,15 +103,6 @@ export async function runBench(cfg: Config, root: string, args: string[]): Promi
     const l = await p.waitFor((x) => x.msg === ready, 60_000);
     return { p, port: Number(l.port ?? 0) };
   };
-
-  const results: Record<string, unknown> = {
-    started_at: new Date().toISOString(),
-    mode: opt.quick ? 'quick' : 'full',
-    machine: { cores: cpus().length, cpu: cpus()[0]?.model ?? '', memory_gib: Math.round(totalmem() / 1024 ** 3), node: process.version },
-    load: { customers: D.customers, machines: D.customers * D.machines, wrk: { threads: 1, connections: 64, seconds: D.wrkS } },
-  };
-  const throughput: Record<string, WrkResult> = {};
-  const rss: Record<string, number> = {};
 
   const load = async (name: string, port: number, kind: keyof typeof BODIES) => {
     const url = `http://127.0.0.1:${port}`;
@@ -156,49 +173,7 @@ export async function runBench(cfg: Config, root: string, args: string[]): Promi
     await ch.close();
   }
 
-  const ratio = (a?: WrkResult, b?: WrkResult) => (a && b && b.requestsPerS > 0 ? Math.round((a.requestsPerS / b.requestsPerS) * 100) / 100 : null);
-  results.throughput = Object.fromEntries(
-    Object.entries(throughput).map(([k, v]) => [k, { requests_per_s: Math.round(v.requestsPerS), p50_ms: v.latencyP50Ms, p99_ms: v.latencyP99Ms, non_2xx: v.non2xx, socket_errors: v.socketErrors }]),
-  );
-  results.ratios = {
-    gateway_vs_ceiling: ratio(throughput.gateway_heartbeat, throughput.ceiling_bare_uws),
-    gateway_vs_alternative: ratio(throughput.gateway_heartbeat, throughput.alternative_fastify_pg),
-    // Reports per second: a batch request carries 100 heartbeats.
-    batch_vs_single_reports: throughput.gateway_batch && throughput.gateway_heartbeat ? Math.round(((throughput.gateway_batch.requestsPerS * 100) / throughput.gateway_heartbeat.requestsPerS) * 100) / 100 : null,
-  };
-  results.peak_rss_mb = rss;
-  // A partial full run (--only) re-measures its parts and keeps the others of the latest full run.
-  const latestFull = join(root, 'bench', 'results', 'latest-full.json');
-  if (!opt.quick && opt.only && existsSync(latestFull)) {
-    const prev = JSON.parse(readFileSync(latestFull, 'utf8')) as Record<string, any>;
-    const merged: Record<string, any> = { ...prev, ...results };
-    merged.throughput = { ...prev.throughput, ...(results.throughput as object) };
-    merged.peak_rss_mb = { ...prev.peak_rss_mb, ...rss };
-    const t = merged.throughput;
-    const r = (a?: { requests_per_s: number }, b?: { requests_per_s: number }) => (a && b && b.requests_per_s > 0 ? Math.round((a.requests_per_s / b.requests_per_s) * 100) / 100 : null);
-    merged.ratios = {
-      gateway_vs_ceiling: r(t.gateway_heartbeat, t.ceiling_bare_uws),
-      gateway_vs_alternative: r(t.gateway_heartbeat, t.alternative_fastify_pg),
-      batch_vs_single_reports: t.gateway_batch && t.gateway_heartbeat ? Math.round(((t.gateway_batch.requests_per_s * 100) / t.gateway_heartbeat.requests_per_s) * 100) / 100 : null,
-    };
-    merged.parts = { ...(prev.parts ?? {}), ...Object.fromEntries([...opt.only].map((k) => [k, results.started_at])) };
-    merged.started_at = prev.started_at;
-    Object.assign(results, merged);
-  }
-  results.finished_at = new Date().toISOString();
-
-  mkdirSync(join(root, 'bench', 'results'), { recursive: true });
-  const stamp = new Date().toISOString().replace(/[:.]/g, '-');
-  const json = JSON.stringify(results, null, 2) + '\n';
-  writeFileSync(join(root, 'bench', 'results', `${stamp}-${opt.quick ? 'quick' : 'full'}.json`), json);
-  writeFileSync(join(root, 'bench', 'results', `latest-${opt.quick ? 'quick' : 'full'}.json`), json);
-  // A quick run is a check, not a measurement to publish: only full runs rewrite bench/README.md.
-  if (!opt.quick) {
-    writeReport(join(root, 'bench', 'README.md'), results);
-    writeCapacity(join(root, 'docs', 'operations.md'), results, cfg.worker.pgHeartbeatIntervalS);
-  }
-  process.stdout.write(json);
-  process.stderr.write(`\n${renderTable(results)}\n`);
+  finishBench(cfg, root, opt, results, throughput, rss);
 
   /**
    * Starts `n` paced generators (bench/load/paced.ts) sharing `rate` for `seconds`; each reports
@@ -445,4 +420,54 @@ export async function runBench(cfg: Config, root: string, args: string[]): Promi
       return { error: r.status === 0 ? 'no JSON result' : `exit ${r.status}`, output: r.stdout.slice(-2000) };
     }
   }
+}
+
+/**
+ * Ratios, the merge of a partial full run (--only) into the latest full one, the result files,
+ * bench/README.md and the capacity model of docs/operations.md (full runs only), the table.
+ */
+function finishBench(cfg: Config, root: string, opt: BenchOptions, results: Record<string, unknown>, throughput: Record<string, WrkResult>, rss: Record<string, number>): void {
+  const ratio = (a?: WrkResult, b?: WrkResult) => (a && b && b.requestsPerS > 0 ? Math.round((a.requestsPerS / b.requestsPerS) * 100) / 100 : null);
+  results.throughput = Object.fromEntries(
+    Object.entries(throughput).map(([k, v]) => [k, { requests_per_s: Math.round(v.requestsPerS), p50_ms: v.latencyP50Ms, p99_ms: v.latencyP99Ms, non_2xx: v.non2xx, socket_errors: v.socketErrors }]),
+  );
+  results.ratios = {
+    gateway_vs_ceiling: ratio(throughput.gateway_heartbeat, throughput.ceiling_bare_uws),
+    gateway_vs_alternative: ratio(throughput.gateway_heartbeat, throughput.alternative_fastify_pg),
+    // Reports per second: a batch request carries 100 heartbeats.
+    batch_vs_single_reports: throughput.gateway_batch && throughput.gateway_heartbeat ? Math.round(((throughput.gateway_batch.requestsPerS * 100) / throughput.gateway_heartbeat.requestsPerS) * 100) / 100 : null,
+  };
+  results.peak_rss_mb = rss;
+  // A partial full run (--only) re-measures its parts and keeps the others of the latest full run.
+  const latestFull = join(root, 'bench', 'results', 'latest-full.json');
+  if (!opt.quick && opt.only && existsSync(latestFull)) {
+    const prev = JSON.parse(readFileSync(latestFull, 'utf8')) as Record<string, any>;
+    const merged: Record<string, any> = { ...prev, ...results };
+    merged.throughput = { ...prev.throughput, ...(results.throughput as object) };
+    merged.peak_rss_mb = { ...prev.peak_rss_mb, ...rss };
+    const t = merged.throughput;
+    const r = (a?: { requests_per_s: number }, b?: { requests_per_s: number }) => (a && b && b.requests_per_s > 0 ? Math.round((a.requests_per_s / b.requests_per_s) * 100) / 100 : null);
+    merged.ratios = {
+      gateway_vs_ceiling: r(t.gateway_heartbeat, t.ceiling_bare_uws),
+      gateway_vs_alternative: r(t.gateway_heartbeat, t.alternative_fastify_pg),
+      batch_vs_single_reports: t.gateway_batch && t.gateway_heartbeat ? Math.round(((t.gateway_batch.requests_per_s * 100) / t.gateway_heartbeat.requests_per_s) * 100) / 100 : null,
+    };
+    merged.parts = { ...(prev.parts ?? {}), ...Object.fromEntries([...opt.only].map((k) => [k, results.started_at])) };
+    merged.started_at = prev.started_at;
+    Object.assign(results, merged);
+  }
+  results.finished_at = new Date().toISOString();
+
+  mkdirSync(join(root, 'bench', 'results'), { recursive: true });
+  const stamp = new Date().toISOString().replace(/[:.]/g, '-');
+  const json = JSON.stringify(results, null, 2) + '\n';
+  writeFileSync(join(root, 'bench', 'results', `${stamp}-${opt.quick ? 'quick' : 'full'}.json`), json);
+  writeFileSync(join(root, 'bench', 'results', `latest-${opt.quick ? 'quick' : 'full'}.json`), json);
+  // A quick run is a check, not a measurement to publish: only full runs rewrite bench/README.md.
+  if (!opt.quick) {
+    writeReport(join(root, 'bench', 'README.md'), results);
+    writeCapacity(join(root, 'docs', 'operations.md'), results, cfg.worker.pgHeartbeatIntervalS);
+  }
+  process.stdout.write(json);
+  process.stderr.write(`\n${renderTable(results)}\n`);
 }

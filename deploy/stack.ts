@@ -19,7 +19,7 @@ import { createUser, addMembership, findUserByLogin, newPassword } from '../lib/
 import { startLocalServers, stopServers, ensurePortFree, type LocalServer } from './local-servers.js';
 import { runTests } from './test-runner.js';
 import { nodeFlags, sessionSecret } from './service-process.js';
-import { runBench } from '../bench/run.js';
+import { runBench, needsServers } from '../bench/run.js';
 import { Cluster, CLUSTER_BASE_PORT } from './cluster.js';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
@@ -247,7 +247,8 @@ async function test(args: string[]): Promise<void> {
 /** Benchmarks on servers with their normal durability settings (fsync on), started empty. */
 async function bench(args: string[]): Promise<void> {
   useDefaults('bench');
-  const { cfg, servers } = await freshServers(false);
+  // `--only whitelist` measures code in this process: no servers.
+  const { cfg, servers } = needsServers(args) ? await freshServers(false) : { cfg: configOrExit('stack'), servers: [] };
   let code = 0;
   try {
     await runBench(cfg, root, args);

@@ -502,7 +502,12 @@ export const routes = [
     tags: ['whitelist'],
     auth: 'admin',
     body: WhitelistRuleInput,
-    responses: { 201: { description: 'the new rule', schema: WhitelistRule }, 400: err('invalid rule'), ...authErrors, 409: err('the customer has as many rules as its quota whitelist_rules allows (WHITELIST_MAX_RULES, 1000 by default)') },
+    responses: {
+      201: { description: 'the new rule', schema: WhitelistRule },
+      400: err('invalid rule, or a message pattern over a limit (a `?` inside a floating segment, more than WILDCARD_GROUPS_MAX wildcard runs)'),
+      ...authErrors,
+      409: err("the customer has as many rules as its quota whitelist_rules allows (WHITELIST_MAX_RULES, 1000 by default), or its message patterns' floating texts would end in one another more than SUFFIX_CHAIN_MAX deep"),
+    },
   }),
   route({
     service: 'api',
@@ -525,7 +530,13 @@ export const routes = [
     auth: 'admin',
     params: IdParams,
     body: WhitelistRuleInput,
-    responses: { 200: { description: 'the rule', schema: WhitelistRule }, 400: err('invalid rule or id'), ...authErrors, 404: err('no such rule') },
+    responses: {
+      200: { description: 'the rule', schema: WhitelistRule },
+      400: err('invalid rule or id, or a message pattern over a limit (as for create)'),
+      ...authErrors,
+      404: err('no such rule'),
+      409: err("the customer's message patterns' floating texts would end in one another more than SUFFIX_CHAIN_MAX deep"),
+    },
   }),
   route({
     service: 'api',

@@ -6,6 +6,7 @@ import t from 'tap';
 import { testStack, post, get, eventually, chRows } from './helpers/stack.js';
 import { request } from './helpers/http.js';
 import { createToken } from '../lib/admin.js';
+import { SUFFIX_CHAIN_MAX } from '../lib/whitelist.js';
 
 const s = await testStack(t, 'whitelist');
 await s.startWorker(); // two worker replicas share the stream
@@ -71,6 +72,51 @@ t.test('CRUD: viewer reads, admin writes; validation 400; other customers 404', 
   t.equal((await send('DELETE', `/api/whitelist/${id}`, admin.jwt)).status, 404, 'gone');
   t.equal((await get(api(`/api/whitelist/${id}`), admin.jwt)).status, 404);
   t.same((await get(api('/api/whitelist'), admin.jwt)).body.items, []);
+});
+
+t.test('limits: message patterns that would make matching costly are refused (400 per pattern, 409 per customer)', async (t) => {
+  // A customer of its own, so that the other subtests see only their rules.
+  const { customer } = await s.newCustomer('limits');
+  const adm = await s.newUser('admin', { customer });
+  const create = (body: unknown) => send('POST', '/api/whitelist', adm.jwt, body);
+  const a = (k: number) => 'a'.repeat(k);
+  const runs17 = Array.from({ length: 18 }, (_, i) => `x${i}`).join('?');
+  const bad: [string, RegExp][] = [
+    ['*d?sk*full*', /between two `\*`, a `\?` may only stand next to a `\*`/],
+    [runs17, /at most 16 runs of wildcards .*WILDCARD_GROUPS_MAX.*has 17/],
+  ];
+  for (const [message, detail] of bad) {
+    const r = await create({ code: 1, message });
+    t.equal(r.status, 400, `${message} refused`);
+    t.match(r.body.detail, detail);
+  }
+  // The issue's pattern is fine now (its long text is anchored at the end), as are `?` next to `*`.
+  for (const message of ['?*' + a(509) + 'b', '*?disk*full?*', runs17.replace(/\?x17$/, '')]) t.equal((await create({ code: 1, message })).status, 201, `${message.slice(0, 40)} accepted`);
+
+  // Floating texts ending in one another: a, aa, …, a^8 is the most a customer may have.
+  const chain: string[] = [];
+  for (let k = 1; k <= SUFFIX_CHAIN_MAX; k++) {
+    const r = await create({ code: 2, message: `*${a(k)}*` });
+    t.equal(r.status, 201);
+    chain.push(r.body.id);
+  }
+  const over = await create({ code: 2, message: `*x*${a(9)}*` });
+  t.equal(over.status, 409, 'the 9th text of the chain refused');
+  t.match(over.body.detail, /would have 9 texts between two `\*` that end in one another \("a{9}", "a{8}", .*at most 8 \(SUFFIX_CHAIN_MAX\)/);
+  // A disabled rule is not matched, so it may be stored; enabling it is refused.
+  const off = await create({ code: 2, message: `*${a(9)}*`, enabled: false });
+  t.equal(off.status, 201, 'disabled: stored');
+  const on = await send('PUT', `/api/whitelist/${off.body.id}`, adm.jwt, { code: 2, message: `*${a(9)}*` });
+  t.equal(on.status, 409, 'enabling it refused');
+  t.match(on.body.detail, /SUFFIX_CHAIN_MAX/);
+  // Replacing a text of the chain by a longer one keeps it at 16: allowed.
+  t.equal((await send('PUT', `/api/whitelist/${chain[0]}`, adm.jwt, { code: 2, message: `*${a(9)}*` })).status, 200, 'a replaced by a^9, chain still 8');
+  const put = await send('PUT', `/api/whitelist/${chain[1]}`, adm.jwt, { code: 2, message: '*d?sk*' });
+  t.equal(put.status, 400, 'update: per-pattern limit');
+  t.match(put.body.detail, /between two `\*`/);
+  const stored = (await get(api('/api/whitelist'), adm.jwt)).body.items as { message: string }[];
+  t.equal(stored.length, 3 + SUFFIX_CHAIN_MAX + 1, 'nothing refused was stored');
+  t.notOk(stored.some((r) => r.message === '*d?sk*' || r.message === `*x*${a(9)}*`), 'refused patterns are not there');
 });
 
 const rules: Record<string, string> = {};

@@ -71,7 +71,7 @@ await retrying('the JetStream stream and consumer', async () => {
 await warnDurability(nc, jsm, cfg, log).catch((e) => log.warn({ err: e }, 'NATS durability check failed'));
 const js = nc.jetstream();
 const subj = subjects(cfg.subjectPrefix);
-const whitelist = new WhitelistCache(pool, cfg.cacheRefreshMs, (e) => log.warn({ err: e }, 'whitelist refresh failed'));
+const whitelist = new WhitelistCache(pool, cfg.cacheRefreshMs, (e) => log.warn({ err: e }, 'whitelist refresh failed'), log);
 await retrying('the whitelist (Postgres)', () => whitelist.start());
 
 // Traffic light (docs/architecture.md "Traffic light"): changes recorded by reports, by Redis

@@ -1,7 +1,9 @@
 // The diagnostics whitelist on the worker side: every customer's rules in memory (lib/synced-map.ts,
 // polled every CACHE_REFRESH_MS, so a rule created, changed or deleted through the api applies on
-// every worker replica within about a second), compiled once (lib/whitelist.ts). `classify` decides
-// per diagnostic item, synchronously, which rule (if any) suppresses it.
+// every worker replica within about a second), compiled per customer when its rules change
+// (lib/whitelist.ts: one automaton for all of a customer's message patterns). `classify` decides per
+// diagnostic item, synchronously, which rule (if any) suppresses it, in time linear in the message
+// and the number of rules (docs/operations.md "Whitelist matching").
 //
 // Rules apply when a worker processes the report, not when the gateway received it (normally the
 // same moment). A batch applied twice across a rule change may store the newer decision; both are
@@ -10,7 +12,7 @@ import type { Pool } from '../lib/db/postgres.js';
 import type { Report } from '../lib/messages.js';
 import type { Diagnostics } from '../lib/schemas/ingest.js';
 import { SyncedMap } from '../lib/synced-map.js';
-import { compileRule, matchRule, ruleOrder, type CompiledRule, type RuleRow } from '../lib/whitelist.js';
+import { RuleSet, ruleOrder, type RuleRow } from '../lib/whitelist.js';
 
 interface Row extends RuleRow {
   deleted_at: Date | null;
@@ -23,37 +25,72 @@ const SELECT = `SELECT id, customer_id, machine_pattern, software_pattern, code_
 /** Per report: the suppressing rule id of each diagnostics item, or null. */
 export type Suppression = Map<Report, (string | null)[]>;
 
-export class WhitelistCache extends SyncedMap<Row, CompiledRule | null> {
-  private index = new Map<string, CompiledRule[]>();
+export interface WhitelistLog {
+  warn(o: object, msg: string): void;
+}
+
+interface Compiled {
+  /** The rules' ids and versions: a customer's set is compiled again only when they change. */
+  sig: string;
+  set: RuleSet;
+  /** The refresh at which `sig` was last compared. */
+  at: number;
+}
+
+export class WhitelistCache extends SyncedMap<Row, Row | null> {
+  private rows = new Map<string, Row[]>();
+  private compiled = new Map<string, Compiled>();
   private indexedAt = -1;
 
-  constructor(pool: Pool, intervalMs: number, onError: (e: unknown) => void) {
+  constructor(
+    pool: Pool,
+    intervalMs: number,
+    onError: (e: unknown) => void,
+    private readonly log?: WhitelistLog,
+  ) {
     super({
       pool,
       fullQuery: `${SELECT} WHERE deleted_at IS NULL`,
       // Deleted rows too: the delta must tell that a rule went away.
       deltaQuery: `${SELECT} WHERE updated_at > $1`,
       key: (r) => r.id,
-      value: (r) => (r.deleted_at === null && r.enabled ? compileRule(r) : null),
+      value: (r) => (r.deleted_at === null && r.enabled ? r : null),
       intervalMs,
       onError,
     });
   }
 
-  private rulesFor(customerId: string): CompiledRule[] | undefined {
+  /**
+   * A customer's compiled rules. After each refresh the rows are grouped again; a customer's set is
+   * compiled on its first use after its rules changed (ids and updated_at), the others keep theirs.
+   */
+  rulesFor(customerId: string): RuleSet | undefined {
     if (this.indexedAt !== this.lastRefresh) {
-      const next = new Map<string, CompiledRule[]>();
+      const groups = new Map<string, Row[]>();
       for (const r of this.values()) {
         if (!r) continue;
-        const list = next.get(r.customerId);
+        const list = groups.get(r.customer_id);
         if (list) list.push(r);
-        else next.set(r.customerId, [r]);
+        else groups.set(r.customer_id, [r]);
       }
-      for (const list of next.values()) list.sort(ruleOrder);
-      this.index = next;
+      this.rows = groups;
+      for (const c of this.compiled.keys()) if (!groups.has(c)) this.compiled.delete(c);
       this.indexedAt = this.lastRefresh;
     }
-    return this.index.get(customerId);
+    const rows = this.rows.get(customerId);
+    if (!rows) return undefined;
+    let entry = this.compiled.get(customerId);
+    if (entry?.at === this.indexedAt) return entry.set;
+    rows.sort(ruleOrder);
+    const sig = rows.map((r) => `${r.id}@${r.updated_at.getTime()}`).join(',');
+    if (entry?.sig !== sig) {
+      const set = new RuleSet(rows);
+      // Rules stored before the matching limits are applied exactly, at a higher cost: say which.
+      if (set.overLimits.length) this.log?.warn({ customer_id: customerId, rules: set.overLimits }, 'whitelist rules over the matching limits (created before them): applied exactly, at a higher cost per diagnostic');
+      entry = { sig, set, at: this.indexedAt };
+      this.compiled.set(customerId, entry);
+    } else entry.at = this.indexedAt;
+    return entry.set;
   }
 
   /** Which diagnostics of these reports a rule suppresses; reports without any are left out. */
@@ -62,11 +99,13 @@ export class WhitelistCache extends SyncedMap<Row, CompiledRule | null> {
     for (const r of reports) {
       if (r.k !== 'diagnostics') continue;
       const rules = this.rulesFor(r.c);
-      if (!rules || rules.length === 0) continue;
+      if (!rules || rules.size === 0) continue;
       const items = (r.b as Diagnostics).items;
+      const candidates = rules.forInstance(r.m, r.s);
+      if (candidates.length === 0) continue;
       let any = false;
       const ids = items.map((it) => {
-        const id = matchRule(rules, r.m, r.s, it.code, it.message ?? '');
+        const id = rules.match(candidates, it.code, it.message ?? '');
         if (id) any = true;
         return id;
       });

@@ -7,6 +7,7 @@ import { HttpError, badRequest, notFound } from '../../lib/errors.js';
 import type { WhitelistRuleInput } from '../../lib/schemas/whitelist.js';
 import { apiRow } from '../../lib/db/postgres.js';
 import { describeQuota, loadQuotas } from '../../lib/quotas.js';
+import { RuleSet, SUFFIX_CHAIN_MAX, messagePatternProblem, type RuleRow } from '../../lib/whitelist.js';
 
 interface Row {
   id: string;
@@ -26,7 +27,7 @@ const COLS = `id, machine_pattern AS machine, software_pattern AS software, code
               created_at, updated_at`;
 const toRule = (r: Row) => apiRow(r);
 
-/** The rule's columns from a request body, or 400. */
+/** The rule's columns from a request body, or 400 (also for a message pattern over a per-pattern limit). */
 function columns(b: WhitelistRuleInput): unknown[] {
   const single = b.code !== undefined;
   const range = b.code_from !== undefined || b.code_to !== undefined;
@@ -36,11 +37,44 @@ function columns(b: WhitelistRuleInput): unknown[] {
   const from = single ? b.code! : b.code_from!;
   const to = single ? b.code! : b.code_to!;
   if (from > to) throw badRequest(`code_from (${from}) is greater than code_to (${to})`);
+  // Limits that keep matching linear (lib/whitelist.ts, docs/api.md "Diagnostics whitelist").
+  const problem = b.message ? messagePatternProblem(b.message) : null;
+  if (problem) throw badRequest(problem);
   return [b.machine ?? null, b.software ?? null, from, to, b.message ?? null, b.note ?? '', b.enabled ?? true];
 }
 
 export function whitelistHandlers(d: ApiDeps): HandlersOf<'create_whitelist_rule' | 'delete_whitelist_rule' | 'get_whitelist_rule' | 'list_whitelist_rules' | 'update_whitelist_rule'> {
   const quotaRefusals = d.metrics.counter('fleet_quota_refusals_total');
+
+  /**
+   * The customer's enabled message patterns must keep their floating texts' suffix chains within
+   * SUFFIX_CHAIN_MAX (409 otherwise): the rule set is compiled as the workers compile it. A write
+   * that does not lengthen the longest chain passes (a set stored before the limit stays editable).
+   * Two concurrent writes may pass together; the limit bounds matching work and the workers match
+   * any set exactly.
+   */
+  async function checkSet(customerId: string, id: string | null, cols: unknown[]): Promise<void> {
+    const message = cols[4] as string | null;
+    const enabled = cols[6] as boolean;
+    if (!message || !enabled) return;
+    const r = await d.pool.query<RuleRow>(
+      `SELECT id, customer_id, machine_pattern, software_pattern, code_from, code_to, message_pattern, enabled, created_at
+         FROM whitelist_rules WHERE customer_id = $1 AND deleted_at IS NULL AND enabled AND message_pattern IS NOT NULL`,
+      [customerId],
+    );
+    const rule: RuleRow = { id: id ?? '', customer_id: customerId, machine_pattern: null, software_pattern: null, code_from: 0, code_to: 0, message_pattern: message, enabled, created_at: new Date() };
+    const after = new RuleSet([...r.rows.filter((x) => x.id !== id), rule]);
+    if (after.suffixChainDepth <= SUFFIX_CHAIN_MAX) return;
+    const before = new RuleSet(r.rows);
+    if (after.suffixChainDepth <= before.suffixChainDepth) return;
+    const chain = after.automaton.longestChain();
+    const shown = chain.slice(0, 6).map((x) => JSON.stringify(x.length > 40 ? `${x.slice(0, 40)}…` : x));
+    throw new HttpError(
+      409,
+      `the customer's message patterns would have ${after.suffixChainDepth} texts between two \`*\` that end in one another (${shown.join(', ')}${chain.length > 6 ? ', …' : ''}); ` +
+        `at most ${SUFFIX_CHAIN_MAX} (SUFFIX_CHAIN_MAX). Change this pattern, or change or delete one of those rules first`,
+    );
+  }
 
   async function one(customerId: string, id: string): Promise<Row> {
     const r = await d.pool.query<Row>(`SELECT ${COLS} FROM whitelist_rules WHERE customer_id = $1 AND id = $2 AND deleted_at IS NULL`, [customerId, id]);
@@ -59,6 +93,7 @@ export function whitelistHandlers(d: ApiDeps): HandlersOf<'create_whitelist_rule
       const p = principal(req);
       const cols = columns(req.body as WhitelistRuleInput);
       const max = (await loadQuotas(d.pool, d.cfg, p.customerId)).whitelist_rules;
+      await checkSet(p.customerId, null, cols);
       // The count and the insert in one statement: concurrent creates cannot pass the limit by much
       // (the limit bounds matching work, it is not a billing quota).
       const r = await d.pool.query<Row>(
@@ -83,6 +118,7 @@ export function whitelistHandlers(d: ApiDeps): HandlersOf<'create_whitelist_rule
     async update_whitelist_rule(req) {
       const p = principal(req);
       const cols = columns(req.body as WhitelistRuleInput);
+      await checkSet(p.customerId, req.params.id, cols);
       const r = await d.pool.query<Row>(
         `UPDATE whitelist_rules
             SET machine_pattern = $3, software_pattern = $4, code_from = $5, code_to = $6, message_pattern = $7, note = $8, enabled = $9
