@@ -1,6 +1,7 @@
 // Read-API process: dashboard, auth and queries, apart from the ingest path. Reads top-down:
 // config -> Postgres, ClickHouse, Redis, NATS (in the background) -> Fastify app from the route
 // table -> listen -> graceful close.
+import { WhitelistChecks } from './whitelist-check.js';
 import { configOrExit } from '../lib/config.js';
 import { Lifecycle, drainNats } from '../lib/shutdown.js';
 import { createLogger } from '../lib/log.js';
@@ -58,7 +59,8 @@ void (async () => {
   }
 })().catch((e) => log.error({ err: e }, 'NATS connection failed: no live traffic-light stream, no downloads'));
 
-const app = await buildApi({ cfg, log, metrics, pool, ch, redis, sessions, artifacts: () => artifacts, lights, hints, deadLetters: () => deadLetters });
+const whitelistChecks = new WhitelistChecks();
+const app = await buildApi({ cfg, log, metrics, pool, ch, redis, sessions, artifacts: () => artifacts, lights, hints, deadLetters: () => deadLetters, whitelistChecks });
 await app.listen({ host: cfg.api.host, port: cfg.api.port });
 const addr = app.server.address();
 log.info({ host: cfg.api.host, port: typeof addr === 'object' && addr ? addr.port : cfg.api.port }, 'listening');
@@ -66,6 +68,7 @@ log.info({ host: cfg.api.host, port: typeof addr === 'object' && addr ? addr.por
 life.onShutdown(async (why) => {
   log.info({ why }, 'shutting down');
   await app.close();
+  await whitelistChecks.close();
   await drainNats(nc as NatsConnection | null);
   await Promise.allSettled([pool.end(), ch.close(), redis.quit()]);
 });

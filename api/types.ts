@@ -4,6 +4,7 @@
 // Handlers are typed from the route table (lib/routes.ts) through Fastify's TypeBox type provider:
 // the handler of `list_instances` receives `req.query` as `Static<InstanceListQuery>`, the schema
 // Fastify validated it with, so no handler casts what it reads.
+import type { WhitelistChecks } from './whitelist-check.js';
 import type { FastifyReply, FastifyRequest, RawRequestDefaultExpression, RawServerDefault, RouteGenericInterface } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { TSchema } from '@sinclair/typebox';
@@ -36,6 +37,8 @@ export interface ApiDeps {
   hints: CommandHints;
   /** The dead-letter stream; null until the api has connected to NATS (its routes answer 503). */
   deadLetters: () => DeadLetters | null;
+  /** The check of a whitelist rule set against SUFFIX_CHAIN_MAX, in a worker thread. */
+  whitelistChecks: WhitelistChecks;
 }
 
 type Route = (typeof routes)[number];

@@ -22,7 +22,7 @@ import type { Pool } from '../lib/db/postgres.js';
 import type { Metrics } from '../lib/metrics.js';
 import { HttpError, notFound } from '../lib/errors.js';
 import { decodeHint, instanceKeyOf } from '../lib/commands.js';
-import { RateLimiter } from './rate-limiter.js';
+import { RateLimiter } from '../lib/rate-limiter.js';
 import { OpenStates } from '../lib/schemas/commands.js';
 
 interface Cmd {

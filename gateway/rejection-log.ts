@@ -8,7 +8,7 @@ import { randomUUID } from 'node:crypto';
 import type { NatsConnection } from 'nats';
 import type { RejectionRecord } from '../lib/messages.js';
 import { encodeJson } from '../lib/messages.js';
-import { RateLimiter } from './rate-limiter.js';
+import { RateLimiter } from '../lib/rate-limiter.js';
 
 export type Rejection = Omit<RejectionRecord, 'id' | 'dropped'>;
 

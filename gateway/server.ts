@@ -16,7 +16,7 @@ import { reportChecker, type ReportChecker, type CheckedKind } from '../lib/repo
 import { Ctx, readBody, quarantine, unlessQuarantined, timed, guarded, injectFault, enableFaultInjection } from './request.js';
 import { routeTimer } from '../lib/metrics.js';
 import type { TokenInfo } from './token-cache.js';
-import { RateLimiter } from './rate-limiter.js';
+import { RateLimiter } from '../lib/rate-limiter.js';
 import { acceptedAnswer } from './help-coverage.js';
 import { metricsRoute } from './metrics.js';
 import { artifactRoutes } from './artifacts.js';

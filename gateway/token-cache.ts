@@ -5,7 +5,7 @@
 import { hashToken } from '../lib/ids.js';
 import type { Pool } from '../lib/db/postgres.js';
 import { SyncedMap } from '../lib/synced-map.js';
-import { RateLimiter } from './rate-limiter.js';
+import { RateLimiter } from '../lib/rate-limiter.js';
 
 export interface TokenInfo {
   id: string;

@@ -1,6 +1,7 @@
 // The api in-process: buildApi() over this file's own Postgres and ClickHouse databases, requests
 // through Fastify's inject (no port, no process). The middle layer between the unit tests and the
 // tests that start processes: routes, validation, typed handlers, rules next to the data.
+import { WhitelistChecks } from '../api/whitelist-check.js';
 import t from 'tap';
 import { pino } from 'pino';
 import { randomUUID } from 'node:crypto';
@@ -28,6 +29,7 @@ const app = await buildApi({
   lights: new LightHub(log, 15, 100),
   hints: new CommandHints('t.hints'),
   deadLetters: () => null,
+  whitelistChecks: new WhitelistChecks(),
 });
 t.teardown(() => app.close());
 

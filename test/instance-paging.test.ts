@@ -2,6 +2,7 @@
 // paging (`after` / `next`) in every kind of order, at the page boundaries; the machine search;
 // totals and the fleet summary from the cached counts (API_COUNT_CACHE_MS) and how stale they can
 // be; two customers never see each other's rows or counts.
+import { WhitelistChecks } from '../api/whitelist-check.js';
 import t from 'tap';
 import { pino } from 'pino';
 import { testStack, eventually } from './helpers/stack.js';
@@ -30,6 +31,7 @@ async function api(countCacheMs: number) {
     lights: new LightHub(log, 15, 100),
     hints: new CommandHints('t.hints'),
     deadLetters: () => null,
+  whitelistChecks: new WhitelistChecks(),
   });
   t.teardown(() => app.close());
   return app;

@@ -35,7 +35,18 @@ interface Compiled {
   set: RuleSet;
   /** The refresh at which `sig` was last compared. */
   at: number;
+  /** Not compiled again before this (ms): see COMPILE_SHARE. */
+  nextCompileAt: number;
 }
+
+/**
+ * Compiling is synchronous and costs up to ~0.4 s for the largest rule set the limits allow: a
+ * customer that changes its rules without pause must not hold the worker's event loop for everyone.
+ * After a compile that took c ms, that customer's set is compiled again no sooner than c / COMPILE_SHARE
+ * ms later (at most 5 % of a worker's time; a set of typical size, a few ms, is not held back), and
+ * until then its previous set applies (docs/operations.md "Whitelist matching").
+ */
+const COMPILE_SHARE = 0.05;
 
 export class WhitelistCache extends SyncedMap<Row, Row | null> {
   private rows = new Map<string, Row[]>();
@@ -84,10 +95,16 @@ export class WhitelistCache extends SyncedMap<Row, Row | null> {
     rows.sort(ruleOrder);
     const sig = rows.map((r) => `${r.id}@${r.updated_at.getTime()}`).join(',');
     if (entry?.sig !== sig) {
+      const now = Date.now();
+      // Compiled a moment ago: the previous set applies a little longer (COMPILE_SHARE).
+      if (entry && now < entry.nextCompileAt) return entry.set;
+      const started = performance.now();
       const set = new RuleSet(rows);
+      const ms = performance.now() - started;
       // Rules stored before the matching limits are applied exactly, at a higher cost: say which.
       if (set.overLimits.length) this.log?.warn({ customer_id: customerId, rules: set.overLimits }, 'whitelist rules over the matching limits (created before them): applied exactly, at a higher cost per diagnostic');
-      entry = { sig, set, at: this.indexedAt };
+      if (ms > 100) this.log?.warn({ customer_id: customerId, rules: rows.length, ms: Math.round(ms) }, 'whitelist rules compiled slowly; the next compile of this customer waits');
+      entry = { sig, set, at: this.indexedAt, nextCompileAt: now + ms / COMPILE_SHARE };
       this.compiled.set(customerId, entry);
     } else entry.at = this.indexedAt;
     return entry.set;

@@ -1,6 +1,7 @@
-// Token buckets, kept in this process's memory: the per-token ingest rate and the per-source rate
-// of the rejection log. With N gateway replicas behind a load balancer the effective per-token
-// limit is N times the configured one (documented in docs/operations.md); no round trip per request.
+// Token buckets, kept in this process's memory: the gateway's per-token and per-customer ingest
+// rates and the per-source rate of its rejection log. With N replicas behind a load balancer the
+// effective limit is N times the configured one (documented in docs/operations.md); no round trip
+// per request.
 
 interface Bucket {
   tokens: number;
