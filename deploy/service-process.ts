@@ -87,6 +87,13 @@ export class Proc {
     this.child.stdout!.on('data', onData);
     this.child.stderr!.on('data', onData);
     this.exited = new Promise((resolve) => this.child.on('exit', (code) => resolve(code)));
+    // A process that started it and ends without stopping it (a test file that failed before its
+    // teardown) takes it along, instead of leaving it running on a shared machine.
+    const reap = () => {
+      if (this.running) this.child.kill('SIGKILL');
+    };
+    process.once('exit', reap);
+    void this.exited.then(() => process.off('exit', reap));
   }
 
   waitFor(pred: (l: LogLine) => boolean, ms = 30_000): Promise<LogLine> {

@@ -35,7 +35,7 @@ t.test('1,000 adversarial rules: stored, the 1,001st refused, a report classifie
   t.equal(last.status, 201, 'the 1,000th rule accepted');
   const full = await request('POST', `${s.apiUrl}/api/whitelist`, admin.jwt, { code: 1, message: 'x*' });
   t.equal(full.status, 409, 'the 1,001st refused (WHITELIST_MAX_RULES)');
-  t.match(full.body.detail, /WHITELIST_MAX_RULES/);
+  t.match(full.body.detail, /quota of whitelist rules \(whitelist_rules = 1000\)/);
   const listed = (await request('GET', `${s.apiUrl}/api/whitelist`, admin.jwt)).body.items as { id: string; message: string }[];
   t.equal(listed.length, 1000);
   const id = (i: number) => listed[i]!.id;
