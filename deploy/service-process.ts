@@ -41,6 +41,15 @@ export interface LogLine {
   [k: string]: unknown;
 }
 
+/**
+ * The processes this one started and that still run: when this process ends without stopping them
+ * (a test file that failed before its teardown), they end with it instead of running on.
+ */
+const live = new Set<Proc>();
+process.once('exit', () => {
+  for (const p of live) if (p.running) p.child.kill('SIGKILL');
+});
+
 export class Proc {
   readonly child: ChildProcess;
   readonly lines: LogLine[] = [];
@@ -87,13 +96,8 @@ export class Proc {
     this.child.stdout!.on('data', onData);
     this.child.stderr!.on('data', onData);
     this.exited = new Promise((resolve) => this.child.on('exit', (code) => resolve(code)));
-    // A process that started it and ends without stopping it (a test file that failed before its
-    // teardown) takes it along, instead of leaving it running on a shared machine.
-    const reap = () => {
-      if (this.running) this.child.kill('SIGKILL');
-    };
-    process.once('exit', reap);
-    void this.exited.then(() => process.off('exit', reap));
+    live.add(this);
+    void this.exited.then(() => live.delete(this));
   }
 
   waitFor(pred: (l: LogLine) => boolean, ms = 30_000): Promise<LogLine> {
