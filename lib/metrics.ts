@@ -257,6 +257,18 @@ export const METRICS = {
   },
 
   // Api.
+  fleet_api_login_attempts_total: {
+    type: 'counter',
+    services: ['api'],
+    labels: ['result'],
+    init: [['ok'], ['wrong'], ['address_limit'], ['pair_limit'], ['account_slowed'], ['busy']],
+    help: 'Login attempts by result (api/login-guard.ts): ok, wrong (401), address_limit, pair_limit and account_slowed (429, never checked), busy (503: the password-check queue was full)',
+  },
+  fleet_api_login_checks_waiting: {
+    type: 'gauge',
+    services: ['api'],
+    help: 'Login attempts waiting for a password check (at most LOGIN_HASH_QUEUE; LOGIN_HASH_CONCURRENCY run at once)',
+  },
   fleet_api_light_stream_events_total: {
     type: 'counter',
     services: ['api'],
