@@ -133,6 +133,7 @@ export const Settings = Type.Object({
   WEBHOOKS_PER_CUSTOMER: Nat(10, 'webhooks a customer may register, the default of the quota webhooks (409 above)'),
   WEBHOOK_ALLOW_CIDRS: Str('', 'internal addresses webhooks may reach after all (comma-separated CIDRs)'),
   CACHE_REFRESH_MS: Pos(1000, 'how often gateways re-read tokens and help-text coverage, workers the whitelist'),
+  TOKEN_USAGE_FLUSH_MS: Pos(10_000, "how often gateways and apis write the tokens' last_used_at (each token at most once a minute)"),
   LICENCE_SWEEP_MS: Pos(60_000, 'how often one worker re-checks device counts against licence limits'),
   SUPPORT_COMMUNITY_URL: Str('https://community.example.com/fleet', 'support contact of every tier'),
   SUPPORT_EMAIL: Str('support@example.com', 'support contact of every tier'),
@@ -394,6 +395,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env) {
     },
     // A revocation is effective on every replica within this interval (plus one query).
     cacheRefreshMs: s.CACHE_REFRESH_MS,
+    tokenUsageFlushMs: s.TOKEN_USAGE_FLUSH_MS,
     licence: { sweepMs: s.LICENCE_SWEEP_MS },
     // Support contacts by licence tier (GET /api/support-info).
     support: {
