@@ -72,14 +72,15 @@ export async function resolvePrincipal(req: FastifyRequest, pool: Pool, sessions
 }
 
 async function tokenPrincipal(pool: Pool, token: string): Promise<Principal> {
-  const r = await pool.query<{ id: string; customer_id: string; customer: string; scopes: string[]; revoked_at: Date | null }>(
-    `SELECT t.id, t.customer_id, c.slug AS customer, t.scopes, t.revoked_at
+  const r = await pool.query<{ id: string; customer_id: string; customer: string; scopes: string[]; revoked_at: Date | null; expires_at: Date | null }>(
+    `SELECT t.id, t.customer_id, c.slug AS customer, t.scopes, t.revoked_at, t.expires_at
        FROM api_tokens t JOIN customers c ON c.id = t.customer_id WHERE t.token_hash = $1`,
     [hashToken(token)],
   );
   const row = r.rows[0];
   if (!row) throw unauthenticated('invalid token');
   if (row.revoked_at) throw unauthenticated('token revoked');
+  if (row.expires_at && row.expires_at.getTime() <= Date.now()) throw forbidden(`token expired at ${row.expires_at.toISOString()}`);
   if (!row.scopes.includes('read')) throw forbidden('token lacks the read scope');
   return { kind: 'token', tokenId: row.id, customerId: row.customer_id, customer: row.customer, role: 'viewer', isSystemAdmin: false };
 }

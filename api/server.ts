@@ -10,6 +10,7 @@ import { HttpError } from '../lib/errors.js';
 import { routesOf, colonPath, checkHandlers, allowedMethods } from '../lib/routes.js';
 import { toFieldErrors } from '../lib/validation.js';
 import { resolvePrincipal, authorise } from './auth.js';
+import { TokenUsage } from '../lib/token-usage.js';
 import { instanceHandlers } from './handlers/instances.js';
 import { authHandlers } from './handlers/auth.js';
 import { whitelistHandlers } from './handlers/whitelist.js';
@@ -92,6 +93,24 @@ export async function buildApi(d: ApiDeps): Promise<FastifyInstance> {
   });
 
   await app.register(cookie);
+  // API tokens' last_used_at (lib/token-usage.ts): a request answered for a token notes it in
+  // memory; a timer writes the notes, each token at most once a minute. Written once more at close.
+  const tokenUsageWrites = d.metrics.counter('fleet_token_last_used_updates_total');
+  const tokenUsage = new TokenUsage({
+    pool: d.pool,
+    flushMs: d.cfg.tokenUsageFlushMs,
+    onFlush: (written, skipped) => {
+      tokenUsageWrites.labels('written').inc(written);
+      tokenUsageWrites.labels('skipped').inc(skipped);
+    },
+    onError: (e) => d.log.warn({ err: e }, 'writing token last_used_at failed; retried at the next flush'),
+  });
+  tokenUsage.start();
+  app.addHook('onClose', async () => tokenUsage.stop());
+  app.addHook('onResponse', async (req) => {
+    const p = req.principal;
+    if (p?.kind === 'token' && p.tokenId) tokenUsage.mark(p.tokenId, Date.now());
+  });
   // Open live streams end before the server closes, or close would wait for them.
   app.addHook('preClose', async () => d.lights.close());
 

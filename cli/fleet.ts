@@ -4,7 +4,7 @@ import { Command } from 'commander';
 import { configOrExit, type Config } from '../lib/config.js';
 import { migrate } from '../lib/db/migrate.js';
 import { createPool } from '../lib/db/postgres.js';
-import { createCustomer, createToken, findCustomer, listTokens, revokeToken, type Scope } from '../lib/admin.js';
+import { createCustomer, createToken, findCustomer, listTokens, parseExpiry, revokeToken, type Scope } from '../lib/admin.js';
 import { createUser, setMembership, MembershipError, findUserByLogin, newPassword, ROLES, type Role } from '../lib/accounts.js';
 import { withTx } from '../lib/db/postgres.js';
 import { getLicence, deviceCount, licenceView, setLicence, TIERS, type LicenceChange, type Tier } from '../lib/licences.js';
@@ -57,13 +57,16 @@ const token = program.command('token').description('API tokens');
 token
   .command('create <customer>')
   .option('--name <name>', 'a name to recognise the token by', '')
-  .option('--scopes <scopes>', 'comma-separated: ingest, read', 'ingest,read')
+  .option('--scopes <scopes>', 'comma-separated: ingest, read (an agent needs ingest only)', 'ingest')
+  .option('--machine <slug-or-pattern>', 'bind the token to one machine, or a pattern with * and ? (e.g. rack1-*); ingest scope only')
+  .option('--expires <when>', 'refuse the token from then on: an ISO 8601 time, or a duration from now (30m, 12h, 90d, 2w, 1y); default never')
   .description('create a token; it is printed once and stored only as a hash')
-  .action(async (slug: string, o: { name: string; scopes: string }) => {
+  .action(async (slug: string, o: { name: string; scopes: string; machine?: string; expires?: string }) => {
     const t = await withPool(async (p) => {
       const c = await findCustomer(p, slug);
       if (!c) fail(`no customer ${slug}`);
-      return createToken(p, c.id, o.name, o.scopes.split(',').map((s) => s.trim()) as Scope[]);
+      const expiresAt = o.expires === undefined ? null : parseExpiry(o.expires);
+      return createToken(p, c.id, o.name, o.scopes.split(',').map((s) => s.trim()) as Scope[], { machine: o.machine ?? null, expiresAt });
     }).catch((e) => fail((e as Error).message));
     process.stderr.write(`token ${t.id} created; it is shown only now:\n`);
     process.stdout.write(`${t.token}\n`);
@@ -73,9 +76,22 @@ token
   .description('list tokens (never their values)')
   .action(async (slug?: string) => {
     const rows = await withPool((p) => listTokens(p, slug));
+    const now = Date.now();
     for (const r of rows) {
+      const state = r.revoked_at ? `revoked ${r.revoked_at.toISOString()}` : r.expires_at && r.expires_at.getTime() <= now ? `expired ${r.expires_at.toISOString()}` : 'active';
       process.stdout.write(
-        [r.id, r.customer, r.prefix + '…', r.scopes.join(','), r.name || '-', r.created_at.toISOString(), r.revoked_at ? `revoked ${r.revoked_at.toISOString()}` : 'active'].join('\t') + '\n',
+        [
+          r.id,
+          r.customer,
+          r.prefix + '…',
+          r.scopes.join(','),
+          r.name || '-',
+          r.created_at.toISOString(),
+          state,
+          r.machine ? `machine ${r.machine}` : 'any machine',
+          r.expires_at ? `expires ${r.expires_at.toISOString()}` : 'no expiry',
+          r.last_used_at ? `used ${r.last_used_at.toISOString()}` : 'never used',
+        ].join('\t') + '\n',
       );
     }
   });

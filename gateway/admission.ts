@@ -53,11 +53,24 @@ export function parseBearer(h: string): string | null {
 
 export const missingBearer = () => forbidden('missing bearer token: send Authorization: Bearer <API token>');
 
-export function authorise(t: TokenInfo, customer: string): HttpError | null {
+/**
+ * The token may post for `customer` (and, when the path names one, as `machine`) at `now`: not
+ * revoked, not expired, the ingest scope, its own customer, and its machine binding (a batch checks
+ * each entry's machine with machineRefusal).
+ */
+export function authorise(t: TokenInfo, customer: string, machine?: string, now = Date.now()): HttpError | null {
   if (t.revoked) return forbidden('token revoked');
+  if (now >= t.expiresMs) return forbidden(`token expired at ${new Date(t.expiresMs).toISOString()}`);
   if (!t.scopes.includes('ingest')) return forbidden('token lacks the ingest scope');
   if (t.customer !== customer) return forbidden(`token not authorised for customer ${customer}`);
-  return null;
+  return machine === undefined ? null : machineRefusal(t, machine);
+}
+
+/** A machine-bound token (TokenInfo.machine) posting as another machine: 403 naming the binding. */
+export function machineRefusal(t: TokenInfo, machine: string): HttpError | null {
+  if (t.machineOk === null || t.machineOk(machine)) return null;
+  const what = /[*?]/.test(t.machine!) ? 'machines' : 'machine';
+  return forbidden(`token bound to ${what} ${t.machine}: it cannot post as ${machine}`);
 }
 
 export function isJson(ct: string): boolean {

@@ -266,7 +266,7 @@ export function artifactRoutes(k: Kit) {
         refuse(new HttpError(413, `chunk over the chunk size of ${limit} bytes`));
       },
     );
-    const tokP = a.known ? Promise.resolve(a.known) : k.resolveToken(ctx, KIND, a.bearer, path.customer);
+    const tokP = a.known ? Promise.resolve(a.known) : k.resolveToken(ctx, KIND, a.bearer, path);
     const recP = store().getUpload(id).then((r) => ({ r }), (e: unknown) => ({ e }));
 
     (async () => {
@@ -315,7 +315,7 @@ export function artifactRoutes(k: Kit) {
       if (!a) return;
       if (!isUuid(id)) return k.reject(ctx, kind, badRequest(`invalid upload id ${JSON.stringify(id.slice(0, 80))}: must be a UUID`), a.known, path.customer);
       (async () => {
-        const tok = a.known ?? (await k.resolveToken(ctx, kind, a.bearer, path.customer));
+        const tok = a.known ?? (await k.resolveToken(ctx, kind, a.bearer, path));
         if (!tok) return;
         try {
           const rec = usable(await store().getUpload(id), tok, path, id);

@@ -20,7 +20,7 @@ import { compile } from '../lib/validation.js';
 import { batchEnvelopeSchema } from '../lib/schemas/ingest.js';
 import { Ctx, readBody } from './request.js';
 import type { TokenInfo } from './token-cache.js';
-import { batchHeadRefusal, batchJsonLimits, entryBodyRefusal, entryHeadRefusal, entryJsonRefusal, parseJsonObject, sizeRefusal, schemaRefusal, type EntryHead } from './admission.js';
+import { batchHeadRefusal, batchJsonLimits, entryBodyRefusal, entryHeadRefusal, entryJsonRefusal, machineRefusal, parseJsonObject, sizeRefusal, schemaRefusal, type EntryHead } from './admission.js';
 import type { Handler, Kit, PreparedReport } from './types.js';
 import type { BatchKind } from '../lib/schemas/ingest.js';
 import { keyReused, keyRegisterUnavailable } from './idempotency.js';
@@ -69,7 +69,7 @@ export function batchRoute(k: Kit): Handler {
     let token: TokenInfo | null = known ?? null;
     let body: Buffer | null = null;
     if (known === undefined) {
-      k.resolveToken(ctx, KIND, bearer, customer, 'has')
+      k.resolveToken(ctx, KIND, bearer, { customer }, 'has')
         .then((t) => {
           if (t === null) return;
           token = t;
@@ -126,8 +126,12 @@ export function batchRoute(k: Kit): Handler {
         refused.push({ index, err, what, bodySize });
       };
 
-      // Before the rate, as on the single route: the entry's shape and its path (no token spent).
-      const heads = list.map((e) => entryHeadRefusal(e, customer));
+      // Before the rate, as on the single route: the entry's shape, its path and the token's machine
+      // binding (no token spent).
+      const heads = list.map((e) => {
+        const h = entryHeadRefusal(e, customer);
+        return h instanceof HttpError ? h : (machineRefusal(tok, h.path.machine) ?? h);
+      });
       // One rate token per entry that got past its path; those beyond the budget are 429 alone. A
       // batch costs at least one token, whatever its entries.
       const wanted = heads.filter((h) => !(h instanceof HttpError)).length;

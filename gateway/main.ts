@@ -11,6 +11,7 @@ import { connectNats, ensureStreams, warnDurability } from '../lib/db/nats.js';
 import { subjects } from '../lib/messages.js';
 import { loadUws, UwsFallbackError, type us_listen_socket } from './uws.js';
 import { TokenCache } from './token-cache.js';
+import { TokenUsage } from '../lib/token-usage.js';
 import { LicenceGate } from './licence-gate.js';
 import { BatchPublisher } from './publisher.js';
 import { RejectionLog } from './rejection-log.js';
@@ -51,7 +52,19 @@ function internalError(route: string, e: unknown): void {
 process.on('uncaughtException', (e) => internalError('process', e));
 process.on('unhandledRejection', (e) => internalError('process', e));
 const pool = createPool(cfg.databaseUrl, 4, 'fleet-gateway');
-const tokens = new TokenCache(pool, cfg.cacheRefreshMs, (e) => log.warn({ err: e }, 'token refresh failed'));
+// Token uses (last_used_at): noted in memory by the hot path, written in the background.
+const tokenUsageWrites = metrics.counter('fleet_token_last_used_updates_total');
+const tokenUsage = new TokenUsage({
+  pool,
+  flushMs: cfg.tokenUsageFlushMs,
+  onFlush: (written, skipped) => {
+    tokenUsageWrites.labels('written').inc(written);
+    tokenUsageWrites.labels('skipped').inc(skipped);
+  },
+  onError: (e) => log.warn({ err: e }, 'writing token last_used_at failed; retried at the next flush'),
+});
+tokenUsage.start();
+const tokens = new TokenCache(pool, cfg.cacheRefreshMs, (e) => log.warn({ err: e }, 'token refresh failed'), tokenUsage);
 await tokens.start();
 const help = new HelpCoverage(pool, cfg.cacheRefreshMs, (e) => log.warn({ err: e }, 'help-text coverage refresh failed'));
 await help.start();
@@ -186,6 +199,7 @@ life.onShutdown(async (why) => {
   licences.stop();
   quotas.stop();
   commands.stop();
+  await tokenUsage.stop();
   await drainNats(nc);
   await pool.end().catch(() => {});
   await redis.quit().catch(() => {});

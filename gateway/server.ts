@@ -199,7 +199,7 @@ export function registerRoutes(app: TemplatedApp, d: GatewayDeps): void {
       let token: TokenInfo | undefined | null = known ?? null;
       let body: Buffer | null = null;
       if (known === undefined) {
-        resolveToken(ctx, kind, bearer, customer)
+        resolveToken(ctx, kind, bearer, path)
           .then((t) => {
             if (t === null) return;
             token = t;
@@ -306,16 +306,20 @@ export function registerRoutes(app: TemplatedApp, d: GatewayDeps): void {
     }
     const known = d.tokens.peek(bearer);
     if (known !== undefined) {
-      const err = authorise(known, customer) ?? rateLimited(known, rate);
+      const now = Date.now();
+      const err = authorise(known, customer, path.machine, now) ?? rateLimited(known, rate);
       if (err) {
         reject(ctx, kind, err, known, customer);
         return null;
       }
+      d.tokens.touch(known, now);
     }
     return { bearer, known };
   }
 
-  async function resolveToken(ctx: Ctx, kind: string, bearer: string, customer: string, rate: RateMode = 'take'): Promise<TokenInfo | null> {
+  /** The slow path of `begin` for a token this gateway's copy does not know yet (the same checks). */
+  async function resolveToken(ctx: Ctx, kind: string, bearer: string, path: Pick<IngestPath, 'customer'> & Partial<IngestPath>, rate: RateMode = 'take'): Promise<TokenInfo | null> {
+    const { customer } = path;
     let t: TokenInfo | undefined;
     try {
       t = await d.tokens.lookup(bearer);
@@ -324,11 +328,13 @@ export function registerRoutes(app: TemplatedApp, d: GatewayDeps): void {
       reject(ctx, kind, new HttpError(503, 'token check unavailable; retry', { retryAfterS: 2 }), undefined, customer);
       return null;
     }
-    const err = t ? (authorise(t, customer) ?? rateLimited(t, rate)) : new HttpError(403, 'invalid token');
+    const now = Date.now();
+    const err = t ? (authorise(t, customer, path.machine, now) ?? rateLimited(t, rate)) : new HttpError(403, 'invalid token');
     if (err) {
       reject(ctx, kind, err, t, customer);
       return null;
     }
+    d.tokens.touch(t!, now);
     return t!;
   }
 

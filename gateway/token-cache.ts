@@ -1,10 +1,14 @@
-// Every API token (hash, customer, scopes, revoked) in memory: the ingest hot path authorises
-// without a query. Refreshed every CACHE_REFRESH_MS, so a revocation is effective on every replica
-// within about a second. A token unknown to the copy (created a moment ago on another replica)
-// is looked up once, under a global budget, so a flood of random tokens cannot reach Postgres.
+// Every API token (hash, customer, scopes, revoked, expiry, machine binding) in memory: the ingest
+// hot path authorises without a query. Refreshed every CACHE_REFRESH_MS, so a revocation is
+// effective on every replica within about a second; an expiry needs no refresh (the copy holds the
+// time, and each request compares it with the clock). A token unknown to the copy (created a moment
+// ago on another replica) is looked up once, under a global budget, so a flood of random tokens
+// cannot reach Postgres. Uses are noted in memory and written in the background (lib/token-usage.ts).
 import { hashToken } from '../lib/ids.js';
 import type { Pool } from '../lib/db/postgres.js';
 import { SyncedMap } from '../lib/synced-map.js';
+import { compilePattern, type Matcher } from '../lib/whitelist.js';
+import type { TokenUsage } from '../lib/token-usage.js';
 import { RateLimiter } from '../lib/rate-limiter.js';
 
 export interface TokenInfo {
@@ -13,6 +17,14 @@ export interface TokenInfo {
   customer: string;
   scopes: string[];
   revoked: boolean;
+  /** Refused from this time on (ms since the epoch); Infinity: never. */
+  expiresMs: number;
+  /** The machine (or machine-name pattern) the token is bound to; null: any machine of its customer. */
+  machine: string | null;
+  /** `machine` compiled (a compare for a plain slug); null when unbound. */
+  machineOk: Matcher | null;
+  /** When this copy last noted a use (ms): a token is noted at most once a second per replica. */
+  usedAt: number;
 }
 
 interface Row {
@@ -22,10 +34,12 @@ interface Row {
   token_hash: string;
   scopes: string[];
   revoked_at: Date | null;
+  expires_at: Date | null;
+  machine: string | null;
   updated_at: Date;
 }
 
-const SELECT = `SELECT t.id, t.customer_id, c.slug AS customer, t.token_hash, t.scopes, t.revoked_at,
+const SELECT = `SELECT t.id, t.customer_id, c.slug AS customer, t.token_hash, t.scopes, t.revoked_at, t.expires_at, t.machine,
                        GREATEST(t.updated_at, c.updated_at) AS updated_at
                   FROM api_tokens t JOIN customers c ON c.id = t.customer_id`;
 
@@ -39,6 +53,7 @@ export class TokenCache extends SyncedMap<Row, TokenInfo> {
     private readonly pool: Pool,
     intervalMs: number,
     onError: (e: unknown) => void,
+    private readonly usage: TokenUsage | null = null,
   ) {
     super({
       pool,
@@ -66,6 +81,13 @@ export class TokenCache extends SyncedMap<Row, TokenInfo> {
     return this.get(this.hashOf(bearer));
   }
 
+  /** Notes a use of `t` (written in the background, lib/token-usage.ts): a compare on most requests. */
+  touch(t: TokenInfo, now: number): void {
+    if (now - t.usedAt < 1000 || this.usage === null) return;
+    t.usedAt = now;
+    this.usage.mark(t.id, now);
+  }
+
   /** The slow path for a token the copy does not know: one query, within the global budget. */
   async lookup(bearer: string): Promise<TokenInfo | undefined> {
     const hash = this.hashOf(bearer);
@@ -89,5 +111,15 @@ export class TokenCache extends SyncedMap<Row, TokenInfo> {
 }
 
 function toInfo(r: Row): TokenInfo {
-  return { id: r.id, customerId: r.customer_id, customer: r.customer, scopes: r.scopes, revoked: r.revoked_at !== null };
+  return {
+    id: r.id,
+    customerId: r.customer_id,
+    customer: r.customer,
+    scopes: r.scopes,
+    revoked: r.revoked_at !== null,
+    expiresMs: r.expires_at ? r.expires_at.getTime() : Infinity,
+    machine: r.machine,
+    machineOk: r.machine === null ? null : compilePattern(r.machine),
+    usedAt: 0,
+  };
 }

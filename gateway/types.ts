@@ -84,7 +84,7 @@ export interface Kit {
   /** 503 / 400 / 403 / 429 checks before the body; null when already answered. A batch's path has only the customer. */
   begin(ctx: Ctx, kind: string, path: Pick<IngestPath, 'customer'> & Partial<IngestPath>, rate?: RateMode): { bearer: string; known: TokenInfo | undefined } | null;
   /** The token for a bearer the in-memory copy did not know; null when refused (answered). */
-  resolveToken(ctx: Ctx, kind: string, bearer: string, customer: string, rate?: RateMode): Promise<TokenInfo | null>;
+  resolveToken(ctx: Ctx, kind: string, bearer: string, path: Pick<IngestPath, 'customer'> & Partial<IngestPath>, rate?: RateMode): Promise<TokenInfo | null>;
   pendingBodies: Set<Ctx>;
   /** Counts an answer in fleet_gateway_responses_total (reject counts its own). */
   answered(kind: string, status: number): void;

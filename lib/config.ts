@@ -102,9 +102,15 @@ export const Settings = Type.Object({
   }),
   JWT_TTL_S: Pos(12 * 3600, 'session lifetime'),
   COOKIE_SECURE: Bool(false, 'mark the session cookie Secure (set it behind TLS)'),
-  LOGIN_MAX_FAILURES_PER_ACCOUNT: Pos(5, 'failed logins per account before 429'),
-  LOGIN_MAX_FAILURES_PER_ADDRESS: Pos(20, 'failed logins per client address before 429'),
+  // Login against brute force (api/login-guard.ts; docs/operations.md "Login limits").
+  LOGIN_MAX_FAILURES_PER_ACCOUNT: Pos(5, 'failed logins per account from one client address (an IPv6 /64) before 429 for that pair; also per device cookie'),
+  LOGIN_MAX_FAILURES_PER_ADDRESS: Pos(20, 'failed logins per client address (an IPv6 /64), all accounts, before 429'),
   LOGIN_WINDOW_S: Pos(900, 'window of the failed-login counts'),
+  LOGIN_ACCOUNT_SLOWDOWN_AFTER: Pos(10, 'failed logins per account, all addresses, after which clients without its device cookie are slowed down'),
+  LOGIN_ACCOUNT_DELAY_S: Pos(1, 'first wait between attempts on a slowed-down account; doubles with each failure'),
+  LOGIN_ACCOUNT_DELAY_MAX_S: Pos(60, 'longest wait between attempts on a slowed-down account'),
+  LOGIN_HASH_CONCURRENCY: Int(2, 1, 64, 'password checks (scrypt, 128 MiB each) one api process runs at once'),
+  LOGIN_HASH_QUEUE: Nat(8, 'password checks waiting for one of those; more: 503 with Retry-After', 10_000),
   PUBLIC_API_URL: Str('/', 'the api server /openapi.json names (/ = where the document came from)', { pattern: '^(/|https?://\\S+)$', allowed: '/ or an http(s) URL' }),
   PUBLIC_GATEWAY_URL: Derived('the gateway server /openapi.json names; default http://$GATEWAY_HOST:$GATEWAY_PORT', { pattern: '^https?://\\S+$', allowed: 'an http(s) URL' }),
   WHITELIST_MAX_RULES: Pos(1000, 'whitelist rules per customer, the default of the quota whitelist_rules (409 above)'),
@@ -127,6 +133,7 @@ export const Settings = Type.Object({
   WEBHOOKS_PER_CUSTOMER: Nat(10, 'webhooks a customer may register, the default of the quota webhooks (409 above)'),
   WEBHOOK_ALLOW_CIDRS: Str('', 'internal addresses webhooks may reach after all (comma-separated CIDRs)'),
   CACHE_REFRESH_MS: Pos(1000, 'how often gateways re-read tokens and help-text coverage, workers the whitelist'),
+  TOKEN_USAGE_FLUSH_MS: Pos(10_000, "how often gateways and apis write the tokens' last_used_at (each token at most once a minute)"),
   LICENCE_SWEEP_MS: Pos(60_000, 'how often one worker re-checks device counts against licence limits'),
   SUPPORT_COMMUNITY_URL: Str('https://community.example.com/fleet', 'support contact of every tier'),
   SUPPORT_EMAIL: Str('support@example.com', 'support contact of every tier'),
@@ -346,6 +353,11 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env) {
       loginMaxFailuresPerAccount: s.LOGIN_MAX_FAILURES_PER_ACCOUNT,
       loginMaxFailuresPerAddress: s.LOGIN_MAX_FAILURES_PER_ADDRESS,
       loginWindowS: s.LOGIN_WINDOW_S,
+      loginAccountSlowdownAfter: s.LOGIN_ACCOUNT_SLOWDOWN_AFTER,
+      loginAccountDelayS: s.LOGIN_ACCOUNT_DELAY_S,
+      loginAccountDelayMaxS: s.LOGIN_ACCOUNT_DELAY_MAX_S,
+      loginHashConcurrency: s.LOGIN_HASH_CONCURRENCY,
+      loginHashQueue: s.LOGIN_HASH_QUEUE,
       // Base URLs the OpenAPI document (/openapi.json) names as servers. PUBLIC_API_URL `/` means
       // "where the document came from"; set both to what clients use behind the proxy.
       publicApiUrl: s.PUBLIC_API_URL,
@@ -384,6 +396,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env) {
     },
     // A revocation is effective on every replica within this interval (plus one query).
     cacheRefreshMs: s.CACHE_REFRESH_MS,
+    tokenUsageFlushMs: s.TOKEN_USAGE_FLUSH_MS,
     licence: { sweepMs: s.LICENCE_SWEEP_MS },
     // Support contacts by licence tier (GET /api/support-info).
     support: {

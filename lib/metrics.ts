@@ -53,6 +53,15 @@ export const METRICS = {
     help: 'Requests refused because a customer is at one of its quotas, by quota: artifact_bytes and artifact_max_bytes (gateway, artifact-init), ingest_requests_per_s (batch entries one each) and ingest_bytes_per_s (gateway, 429), stream_connections, webhooks, whitelist_rules (api)',
   },
 
+  // API tokens' last_used_at (lib/token-usage.ts), written in the background by both HTTP processes.
+  fleet_token_last_used_updates_total: {
+    type: 'counter',
+    services: ['gateway', 'api'],
+    labels: ['result'],
+    init: [['written'], ['skipped']],
+    help: "Token uses flushed to api_tokens.last_used_at, by result: written, or skipped (the row had a use less than a minute older: a token is written at most once a minute)",
+  },
+
   // Gateway.
   fleet_gateway_responses_total: {
     type: 'counter',
@@ -265,6 +274,18 @@ export const METRICS = {
   },
 
   // Api.
+  fleet_api_login_attempts_total: {
+    type: 'counter',
+    services: ['api'],
+    labels: ['result'],
+    init: [['ok'], ['wrong'], ['address_limit'], ['pair_limit'], ['account_slowed'], ['busy']],
+    help: 'Login attempts by result (api/login-guard.ts): ok, wrong (401), address_limit, pair_limit and account_slowed (429, never checked), busy (503: the password-check queue was full)',
+  },
+  fleet_api_login_checks_waiting: {
+    type: 'gauge',
+    services: ['api'],
+    help: 'Login attempts waiting for a password check (at most LOGIN_HASH_QUEUE; LOGIN_HASH_CONCURRENCY run at once)',
+  },
   fleet_api_light_stream_events_total: {
     type: 'counter',
     services: ['api'],

@@ -75,7 +75,7 @@ const ingestParams = Type.Object({ customer: Slug, machine: Slug, software: Slug
 /** Answers every ingest endpoint shares. */
 const ingestErrors: Record<number, Response> = {
   400: err('malformed path slug, malformed JSON or a bad Idempotency-Key'),
-  403: err('token missing, unknown or revoked, without the ingest scope, or for another customer'),
+  403: err('token missing, unknown, revoked or expired, without the ingest scope, for another customer, or bound to another machine'),
   408: err('the body did not arrive in time'),
   413: err('body over the limit (1 MiB by default)'),
   415: err('Content-Type is not application/json'),
@@ -87,7 +87,7 @@ const ingestErrors: Record<number, Response> = {
 /** Answers of the routes that name an upload (status, complete). */
 const uploadErrors = {
   400: err('malformed slug or upload id'),
-  403: err('token missing, unknown or revoked, without the ingest scope, or for another customer'),
+  403: err('token missing, unknown, revoked or expired, without the ingest scope, for another customer, or bound to another machine'),
   404: err('no such upload for this customer, machine and software (or it expired)'),
   429: err('over the per-token rate'),
 };
@@ -765,11 +765,11 @@ export const routes = [
     method: 'POST',
     path: '/api/tokens',
     operationId: 'create_token',
-    summary: 'Create an API token with the chosen scopes; the answer is the only time it is shown',
+    summary: 'Create an API token with the chosen scopes, optionally bound to a machine (or pattern) and expiring; the answer is the only time it is shown',
     tags: ['tokens'],
     auth: 'admin',
     body: A.CreateTokenBody,
-    responses: { 201: { description: 'created', schema: A.CreatedToken }, 400: err('bad name or scopes'), ...authErrors },
+    responses: { 201: { description: 'created', schema: A.CreatedToken }, 400: err('bad name, scopes, machine binding (or one with the read scope) or expiry (not in the future)'), ...authErrors },
   }),
   route({
     service: 'api',

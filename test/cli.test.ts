@@ -48,6 +48,32 @@ t.test('customer create, token create/list/revoke', async (t) => {
   t.equal(fleet('token', 'create', 'no-such-customer').code, 1);
 });
 
+t.test('token create: ingest scope by default, a machine binding, an expiry', async (t) => {
+  const slug = `bound-${s.id}`;
+  t.equal(fleet('customer', 'create', slug).code, 0);
+  const plain = fleet('token', 'create', slug, '--name', 'agents');
+  t.equal(plain.code, 0, plain.err);
+  const bound = fleet('token', 'create', slug, '--name', 'rack 1', '--machine', 'rack1-*', '--expires', '90d');
+  t.equal(bound.code, 0, bound.err);
+  const rows = (await s.pool.query(`SELECT t.name, t.scopes, t.machine, t.expires_at, t.created_by FROM api_tokens t JOIN customers c ON c.id = t.customer_id WHERE c.slug = $1 ORDER BY t.name`, [slug])).rows;
+  t.same(rows.map((r) => [r.name, r.scopes, r.machine, r.created_by]), [['agents', ['ingest'], null, null], ['rack 1', ['ingest'], 'rack1-*', null]], 'ingest only unless told; the CLI is no dashboard user');
+  t.equal(rows[0].expires_at, null);
+  t.ok(Math.abs(rows[1].expires_at.getTime() - Date.now() - 90 * 86_400_000) < 3600_000, 'expires in 90 days');
+  const list = fleet('token', 'list', slug).out;
+  t.match(list, /machine rack1-\*\texpires \d{4}-/);
+  t.match(list, /any machine\tno expiry\tnever used/);
+
+  const token = bound.out.trim();
+  const as = (m: string) => post(`${s.gatewayUrl}/api/ingest/${slug}/${m}/agent/heartbeat`, token, {});
+  await eventually(async () => (await as('rack1-a')).status === 200, 5000, 'bound token accepted for its machines');
+  t.equal((await as('rack2-a')).status, 403, 'and refused for others');
+
+  t.match(fleet('token', 'create', slug, '--machine', 'm1', '--scopes', 'ingest,read').err, /ingest scope only/);
+  t.match(fleet('token', 'create', slug, '--machine', 'Rack 1').err, /machine slug or a pattern/);
+  t.match(fleet('token', 'create', slug, '--expires', 'soon').err, /neither an ISO 8601 time/);
+  t.match(fleet('token', 'create', slug, '--expires', '2001-01-01T00:00:00Z').err, /must lie in the future/);
+});
+
 t.test('user add-to-customer keeps the rule of the dashboard: the last owner cannot be demoted', async (t) => {
   const slug = `owned-${s.id}`;
   t.equal(fleet('customer', 'create', slug).code, 0);

@@ -22,7 +22,7 @@ else await run();
 
 async function run(): Promise<void> {
   // A short heartbeat timeout and a fast sweep, so that "stops heartbeating" turns red in seconds.
-  const s = await testStack(t, 'dashbrowser', { env: { HEARTBEAT_TIMEOUT_S: '6', LIGHT_SWEEP_INTERVAL_MS: '500', COMMAND_SWEEP_MS: '1000' } });
+  const s = await testStack(t, 'dashbrowser', { env: { HEARTBEAT_TIMEOUT_S: '6', LIGHT_SWEEP_INTERVAL_MS: '500', COMMAND_SWEEP_MS: '1000', TOKEN_USAGE_FLUSH_MS: '500' } });
   const A = s.customer;
   const owner = await s.newUser('owner');
   const B = await s.newCustomer('other');
@@ -391,6 +391,29 @@ async function run(): Promise<void> {
     t.ok(listed.body.items.find((x: { name: string; revoked_at: string | null }) => x.name === 'ci-token')?.revoked_at, 'revoked in the API');
     await eventually(async () => (await post(`${s.gatewayUrl}/api/ingest/${A.slug}/ci-box/agent/heartbeat`, token, {})).status === 403, WAIT, 'refused by the gateway');
     t.pass('the gateway refuses the revoked token');
+
+    // A token bound to one machine, expiring in 30 days; the list shows the binding, the creator and the first use.
+    await page.fill('#token-name', 'ci-box only');
+    await page.fill('#token-machine', 'ci-box');
+    await page.selectOption('#token-expires', '30');
+    await page.click('#tokens button[type=submit]');
+    await box.waitFor();
+    const bound = await page.inputValue('#new-token');
+    await box.locator('button', { hasText: 'Done' }).click();
+    const row = page.locator('#tokens tr[data-token]', { hasText: 'ci-box only' });
+    t.equal(await row.locator('td[data-machine]').getAttribute('data-machine'), 'ci-box', 'the binding is listed');
+    t.match(await row.textContent(), new RegExp(`by ${owner.email.replace(/[.+]/g, '\\$&')}`), 'and who created it');
+    t.equal((await post(`${s.gatewayUrl}/api/ingest/${A.slug}/ci-box/agent/heartbeat`, bound, {})).status, 200, 'it posts as its machine');
+    const other = await post(`${s.gatewayUrl}/api/ingest/${A.slug}/ci-other/agent/heartbeat`, bound, {});
+    t.equal(other.status, 403, 'and not as another');
+    const api = (await get(`${s.apiUrl}/api/tokens`, owner.jwt)).body.items.find((x: { name: string }) => x.name === 'ci-box only');
+    t.same([api.scopes, api.machine], [['ingest'], 'ci-box'], 'ingest only');
+    t.ok(Math.abs(Date.parse(api.expires_at) - Date.now() - 30 * 86_400_000) < 3600_000, 'expires in 30 days');
+    await eventually(async () => {
+      await page.reload();
+      return !(await page.locator('#tokens tr[data-token]', { hasText: 'ci-box only' }).textContent())?.includes('never');
+    }, WAIT, 'the last use shown after the gateway wrote it');
+    t.pass('last use shown');
   });
 
   t.test('settings: licence, onboarding checklist, support contacts, a whitelist rule added from the page', async (t) => {

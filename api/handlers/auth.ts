@@ -1,51 +1,48 @@
 // Login and logout. Passwords are checked with scrypt (lib/accounts.ts); an unknown account is
 // checked against a dummy hash of the same cost, and a hash with older parameters is upgraded at a
-// successful login. Failed logins are counted in Redis per account and per client address (so the
-// limit holds across api replicas); over the limit: 429 with Retry-After, even for the right
-// password, until the window has passed.
+// successful login. Brute force is held off by api/login-guard.ts: every attempt is counted in
+// Redis (per client address, per account and address, per account) before its password is checked,
+// and password checks wait in a bounded queue; over a limit: 429 with Retry-After, a full queue: 503.
 import type { FastifyReply } from 'fastify';
 import type { ApiDeps, HandlersOf } from '../types.js';
 import { HttpError, badRequest } from '../../lib/errors.js';
 import { findUserByLogin, verifyPassword, rehashPassword, defaultCustomer, DUMMY_HASH } from '../../lib/accounts.js';
 import { SESSION_COOKIE } from '../session.js';
+import { DEVICE_COOKIE, LoginGuard, setDeviceCookie } from '../login-guard.js';
 
 export function authHandlers(d: ApiDeps): HandlersOf<'auth_login' | 'auth_logout'> {
   const cfg = d.cfg.api;
-  const key = (kind: string, v: string) => `${d.cfg.redisPrefix}login:${kind}:${v}`;
-
-  async function limited(keys: [string, number][]): Promise<number> {
-    const counts = await d.redis.mget(...keys.map(([k]) => k));
-    for (let i = 0; i < keys.length; i++) {
-      if (Number(counts[i] ?? 0) >= keys[i]![1]) return Math.max(1, await d.redis.ttl(keys[i]![0]));
-    }
-    return 0;
-  }
-
-  async function fail(keys: [string, number][]): Promise<void> {
-    const m = d.redis.multi();
-    for (const [k] of keys) m.incr(k).expire(k, cfg.loginWindowS, 'NX');
-    await m.exec();
-  }
+  const guard = new LoginGuard({
+    redis: d.redis,
+    prefix: d.cfg.redisPrefix,
+    secret: cfg.jwtSecret,
+    metrics: d.metrics,
+    limits: {
+      windowS: cfg.loginWindowS,
+      maxPerAddress: cfg.loginMaxFailuresPerAddress,
+      maxPerAccount: cfg.loginMaxFailuresPerAccount,
+      slowdownAfter: cfg.loginAccountSlowdownAfter,
+      delayS: cfg.loginAccountDelayS,
+      delayMaxS: cfg.loginAccountDelayMaxS,
+      hashConcurrency: cfg.loginHashConcurrency,
+      hashQueue: cfg.loginHashQueue,
+    },
+  });
 
   return {
     async auth_login(req, reply) {
       const b = req.body;
       const login = (b.login ?? b.email ?? b.username ?? '').trim();
       if (!login) throw badRequest('send email (or username) and password');
-      const keys: [string, number][] = [
-        [key('acct', login.toLowerCase()), cfg.loginMaxFailuresPerAccount],
-        [key('addr', req.ip), cfg.loginMaxFailuresPerAddress],
-      ];
-      const wait = await limited(keys);
-      if (wait > 0) throw new HttpError(429, `too many failed logins; try again in ${wait} s`, { retryAfterS: wait });
       const user = await findUserByLogin(d.pool, login);
-      // Verify against a dummy hash for unknown accounts: same time, same answer.
-      const ok = await verifyPassword(b.password, user?.password_hash ?? DUMMY_HASH);
-      if (!user || !ok) {
-        await fail(keys);
-        throw new HttpError(401, 'wrong e-mail address, user name or password');
-      }
-      await d.redis.del(keys[0]![0]);
+      // Counted before the check, checked in the bounded queue (api/login-guard.ts). Unknown
+      // accounts are verified against a dummy hash: same time, same answer.
+      const deviceCookie = (req.cookies as Record<string, string | undefined> | undefined)?.[DEVICE_COOKIE];
+      const { ok, device } = await guard.attempt({ ip: req.ip, login, userId: user?.id ?? null, deviceCookie }, () =>
+        verifyPassword(b.password, user?.password_hash ?? DUMMY_HASH),
+      );
+      if (!user || !ok) throw new HttpError(401, 'wrong e-mail address, user name or password');
+      if (device) setDeviceCookie(reply, device, cfg.cookieSecure);
       // A hash made with older scrypt parameters is replaced now that the password is known.
       await rehashPassword(d.pool, user.id, b.password, user.password_hash)
         .then((done) => done && d.log.info({ userId: user.id }, 'password hash upgraded to the current scrypt parameters'))

@@ -1,25 +1,47 @@
 // API tokens of the active customer (Settings -> Tokens): list, create (shown once; only its SHA-256
-// is stored), revoke (every gateway refuses it within CACHE_REFRESH_MS; the read API at once).
+// is stored), revoke (every gateway refuses it within CACHE_REFRESH_MS; the read API at once). A
+// token may expire (403 after it, at the gateway and here) and may be bound to one machine or a
+// machine-name pattern (lib/admin.ts); the list shows who created it and when it was last used
+// (written in the background, to about a minute: lib/token-usage.ts).
 import type { ApiDeps, HandlersOf } from '../types.js';
 import { principal } from '../auth.js';
-import { notFound } from '../../lib/errors.js';
-import { createToken, revokeToken, type Scope } from '../../lib/admin.js';
+import { badRequest, notFound } from '../../lib/errors.js';
+import { createToken, revokeToken, TokenError, type Scope } from '../../lib/admin.js';
 
 interface Row {
   id: string;
   name: string;
   prefix: string;
   scopes: Scope[];
+  machine: string | null;
   created_at: Date;
+  created_by_id: string | null;
+  created_by_email: string | null;
+  expires_at: Date | null;
+  last_used_at: Date | null;
   revoked_at: Date | null;
 }
 
-const SELECT = 'SELECT id, name, prefix, scopes, created_at, revoked_at FROM api_tokens';
-const view = (r: Row) => ({ ...r, created_at: r.created_at.toISOString(), revoked_at: r.revoked_at ? r.revoked_at.toISOString() : null });
+const SELECT = `SELECT t.id, t.name, t.prefix, t.scopes, t.machine, t.created_at, t.created_by AS created_by_id, u.email AS created_by_email,
+                       t.expires_at, t.last_used_at, t.revoked_at
+                  FROM api_tokens t LEFT JOIN users u ON u.id = t.created_by`;
+const iso = (d: Date | null) => (d ? d.toISOString() : null);
+const view = ({ created_by_id, created_by_email, ...r }: Row) => ({
+  id: r.id,
+  name: r.name,
+  prefix: r.prefix,
+  scopes: r.scopes,
+  machine: r.machine,
+  created_at: r.created_at.toISOString(),
+  created_by: created_by_id && created_by_email !== null ? { id: created_by_id, email: created_by_email } : null,
+  expires_at: iso(r.expires_at),
+  last_used_at: iso(r.last_used_at),
+  revoked_at: iso(r.revoked_at),
+});
 
 export function tokenHandlers(d: ApiDeps): HandlersOf<'create_token' | 'list_tokens' | 'revoke_token'> {
   async function one(customerId: string, id: string): Promise<Row> {
-    const r = await d.pool.query<Row>(`${SELECT} WHERE customer_id = $1 AND id = $2`, [customerId, id]);
+    const r = await d.pool.query<Row>(`${SELECT} WHERE t.customer_id = $1 AND t.id = $2`, [customerId, id]);
     if (!r.rows[0]) throw notFound('no such token');
     return r.rows[0];
   }
@@ -27,14 +49,24 @@ export function tokenHandlers(d: ApiDeps): HandlersOf<'create_token' | 'list_tok
   return {
     async list_tokens(req) {
       const p = principal(req);
-      const r = await d.pool.query<Row>(`${SELECT} WHERE customer_id = $1 ORDER BY created_at DESC, id`, [p.customerId]);
+      const r = await d.pool.query<Row>(`${SELECT} WHERE t.customer_id = $1 ORDER BY t.created_at DESC, t.id`, [p.customerId]);
       return { items: r.rows.map(view) };
     },
 
     async create_token(req, reply) {
       const p = principal(req);
       const b = req.body;
-      const t = await createToken(d.pool, p.customerId, (b.name ?? '').trim(), b.scopes ?? ['ingest']);
+      let t;
+      try {
+        t = await createToken(d.pool, p.customerId, (b.name ?? '').trim(), b.scopes ?? ['ingest'], {
+          machine: b.machine ?? null,
+          expiresAt: b.expires_at ? new Date(b.expires_at) : null,
+          createdBy: p.kind === 'user' ? (p.userId ?? null) : null,
+        });
+      } catch (e) {
+        if (e instanceof TokenError) throw badRequest(e.message);
+        throw e;
+      }
       reply.code(201);
       return { ...view(await one(p.customerId, t.id)), token: t.token };
     },

@@ -458,6 +458,28 @@ export const postgresMigrations: Migration[] = [
          SELECT customer_id, sum(size), count(*), count(*) FROM artifacts GROUP BY customer_id`,
     ],
   },
+  {
+    id: '0011-api-token-limits',
+    sql: [
+      // API tokens that can be limited (docs/api.md "Accounts, customers, members and API tokens"):
+      // an optional expiry, who created the token (a dashboard user; NULL: the CLI, or before this
+      // release), when it was last used (written by the gateways and the api at most once a minute,
+      // lib/token-usage.ts), and an optional binding to one machine or a machine-name pattern (`*`,
+      // `?`, as the whitelist's patterns; lib/whitelist.ts). A bound token has the ingest scope only.
+      `ALTER TABLE api_tokens
+         ADD COLUMN expires_at timestamptz,
+         ADD COLUMN created_by uuid REFERENCES users(id) ON DELETE SET NULL,
+         ADD COLUMN last_used_at timestamptz,
+         ADD COLUMN machine text CHECK (machine ~ '^[a-z0-9*?-]{1,128}$'),
+         ADD CONSTRAINT api_tokens_machine_ingest_only CHECK (machine IS NULL OR scopes = '{ingest}')`,
+      // Recording a use must not look like a change of the token: the gateways re-read the rows
+      // whose updated_at moved (gateway/token-cache.ts), and one token per machine would otherwise
+      // make every gateway re-read thousands of rows a minute. Any other change still touches it.
+      `DROP TRIGGER api_tokens_touch ON api_tokens`,
+      `CREATE TRIGGER api_tokens_touch BEFORE UPDATE ON api_tokens FOR EACH ROW
+         WHEN (OLD.last_used_at IS NOT DISTINCT FROM NEW.last_used_at) EXECUTE FUNCTION touch_updated_at()`,
+    ],
+  },
 ];
 
 /** When the gateway received the report: a DateTime for partitions, and the exact ms. */

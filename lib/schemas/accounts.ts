@@ -96,13 +96,22 @@ export const AddedMember = Type.Object(
 export const UpdateMemberBody = Type.Object({ role: RoleSchema }, { $id: 'UpdateMemberBody' });
 export const UserIdParams = Type.Object({ user_id: Type.String({ format: 'uuid' }) });
 
+/** A machine slug, or a machine-name pattern (`*` any run, `?` one character; lib/whitelist.ts SLUG_PATTERN_RE). */
+const MachineBinding = Type.String({ pattern: '^[a-z0-9*?-]{1,128}$', description: 'a machine slug, or a pattern with * (any run of characters) and ? (one character)' });
+
 export const ApiToken = Type.Object(
   {
     id: Type.String({ format: 'uuid' }),
     name: Type.String(),
     prefix: Type.String({ description: 'the first characters, to recognise the token by' }),
     scopes: Type.Array(ScopeSchema),
+    machine: Type.Union([MachineBinding, Type.Null()], { description: 'the machine (or machine-name pattern) the token may post as; null: any machine of the customer' }),
     created_at: Type.String({ format: 'date-time' }),
+    created_by: Type.Union([Type.Object({ id: Type.String({ format: 'uuid' }), email: Type.String() }), Type.Null()], {
+      description: 'the dashboard user who created it; null: created with the CLI (or before this was recorded), or the user is gone',
+    }),
+    expires_at: Type.Union([Type.String({ format: 'date-time' }), Type.Null()], { description: 'refused from this time on; null: never expires' }),
+    last_used_at: Type.Union([Type.String({ format: 'date-time' }), Type.Null()], { description: 'last accepted request, to about a minute; null: never used' }),
     revoked_at: NTime,
   },
   { $id: 'ApiToken' },
@@ -112,6 +121,8 @@ export const CreateTokenBody = Type.Object(
   {
     name: Type.Optional(Type.String({ maxLength: 100 })),
     scopes: Type.Optional(Type.Array(ScopeSchema, { minItems: 1, maxItems: 2, uniqueItems: true, description: 'default ["ingest"]' })),
+    machine: Type.Optional(Type.Union([MachineBinding, Type.Null()], { description: 'bind the token to this machine or machine-name pattern (ingest scope only)' })),
+    expires_at: Type.Optional(Type.Union([Type.String({ format: 'date-time' }), Type.Null()], { description: 'refuse the token from this time on (in the future); default: never' })),
   },
   { $id: 'CreateTokenBody' },
 );

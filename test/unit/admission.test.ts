@@ -1,11 +1,12 @@
 // The gateway's ingest decisions without uWS (gateway/admission.ts): each kind's policy, and the
 // refusal each step gives.
 import t from 'tap';
-import { KINDS, pathRefusal, parseBearer, authorise, isJson, headRefusal, parseJsonObject, deepRefusal, batchHeadRefusal, entryHeadRefusal, entryBodyRefusal, sizeRefusal } from '../../gateway/admission.js';
+import { KINDS, pathRefusal, parseBearer, authorise, machineRefusal, isJson, headRefusal, parseJsonObject, deepRefusal, batchHeadRefusal, entryHeadRefusal, entryBodyRefusal, sizeRefusal } from '../../gateway/admission.js';
 import { reportChecker } from '../../lib/report-check.js';
 import { HttpError } from '../../lib/errors.js';
 import type { RequestHead } from '../../gateway/request.js';
 import type { TokenInfo } from '../../gateway/token-cache.js';
+import { compilePattern } from '../../lib/whitelist.js';
 
 const head = (h: Partial<RequestHead> = {}): RequestHead => ({ params: [], authorization: '', contentType: 'application/json', contentLength: '', idempotencyKey: '', framing: null, fault: '', ...h });
 const checker = reportChecker(1000);
@@ -30,6 +31,25 @@ t.test('path slugs, bearer, token', async (t) => {
   t.match(authorise(tok, 'other')?.detail, /not authorised for customer other/);
   t.match(authorise({ ...tok, revoked: true }, 'c')?.detail, /revoked/);
   t.match(authorise({ ...tok, scopes: ['read'] }, 'c')?.detail, /ingest scope/);
+});
+
+t.test('token expiry and machine binding', async (t) => {
+  const tok = { id: 't', customerId: 'cid', customer: 'c', scopes: ['ingest'], revoked: false, expiresMs: Infinity, machine: null, machineOk: null, usedAt: 0 } as TokenInfo;
+  const at = Date.parse('2030-01-01T00:00:00Z');
+  t.equal(authorise({ ...tok, expiresMs: at }, 'c', 'm', at - 1), null, 'valid until its expiry');
+  const expired = authorise({ ...tok, expiresMs: at }, 'c', 'm', at);
+  t.equal(expired?.status, 403);
+  t.equal(expired?.detail, 'token expired at 2030-01-01T00:00:00.000Z');
+  t.equal(authorise(tok, 'c', 'any-machine'), null, 'an unbound token posts as any machine');
+  const one = { ...tok, machine: 'm1', machineOk: compilePattern('m1') };
+  t.equal(authorise(one, 'c', 'm1'), null);
+  t.equal(authorise(one, 'c'), null, 'a route without a machine (batch) checks each entry instead');
+  t.equal(authorise(one, 'c', 'm10')?.detail, 'token bound to machine m1: it cannot post as m10');
+  t.match(authorise(one, 'other', 'm1')?.detail, /not authorised for customer/, 'the customer is checked first');
+  const rack = { ...tok, machine: 'rack?-*', machineOk: compilePattern('rack?-*') };
+  t.equal(machineRefusal(rack, 'rack1-a'), null);
+  t.equal(machineRefusal(rack, 'rack12-a')?.detail, 'token bound to machines rack?-*: it cannot post as rack12-a');
+  t.equal(machineRefusal(tok, 'whatever'), null);
 });
 
 t.test('before the body: command id, Content-Type, Idempotency-Key, announced size', async (t) => {
