@@ -128,6 +128,7 @@ export const METRICS = {
     type: 'counter',
     services: ['gateway'],
     labels: ['route'],
+    init: [['process']],
     help: 'Requests a bug failed (the route answered 500 and the process went on serving); route "process": an error no route caught. Any is a bug to report',
   },
   fleet_gateway_batch_entries_total: {
