@@ -19,6 +19,7 @@ import type { routes } from '../lib/routes.js';
 import type { Sessions } from './session.js';
 import type { LightHub } from './light-stream.js';
 import type { DeadLetters } from '../lib/dead-letters.js';
+import type { Mailer } from '../lib/mail.js';
 
 export interface ApiDeps {
   cfg: Config;
@@ -36,6 +37,8 @@ export interface ApiDeps {
   hints: CommandHints;
   /** The dead-letter stream; null until the api has connected to NATS (its routes answer 503). */
   deadLetters: () => DeadLetters | null;
+  /** E-mail (lib/mail.ts); absent: made from cfg.mail by buildApi. */
+  mailer?: Mailer;
 }
 
 type Route = (typeof routes)[number];
