@@ -70,7 +70,7 @@ export class Mailer {
 export const langOf = (v: string | null | undefined): Lang => (v && v.toLowerCase().startsWith('de') ? 'de' : 'en');
 
 const ROLE_NAMES: Record<Lang, Record<string, string>> = {
-  de: { owner: 'Inhaber', admin: 'Administrator', viewer: 'Betrachter' },
+  de: { owner: 'Eigentümer', admin: 'Administrator', viewer: 'Betrachter' },
   en: { owner: 'owner', admin: 'admin', viewer: 'viewer' },
 };
 

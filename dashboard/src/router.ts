@@ -9,6 +9,9 @@ export type Route =
   | { name: 'instance'; id: string }
   | { name: 'settings' }
   | { name: 'deadletters' }
+  | { name: 'invitation' }
+  | { name: 'password' }
+  | { name: 'resetpassword' }
   | { name: 'notfound' };
 
 export function match(path: string): Route {
@@ -16,6 +19,9 @@ export function match(path: string): Route {
   if (path === '/login') return { name: 'login' };
   if (path === '/settings') return { name: 'settings' };
   if (path === '/dead-letters') return { name: 'deadletters' };
+  if (path === '/invitation') return { name: 'invitation' };
+  if (path === '/password') return { name: 'password' };
+  if (path === '/reset-password') return { name: 'resetpassword' };
   const m = /^\/instances\/([^/]+)\/?$/.exec(path);
   if (m) return { name: 'instance', id: decodeURIComponent(m[1]!) };
   return { name: 'notfound' };
