@@ -851,6 +851,7 @@ export const routes = [
       400: err('the new password breaks a password rule'),
       ...authErrors,
       403: err('the current password is wrong'),
+      429: err('too many wrong current passwords (LOGIN_MAX_FAILURES_PER_ACCOUNT within LOGIN_WINDOW_S); see Retry-After'),
     },
   }),
   route({

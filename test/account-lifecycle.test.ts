@@ -202,6 +202,11 @@ t.test('a password change ends every other session and their streams; the rules 
   t.equal(stream.status, 200);
 
   t.equal((await post(api('/auth/password'), keep, { current_password: 'not the password', new_password: 'a brand new password' })).status, 403);
+  const guesser = await s.newUser('viewer');
+  for (let i = 0; i < 5; i++) t.equal((await post(api('/auth/password'), guesser.jwt, { current_password: `guess ${i}`, new_password: 'a brand new password' })).status, 403);
+  const limited = await post(api('/auth/password'), guesser.jwt, { current_password: guesser.password, new_password: 'a brand new password' });
+  t.equal(limited.status, 429, 'after 5 wrong guesses even the right one waits');
+  t.ok(Number(limited.headers.get('retry-after')) > 0, 'Retry-After');
   const short = await post(api('/auth/password'), keep, { current_password: u.password, new_password: 'short' });
   t.equal(short.status, 400);
   t.match(short.body.detail, /at least 10 characters/);

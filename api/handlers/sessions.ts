@@ -102,7 +102,19 @@ export function sessionHandlers(
       const r = await d.pool.query<{ email: string; password_hash: string }>('SELECT email, password_hash FROM users WHERE id = $1', [p.userId]);
       const u = r.rows[0];
       if (!u) throw new HttpError(401, 'the account of this session no longer exists');
-      if (!(await verifyPassword(b.current_password, u.password_hash))) throw new HttpError(403, 'the current password is wrong');
+      // Wrong current passwords are counted per user (a stolen session must not become a way to
+      // guess the password): LOGIN_MAX_FAILURES_PER_ACCOUNT within LOGIN_WINDOW_S, then 429.
+      const key = `${d.cfg.redisPrefix}pwchange:${p.userId}`;
+      const failures = Number((await d.redis.get(key)) ?? 0);
+      if (failures >= cfg.loginMaxFailuresPerAccount) {
+        const wait = Math.max(1, await d.redis.ttl(key));
+        throw new HttpError(429, `too many wrong current passwords; try again in ${wait} s`, { retryAfterS: wait });
+      }
+      if (!(await verifyPassword(b.current_password, u.password_hash))) {
+        await d.redis.multi().incr(key).expire(key, cfg.loginWindowS, 'NX').exec();
+        throw new HttpError(403, 'the current password is wrong');
+      }
+      await d.redis.del(key);
       const problem = passwordProblem(b.new_password, rules(u.email));
       if (problem) throw badRequest(problem);
       if (b.new_password === b.current_password) throw badRequest('the new password is the current one');
