@@ -7,7 +7,7 @@ import { useApp } from '../../ctx.js';
 import { dateTime } from '../../format.js';
 import type { Invitation, Member, Role } from '../../types.js';
 import type { Lang } from '../../i18n.js';
-import { DataTable, ErrorNote, Section, useAction, useFetch } from '../../components/common.js';
+import { DataTable, ErrorNote, Section, useAction, useFetch, useInterval } from '../../components/common.js';
 import { ActionForm, Field, Select } from '../../components/forms.js';
 
 export function MembersSection() {
@@ -18,6 +18,8 @@ export function MembersSection() {
   const [role, setRole] = useState<Role>('viewer');
   const [mailLang, setMailLang] = useState<Lang>(lang);
   const [note, setNote] = useState<string | null>(null);
+  // While an e-mail is being sent, look again every 2 s for what became of it.
+  useInterval(() => void invitations.reload(), invitations.data?.items.some((i) => i.mail_status === 'pending') ? 2000 : null);
   const invite = useAction(async () => {
     const r = await post<{ invitation: Invitation }>('/api/invitations', { email: email.trim(), role, lang: mailLang });
     setNote(t('members.invited', { email: r.invitation.email }));
