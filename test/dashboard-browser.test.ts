@@ -554,7 +554,7 @@ async function run(): Promise<void> {
     await i.page.locator('.user-email', { hasText: mate }).waitFor();
     t.pass('the new account is logged in');
     await o.page.reload();
-    await o.page.locator('#members td', { hasText: mate }).waitFor();
+    await o.page.locator(`#members tr[data-member="${mate}"]`).waitFor();
     t.equal(await o.page.locator(`tr[data-invitation="${mate}"]`).count(), 0, 'a member now, no longer pending');
 
     // Log out and in again with the chosen password.

@@ -117,7 +117,7 @@ export function MembersSection() {
         cols={[t('members.email'), t('members.role'), t('members.since')]}
         hidden={t('common.actions')}
         row={(m) => (
-          <tr key={m.user_id}>
+          <tr key={m.user_id} data-member={m.email}>
             <td data-label={t('members.email')}>
               {m.email}
               {m.user_id === me?.user.id && <span class="muted small"> ({t('members.you')})</span>}
