@@ -40,6 +40,8 @@ export function navigate(to: string, opts: { replace?: boolean } = {}): void {
 }
 
 window.addEventListener('popstate', notify);
+// A link that changes only the fragment (the account pages' #token=…) is a new location too.
+window.addEventListener('hashchange', notify);
 
 // Follow in-app links without a reload (plain left clicks only: new tabs and downloads stay normal).
 document.addEventListener('click', (e) => {

@@ -211,6 +211,11 @@ export function ResetPasswordPage() {
   const [busy, setBusy] = useState(false);
   const [problem, setProblem] = useState<string | null>(null);
   const [done, setDone] = useState<string | null>(null);
+  // Another link opened in this tab: start over.
+  useEffect(() => {
+    setDone(null);
+    setProblem(null);
+  }, [token]);
 
   const ask = async () => {
     setBusy(true);
