@@ -1,7 +1,8 @@
 // Who is calling the read API, and may they. Two kinds of caller:
 //   - a dashboard user: JWT in `Authorization: Bearer` or the session cookie; their role in the
-//     active customer comes from Postgres on every request (a removed membership takes effect at
-//     once); a system admin acts as owner in any customer;
+//     active customer and whether their session still holds come from Postgres on every request
+//     (a removed membership or a revoked session takes effect at once, on every replica); a system
+//     admin acts as owner in any customer;
 //   - an API token with the `read` scope (scripts, Grafana): viewer rights in its own customer.
 // Routes declare the level they need in lib/routes.ts; api/server.ts enforces it before the handler.
 // Not authenticated: 401. Authenticated but not allowed: 403.
@@ -23,6 +24,8 @@ export interface Principal {
   userId?: string;
   email?: string;
   tokenId?: string;
+  /** A dashboard user's session row (api/session.ts). */
+  sessionId?: string;
 }
 
 declare module 'fastify' {
@@ -33,7 +36,7 @@ declare module 'fastify' {
 
 export const unauthenticated = (detail: string) => new HttpError(401, detail);
 
-function credentials(req: FastifyRequest): { bearer: string | null; cookie: string | null } {
+export function credentials(req: FastifyRequest): { bearer: string | null; cookie: string | null } {
   const h = req.headers.authorization ?? '';
   const bearer = /^bearer /i.test(h) ? h.slice(7).trim() : null;
   const cookie = (req.cookies as Record<string, string | undefined> | undefined)?.[SESSION_COOKIE] ?? null;
@@ -47,22 +50,28 @@ export async function resolvePrincipal(req: FastifyRequest, pool: Pool, sessions
   if (!jwt) throw unauthenticated('not authenticated: log in, or send Authorization: Bearer <API token or session token>');
   const claims = await sessions.verify(jwt);
   if (!claims) throw unauthenticated('session invalid or expired: log in again');
-  const r = await pool.query<{ email: string; is_system_admin: boolean; role: Role | null; slug: string | null; cust: string | null }>(
-    `SELECT u.email, u.is_system_admin, m.role, c.slug, c.id AS cust
+  // One query: the user, their role in the active customer, and whether the session row still
+  // holds (a primary-key lookup in the same round trip: revocation costs requests nothing extra).
+  const r = await pool.query<{ email: string; is_system_admin: boolean; role: Role | null; slug: string | null; cust: string | null; open: boolean }>(
+    `SELECT u.email, u.is_system_admin, m.role, c.slug, c.id AS cust,
+            (s.id IS NOT NULL AND s.revoked_at IS NULL AND s.expires_at > now()) AS open
        FROM users u
        LEFT JOIN customers c ON c.id = $2::uuid
        LEFT JOIN memberships m ON m.user_id = u.id AND m.customer_id = c.id
+       LEFT JOIN sessions s ON s.id = $3::uuid AND s.user_id = u.id
       WHERE u.id = $1`,
-    [claims.sub, claims.cid],
+    [claims.sub, claims.cid, claims.sid],
   );
   const u = r.rows[0];
   if (!u) throw unauthenticated('the account of this session no longer exists');
+  if (!u.open) throw unauthenticated('session ended (logged out, password changed, or signed out): log in again');
   let role = u.role;
   if (u.cust && !role && u.is_system_admin) role = 'owner';
   const member = u.cust !== null && role !== null;
   return {
     kind: 'user',
     userId: claims.sub,
+    sessionId: claims.sid,
     email: u.email,
     isSystemAdmin: u.is_system_admin,
     customerId: member ? u.cust : null,

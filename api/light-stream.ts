@@ -7,6 +7,13 @@
 // does by itself, after `retry`) re-reads GET /api/instances, which is always right. A client that
 // does not keep up (more than MAX_BUFFERED bytes waiting) is disconnected rather than buffered
 // without bound.
+//
+// A stream is authorised when it opens, and again every SESSION_STREAM_RECHECK_MS (2 s by
+// default): one query per replica for all its open streams (api/stream-auth.ts) asks whether each
+// stream's session still holds (not logged out, password not changed, not signed out) and its user
+// is still a member of the customer, or whether its API token is still unrevoked. A stream that
+// fails gets `event: ended` and is closed; the browser's reconnect then gets 401 or 403. A check
+// that cannot run (Postgres away) leaves the streams as they are until one succeeds.
 import type { ServerResponse } from 'node:http';
 import type { NatsConnection, Subscription } from 'nats';
 import type { Logger } from '../lib/log.js';
@@ -15,15 +22,23 @@ import { publicLightEvent, type LightMessage } from '../lib/traffic-light.js';
 
 const MAX_BUFFERED = 1024 * 1024;
 
+/** Who opened a stream: what the periodic check asks about. */
+export type StreamAuth = { kind: 'user'; sessionId: string; customerId: string } | { kind: 'token'; tokenId: string };
+
+export const streamAuthKey = (a: StreamAuth) => (a.kind === 'user' ? `s:${a.sessionId}:${a.customerId}` : `t:${a.tokenId}`);
+
 interface Client {
   res: ServerResponse;
   keepalive: NodeJS.Timeout;
+  auth: StreamAuth;
 }
 
 export class LightHub {
   private readonly clients = new Map<string, Set<Client>>();
   private size = 0;
   private sub: Subscription | null = null;
+  private recheck: NodeJS.Timeout | null = null;
+  private checking = false;
 
   constructor(
     private readonly log: Logger,
@@ -66,8 +81,42 @@ export class LightHub {
     this.log.info({ subject }, 'live traffic-light stream subscribed');
   }
 
-  /** Takes over an HTTP response as an event stream of `customerId`'s changes. */
-  open(customerId: string, res: ServerResponse): void {
+  /**
+   * Re-checks every open stream's session or token each `everyMs`: `stillValid` gets the distinct
+   * auths and returns the keys (streamAuthKey) of those that still hold; the other streams end.
+   */
+  recheckWith(everyMs: number, stillValid: (auths: StreamAuth[]) => Promise<Set<string>>): void {
+    if (this.recheck) clearInterval(this.recheck);
+    this.recheck = setInterval(() => void this.recheckNow(stillValid), everyMs);
+    this.recheck.unref();
+  }
+
+  private async recheckNow(stillValid: (auths: StreamAuth[]) => Promise<Set<string>>): Promise<void> {
+    if (this.checking || this.size === 0) return;
+    this.checking = true;
+    try {
+      const auths = new Map<string, StreamAuth>();
+      for (const set of this.clients.values()) for (const c of set) auths.set(streamAuthKey(c.auth), c.auth);
+      const valid = await stillValid([...auths.values()]);
+      let ended = 0;
+      for (const [customerId, set] of [...this.clients]) {
+        for (const c of [...set]) {
+          if (valid.has(streamAuthKey(c.auth))) continue;
+          this.remove(customerId, c);
+          c.res.end(`event: ended\ndata: {"detail":"session or token ended"}\n\n`);
+          ended++;
+        }
+      }
+      if (ended) this.log.info({ streams: ended }, 'live streams closed: their session or token ended');
+    } catch (e) {
+      this.log.warn({ err: e }, 'live stream authorisation re-check failed; streams stay open until the next check');
+    } finally {
+      this.checking = false;
+    }
+  }
+
+  /** Takes over an HTTP response as an event stream of `customerId`'s changes, opened by `auth`. */
+  open(customerId: string, res: ServerResponse, auth: StreamAuth): void {
     res.writeHead(200, {
       'Content-Type': 'text/event-stream; charset=utf-8',
       'Cache-Control': 'no-cache, no-transform',
@@ -78,6 +127,7 @@ export class LightHub {
     res.write(`retry: 3000\n: connected\n\n`);
     const c: Client = {
       res,
+      auth,
       keepalive: setInterval(() => this.write(customerId, c, ': keepalive\n\n'), this.keepaliveS * 1000),
     };
     let set = this.clients.get(customerId);
@@ -110,6 +160,7 @@ export class LightHub {
   /** Ends every stream (shutdown): clients reconnect to another replica. */
   close(): void {
     this.sub?.unsubscribe();
+    if (this.recheck) clearInterval(this.recheck);
     for (const [customerId, set] of this.clients) {
       for (const c of [...set]) {
         this.remove(customerId, c);

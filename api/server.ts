@@ -29,6 +29,10 @@ import { commandHandlers } from './handlers/commands.js';
 import { dashboardHandlers } from './handlers/dashboard.js';
 import { quotaHandlers } from './handlers/quotas.js';
 import { deadLetterHandlers } from './handlers/dead-letters.js';
+import { invitationHandlers } from './handlers/invitations.js';
+import { sessionHandlers } from './handlers/sessions.js';
+import { Mailer } from '../lib/mail.js';
+import { streamAuthStillValid } from './stream-auth.js';
 import type { ApiDeps, ApiHandlers } from './types.js';
 import { routeTimer, type RouteTimer } from '../lib/metrics.js';
 
@@ -113,6 +117,12 @@ export async function buildApi(d: ApiDeps): Promise<FastifyInstance> {
   });
   // Open live streams end before the server closes, or close would wait for them.
   app.addHook('preClose', async () => d.lights.close());
+  // E-mail for invitations and password resets (lib/mail.ts); one transport per api process.
+  const mailer = d.mailer ?? new Mailer(d.cfg.mail, d.log);
+  if (!mailer.configured) d.log.warn('SMTP_HOST not set: invitation and password-reset e-mails are written to this log instead of being sent');
+  app.addHook('onClose', async () => mailer.close());
+  // Open live streams re-check their session or token every SESSION_STREAM_RECHECK_MS, and end when it was revoked.
+  d.lights.recheckWith(d.cfg.api.streamRecheckMs, (auths) => streamAuthStillValid(d.pool, auths));
 
   // Each typed by its route (api/types.ts); the operations routes (ops() in lib/routes.ts) take nothing.
   const handlers: ApiHandlers & { api_healthz: Handler; api_readyz: Handler; api_metrics: Handler } = {
@@ -134,6 +144,8 @@ export async function buildApi(d: ApiDeps): Promise<FastifyInstance> {
     ...dashboardHandlers(d),
     ...quotaHandlers(d),
     ...deadLetterHandlers(d),
+    ...invitationHandlers(d, mailer),
+    ...sessionHandlers(d, mailer),
     api_healthz: () => ({ ok: true }),
     api_readyz: async (_req, reply) => {
       try {

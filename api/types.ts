@@ -20,6 +20,7 @@ import type { routes } from '../lib/routes.js';
 import type { Sessions } from './session.js';
 import type { LightHub } from './light-stream.js';
 import type { DeadLetters } from '../lib/dead-letters.js';
+import type { Mailer } from '../lib/mail.js';
 
 export interface ApiDeps {
   cfg: Config;
@@ -39,6 +40,8 @@ export interface ApiDeps {
   deadLetters: () => DeadLetters | null;
   /** The check of a whitelist rule set against SUFFIX_CHAIN_MAX, in a worker thread. */
   whitelistChecks: WhitelistChecks;
+  /** E-mail (lib/mail.ts); absent: made from cfg.mail by buildApi. */
+  mailer?: Mailer;
 }
 
 type Route = (typeof routes)[number];

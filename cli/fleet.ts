@@ -15,6 +15,8 @@ import { upload, UploadError } from './upload.js';
 import { ingestBatch, IngestBatchError } from './ingest-batch.js';
 import { CliError, filterOf, formatList, formatReplay, formatShow, intOption, withDeadLetters, type FilterOptions } from './dead-letters.js';
 import { LIMITS } from '../lib/dead-letters.js';
+import { passwordProblem } from '../lib/passwords.js';
+import { revokeUserSessions } from '../api/session.js';
 
 // Read when a command runs, not before: `fleet --help` works whatever the environment holds.
 let loaded: Config | undefined;
@@ -110,10 +112,12 @@ user
   .command('create')
   .requiredOption('--email <email>', 'e-mail address (the login; unique, case-insensitive)')
   .option('--username <name>', 'optional user name, also accepted at login')
-  .option('--password <password>', 'at least 8 characters; generated and printed once when omitted')
+  .option('--password <password>', 'held to the password rules (docs/operations.md); generated and printed once when omitted')
   .option('--system-admin', 'may act in every customer')
-  .description('create a dashboard user')
+  .description('create a dashboard user (the first system administrator; everyone else joins by invitation)')
   .action(async (o: { email: string; username?: string; password?: string; systemAdmin?: boolean }) => {
+    const problem = o.password === undefined ? null : passwordProblem(o.password, { minLength: config().api.passwordMinLength, email: o.email });
+    if (problem) fail(problem);
     const password = o.password ?? newPassword();
     const u = await withPool((p) => createUser(p, { email: o.email, username: o.username, password, isSystemAdmin: !!o.systemAdmin })).catch((e) =>
       fail((e as Error).message),
@@ -140,6 +144,18 @@ user
       }
     });
     process.stdout.write(`${login} is ${o.role} of ${slug}\n`);
+  });
+
+user
+  .command('sign-out <login>')
+  .description('end every session of a user at once (every api replica; their live streams within SESSION_STREAM_RECHECK_MS)')
+  .action(async (login: string) => {
+    const n = await withPool(async (p) => {
+      const u = await findUserByLogin(p, login);
+      if (!u) fail(`no user ${login}`);
+      return revokeUserSessions(p, u.id, 'signed_out_by_admin');
+    });
+    process.stdout.write(`${login}: ${n} session(s) ended\n`);
   });
 
 const licence = program.command('licence').alias('license').description('licences: device limit, tier, grace period');

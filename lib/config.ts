@@ -111,6 +111,21 @@ export const Settings = Type.Object({
   LOGIN_ACCOUNT_DELAY_MAX_S: Pos(60, 'longest wait between attempts on a slowed-down account'),
   LOGIN_HASH_CONCURRENCY: Int(2, 1, 64, 'password checks (scrypt, 128 MiB each) one api process runs at once'),
   LOGIN_HASH_QUEUE: Nat(8, 'password checks waiting for one of those; more: 503 with Retry-After', 10_000),
+  // The account life cycle (docs/operations.md "Accounts, sessions and e-mail").
+  SESSION_STREAM_RECHECK_MS: Int(2000, 100, 60_000, 'how often each api replica re-checks the session (or API token) of every open live stream; a revoked one is closed'),
+  INVITATION_TTL_S: Int(7 * 86_400, 60, 90 * 86_400, 'an invitation link is valid this long'),
+  PASSWORD_RESET_TTL_S: Int(3600, 60, 7 * 86_400, 'a password-reset link is valid this long'),
+  PASSWORD_RESET_MAX_PER_HOUR: Int(5, 1, 1000, 'reset e-mails per address and hour; more requests get the same answer and no e-mail'),
+  PASSWORD_MIN_LENGTH: Int(10, 8, 128, 'shortest password a user may choose'),
+  PUBLIC_DASHBOARD_URL: Derived('the dashboard address the links in e-mails point to; default http://$API_HOST:$API_PORT', { pattern: '^https?://\\S+$', allowed: 'an http(s) URL' }),
+  SMTP_HOST: Str('', 'SMTP server for invitations and password resets; empty: no e-mail (links go to the api log)'),
+  SMTP_PORT: Port(587, 'SMTP port (465 with SMTP_SECURE)'),
+  SMTP_SECURE: Bool(false, 'TLS from the first byte (port 465); off: plain connection upgraded per SMTP_STARTTLS'),
+  SMTP_STARTTLS: Enum(['required', 'opportunistic', 'off'] as const, 'required', 'STARTTLS on a plain connection: required (refuse to send without it), opportunistic (when offered), off'),
+  SMTP_USER: Str('', 'SMTP login (empty: none)'),
+  SMTP_PASSWORD: Str('', 'SMTP password'),
+  SMTP_TIMEOUT_MS: Pos(15_000, 'connecting to and talking with the SMTP server'),
+  MAIL_FROM: Str('Fleet <fleet@localhost>', 'sender of every e-mail', { minLength: 3 }),
   PUBLIC_API_URL: Str('/', 'the api server /openapi.json names (/ = where the document came from)', { pattern: '^(/|https?://\\S+)$', allowed: '/ or an http(s) URL' }),
   PUBLIC_GATEWAY_URL: Derived('the gateway server /openapi.json names; default http://$GATEWAY_HOST:$GATEWAY_PORT', { pattern: '^https?://\\S+$', allowed: 'an http(s) URL' }),
   WHITELIST_MAX_RULES: Pos(1000, 'whitelist rules per customer, the default of the quota whitelist_rules (409 above)'),
@@ -358,6 +373,13 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env) {
       loginAccountDelayMaxS: s.LOGIN_ACCOUNT_DELAY_MAX_S,
       loginHashConcurrency: s.LOGIN_HASH_CONCURRENCY,
       loginHashQueue: s.LOGIN_HASH_QUEUE,
+      streamRecheckMs: s.SESSION_STREAM_RECHECK_MS,
+      invitationTtlS: s.INVITATION_TTL_S,
+      passwordResetTtlS: s.PASSWORD_RESET_TTL_S,
+      passwordResetMaxPerHour: s.PASSWORD_RESET_MAX_PER_HOUR,
+      passwordMinLength: s.PASSWORD_MIN_LENGTH,
+      // Links in e-mails (invitations, resets) point here.
+      publicDashboardUrl: (s.PUBLIC_DASHBOARD_URL ?? `http://${s.API_HOST}:${s.API_PORT}`).replace(/\/+$/, ''),
       // Base URLs the OpenAPI document (/openapi.json) names as servers. PUBLIC_API_URL `/` means
       // "where the document came from"; set both to what clients use behind the proxy.
       publicApiUrl: s.PUBLIC_API_URL,
@@ -450,6 +472,17 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env) {
       resyncMs: s.COMMAND_RESYNC_MS,
       maxOpenPerInstance: s.COMMAND_MAX_OPEN,
       argsMaxBytes: s.COMMAND_ARGS_MAX_BYTES,
+    },
+    // E-mail (lib/mail.ts); host '' = not configured.
+    mail: {
+      host: s.SMTP_HOST,
+      port: s.SMTP_PORT,
+      secure: s.SMTP_SECURE,
+      starttls: s.SMTP_STARTTLS,
+      user: s.SMTP_USER,
+      password: s.SMTP_PASSWORD,
+      timeoutMs: s.SMTP_TIMEOUT_MS,
+      from: s.MAIL_FROM,
     },
     logLevel: s.LOG_LEVEL,
   };

@@ -124,25 +124,21 @@ t.test('members: the owner lists, invites, changes roles and removes; the last o
   ]);
   t.equal((await get(api('/api/members'), admin.jwt)).status, 403, 'an admin cannot manage members');
 
+  // Inviting creates no account and hands out no password (test/account-lifecycle.test.ts follows the e-mail).
   const invited = await post(api('/api/members'), owner.jwt, { email: `New.Mate-${s.id}@example.com`, role: 'viewer' });
-  t.equal(invited.status, 201);
-  t.equal(invited.body.created_user, true);
-  t.type(invited.body.initial_password, 'string', 'a one-time password for the new account');
-  t.equal(invited.body.member.role, 'viewer');
-  const mate = await post(api('/auth/login'), null, { email: `new.mate-${s.id}@example.com`, password: invited.body.initial_password });
-  t.equal(mate.status, 200, 'the teammate can log in');
-  t.equal(mate.body.customer.id, c.customer.id);
+  t.equal(invited.status, 202);
+  t.match(invited.body.invitation, { email: `New.Mate-${s.id}@example.com`, role: 'viewer', status: 'pending' });
+  t.notOk('initial_password' in invited.body);
+  t.equal((await s.pool.query('SELECT 1 FROM users WHERE lower(email) = $1', [`new.mate-${s.id}@example.com`])).rowCount, 0, 'no account made');
 
+  // A member the CLI added (fleet user add-to-customer) is managed here like any other.
   const existing = await s.newUser(null);
-  const added = await post(api('/api/members'), owner.jwt, { email: existing.email.toUpperCase(), role: 'admin' });
-  t.equal(added.status, 201);
-  t.equal(added.body.created_user, false);
-  t.notOk('initial_password' in added.body);
+  await addMembership(s.pool, existing.id, c.customer.id, 'admin');
   const relogin = await post(api('/auth/login'), null, { email: existing.email, password: existing.password });
   t.equal(relogin.body.customer.id, c.customer.id, 'the added user lands in the customer');
   const existingJwt = relogin.body.token;
   t.equal((await get(api('/api/instances'), existingJwt)).status, 200);
-  t.equal((await post(api('/api/members'), owner.jwt, { email: existing.email, role: 'viewer' })).status, 409, 'already a member');
+  t.equal((await post(api('/api/members'), owner.jwt, { email: existing.email.toUpperCase(), role: 'viewer' })).status, 409, 'already a member');
   t.equal((await post(api('/api/members'), owner.jwt, { email: 'not-an-address', role: 'viewer' })).status, 400);
   t.equal((await post(api('/api/members'), owner.jwt, { email: 'x@example.com', role: 'god' })).status, 400);
 
@@ -157,7 +153,7 @@ t.test('members: the owner lists, invites, changes roles and removes; the last o
 
   const rm = await request('DELETE', api(`/api/members/${existing.id}`), admin.jwt);
   t.equal(rm.status, 200, 'the new owner removes a member');
-  t.equal((await get(api('/api/instances'), existingJwt)).status, 403, 'who loses access at once');
+  t.equal((await get(api('/api/instances'), existingJwt)).status, 401, 'who loses access at once: their sessions ended');
   t.equal((await request('DELETE', api(`/api/members/${existing.id}`), admin.jwt)).status, 404, 'removing again: 404');
   t.equal((await request('DELETE', api('/api/members/nope'), admin.jwt)).status, 400);
   const outsider = await s.newUser('owner');
@@ -233,7 +229,7 @@ t.test('onboarding: the steps tick as reports arrive', async (t) => {
   await step('first_diagnostics');
   t.equal((await post(ingest(c.customer.slug, 'ob-1', 'status'), c.token, { status: 'running' })).status, 200);
   await step('first_status');
-  t.equal((await post(api('/api/members'), owner.jwt, { email: `mate-${s.id}@example.com`, role: 'viewer' })).status, 201);
+  t.equal((await post(api('/api/invitations'), owner.jwt, { email: `mate-${s.id}@example.com`, role: 'viewer' })).status, 202);
   await step('teammate_invited');
   // Help texts: recorded when a `help` report is applied (the help ingest of the diagnostics
   // suite), or found in its help_texts table when that exists.

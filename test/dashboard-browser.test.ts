@@ -3,7 +3,9 @@
 // red live (from the event stream, without a reload), open it, read the snapshot's typed leaves,
 // read a diagnostic's help text in DE and EN, show suppressed diagnostics, queue a command and see
 // its state change, create a token (shown once, copied) and revoke it, switch customer, log out;
-// as a system administrator, find a dead letter, open it and replay it.
+// as a system administrator, find a dead letter, open it and replay it; invite a teammate, who
+// follows the e-mailed link (an SMTP server of this file's own receives it), chooses a password,
+// logs in, changes the password, and sees the reset page.
 // Screenshots of the main pages at desktop and phone width go to test/artifacts/ (not committed);
 // every page passes axe-core's WCAG A/AA checks and fits a phone's width; the page loads nothing
 // from another host and throws no script error.
@@ -15,6 +17,7 @@ import { launchBrowser, browserUnavailable, screenshot, axeViolations, horizonta
 import { randomUUID } from 'node:crypto';
 import { subjects, encodeBatch, encodeReport, type Report } from '../lib/messages.js';
 import { deadLetterOf } from '../lib/dead-letters.js';
+import { smtpServer, linkToken } from './helpers/smtp.js';
 
 const skip = browserUnavailable();
 if (skip) t.plan(0, `browser tests skipped: ${skip}`);
@@ -22,7 +25,12 @@ else await run();
 
 async function run(): Promise<void> {
   // A short heartbeat timeout and a fast sweep, so that "stops heartbeating" turns red in seconds.
-  const s = await testStack(t, 'dashbrowser', { env: { HEARTBEAT_TIMEOUT_S: '6', LIGHT_SWEEP_INTERVAL_MS: '500', COMMAND_SWEEP_MS: '1000', TOKEN_USAGE_FLUSH_MS: '500' } });
+  // Invitation e-mails go to an SMTP server of this file's own.
+  const smtp = await smtpServer();
+  t.teardown(() => smtp.close());
+  const s = await testStack(t, 'dashbrowser', {
+    env: { HEARTBEAT_TIMEOUT_S: '6', LIGHT_SWEEP_INTERVAL_MS: '500', COMMAND_SWEEP_MS: '1000', SMTP_HOST: '127.0.0.1', SMTP_PORT: String(smtp.port), SMTP_STARTTLS: 'off', TOKEN_USAGE_FLUSH_MS: '500' },
+  });
   const A = s.customer;
   const owner = await s.newUser('owner');
   const B = await s.newCustomer('other');
@@ -513,6 +521,114 @@ async function run(): Promise<void> {
     t.equal(await p.page.locator('nav.main-nav a[href="/dead-letters"]').count(), 0, 'no dead letters for an owner who is no system administrator');
     t.same(p.errors, [], 'no script errors, no Content-Security-Policy violations');
     await p.ctx.close();
+  });
+
+  t.test('invite → accept → set password → log in; change the password; the reset page; every width', async (t) => {
+    const mate = `mate-${s.id}@example.com`;
+    // The owner invites from Settings -> Members.
+    const o = await newContext(desktop);
+    await o.page.goto(`${s.apiUrl}/login?next=%2Fsettings`);
+    await o.page.fill('#login-email', owner.email);
+    await o.page.fill('#login-password', owner.password);
+    await o.page.click('button[type=submit]');
+    await o.page.waitForURL((u) => u.pathname === '/settings');
+    await o.page.locator('#member-email').waitFor();
+    await o.page.fill('#member-email', mate);
+    await o.page.selectOption('#member-role', 'admin');
+    await o.page.click('#members button[type=submit]');
+    await o.page.locator('#invite-note', { hasText: mate }).waitFor();
+    const pending = o.page.locator(`tr[data-invitation="${mate}"]`);
+    await pending.waitFor();
+    t.match(await pending.textContent(), /admin.*pending/, 'listed as pending, with its role');
+    t.notMatch(await o.page.locator('#members').textContent(), /password/i, 'no password shown to the owner');
+    await o.page.locator(`tr[data-invitation="${mate}"]`, { hasText: 'e-mail sent' }).waitFor();
+    t.pass('the e-mail went out');
+    await screenshot(o.page, 'settings-invitations-desktop');
+    await expectNoAxeViolations(t, o.page, 'settings with invitations');
+
+    // The invitee opens the link from the e-mail (on this server: the link's path and fragment).
+    const mail = await smtp.mailTo(mate);
+    t.match(mail.text, /\/invitation#token=inv_/);
+    const link = `${s.apiUrl}/invitation#token=${linkToken(mail)}`;
+    const ph = await newContext(phone);
+    await ph.page.goto(link);
+    await ph.page.locator('#accept-password').waitFor();
+    const ov = await horizontalOverflow(ph.page);
+    t.ok(ov.scrollWidth <= ov.width, `invitation: no sideways scrolling at ${ov.width} px (page ${ov.scrollWidth} px) ${ov.culprits.join(', ')}`);
+    await screenshot(ph.page, 'invitation-phone');
+    await expectNoAxeViolations(t, ph.page, 'invitation (phone)');
+    await ph.ctx.close();
+
+    const i = await newContext(desktop);
+    await i.page.goto(link);
+    await i.page.locator('#accept-password').waitFor();
+    t.match(await i.page.locator('main').textContent(), new RegExp(`invited to .* as admin, with the address ${mate.replace(/[.]/g, '\\.')}`));
+    await screenshot(i.page, 'invitation-desktop');
+    await expectNoAxeViolations(t, i.page, 'invitation');
+    await i.page.fill('#accept-password', 'password');
+    await i.page.fill('#accept-password-repeat', 'password');
+    await i.page.click('main button[type=submit]');
+    await i.page.locator('main [role=alert]', { hasText: /at least 10 characters|common/ }).waitFor();
+    t.pass("the server's password rule is shown");
+    await i.page.fill('#accept-password', 'our fleet in good hands');
+    await i.page.fill('#accept-password-repeat', 'our fleet in good hands');
+    await i.page.click('main button[type=submit]');
+    await i.page.waitForURL((u) => u.pathname === '/');
+    await i.page.locator('.user-email', { hasText: mate }).waitFor();
+    t.pass('the new account is logged in');
+    await o.page.reload();
+    await o.page.locator(`#members tr[data-member="${mate}"]`).waitFor();
+    t.equal(await o.page.locator(`tr[data-invitation="${mate}"]`).count(), 0, 'a member now, no longer pending');
+
+    // Log out and in again with the chosen password.
+    await i.page.click('header button:has-text("Log out")');
+    await i.page.waitForURL(/\/login/);
+    await i.page.fill('#login-email', mate);
+    await i.page.fill('#login-password', 'our fleet in good hands');
+    await i.page.click('button[type=submit]');
+    await i.page.waitForURL((u) => u.pathname === '/');
+    t.pass('logged in with the password they chose');
+
+    // Change it.
+    await i.page.click('header a[href="/password"]');
+    await i.page.locator('#pw-current').waitFor();
+    await i.page.fill('#pw-current', 'our fleet in good hands');
+    await i.page.fill('#pw-new', 'an even better passphrase');
+    await i.page.fill('#pw-new-repeat', 'an even better passphrase');
+    await i.page.click('main form button[type=submit]');
+    await i.page.locator('#pw-done').waitFor();
+    await screenshot(i.page, 'password-desktop');
+    await expectNoAxeViolations(t, i.page, 'change password');
+    t.equal((await post(`${s.apiUrl}/auth/login`, null, { email: mate, password: 'an even better passphrase' })).status, 200, 'the new password works');
+
+    // The reset page, as someone logged out sees it from the login page.
+    const r = await newContext(phone);
+    await r.page.goto(`${s.apiUrl}/login`);
+    await r.page.click('a[href="/reset-password"]');
+    await r.page.locator('#reset-email').waitFor();
+    await r.page.fill('#reset-email', mate);
+    await r.page.click('main button[type=submit]');
+    await r.page.locator('#reset-done').waitFor();
+    const resetMail = await smtp.mailTo(mate, 1);
+    // The link from the e-mail, opened as a mail program does: in a new tab.
+    const tab = await r.ctx.newPage();
+    tab.on('pageerror', (e) => r.errors.push(e.message));
+    await tab.goto(`${s.apiUrl}/reset-password#token=${linkToken(resetMail)}`);
+    await tab.locator('#reset-password').waitFor();
+    const rv = await horizontalOverflow(tab);
+    t.ok(rv.scrollWidth <= rv.width, `reset: no sideways scrolling at ${rv.width} px (page ${rv.scrollWidth} px) ${rv.culprits.join(', ')}`);
+    await screenshot(tab, 'reset-password-phone');
+    await expectNoAxeViolations(t, tab, 'reset password (phone)');
+    await tab.fill('#reset-password', 'reset from the phone, 2026');
+    await tab.fill('#reset-password-repeat', 'reset from the phone, 2026');
+    await tab.click('main button[type=submit]');
+    await tab.locator('#reset-done').waitFor();
+    t.equal((await post(`${s.apiUrl}/auth/login`, null, { email: mate, password: 'reset from the phone, 2026' })).status, 200, 'the reset password works');
+    await i.page.reload();
+    await i.page.waitForURL(/\/login/);
+    t.pass("the reset ended the desktop's session: back to the login page");
+    t.same([...o.errors, ...i.errors, ...r.errors], [], 'no script errors, no Content-Security-Policy violations');
+    await Promise.all([o.ctx.close(), i.ctx.close(), r.ctx.close()]);
   });
 
   t.test('dead letters (system administrator): listed, filtered, opened, replayed after a confirmation; every width', async (t) => {

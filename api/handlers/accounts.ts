@@ -4,8 +4,9 @@ import { createHash } from 'node:crypto';
 import type { ApiDeps, HandlersOf } from '../types.js';
 import { anyPrincipal, principal, type Principal } from '../auth.js';
 import { HttpError, badRequest, forbidden, notFound } from '../../lib/errors.js';
-import { createUser, normaliseEmail, newPassword, EMAIL_RE, DuplicateUserError, setMembership, MembershipError, type Role } from '../../lib/accounts.js';
-import { setSessionCookie } from './auth.js';
+import { normaliseEmail, setMembership, MembershipError, type Role } from '../../lib/accounts.js';
+import { revokeUserSessions } from '../session.js';
+import { reissueSession } from './sessions.js';
 import { isoTime as iso } from '../../lib/db/postgres.js';
 
 const conflict = (detail: string) => new HttpError(409, detail);
@@ -20,7 +21,7 @@ interface CustomerRef {
   member: boolean;
 }
 
-export function accountHandlers(d: ApiDeps): HandlersOf<'add_member' | 'auth_conversions_ack' | 'auth_me' | 'list_members' | 'my_customers' | 'remove_member' | 'switch_customer' | 'update_member'> {
+export function accountHandlers(d: ApiDeps): HandlersOf<'auth_conversions_ack' | 'auth_me' | 'list_members' | 'my_customers' | 'remove_member' | 'switch_customer' | 'update_member'> {
   const { pool } = d;
 
   async function user(id: string) {
@@ -108,8 +109,7 @@ export function accountHandlers(d: ApiDeps): HandlersOf<'add_member' | 'auth_con
       if (!c) throw u.is_system_admin ? notFound('no such customer') : refused;
       const role: Role | null = c.role ?? (u.is_system_admin ? 'owner' : null);
       if (!role) throw refused;
-      const { token, expiresAt } = await d.sessions.issue({ sub: u.id, email: u.email, is_system_admin: u.is_system_admin, cid: c.id });
-      setSessionCookie(reply, token, d.sessions.ttlS, d.cfg.api.cookieSecure);
+      const { token, expiresAt } = await reissueSession(d, reply, u, c.id, p.sessionId!);
       return { token, token_type: 'Bearer', expires_at: expiresAt.toISOString(), user: u, customer: { id: c.id, slug: c.slug, role } };
     },
 
@@ -124,34 +124,6 @@ export function accountHandlers(d: ApiDeps): HandlersOf<'add_member' | 'auth_con
       return { items: r.rows.map((m) => ({ ...m, created_at: iso(m.created_at) })) };
     },
 
-    async add_member(req, reply) {
-      const p = principal(req);
-      const b = req.body;
-      const email = b.email.trim();
-      if (!EMAIL_RE.test(email)) throw badRequest(`invalid e-mail address ${JSON.stringify(email.slice(0, 100))}`);
-      let created = false;
-      let password: string | undefined;
-      let u = (await pool.query<{ id: string }>('SELECT id FROM users WHERE lower(email) = $1', [normaliseEmail(email)])).rows[0];
-      if (!u) {
-        password = newPassword();
-        try {
-          u = await createUser(pool, { email, username: b.username ?? null, password });
-          created = true;
-        } catch (e) {
-          if (e instanceof DuplicateUserError) throw conflict(e.message);
-          throw e;
-        }
-      }
-      const ins = await pool.query(
-        `INSERT INTO memberships (user_id, customer_id, role) VALUES ($1, $2, $3) ON CONFLICT (user_id, customer_id) DO NOTHING`,
-        [u.id, p.customerId, b.role],
-      );
-      if (!ins.rowCount) throw conflict(`${email} is already a member of ${p.customer}; change the role with PUT /api/members/{user_id}`);
-      const m = await member(p.customerId, u.id);
-      reply.code(201);
-      return { member: m, created_user: created, ...(password ? { initial_password: password } : {}) };
-    },
-
     async update_member(req) {
       const p = principal(req);
       const { user_id } = req.params;
@@ -159,9 +131,13 @@ export function accountHandlers(d: ApiDeps): HandlersOf<'add_member' | 'auth_con
       return member(p.customerId, user_id);
     },
 
+    // The removed member's sessions end at once (every one: a session may switch customers), and
+    // with them their live streams (api/light-stream.ts re-checks them).
     async remove_member(req) {
       const p = principal(req);
       await membership(() => setMembership(pool, req.params.user_id, p.customerId, null));
+      const n = await revokeUserSessions(pool, req.params.user_id, 'membership_removed');
+      d.log.info({ userId: req.params.user_id, customerId: p.customerId, by: p.userId, sessions: n }, 'member removed; their sessions ended');
       return { ok: true };
     },
   };

@@ -3,12 +3,13 @@
 // successful login. Brute force is held off by api/login-guard.ts: every attempt is counted in
 // Redis (per client address, per account and address, per account) before its password is checked,
 // and password checks wait in a bounded queue; over a limit: 429 with Retry-After, a full queue: 503.
-import type { FastifyReply } from 'fastify';
 import type { ApiDeps, HandlersOf } from '../types.js';
 import { HttpError, badRequest } from '../../lib/errors.js';
 import { findUserByLogin, verifyPassword, rehashPassword, defaultCustomer, DUMMY_HASH } from '../../lib/accounts.js';
-import { SESSION_COOKIE } from '../session.js';
+import { SESSION_COOKIE, revokeSession } from '../session.js';
 import { DEVICE_COOKIE, LoginGuard, setDeviceCookie } from '../login-guard.js';
+import { credentials } from '../auth.js';
+import { openSession } from './sessions.js';
 
 export function authHandlers(d: ApiDeps): HandlersOf<'auth_login' | 'auth_logout'> {
   const cfg = d.cfg.api;
@@ -48,8 +49,7 @@ export function authHandlers(d: ApiDeps): HandlersOf<'auth_login' | 'auth_logout
         .then((done) => done && d.log.info({ userId: user.id }, 'password hash upgraded to the current scrypt parameters'))
         .catch((e) => d.log.warn({ err: e, userId: user.id }, 'password rehash failed; the old hash stays'));
       const customer = await defaultCustomer(d.pool, user.id);
-      const { token, expiresAt } = await d.sessions.issue({ sub: user.id, email: user.email, is_system_admin: user.is_system_admin, cid: customer?.id ?? null });
-      setSessionCookie(reply, token, d.sessions.ttlS, cfg.cookieSecure);
+      const { token, expiresAt } = await openSession(d, req, reply, user, customer?.id ?? null);
       return {
         token,
         token_type: 'Bearer',
@@ -59,13 +59,18 @@ export function authHandlers(d: ApiDeps): HandlersOf<'auth_login' | 'auth_logout
       };
     },
 
-    async auth_logout(_req, reply) {
+    // Ends the session at once on every replica (its row is revoked), then clears the cookie. A
+    // missing, foreign or already ended session: the same answer.
+    async auth_logout(req, reply) {
+      const { bearer, cookie } = credentials(req);
+      const jwt = bearer && !bearer.startsWith('fk_') ? bearer : cookie;
+      const claims = jwt ? await d.sessions.verify(jwt) : null;
+      if (claims && (await revokeSession(d.pool, claims.sid, 'logout'))) d.log.info({ userId: claims.sub, sessionId: claims.sid }, 'logged out');
       reply.clearCookie(SESSION_COOKIE, { path: '/' });
       return { ok: true };
     },
   };
 }
 
-export function setSessionCookie(reply: FastifyReply, token: string, ttlS: number, secure: boolean): void {
-  reply.setCookie(SESSION_COOKIE, token, { path: '/', httpOnly: true, sameSite: 'lax', secure, maxAge: ttlS });
-}
+// The cookie is set in api/session.ts (shared with the session routes of api/handlers/sessions.ts).
+export { setSessionCookie } from '../session.js';

@@ -38,7 +38,7 @@ const STEPS = [
   { key: 'first_diagnostics', title: 'Send the first diagnostics', hint: 'POST …/diagnostics with {items:[{code, message, severity}]}.' },
   { key: 'first_status', title: 'Send the first status', hint: 'POST …/status with {status, message?, snapshot?}.' },
   { key: 'help_texts', title: 'Upload help texts', hint: 'POST …/help with DE and EN texts for your diagnostic codes.' },
-  { key: 'teammate_invited', title: 'Invite a teammate', hint: 'Settings -> Members: add a colleague by e-mail.' },
+  { key: 'teammate_invited', title: 'Invite a teammate', hint: 'Settings -> Members: invite a colleague by e-mail.' },
 ] as const;
 
 export function licenceHandlers(d: ApiDeps): HandlersOf<'license_key' | 'license_status' | 'onboarding_status' | 'set_license' | 'support_info'> {
@@ -113,8 +113,15 @@ export function licenceHandlers(d: ApiDeps): HandlersOf<'license_key' | 'license
       const [tok, ms, mates] = await Promise.all([
         pool.query<{ at: Date | null }>('SELECT min(created_at) AS at FROM api_tokens WHERE customer_id = $1', [p.customerId]),
         pool.query<{ step: string; done_at: Date }>('SELECT step, done_at FROM onboarding_milestones WHERE customer_id = $1', [p.customerId]),
-        // A teammate: any membership after the customer's first one.
-        pool.query<{ at: Date }>('SELECT created_at AS at FROM memberships WHERE customer_id = $1 ORDER BY created_at, user_id OFFSET 1 LIMIT 1', [p.customerId]),
+        // A teammate: an invitation sent (whatever became of it), or any membership after the customer's first one.
+        pool.query<{ at: Date }>(
+          `SELECT min(at) AS at FROM (
+             SELECT min(created_at) AS at FROM invitations WHERE customer_id = $1
+             UNION ALL
+             (SELECT created_at FROM memberships WHERE customer_id = $1 ORDER BY created_at, user_id OFFSET 1 LIMIT 1)
+           ) x HAVING min(at) IS NOT NULL`,
+          [p.customerId],
+        ),
       ]);
       const milestone = new Map(ms.rows.map((r) => [r.step, r.done_at]));
       const help = await helpTextsAt(p.customerId, milestone.get('help') ?? null);

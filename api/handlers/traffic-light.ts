@@ -79,7 +79,8 @@ export function trafficLightHandlers(d: ApiDeps): HandlersOf<'fleet_light_stream
       // client that stopped reading). Node's request timeout does not apply: the request is complete.
       const idle = d.cfg.api.idleTimeoutMs;
       req.raw.socket.setTimeout(idle > 0 ? Math.max(idle, d.cfg.api.sseKeepaliveS * 2000 + 5000) : 0);
-      d.lights.open(p.customerId, reply.raw);
+      // Re-checked every SESSION_STREAM_RECHECK_MS: a revoked session or token closes the stream.
+      d.lights.open(p.customerId, reply.raw, p.kind === 'user' ? { kind: 'user', sessionId: p.sessionId!, customerId: p.customerId } : { kind: 'token', tokenId: p.tokenId! });
     },
   };
 }

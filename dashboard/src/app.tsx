@@ -12,6 +12,7 @@ import { FleetPage } from './pages/Fleet.js';
 import { InstancePage } from './pages/Instance.js';
 import { SettingsPage } from './pages/Settings.js';
 import { DeadLettersPage } from './pages/DeadLetters.js';
+import { ChangePasswordPage, InvitationPage, ResetPasswordPage } from './pages/Account.js';
 import { ErrorNote, Loading, NotFoundNote, PageTitle } from './components/common.js';
 import { useTitle } from './components/title.js';
 
@@ -44,9 +45,10 @@ export function App() {
     saveLang(lang);
   }, [lang]);
 
-  // Logged out (or the session ended): to the login page, and back here afterwards.
+  // Logged out (or the session ended): to the login page, and back here afterwards. The invitation
+  // and password-reset pages are for people not logged in too.
   useEffect(() => {
-    if (me === null && route.name !== 'login') navigate(`/login?next=${encodeURIComponent(loc.path + location.search + location.hash)}`, { replace: true });
+    if (me === null && route.name !== 'login' && route.name !== 'invitation' && route.name !== 'resetpassword') navigate(`/login?next=${encodeURIComponent(loc.path + location.search + location.hash)}`, { replace: true });
     if (me && route.name === 'login') navigate(safeNext(loc.search.get('next')), { replace: true });
   }, [me, route.name]);
 
@@ -90,7 +92,10 @@ export function App() {
   let page;
   if (bootError && me === undefined) page = <ErrorNote error={bootError} onRetry={refreshMe} />;
   else if (route.name === 'login') page = me === null ? <LoginPage /> : <Loading />;
+  else if (route.name === 'invitation') page = me === undefined ? <Loading /> : <InvitationPage />;
+  else if (route.name === 'resetpassword') page = <ResetPasswordPage />;
   else if (!me) page = <Loading />;
+  else if (route.name === 'password') page = <ChangePasswordPage />;
   // Dead letters are every customer's: a system administrator needs no active customer for them.
   else if (route.name === 'deadletters') page = me.is_system_admin ? <DeadLettersPage /> : <NotFoundNote title={t('dl.onlyAdmins')} />;
   else if (!me.active_customer) page = <NoCustomer />;
@@ -163,6 +168,9 @@ function Header({ route }: { route: string }) {
               <span class="user-email" title={me.user.email}>
                 {me.user.email}
               </span>
+              <a href="/password" class="on-dark" aria-current={route === 'password' ? 'page' : undefined}>
+                {t('nav.password')}
+              </a>
               <button type="button" class="on-dark" onClick={() => void logout()}>
                 {t('nav.logout')}
               </button>

@@ -9,6 +9,9 @@ export type Route =
   | { name: 'instance'; id: string }
   | { name: 'settings' }
   | { name: 'deadletters' }
+  | { name: 'invitation' }
+  | { name: 'password' }
+  | { name: 'resetpassword' }
   | { name: 'notfound' };
 
 export function match(path: string): Route {
@@ -16,6 +19,9 @@ export function match(path: string): Route {
   if (path === '/login') return { name: 'login' };
   if (path === '/settings') return { name: 'settings' };
   if (path === '/dead-letters') return { name: 'deadletters' };
+  if (path === '/invitation') return { name: 'invitation' };
+  if (path === '/password') return { name: 'password' };
+  if (path === '/reset-password') return { name: 'resetpassword' };
   const m = /^\/instances\/([^/]+)\/?$/.exec(path);
   if (m) return { name: 'instance', id: decodeURIComponent(m[1]!) };
   return { name: 'notfound' };
@@ -34,6 +40,8 @@ export function navigate(to: string, opts: { replace?: boolean } = {}): void {
 }
 
 window.addEventListener('popstate', notify);
+// A link that changes only the fragment (the account pages' #token=…) is a new location too.
+window.addEventListener('hashchange', notify);
 
 // Follow in-app links without a reload (plain left clicks only: new tabs and downloads stay normal).
 document.addEventListener('click', (e) => {

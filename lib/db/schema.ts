@@ -480,6 +480,59 @@ export const postgresMigrations: Migration[] = [
          WHEN (OLD.last_used_at IS NOT DISTINCT FROM NEW.last_used_at) EXECUTE FUNCTION touch_updated_at()`,
     ],
   },
+  {
+    id: '0012-account-lifecycle',
+    sql: [
+      // Dashboard sessions (api/session.ts): one row per login, named by the JWT's `sid`. A session
+      // is valid while revoked_at is NULL and expires_at is ahead; every request's principal query
+      // joins it (api/auth.ts), so a revocation holds on every api replica at the next request.
+      `CREATE TABLE sessions (
+         id uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+         user_id uuid NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+         created_at timestamptz NOT NULL DEFAULT now(),
+         expires_at timestamptz NOT NULL,
+         revoked_at timestamptz,
+         revoked_why text,
+         user_agent text,
+         address text
+       )`,
+      `CREATE INDEX sessions_user_open ON sessions (user_id) WHERE revoked_at IS NULL`,
+      `CREATE INDEX sessions_expires ON sessions (expires_at)`,
+      // Invitations (api/handlers/invitations.ts): an owner invites an address with a role; the
+      // invitee gets a single-use link by e-mail. Only the SHA-256 of the link's token is stored.
+      // No user id: whether the address has an account is decided when the invitation is accepted.
+      `CREATE TABLE invitations (
+         id uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+         customer_id uuid NOT NULL REFERENCES customers(id) ON DELETE CASCADE,
+         email text NOT NULL CHECK (email ~ '^[^@\\s]+@[^@\\s]+$'),
+         role text NOT NULL CHECK (role IN ('owner', 'admin', 'viewer')),
+         lang text NOT NULL DEFAULT 'en' CHECK (lang IN ('de', 'en')),
+         token_hash text NOT NULL UNIQUE,
+         invited_by uuid REFERENCES users(id) ON DELETE SET NULL,
+         created_at timestamptz NOT NULL DEFAULT now(),
+         expires_at timestamptz NOT NULL,
+         sent_at timestamptz,
+         send_count integer NOT NULL DEFAULT 0,
+         mail_status text NOT NULL DEFAULT 'pending',
+         accepted_at timestamptz,
+         accepted_by uuid REFERENCES users(id) ON DELETE SET NULL,
+         revoked_at timestamptz
+       )`,
+      // At most one open invitation per customer and address: inviting again replaces it.
+      `CREATE UNIQUE INDEX invitations_open ON invitations (customer_id, lower(email)) WHERE accepted_at IS NULL AND revoked_at IS NULL`,
+      // Password reset links: single use, short-lived, only the SHA-256 of the token stored.
+      `CREATE TABLE password_resets (
+         id uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+         user_id uuid NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+         token_hash text NOT NULL UNIQUE,
+         created_at timestamptz NOT NULL DEFAULT now(),
+         expires_at timestamptz NOT NULL,
+         used_at timestamptz
+       )`,
+      `CREATE INDEX password_resets_user ON password_resets (user_id)`,
+      `ALTER TABLE users ADD COLUMN password_changed_at timestamptz`,
+    ],
+  },
 ];
 
 /** When the gateway received the report: a DateTime for partitions, and the exact ms. */

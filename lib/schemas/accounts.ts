@@ -1,7 +1,7 @@
 // Read-API models of accounts, customers, members, API tokens, licences, onboarding and support.
 import { Type } from '@sinclair/typebox';
 import { Slug } from './common.js';
-import { SessionUser } from './api.js';
+import { Session, SessionUser } from './api.js';
 
 const NTime = Type.Union([Type.String({ format: 'date-time' }), Type.Null()]);
 const NString = Type.Union([Type.String(), Type.Null()]);
@@ -77,22 +77,6 @@ export const Member = Type.Object(
   { $id: 'Member' },
 );
 export const MemberList = Type.Object({ items: Type.Array(Member) }, { $id: 'MemberList' });
-export const AddMemberBody = Type.Object(
-  {
-    email: Type.String({ minLength: 3, maxLength: 320 }),
-    role: RoleSchema,
-    username: Type.Optional(Type.String({ pattern: '^[A-Za-z0-9._-]{1,64}$' })),
-  },
-  { $id: 'AddMemberBody' },
-);
-export const AddedMember = Type.Object(
-  {
-    member: Member,
-    created_user: Type.Boolean({ description: 'true: no account had this e-mail; one was created' }),
-    initial_password: Type.Optional(Type.String({ description: 'only when the account was created: shown once, to pass on to the teammate' })),
-  },
-  { $id: 'AddedMember' },
-);
 export const UpdateMemberBody = Type.Object({ role: RoleSchema }, { $id: 'UpdateMemberBody' });
 export const UserIdParams = Type.Object({ user_id: Type.String({ format: 'uuid' }) });
 
@@ -207,3 +191,68 @@ export const SupportInfo = Type.Object(
   },
   { $id: 'SupportInfo' },
 );
+
+// The account life cycle: invitations, sessions, passwords (api/handlers/invitations.ts, sessions.ts).
+const LangSchema = Type.Union([Type.Literal('de'), Type.Literal('en')]);
+const Password = (description: string) => Type.String({ minLength: 1, maxLength: 1024, description });
+const LinkToken = Type.String({ minLength: 1, maxLength: 200, description: 'the token from the link in the e-mail (after #token=)' });
+
+export const InviteBody = Type.Object(
+  {
+    email: Type.String({ minLength: 3, maxLength: 320 }),
+    role: RoleSchema,
+    lang: Type.Optional(LangSchema),
+  },
+  { $id: 'InviteBody', description: 'lang: the language of the e-mail (default: the Accept-Language of the request, else en)' },
+);
+export const Invitation = Type.Object(
+  {
+    id: Type.String({ format: 'uuid' }),
+    email: Type.String(),
+    role: RoleSchema,
+    lang: LangSchema,
+    status: Type.Union([Type.Literal('pending'), Type.Literal('expired')], { description: 'expired: resend it for a new link' }),
+    created_at: Type.String({ format: 'date-time' }),
+    expires_at: Type.String({ format: 'date-time' }),
+    sent_at: NTime,
+    send_count: Type.Integer(),
+    mail_status: Type.Union([Type.Literal('pending'), Type.Literal('sent'), Type.Literal('logged'), Type.Literal('failed')], {
+      description: 'pending: being sent; sent: the SMTP server took it; logged: no SMTP server configured, the link is in the api log; failed: the SMTP server refused it or was unreachable (resend)',
+    }),
+    invited_by: NString,
+  },
+  { $id: 'Invitation' },
+);
+export const InvitationAnswer = Type.Object({ invitation: Invitation }, { $id: 'InvitationAnswer' });
+export const InvitationList = Type.Object({ items: Type.Array(Invitation) }, { $id: 'InvitationList' });
+export const InvitationTokenBody = Type.Object({ token: LinkToken }, { $id: 'InvitationTokenBody' });
+export const InvitationInfo = Type.Object(
+  {
+    customer: Type.Object({ slug: Type.String(), name: Type.String() }),
+    email: Type.String(),
+    role: RoleSchema,
+    expires_at: Type.String({ format: 'date-time' }),
+    has_account: Type.Boolean({ description: 'true: log in with this address, then accept; false: choose a password' }),
+  },
+  { $id: 'InvitationInfo' },
+);
+export const AcceptInvitationBody = Type.Object(
+  { token: LinkToken, password: Type.Optional(Password('for an address without an account: the password of the new account')) },
+  { $id: 'AcceptInvitationBody' },
+);
+export const AcceptedInvitation = Type.Composite([Session, Type.Object({ created_account: Type.Boolean() })], { $id: 'AcceptedInvitation' });
+
+export const SessionsEnded = Type.Object(
+  { ok: Type.Literal(true), sessions_ended: Type.Integer({ description: 'how many sessions this ended' }) },
+  { $id: 'SessionsEnded' },
+);
+export const ChangePasswordBody = Type.Object(
+  { current_password: Password('the password now'), new_password: Password('the new password (docs/operations.md "Password rules")') },
+  { $id: 'ChangePasswordBody' },
+);
+export const PasswordResetBody = Type.Object(
+  { email: Type.String({ minLength: 3, maxLength: 320 }), lang: Type.Optional(LangSchema) },
+  { $id: 'PasswordResetBody', description: 'lang: the language of the e-mail (default: the Accept-Language of the request, else en)' },
+);
+export const PasswordResetRequested = Type.Object({ ok: Type.Literal(true), detail: Type.String() }, { $id: 'PasswordResetRequested' });
+export const PasswordResetConfirmBody = Type.Object({ token: LinkToken, new_password: Password('the new password') }, { $id: 'PasswordResetConfirmBody' });

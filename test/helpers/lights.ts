@@ -69,6 +69,7 @@ export async function openStream(url: string, token: string | null) {
   const res = await fetch(url, { headers: token ? { Authorization: `Bearer ${token}` } : {}, signal: ac.signal });
   const received: SseEvent[] = [];
   let raw = '';
+  let ended = false;
   let done: Promise<void> = Promise.resolve();
   if (res.ok && res.body) {
     const reader = res.body.getReader();
@@ -78,7 +79,10 @@ export async function openStream(url: string, token: string | null) {
       try {
         for (;;) {
           const { value, done } = await reader.read();
-          if (done) return;
+          if (done) {
+            ended = true;
+            return;
+          }
           const text = dec.decode(value, { stream: true });
           raw += text;
           buf += text;
@@ -113,6 +117,10 @@ export async function openStream(url: string, token: string | null) {
     received,
     get raw() {
       return raw;
+    },
+    /** The server ended the stream (not our close()). */
+    get ended() {
+      return ended;
     },
     /** Parsed `light` events. */
     lights(): { id: string; instance_id: string; machine: string; from: string; to: string; seq: number; cause: string }[] {

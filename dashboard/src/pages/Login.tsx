@@ -61,6 +61,9 @@ export function LoginPage() {
         <button type="submit" class="primary block" disabled={busy}>
           {busy ? t('login.busy') : t('login.submit')}
         </button>
+        <p class="login-links">
+          <a href="/reset-password">{t('login.forgot')}</a>
+        </p>
       </form>
     </div>
   );

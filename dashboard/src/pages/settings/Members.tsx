@@ -1,25 +1,41 @@
-// Members (owner): invite by e-mail (a new account's first password shown once), change a role,
-// remove a member.
+// Members (owner): invite by e-mail (the invitee gets a single-use link; no account is made and no
+// password is shown here), the pending invitations (send again, revoke), change a role, remove a
+// member (their sessions end at once).
 import { useState } from 'preact/hooks';
 import { del, post, put } from '../../api.js';
 import { useApp } from '../../ctx.js';
 import { dateTime } from '../../format.js';
-import type { Member, Role } from '../../types.js';
-import { DataTable, ErrorNote, Section, useAction, useFetch } from '../../components/common.js';
+import type { Invitation, Member, Role } from '../../types.js';
+import type { Lang } from '../../i18n.js';
+import { DataTable, ErrorNote, Section, useAction, useFetch, useInterval } from '../../components/common.js';
 import { ActionForm, Field, Select } from '../../components/forms.js';
-import { SecretBox } from '../../components/SecretBox.js';
 
 export function MembersSection() {
   const { t, lang, me } = useApp();
   const members = useFetch<{ items: Member[] }>('/api/members');
+  const invitations = useFetch<{ items: Invitation[] }>('/api/invitations');
   const [email, setEmail] = useState('');
   const [role, setRole] = useState<Role>('viewer');
-  const [initial, setInitial] = useState<{ email: string; password: string } | null>(null);
-  const add = useAction(async () => {
-    const r = await post<{ member: Member; created_user: boolean; initial_password?: string }>('/api/members', { email: email.trim(), role });
-    setInitial(r.initial_password ? { email: r.member.email, password: r.initial_password } : null);
+  const [mailLang, setMailLang] = useState<Lang>(lang);
+  const [note, setNote] = useState<string | null>(null);
+  // While an e-mail is being sent, look again every 2 s for what became of it.
+  useInterval(() => void invitations.reload(), invitations.data?.items.some((i) => i.mail_status === 'pending') ? 2000 : null);
+  const invite = useAction(async () => {
+    const r = await post<{ invitation: Invitation }>('/api/invitations', { email: email.trim(), role, lang: mailLang });
+    setNote(t('members.invited', { email: r.invitation.email }));
     setEmail('');
-    await members.reload();
+    await invitations.reload();
+  });
+  const resend = useAction(async (i: Invitation) => {
+    await post(`/api/invitations/${i.id}/resend`);
+    setNote(t('inv.resent', { email: i.email }));
+    await invitations.reload();
+  });
+  const revoke = useAction(async (i: Invitation) => {
+    if (!confirm(t('inv.confirmRevoke', { email: i.email }))) return;
+    await del(`/api/invitations/${i.id}`);
+    setNote(null);
+    await invitations.reload();
   });
   const change = useAction(async (m: Member, r: Role) => {
     await put(`/api/members/${m.user_id}`, { role: r });
@@ -32,21 +48,65 @@ export function MembersSection() {
   });
   const roles: Role[] = ['viewer', 'admin', 'owner'];
   const roleName = (r: Role) => t(`role.${r}`);
+  const langs: Lang[] = ['de', 'en'];
   return (
     <Section id="members" title={t('members.title')}>
-      <ActionForm class="inline-form" onSubmit={add.run}>
+      <ActionForm class="inline-form" onSubmit={invite.run}>
         <Field id="member-email" label={t('members.email')} class="grow">
           <input id="member-email" type="email" required value={email} onInput={(e) => setEmail(e.currentTarget.value)} autoComplete="off" />
         </Field>
         <Field id="member-role" label={t('members.role')}>
           <Select id="member-role" value={role} values={roles} label={roleName} onChange={setRole} />
         </Field>
-        <button type="submit" class="primary" disabled={add.busy}>
+        <Field id="member-lang" label={t('members.mailLang')}>
+          <Select id="member-lang" value={mailLang} values={langs} label={(l) => t(`lang.${l}`)} onChange={setMailLang} />
+        </Field>
+        <button type="submit" class="primary" disabled={invite.busy}>
           {t('members.invite')}
         </button>
       </ActionForm>
-      {add.error ? <ErrorNote error={add.error} /> : null}
-      {initial && <SecretBox id="initial-pw" note={t('members.initialPassword', { email: initial.email })} label={t('members.password')} value={initial.password} />}
+      {invite.error ? <ErrorNote error={invite.error} /> : null}
+      {note && (
+        <p class="note ok" role="status" id="invite-note">
+          {note}
+        </p>
+      )}
+      {resend.error ? <ErrorNote error={resend.error} /> : null}
+      {revoke.error ? <ErrorNote error={revoke.error} /> : null}
+      <h3 id="invitations">{t('inv.title')}</h3>
+      {invitations.error ? <ErrorNote error={invitations.error} onRetry={invitations.reload} /> : null}
+      {invitations.data && invitations.data.items.length === 0 ? (
+        <p class="muted">{t('inv.none')}</p>
+      ) : (
+        <DataTable
+          items={invitations.data?.items}
+          label={t('inv.title')}
+          class="cards"
+          cols={[t('members.email'), t('members.role'), t('inv.state'), t('inv.validUntil')]}
+          hidden={t('common.actions')}
+          row={(i) => (
+            <tr key={i.id} data-invitation={i.email}>
+              <td data-label={t('members.email')}>{i.email}</td>
+              <td data-label={t('members.role')}>{roleName(i.role)}</td>
+              <td data-label={t('inv.state')}>
+                {t(`inv.status.${i.status}`)}, {t(`inv.mail.${i.mail_status}`)}
+              </td>
+              <td data-label={t('inv.validUntil')}>{dateTime(i.expires_at, lang)}</td>
+              <td>
+                <button type="button" class="small" disabled={resend.busy} onClick={() => void resend.run(i)}>
+                  {t('inv.resend')}
+                  <span class="sr-only"> {i.email}</span>
+                </button>{' '}
+                <button type="button" class="small danger" disabled={revoke.busy} onClick={() => void revoke.run(i)}>
+                  {t('inv.revoke')}
+                  <span class="sr-only"> {i.email}</span>
+                </button>
+              </td>
+            </tr>
+          )}
+        />
+      )}
+      <h3>{t('members.title')}</h3>
       {members.error ? <ErrorNote error={members.error} onRetry={members.reload} /> : null}
       {change.error ? <ErrorNote error={change.error} /> : null}
       {remove.error ? <ErrorNote error={remove.error} /> : null}
@@ -57,7 +117,7 @@ export function MembersSection() {
         cols={[t('members.email'), t('members.role'), t('members.since')]}
         hidden={t('common.actions')}
         row={(m) => (
-          <tr key={m.user_id}>
+          <tr key={m.user_id} data-member={m.email}>
             <td data-label={t('members.email')}>
               {m.email}
               {m.user_id === me?.user.id && <span class="muted small"> ({t('members.you')})</span>}
