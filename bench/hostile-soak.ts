@@ -9,8 +9,9 @@
 //     (then 507); its live streams at their quota;
 // while five ordinary customers send heartbeats (each of 20 machines once a second), diagnostics
 // and status reports with Idempotency-Keys. It ends when everything is applied, and checks:
-//   - every ordinary report answered 200/202 is stored exactly once, counted on raw rows with merges
-//     stopped (FINAL and uniqExact cannot see a doubled report);
+//   - every ordinary report answered 200/202 is stored exactly once, counted as inserted rows by a
+//     materialized view that never merges (bench/insert-ledger.ts; FINAL and uniqExact cannot see a
+//     doubled report, and merges cannot be stopped for ten minutes);
 //   - the ordinary customers' heartbeats were applied within 1 s at p99 (the new expiry time of each
 //     heartbeat's Redis key is the moment it was applied; the expiry names its receive time);
 //   - no process restarted (same pids, all running), no ordinary report refused, no 5xx to them;
@@ -21,13 +22,14 @@ import { randomUUID, createHash } from 'node:crypto';
 import { Pool as HttpPool } from 'undici';
 import { loadConfig } from '../lib/config.js';
 import { createPool } from '../lib/db/postgres.js';
-import { createClickHouse, queryRows } from '../lib/db/clickhouse.js';
+import { createClickHouse } from '../lib/db/clickhouse.js';
 import { createRedis, redisKeys } from '../lib/db/redis.js';
 import { connectNats, ensureStreams, ensureConsumer } from '../lib/db/nats.js';
 import { deadLetterStream } from '../lib/messages.js';
 import { createCustomer, createToken } from '../lib/admin.js';
 import { createUser, addMembership } from '../lib/accounts.js';
 import { setOverrides } from '../lib/quotas.js';
+import { insertLedger } from './insert-ledger.js';
 import { idempotentReportId } from '../lib/ids.js';
 import { Proc } from '../deploy/service-process.js';
 
@@ -85,8 +87,8 @@ const procs = [worker, gateway, api].map((p) => ({ p, pid: p.child.pid }));
 const gw = new HttpPool(`http://127.0.0.1:${gwPort}`, { connections: 64 });
 const apiUrl = `http://127.0.0.1:${apiPort}`;
 
-const TABLES = ['heartbeats', 'diagnostics', 'status_history', 'host_metrics'];
-for (const t of TABLES) await ch.command({ query: `SYSTEM STOP MERGES ${t}` });
+const TABLES = ['heartbeats', 'diagnostics', 'status_history'];
+const ledger = await insertLedger(ch, TABLES, `soak${Date.now()}`);
 
 async function post(path: string, token: string, body: string | Buffer, headers: Record<string, string> = {}): Promise<{ status: number; text: string }> {
   try {
@@ -262,17 +264,15 @@ for (const a of acked) {
 }
 let missing = 0;
 let doubled = 0;
-const customerIds = ordinary.map((c) => `'${c.id}'`).join(',');
 for (const [table, ids] of want) {
-  const rows = await queryRows<{ id: string; n: string }>(ch, `SELECT report_id AS id, count() AS n FROM ${table} WHERE customer_id IN (${customerIds}) GROUP BY report_id`);
-  const got = new Map(rows.map((r) => [r.id, Number(r.n)]));
+  const got = await ledger.inserted(table, ordinary.map((c) => c.id));
   for (const [id, n] of ids) {
     const g = got.get(id) ?? 0;
     if (g < n) missing++;
     else if (g > n) doubled++;
   }
 }
-for (const t of TABLES) await ch.command({ query: `SYSTEM START MERGES ${t}` });
+await ledger.drop();
 
 const dlq = await jsm.streams.info(deadLetterStream(cfg.streamName), { subjects_filter: '>' });
 const dlqBySubject = (dlq.state as { subjects?: Record<string, number> }).subjects ?? {};

@@ -1,11 +1,15 @@
 // The worker's batch path in-process: applyBatch() and the isolation around it over this file's own
 // databases and Redis prefix, without a worker process or NATS. What a batch writes, that applying
 // it again changes nothing, that the newest report wins whatever the order, how a broken agent
-// clock is stored, and that isolation finds the one report storage refuses.
+// clock is stored, and that isolation finds the one report storage refuses. "Again changes
+// nothing" is checked on every Postgres row of the customer, and on raw ClickHouse rows (merges
+// stopped, where a second copy would show) for a retry with the worker's ledger of landed rows.
 import t from 'tap';
 import { HeartbeatState } from '../workers/heartbeat-state.js';
 import { randomUUID } from 'node:crypto';
 import { testStack, chRows } from './helpers/stack.js';
+import { stopMerges } from './helpers/stored-once.js';
+import { LandedRows } from '../workers/outages.js';
 import { applyBatch, type ApplyDeps } from '../workers/apply-batch.js';
 import { applyIsolated } from '../workers/isolate.js';
 import type { Report } from '../lib/messages.js';
@@ -87,4 +91,60 @@ t.test('isolation: a server that is down fails the whole batch for a retry, neve
   const units = [report('ab-down', 'heartbeat', {})];
   const down = Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:1'), { code: 'ECONNREFUSED' });
   await t.rejects(applyIsolated(units, async () => Promise.reject(down), () => null), down);
+});
+
+t.test('status and diagnostics applied twice (a redelivery): every Postgres row of the customer as after the first; ClickHouse rows once on raw rows with the retry ledger, once under FINAL without it', async (t) => {
+  const { customer: c } = await s.newCustomer('twice');
+  await stopMerges(s.ch, s.env.CLICKHOUSE_DB!, ['heartbeats', 'status_history', 'diagnostics']);
+  const at = Date.now();
+  const batch = [
+    report('ab-twice', 'heartbeat', { version: '3.1' }, at, c),
+    report('ab-twice', 'status', { status: 'degraded', message: 'disk almost full' }, at, c),
+    report('ab-twice', 'diagnostics', { items: [{ code: 7001, severity: 2, message: 'disk full' }, { code: 7002, severity: 1, message: 'slow' }] }, at, c),
+  ];
+  const ids = batch.map((r) => `'${r.id}'`).join(',');
+  const postgres = async () => {
+    const q = async (sql: string) => JSON.stringify((await s.pool.query(sql, [c.id])).rows);
+    return {
+      machines: await q(`SELECT * FROM machines WHERE customer_id = $1 ORDER BY slug`),
+      instances: await q(`SELECT i.* FROM instances i JOIN machines m ON m.id = i.machine_id WHERE m.customer_id = $1 ORDER BY i.id`),
+      lights: await q(`SELECT * FROM light_outbox WHERE customer_id = $1 ORDER BY instance_id, seq`),
+      onboarding: await q(`SELECT * FROM onboarding_milestones WHERE customer_id = $1 ORDER BY step`),
+    };
+  };
+  const rows = async (final: boolean) => {
+    const f = final ? 'FINAL' : '';
+    const r = await chRows<{ t: string; n: string }>(
+      s.ch,
+      `SELECT 'heartbeats' AS t, count() AS n FROM heartbeats ${f} WHERE report_id IN (${ids})
+       UNION ALL SELECT 'status_history' AS t, count() AS n FROM status_history ${f} WHERE report_id IN (${ids})
+       UNION ALL SELECT 'diagnostics' AS t, count() AS n FROM diagnostics ${f} WHERE report_id IN (${ids})`,
+    );
+    return Object.fromEntries(r.map((x) => [x.t, Number(x.n)]));
+  };
+  const ONCE = { heartbeats: 1, status_history: 1, diagnostics: 2 };
+
+  // The first apply, as a worker that will retry the message: it keeps what landed.
+  const landed = new LandedRows();
+  const ledger = landed.ledger();
+  await applyBatch({ ...deps, rows: ledger }, batch, []);
+  ledger.commit();
+  const first = await postgres();
+  t.not(first.instances, '[]', 'the instance exists');
+  t.match(first.instances, /"last_warning_at":"/, 'the diagnostics set the last warning, which a second apply could move');
+  t.same(await rows(false), ONCE, 'one raw row per report (per item)');
+
+  // The retry on the same worker: Postgres unchanged, no ClickHouse row inserted again.
+  await applyBatch({ ...deps, rows: landed.ledger() }, batch, []);
+  const second = await postgres();
+  for (const k of Object.keys(first) as (keyof typeof first)[]) t.equal(second[k], first[k], `${k}: unchanged by the retry`);
+  t.same(await rows(false), ONCE, 'the retry with the ledger: still one raw row per report (per item)');
+
+  // Another worker (or one restarted) has no ledger: Postgres is still unchanged; the rows are
+  // inserted again and the copies collapse under FINAL (docs/architecture.md), which this shows.
+  await applyBatch(deps, batch, []);
+  const third = await postgres();
+  for (const k of Object.keys(first) as (keyof typeof first)[]) t.equal(third[k], first[k], `${k}: unchanged by a redelivery to another worker`);
+  t.same(await rows(false), { heartbeats: 2, status_history: 2, diagnostics: 4 }, 'without the ledger: a second copy on raw rows');
+  t.same(await rows(true), ONCE, 'which FINAL (and the _v views) show once');
 });
