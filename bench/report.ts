@@ -8,9 +8,9 @@ type R = Record<string, any>;
 
 /** Which run `r` is, and the file that keeps it (`source`, relative to the repository). */
 export function runLine(r: R, source?: string): string {
-  const id = r.run_id ? `run ${r.run_id}` : 'run without an id (written before runs had one)';
+  const id = r.run_id ? `${r.mode} run ${r.run_id}` : `${r.mode} run without an id (written before runs had one)`;
   const commit = r.git_commit ? `, commit ${String(r.git_commit).slice(0, 12)}${r.git_dirty ? ' with uncommitted changes' : ''}` : '';
-  return `${id}, ${r.mode} mode, started ${r.started_at}${commit}${source ? `; every figure below: \`${source}\`` : ''}`;
+  return `${id}, started ${r.started_at}${commit}${source ? `; every figure below: \`${source}\`` : ''}`;
 }
 
 export function renderTable(r: R, source?: string): string {
@@ -164,7 +164,7 @@ export function renderCapacity(r: R, pgIntervalS = 240, source = 'bench/results/
   const fmt = (n: number, d = 1) => (n >= 100 ? Math.round(n).toLocaleString('en') : n.toFixed(d));
   const kinds = ['heartbeat', 'diagnostics', 'status'] as const;
   const lines = [
-    `Inputs: \`${source}\`, ${runLine(r)} (${r.machine.cores} cores, ${r.machine.cpu}); mix per device: one heartbeat a minute, one diagnostics report (10 items) every 10 minutes, one status report (4 KiB snapshot) every 30 minutes; one instance per device; PG_HEARTBEAT_INTERVAL_S=${pgIntervalS}.`,
+    `Inputs: \`${source}\`, the ${runLine(r)} (${r.machine.cores} cores, ${r.machine.cpu}); mix per device: one heartbeat a minute, one diagnostics report (10 items) every 10 minutes, one status report (4 KiB snapshot) every 30 minutes; one instance per device; PG_HEARTBEAT_INTERVAL_S=${pgIntervalS}.`,
     '',
     '| per process | ' + kinds.map((k) => `CPU-s per 100k ${k}`).join(' | ') + ' | one core carries (mix, reports/s) |',
     '|---|' + kinds.map(() => '---:|').join('') + '---:|',
