@@ -6,13 +6,20 @@ const END = '<!-- results:end -->';
 
 type R = Record<string, any>;
 
-export function renderTable(r: R): string {
+/** Which run `r` is, and the file that keeps it (`source`, relative to the repository). */
+export function runLine(r: R, source?: string): string {
+  const id = r.run_id ? `${r.mode} run ${r.run_id}` : `${r.mode} run without an id (written before runs had one)`;
+  const commit = r.git_commit ? `, commit ${String(r.git_commit).slice(0, 12)}${r.git_dirty ? ' with uncommitted changes' : ''}` : '';
+  return `${id}, started ${r.started_at}${commit}${source ? `; every figure below: \`${source}\`` : ''}`;
+}
+
+export function renderTable(r: R, source?: string): string {
   const t = r.throughput ?? {};
   const row = (name: string, key: string) =>
     t[key] ? `| ${name} | ${t[key].requests_per_s.toLocaleString('en')} | ${t[key].p50_ms} | ${t[key].p99_ms} | ${t[key].non_2xx + t[key].socket_errors} |` : null;
   const lines = [
-    `Run: ${r.mode} mode, ${r.started_at}, ${r.machine.cores} cores (${r.machine.cpu}), ${r.machine.memory_gib} GiB, Node ${r.machine.node}.` +
-      (r.parts ? ` Parts re-measured later with --only: ${Object.entries(r.parts).map(([k, v]) => `${k} (${v})`).join(', ')}.` : ''),
+    `Run: ${runLine(r, source)}.`,
+    `Machine: ${r.machine.cores} cores (${r.machine.cpu}), ${r.machine.memory_gib} GiB, Node ${r.machine.node}.`,
     `Load: ${r.load.customers} customers with one token each, ${r.load.machines.toLocaleString('en')} machines; wrk ${r.load.wrk.threads} thread, ${r.load.wrk.connections} connections, ${r.load.wrk.seconds} s after a warm-up.`,
     '',
     '| Throughput | requests/s | p50 ms | p99 ms | errors |',
@@ -126,8 +133,8 @@ export function renderTable(r: R): string {
   return lines.join('\n');
 }
 
-export function writeReport(readme: string, r: R): void {
-  const table = `${START}\n${renderTable(r)}\n${END}`;
+export function writeReport(readme: string, r: R, source?: string): void {
+  const table = `${START}\n${renderTable(r, source)}\n${END}`;
   let text = existsSync(readme) ? readFileSync(readme, 'utf8') : `# Benchmarks\n\n${START}\n${END}\n`;
   if (text.includes(START) && text.includes(END)) {
     text = text.slice(0, text.indexOf(START)) + table + text.slice(text.indexOf(END) + END.length);
@@ -149,7 +156,7 @@ const NODE_CORE = 0.6;
  * 100,000 reports of each kind and process (`cost`), storage per instance and row (`footprint`),
  * peak RSS, and PG_HEARTBEAT_INTERVAL_S.
  */
-export function renderCapacity(r: R, pgIntervalS = 240): string | null {
+export function renderCapacity(r: R, pgIntervalS = 240, source = 'bench/results/latest-full.json'): string | null {
   const cost = r.cost;
   const fp = r.footprint;
   if (!cost?.heartbeat || !cost?.diagnostics || !cost?.status || !fp) return null;
@@ -157,7 +164,7 @@ export function renderCapacity(r: R, pgIntervalS = 240): string | null {
   const fmt = (n: number, d = 1) => (n >= 100 ? Math.round(n).toLocaleString('en') : n.toFixed(d));
   const kinds = ['heartbeat', 'diagnostics', 'status'] as const;
   const lines = [
-    `Inputs: bench/results/latest-full.json, the full run of ${r.started_at}${r.parts ? ` (parts re-measured later: ${Object.keys(r.parts).join(', ')})` : ''} (${r.machine.cores} cores, ${r.machine.cpu}); mix per device: one heartbeat a minute, one diagnostics report (10 items) every 10 minutes, one status report (4 KiB snapshot) every 30 minutes; one instance per device; PG_HEARTBEAT_INTERVAL_S=${pgIntervalS}.`,
+    `Inputs: \`${source}\`, the ${runLine(r)} (${r.machine.cores} cores, ${r.machine.cpu}); mix per device: one heartbeat a minute, one diagnostics report (10 items) every 10 minutes, one status report (4 KiB snapshot) every 30 minutes; one instance per device; PG_HEARTBEAT_INTERVAL_S=${pgIntervalS}.`,
     '',
     '| per process | ' + kinds.map((k) => `CPU-s per 100k ${k}`).join(' | ') + ' | one core carries (mix, reports/s) |',
     '|---|' + kinds.map(() => '---:|').join('') + '---:|',
@@ -198,8 +205,8 @@ export function renderCapacity(r: R, pgIntervalS = 240): string | null {
 }
 
 /** Rewrites the capacity tables of docs/operations.md from a full run. */
-export function writeCapacity(doc: string, r: R, pgIntervalS?: number): void {
-  const table = renderCapacity(r, pgIntervalS);
+export function writeCapacity(doc: string, r: R, pgIntervalS?: number, source?: string): void {
+  const table = renderCapacity(r, pgIntervalS, source);
   if (!table || !existsSync(doc)) return;
   const text = readFileSync(doc, 'utf8');
   if (!text.includes(CAP_START) || !text.includes(CAP_END)) return;

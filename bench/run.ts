@@ -2,12 +2,13 @@
 // (bare uWS), the usual alternative (Fastify + one Postgres INSERT per request), our gateway
 // (heartbeat, diagnostics, status, with durable JetStream acks), end-to-end lag at a fixed offered
 // rate, worker drain with one and two workers, and peak RSS. Load comes from generators in their
-// own processes (wrk; a paced undici client for the fixed rate). Results: bench/results/*.json and
-// the table in bench/README.md. Called by deploy/stack.ts, which started fresh servers.
+// own processes (wrk; a paced undici client for the fixed rate). Results: bench/results/*.json (one
+// file per run, named by bench/results.ts; a partial run never rewrites a full or quick run's file)
+// and the table in bench/README.md. Called by deploy/stack.ts, which started fresh servers.
 import { fork, spawnSync } from 'node:child_process';
-import { readFileSync, writeFileSync, mkdirSync, existsSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { cpus, totalmem } from 'node:os';
-import { join } from 'node:path';
+import { join, relative } from 'node:path';
 import { randomUUID } from 'node:crypto';
 import type { Config } from '../lib/config.js';
 import { createPool } from '../lib/db/postgres.js';
@@ -22,6 +23,7 @@ import { writeReport, renderTable, writeCapacity } from './report.js';
 import { snapshot, perHundredThousand } from './cpu.js';
 import { createRedis } from '../lib/db/redis.js';
 import { whitelistBench } from './whitelist.js';
+import { newRun, benchRatios, writeRunFiles, type RunInfo } from './results.js';
 
 /** Reports per message in the drain's stream, as the gateway groups them at most. */
 const DRAIN_PER_MSG = 500;
@@ -70,9 +72,9 @@ export async function runBench(cfg: Config, root: string, args: string[]): Promi
     ? { wrkS: 4, warmS: 1, e2eS: 8, drain: 100_000, customers: 100, machines: 20, costS: 5 }
     : { wrkS: 15, warmS: 3, e2eS: 30, drain: 1_000_000, customers: 100, machines: 100, costS: 20 };
 
-  const results: Record<string, unknown> = {
-    started_at: new Date().toISOString(),
-    mode: opt.quick ? 'quick' : 'full',
+  const results: BenchResults = {
+    ...newRun(root, opt),
+    args,
     machine: { cores: cpus().length, cpu: cpus()[0]?.model ?? '', memory_gib: Math.round(totalmem() / 1024 ** 3), node: process.version },
     load: { customers: D.customers, machines: D.customers * D.machines, wrk: { threads: 1, connections: 64, seconds: D.wrkS } },
   };
@@ -84,7 +86,7 @@ export async function runBench(cfg: Config, root: string, args: string[]): Promi
     log('whitelist matching (in process)');
     results.whitelist = whitelistBench(opt.quick, log);
   }
-  if (!needsServers(args)) return finishBench(cfg, root, opt, results, throughput, rss);
+  if (!needsServers(args)) return finishBench(cfg, root, results, throughput, rss);
 
   await migrate(cfg);
   const pool = createPool(cfg.databaseUrl, 4, 'bench');
@@ -173,7 +175,7 @@ export async function runBench(cfg: Config, root: string, args: string[]): Promi
     await ch.close();
   }
 
-  finishBench(cfg, root, opt, results, throughput, rss);
+  finishBench(cfg, root, results, throughput, rss);
 
   /**
    * Starts `n` paced generators (bench/load/paced.ts) sharing `rate` for `seconds`; each reports
@@ -422,52 +424,42 @@ export async function runBench(cfg: Config, root: string, args: string[]): Promi
   }
 }
 
-/**
- * Ratios, the merge of a partial full run (--only) into the latest full one, the result files,
- * bench/README.md and the capacity model of docs/operations.md (full runs only), the table.
- */
-function finishBench(cfg: Config, root: string, opt: BenchOptions, results: Record<string, unknown>, throughput: Record<string, WrkResult>, rss: Record<string, number>): void {
-  const ratio = (a?: WrkResult, b?: WrkResult) => (a && b && b.requestsPerS > 0 ? Math.round((a.requestsPerS / b.requestsPerS) * 100) / 100 : null);
-  results.throughput = Object.fromEntries(
-    Object.entries(throughput).map(([k, v]) => [k, { requests_per_s: Math.round(v.requestsPerS), p50_ms: v.latencyP50Ms, p99_ms: v.latencyP99Ms, non_2xx: v.non2xx, socket_errors: v.socketErrors }]),
-  );
-  results.ratios = {
-    gateway_vs_ceiling: ratio(throughput.gateway_heartbeat, throughput.ceiling_bare_uws),
-    gateway_vs_alternative: ratio(throughput.gateway_heartbeat, throughput.alternative_fastify_pg),
-    // Reports per second: a batch request carries 100 heartbeats.
-    batch_vs_single_reports: throughput.gateway_batch && throughput.gateway_heartbeat ? Math.round(((throughput.gateway_batch.requestsPerS * 100) / throughput.gateway_heartbeat.requestsPerS) * 100) / 100 : null,
-  };
-  results.peak_rss_mb = rss;
-  // A partial full run (--only) re-measures its parts and keeps the others of the latest full run.
-  const latestFull = join(root, 'bench', 'results', 'latest-full.json');
-  if (!opt.quick && opt.only && existsSync(latestFull)) {
-    const prev = JSON.parse(readFileSync(latestFull, 'utf8')) as Record<string, any>;
-    const merged: Record<string, any> = { ...prev, ...results };
-    merged.throughput = { ...prev.throughput, ...(results.throughput as object) };
-    merged.peak_rss_mb = { ...prev.peak_rss_mb, ...rss };
-    const t = merged.throughput;
-    const r = (a?: { requests_per_s: number }, b?: { requests_per_s: number }) => (a && b && b.requests_per_s > 0 ? Math.round((a.requests_per_s / b.requests_per_s) * 100) / 100 : null);
-    merged.ratios = {
-      gateway_vs_ceiling: r(t.gateway_heartbeat, t.ceiling_bare_uws),
-      gateway_vs_alternative: r(t.gateway_heartbeat, t.alternative_fastify_pg),
-      batch_vs_single_reports: t.gateway_batch && t.gateway_heartbeat ? Math.round(((t.gateway_batch.requests_per_s * 100) / t.gateway_heartbeat.requests_per_s) * 100) / 100 : null,
-    };
-    merged.parts = { ...(prev.parts ?? {}), ...Object.fromEntries([...opt.only].map((k) => [k, results.started_at])) };
-    merged.started_at = prev.started_at;
-    Object.assign(results, merged);
-  }
-  results.finished_at = new Date().toISOString();
+/** What a run writes: its RunInfo (id, start, commit, mode) first, then its sections. */
+export type BenchResults = RunInfo & Record<string, unknown>;
 
-  mkdirSync(join(root, 'bench', 'results'), { recursive: true });
-  const stamp = new Date().toISOString().replace(/[:.]/g, '-');
-  const json = JSON.stringify(results, null, 2) + '\n';
-  writeFileSync(join(root, 'bench', 'results', `${stamp}-${opt.quick ? 'quick' : 'full'}.json`), json);
-  writeFileSync(join(root, 'bench', 'results', `latest-${opt.quick ? 'quick' : 'full'}.json`), json);
-  // A quick run is a check, not a measurement to publish: only full runs rewrite bench/README.md.
-  if (!opt.quick) {
-    writeReport(join(root, 'bench', 'README.md'), results);
-    writeCapacity(join(root, 'docs', 'operations.md'), results, cfg.worker.pgHeartbeatIntervalS);
+/**
+ * Completes a run's results: its throughput figures, each carrying the run's id; the ratios, from
+ * those figures only (a ratio whose figures are not both of this run is null); peak RSS; the end.
+ */
+export function assembleResults(results: BenchResults, throughput: Record<string, WrkResult>, rss: Record<string, number>, finishedAt = new Date()): BenchResults & { finished_at: string } {
+  const figures = Object.fromEntries(
+    Object.entries(throughput).map(([k, v]) => [
+      k,
+      { run_id: results.run_id, requests_per_s: Math.round(v.requestsPerS), p50_ms: v.latencyP50Ms, p99_ms: v.latencyP99Ms, non_2xx: v.non2xx, socket_errors: v.socketErrors },
+    ]),
+  );
+  return { ...results, throughput: figures, ratios: benchRatios(figures), peak_rss_mb: rss, finished_at: finishedAt.toISOString() };
+}
+
+/**
+ * Writes a finished run's files under root/bench/results/ (bench/results.ts names them: an `only`
+ * run gets files of its own); a full run also rewrites the table of bench/README.md and the capacity
+ * model of docs/operations.md, each naming the file it came from. Quick and `only` runs touch
+ * nothing else. Returns the paths of the result files.
+ */
+export function publishResults(root: string, results: BenchResults & { finished_at: string }, pgIntervalS?: number): { stamped: string; latest: string } {
+  const files = writeRunFiles(join(root, 'bench', 'results'), results);
+  if (results.mode === 'full') {
+    const source = relative(root, files.stamped);
+    writeReport(join(root, 'bench', 'README.md'), results, source);
+    writeCapacity(join(root, 'docs', 'operations.md'), results, pgIntervalS, source);
   }
-  process.stdout.write(json);
-  process.stderr.write(`\n${renderTable(results)}\n`);
+  return files;
+}
+
+function finishBench(cfg: Config, root: string, results: BenchResults, throughput: Record<string, WrkResult>, rss: Record<string, number>): void {
+  const done = assembleResults(results, throughput, rss);
+  const files = publishResults(root, done, cfg.worker.pgHeartbeatIntervalS);
+  process.stdout.write(JSON.stringify(done, null, 2) + '\n');
+  process.stderr.write(`\n${renderTable(done, relative(root, files.stamped))}\n`);
 }

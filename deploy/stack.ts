@@ -20,6 +20,7 @@ import { startLocalServers, stopServers, ensurePortFree, type LocalServer } from
 import { runTests } from './test-runner.js';
 import { nodeFlags, sessionSecret } from './service-process.js';
 import { runBench, needsServers } from '../bench/run.js';
+import { newRun } from '../bench/results.js';
 import { Cluster, CLUSTER_BASE_PORT } from './cluster.js';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
@@ -298,8 +299,15 @@ async function cluster(): Promise<void> {
   if (!stopping) log(`cluster up: ${c.url} (gateways and apis behind nginx, TLS certificate ${c.tls.cert}); Ctrl-C stops everything`);
 }
 
-/** `npm run test:cluster`: every file under test/cluster starts and stops its own cluster. */
+/**
+ * `npm run test:cluster`: every file under test/cluster starts and stops its own cluster. The files
+ * share one run (CLUSTER_RUN: id, start, commit), under which they record their failover figures
+ * in bench/results/cluster-failover-<start>.json (bench/results.ts `recordClusterResult`).
+ */
 async function testCluster(args: string[]): Promise<void> {
+  const run = newRun(root, { quick: false, only: args.length ? args : null });
+  process.env.CLUSTER_RUN = JSON.stringify(run);
+  log(`cluster run ${run.run_id}, commit ${run.git_commit ?? 'unknown'}${run.git_dirty ? ' with uncommitted changes' : ''}`);
   const counts = await runTests(null, root, args);
   process.stdout.write(`\n${counts.passed} passed, ${counts.failed} failed\n`);
   process.exit(counts.failed === 0 ? 0 : 1);

@@ -97,6 +97,18 @@ t.test('kill -9 of the stream leader during steady ingest: a new leader, ingest 
   });
   t.same(end.doubled, [], 'none stored twice (FINAL)');
   t.comment(`${load.acked.length} acknowledged, ${end.missing.length} lost, ${end.doubled.length} doubled`);
+  const file = k.record('stream_leader_kill', {
+    failure: 'kill -9 of the JetStream stream leader (of 3 servers) during steady ingest through nginx (6 agents)',
+    leader,
+    new_leader: newLeader,
+    longest_gap_ms: gap,
+    ingest_answers: load.counts(),
+    ingest_bad: load.bad(),
+    acknowledged: load.acked.length,
+    lost: end.missing.length,
+    doubled: end.doubled.length,
+  });
+  t.comment(`figures kept in ${file}`);
 });
 
 t.test('every process warns once about an old NATS server it finds, and not about the replicas (R3)', async (t) => {

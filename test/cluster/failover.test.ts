@@ -52,6 +52,7 @@ async function allStoredOnce(t: Test, ch: ClickHouseClient, acked: { kind: strin
   });
   t.equal(end.missing.length, 0, `${where}: none of ${acked.length} lost`);
   t.same(end.doubled, [], `${where}: none twice (FINAL)`);
+  return { where, acknowledged: acked.length, lost: end.missing.length, doubled: end.doubled.length };
 }
 
 t.test('kill -9 of one ClickHouse replica during ingest: nothing acknowledged lost, each replica holds every report once after it returns', async (t) => {
@@ -76,15 +77,28 @@ t.test('kill -9 of one ClickHouse replica during ingest: nothing acknowledged lo
   await load.stop();
   await reads.stop();
   stopped = true;
-  t.comment(`ClickHouse replica ch2 killed; ingest answers: ${load.summary()}; reads: ${reads.summary()}; longest time without an acknowledged report: ${load.longestGap(killedAt - 1)} ms`);
+  const gap = load.longestGap(killedAt - 1);
+  t.comment(`ClickHouse replica ch2 killed; ingest answers: ${load.summary()}; reads: ${reads.summary()}; longest time without an acknowledged report: ${gap} ms`);
   t.same(load.bad(), [], 'ingest: no 5xx other than 503 with Retry-After');
   t.same(reads.bad(), [], 'reads: no 5xx other than 503 with Retry-After');
-  await allStoredOnce(t, k.ch, load.acked, 'chk', 'through nginx (Distributed)');
+  const stored = [await allStoredOnce(t, k.ch, load.acked, 'chk', 'through nginx (Distributed)')];
   // Each replica on its own (its local table, no Distributed): the returned one has caught up.
   for (const i of [0, 1]) {
     const local = k.replica(i);
-    await allStoredOnce(t, localView(local), load.acked, 'chk', `replica ch${i + 1} alone`);
+    stored.push(await allStoredOnce(t, localView(local), load.acked, 'chk', `replica ch${i + 1} alone`));
   }
+  const file = k.record('clickhouse_replica_kill', {
+    failure: 'kill -9 of one ClickHouse replica (ch2, of 2) during steady ingest through nginx (6 agents) and reads through the api',
+    longest_gap_ms: gap,
+    ingest_answers: load.counts(),
+    ingest_bad: load.bad(),
+    read_answers: Object.fromEntries(reads.answers),
+    read_bad: reads.bad(),
+    acknowledged: load.acked.length,
+    acknowledged_while_away: during.length,
+    stored,
+  });
+  t.comment(`figures kept in ${file}`);
 });
 
 t.test('rolling restart under load (SIGTERM a gateway, then a worker, then an api): no 5xx but 503 with Retry-After, nothing lost', async (t) => {
@@ -96,11 +110,13 @@ t.test('rolling restart under load (SIGTERM a gateway, then a worker, then an ap
   });
   await eventually(async () => load.acked.length > 200, 60_000, 'ingest under way');
   const began = Date.now();
+  const exits: Record<string, number | null> = {};
   const restart = async (kind: 'gateway' | 'worker' | 'api') => {
     const list = kind === 'gateway' ? k.c.gateways : kind === 'worker' ? k.c.workers : k.c.apis;
     const old = list[0]!;
     await old.stop('SIGTERM', 60_000);
     const code = await old.exited;
+    exits[kind] = code;
     t.equal(code, 0, `${kind} 1 stopped cleanly on SIGTERM`);
     if (code !== 0) t.comment(`${kind} 1's last output:\n${old.output.slice(-4000)}`);
     const before = load.acked.length;
@@ -117,10 +133,24 @@ t.test('rolling restart under load (SIGTERM a gateway, then a worker, then an ap
   await load.stop();
   await reads.stop();
   stopped = true;
-  t.comment(`rolling restart: ingest answers: ${load.summary()}; reads: ${reads.summary()}; longest time without an acknowledged report: ${load.longestGap(began)} ms`);
+  const gap = load.longestGap(began);
+  t.comment(`rolling restart: ingest answers: ${load.summary()}; reads: ${reads.summary()}; longest time without an acknowledged report: ${gap} ms`);
   t.same(load.bad(), [], 'ingest: no 5xx other than 503 with Retry-After');
   t.same(reads.bad(), [], 'reads: no 5xx other than 503 with Retry-After');
-  await allStoredOnce(t, k.ch, load.acked, 'rr', 'through nginx (Distributed)');
+  const stored = await allStoredOnce(t, k.ch, load.acked, 'rr', 'through nginx (Distributed)');
+  const file = k.record('rolling_restart', {
+    failure: 'rolling restart under steady ingest through nginx (6 agents) and reads: SIGTERM gateway 1, then worker 1, then api 1, each started again',
+    exit_codes: exits,
+    longest_gap_ms: gap,
+    ingest_answers: load.counts(),
+    ingest_bad: load.bad(),
+    read_answers: Object.fromEntries(reads.answers),
+    read_bad: reads.bad(),
+    acknowledged: load.acked.length,
+    lost: stored.lost,
+    doubled: stored.doubled,
+  });
+  t.comment(`figures kept in ${file}`);
 });
 
 /**

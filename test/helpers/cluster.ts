@@ -12,6 +12,8 @@ import { createPool, type Pool } from '../../lib/db/postgres.js';
 import { connectNats, type NatsConnection } from '../../lib/db/nats.js';
 import { createCustomer, createToken, type Customer } from '../../lib/admin.js';
 import type { Answer } from './http.js';
+import { ROOT } from '../../deploy/service-process.js';
+import { clusterRun, recordClusterResult, type ClusterRun } from '../../bench/results.js';
 
 export interface TestCluster {
   c: Cluster;
@@ -29,6 +31,13 @@ export interface TestCluster {
   stream(path: string, token: string): Promise<{ status: number; headers: Headers; text(): string; close(): Promise<void> }>;
   /** The server name (n1, n2, n3) of the ingest stream's leader. */
   streamLeader(): Promise<string>;
+  /** The run this file belongs to (bench/results.ts `clusterRun`). */
+  run: ClusterRun;
+  /**
+   * Keeps what a failure measured in the run's results file under bench/results/ (the figures
+   * docs/operations.md "Cluster failover" quotes); returns the file's path.
+   */
+  record(failure: string, entry: Record<string, unknown>): string;
 }
 
 export async function testCluster(t: Test, name: string): Promise<TestCluster> {
@@ -123,7 +132,9 @@ export async function testCluster(t: Test, name: string): Promise<TestCluster> {
     if (!leader) throw new Error('the stream has no leader');
     return leader;
   };
-  return { c, pool, ch, replica: (i) => replicas[i]!, nc, customer, token, https, stream, streamLeader };
+  const run = clusterRun(ROOT, name);
+  const record = (failure: string, entry: Record<string, unknown>) => recordClusterResult(join(ROOT, 'bench', 'results'), run, failure, { test_file: `test/cluster/${name}.test.ts`, ...entry });
+  return { c, pool, ch, replica: (i) => replicas[i]!, nc, customer, token, https, stream, streamLeader, run, record };
 }
 
 /** The cluster's data folder of a test (for the log files under it). */
@@ -180,6 +191,8 @@ export function steadyIngest(k: TestCluster, prefix: string, clients = 6) {
       return [...answers.entries()].filter(([s]) => (/^5/.test(s) && s !== '503') || s === '503 without Retry-After' || s === 'network').map(([s, n]) => `${s}×${n}`);
     },
     summary: () => [...answers.entries()].map(([s, n]) => `${s}×${n}`).join(', '),
+    /** The answers by status (or `network`), for the results file. */
+    counts: () => Object.fromEntries(answers),
     async stop() {
       running = false;
       await done;
