@@ -10,7 +10,8 @@ import { connect } from 'node:net';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { testStack, post, get, request, eventually, chRows } from './helpers/stack.js';
+import { testStack, post, get, request, eventually, chRows, drained, afterMarker } from './helpers/stack.js';
+import { pipelined, type Answer } from './helpers/http.js';
 import { idempotentReportId } from '../lib/ids.js';
 import { ROOT } from '../deploy/service-process.js';
 
@@ -126,9 +127,10 @@ t.test('mixed kinds for many machines: every entry accepted in order, stored exa
   t.ok(stored.every((x) => x.version === `v${x.machine.slice(4)}`), 'each body went to its own machine');
   t.equal(await instances(s.customer.id, 'mix-%'), 80, 'Postgres: 40 machines × 2 software');
   await eventually(async () => (await s.pool.query(`SELECT 1 FROM help_texts WHERE customer_id = $1 AND software = 'edr' AND code = 91001`, [s.customer.id])).rowCount === 2, 10_000, 'help texts stored');
-  // Nothing more arrives later (each entry queued once).
-  await new Promise((res) => setTimeout(res, 500));
-  t.equal(await count(`SELECT count() AS n FROM heartbeats WHERE machine LIKE 'mix-%'`), 40, 'no second copy of any heartbeat, even before merges');
+  // Nothing more arrives later (each entry queued once): a marker heartbeat sent after the batch's
+  // answer (afterMarker) is the only row added.
+  await afterMarker(s, 'mix-marker');
+  t.equal(await count(`SELECT count() AS n FROM heartbeats WHERE machine LIKE 'mix-%'`), 41, 'no second copy of any heartbeat, even before merges: the 40 and the marker');
   t.equal(await count(`SELECT count() AS n FROM status_history WHERE machine LIKE 'mix-%'`), 40);
   const light = await get(`${s.apiUrl}/api/instances?machine=mix-3&software=agent`, s.token);
   t.equal(light.body.items?.[0]?.light, 'green', 'the batch heartbeat drives the traffic light like any other');
@@ -186,9 +188,11 @@ t.test('per-entry refusals next to accepted entries: the status and detail each 
   await eventually(async () => (await count(`SELECT count() AS n FROM status_history FINAL WHERE machine = 'per-ok3'`)) === 1, 20_000, 'accepted status stored');
   await eventually(async () => (await count(`SELECT count() AS n FROM heartbeats FINAL WHERE machine = 'per-ok1'`)) === 1, 20_000, 'accepted heartbeat stored');
   await eventually(async () => (await count(`SELECT count() AS n FROM diagnostics FINAL WHERE machine = 'per-ok2'`)) === 1, 20_000, 'accepted diagnostic stored');
+  // A marker after the batch and the single requests, through the same gateway (afterMarker).
+  await afterMarker(s, 'per-marker');
   t.equal(await count(`SELECT count() AS n FROM heartbeats FINAL WHERE machine IN ('per-422', 'per-key', 'per-nosw', 'per-arr', 'per-null')`), 0, 'refused heartbeats not stored');
   t.equal(await count(`SELECT count() AS n FROM status_history FINAL WHERE machine IN ('per-snap', 'per-nul', 'per-typed')`), 0);
-  t.equal(await instances(s.customer.id, 'per-%'), 3, 'only the accepted entries made instances');
+  t.equal(await instances(s.customer.id, 'per-%'), 4, 'only the accepted entries (and the marker) made instances');
 
   const rows = await eventually(async () => {
     const x = await rejectionRows(`path LIKE '/api/ingest/${s.customer.slug}/batch#%'`);
@@ -253,7 +257,8 @@ t.test('the request refused whole: 4xx {"detail"}, one rejection-log row, nothin
     return x.length >= 9 ? x : null;
   }, 20_000, 'rows of the refused requests');
   t.same(rows.map((x) => x.status).sort(), [400, 400, 400, 413, 415, 422, 422, 422, 422], 'one row per refused request of this customer (the token known)');
-  t.equal(await count(`SELECT count() AS n FROM heartbeats FINAL WHERE machine = 'whole-x'`), 0, 'nothing stored');
+  await afterMarker(s, 'whole-x');
+  t.equal(await count(`SELECT count() AS n FROM heartbeats FINAL WHERE machine = 'whole-x'`), 1, 'nothing of the refused requests stored: only the marker');
 });
 
 t.test('no entry reaches another customer', async (t) => {
@@ -270,6 +275,7 @@ t.test('no entry reaches another customer', async (t) => {
   const theirs = await batch([e('cross-5')], { customer: s.customer.slug, token: other.token });
   t.equal(theirs.status, 403, "the other customer's token on this path: 403");
   await eventually(async () => (await instances(s.customer.id, 'cross-%')) === 2, 20_000, 'the two accepted entries stored under this customer');
+  await afterMarker(s, 'marker-cross');
   t.equal(await instances(other.customer.id, '%'), 0, 'nothing under the other customer');
   t.equal(await count(`SELECT count() AS n FROM heartbeats FINAL WHERE customer_id = '${other.customer.id}'`), 0);
   const mine = await eventually(async () => {
@@ -295,8 +301,8 @@ t.test('MAX_ITEMS entries: accepted and stored; one more: 422 for the request', 
   t.equal(over.status, 422);
   t.match(over.body.detail, /\/entries must NOT have more than 1000 items/);
   t.same(over.body.errors?.map((e: { path: string }) => e.path), ['/entries']);
-  await new Promise((res) => setTimeout(res, 300));
-  t.equal(await count(`SELECT count() AS n FROM heartbeats FINAL WHERE machine LIKE 'over-%'`), 0, 'nothing of the refused batch stored');
+  await afterMarker(s, 'over-marker');
+  t.equal(await count(`SELECT count() AS n FROM heartbeats FINAL WHERE machine LIKE 'over-%'`), 1, 'nothing of the refused batch stored: only the marker');
 });
 
 /** A JSON text of exactly `size` bytes: `make(pad)` with the padding found by measuring. */
@@ -321,7 +327,8 @@ t.test('the largest batch body and the largest entry body: accepted; one byte mo
   const o = await rawPost(batchUrl(), s.token, over);
   t.equal(o.status, 413, 'one byte more: 413');
   await eventually(async () => (await count(`SELECT count() AS n FROM status_history FINAL WHERE machine LIKE 'big-a%'`)) === 18, 30_000, 'the largest batch stored');
-  t.equal(await count(`SELECT count() AS n FROM status_history FINAL WHERE machine LIKE 'big-b%'`), 0);
+  await afterMarker(s, 'big-b-marker', { kind: 'status', body: { status: 'running' } });
+  t.equal(await count(`SELECT count() AS n FROM status_history FINAL WHERE machine LIKE 'big-b%'`), 1, 'nothing of the refused batch stored: only the marker');
 
   // An entry body of exactly BODY_LIMIT_BYTES, as a single request may be; one byte more is 413 for that entry alone.
   const help = (pad: number) => ({ items: Array.from({ length: 17 }, (_, i) => ({ code: 93000 + i, lang: 'en', text: 'h'.repeat(i === 16 ? pad : 62_000) })) });
@@ -338,7 +345,8 @@ t.test('the largest batch body and the largest entry body: accepted; one byte mo
   t.equal(alone.status, 413, 'one byte more alone: 413 too');
   t.equal(alone.body.detail, e.body.results[1].detail, 'with the same detail');
   await eventually(async () => (await s.pool.query(`SELECT 1 FROM help_texts WHERE customer_id = $1 AND software = 'bigsw'`, [s.customer.id])).rowCount === 17, 20_000, 'the largest entry stored');
-  t.equal((await s.pool.query(`SELECT 1 FROM help_texts WHERE customer_id = $1 AND software = 'bigsw2'`, [s.customer.id])).rowCount, 0);
+  await afterMarker(s, 'body-b', { kind: 'help', software: 'bigsw2', body: { items: [{ code: 1, lang: 'en', text: 'marker' }] } });
+  t.equal((await s.pool.query(`SELECT 1 FROM help_texts WHERE customer_id = $1 AND software = 'bigsw2'`, [s.customer.id])).rowCount, 1, 'nothing of the entry over the limit stored: only the marker');
 });
 
 t.test('unicode bodies stored exactly; the longest slugs accepted, one character more or non-ASCII refused', async (t) => {
@@ -380,15 +388,17 @@ t.test('idempotency keys: repeated inside one batch, across batches and with the
   t.same([c.status, d.status], [200, 200], 'concurrent copies too');
   await eventually(async () => (await count(`SELECT count() AS n FROM heartbeats FINAL WHERE machine = 'idem-1'`)) === 1, 20_000, 'heartbeat stored');
   await eventually(async () => (await count(`SELECT count() AS n FROM diagnostics FINAL WHERE machine = 'idem-2'`)) === 1, 20_000, 'diagnostic stored');
-  await new Promise((res) => setTimeout(res, 1000));
+  // Every copy was answered, so JetStream had it: once the stream is drained, all are applied.
+  await drained(s);
   t.equal(await count(`SELECT count() AS n FROM heartbeats FINAL WHERE machine = 'idem-1'`), 1, 'still once');
   t.equal(await count(`SELECT count() AS n FROM diagnostics FINAL WHERE machine = 'idem-2'`), 1, 'still once');
   t.equal(await count(`SELECT uniqExact(received_ms) AS n FROM heartbeats WHERE machine = 'idem-1'`), 1, 'every copy took the first receive time');
 });
 
 t.test('the rate counts entries against the same per-token budget as single requests', async (t) => {
+  // A token bucket of 10 that refills one token a second. The gateway is new, so the bucket is
+  // created full by this batch's one take: exactly 10 entries get a token, however slow the machine.
   const gw = await s.startGateway({ RATE_LIMIT_PER_S: '1', RATE_LIMIT_BURST: '10' });
-  const t0 = Date.now();
   const entries = Array.from({ length: 15 }, (_, i) => ({ machine: `rate-${i}`, software: 'agent', kind: 'heartbeat', body: {} }));
   const r = await batch(entries, { gateway: gw.url });
   t.equal(r.status, 200);
@@ -396,26 +406,35 @@ t.test('the rate counts entries against the same per-token budget as single requ
   t.match(r.body.results[10].detail, /over the rate limit of 1 requests\/s/);
   t.ok(r.body.results[10].retry_after >= 1, 'retry_after on the entry');
   t.ok(Number(r.headers.get('retry-after')) >= 1, 'Retry-After on the 200');
-  const next = await post(s.ingestUrl('rate-single', 'heartbeat', { gateway: gw.url }), s.token, {});
-  const again = await batch(entries.slice(0, 3), { gateway: gw.url });
-  const elapsed = Date.now() - t0;
-  if (elapsed < 1000) {
-    t.equal(next.status, 429, 'a single request right after: the budget is spent');
-    t.equal(again.status, 429, 'a batch with no token left: 429 for the request');
-    t.ok(Number(again.headers.get('retry-after')) >= 1);
-    // Refused before its body was read (no token left): one row for the request.
-    const rows = await eventually(async () => {
-      const x = await rejectionRows(`status = 429 AND path = '/api/ingest/${s.customer.slug}/batch'`);
-      return x.length >= 1 ? x : null;
-    }, 20_000, 'the refused batch logged');
-    t.equal(rows.length, 1, 'one row for the batch refused before its body');
-    t.match(rows[0]!.detail, /over the rate limit/);
-  } else {
-    // A machine so slow that a token came back meanwhile: at most one more got through.
-    t.ok([next, ...again.body.results].filter((x) => x.status === 200).length <= Math.floor(elapsed / 1000) + 1, `at most the refilled tokens used (${elapsed} ms)`);
-  }
-  await eventually(async () => (await count(`SELECT count() AS n FROM heartbeats FINAL WHERE machine LIKE 'rate-%' AND machine != 'rate-single'`)) >= 10, 20_000, 'the accepted ones stored');
-  t.equal(await count(`SELECT count() AS n FROM heartbeats FINAL WHERE machine IN ('rate-10','rate-11','rate-12','rate-13','rate-14')`), 0, 'the 429 ones not stored');
+  // No token left, whatever time has passed meanwhile: one write of 11 requests that each take a
+  // token if one is left (a text/plain heartbeat: the rate is looked at before the Content-Type,
+  // so 415 with a token, 429 without), then a single heartbeat and a batch. The bucket holds at most
+  // its burst of 10, and the gateway handles one read's requests in one synchronous pass (a refill
+  // of 1/s cannot add a token in between), so the 11 leave nothing for the last two.
+  const drain = { path: `/api/ingest/${s.customer.slug}/rate-drain/agent/heartbeat`, token: s.token, headers: { 'Content-Type': 'text/plain' }, body: '{}' };
+  const answers = await pipelined(gw.url, [
+    ...Array<typeof drain>(11).fill(drain),
+    { path: `/api/ingest/${s.customer.slug}/rate-single/agent/heartbeat`, token: s.token, body: '{}' },
+    { path: `/api/ingest/${s.customer.slug}/batch`, token: s.token, body: JSON.stringify({ entries: entries.slice(0, 3) }) },
+  ]);
+  const drains = answers.slice(0, 11).map((a) => a.status);
+  t.ok(drains.every((x) => x === 415 || x === 429) && drains.filter((x) => x === 415).length <= 10, `the drain: at most the burst got a token (${drains.join(' ')})`);
+  const [next, again] = answers.slice(11) as [Answer, Answer];
+  t.equal(next.status, 429, 'a single request with no token left: 429');
+  t.equal(again.status, 429, 'a batch with no token left: 429 for the request');
+  t.match(again.body.detail, /over the rate limit/);
+  t.ok(Number(again.headers.get('retry-after')) >= 1);
+  // Refused before its body was read (no token left): one row for the request.
+  await eventually(async () => (await rejectionRows(`status = 429 AND path = '/api/ingest/${s.customer.slug}/batch'`)).length >= 1, 20_000, 'the refused batch logged');
+  await drained(s); // every record the gateway published is written
+  const rows = await rejectionRows(`status = 429 AND path = '/api/ingest/${s.customer.slug}/batch'`);
+  t.equal(rows.length, 1, 'one row for the batch refused before its body');
+  t.match(rows[0]!.detail, /over the rate limit/);
+  await eventually(async () => (await count(`SELECT count() AS n FROM heartbeats FINAL WHERE machine LIKE 'rate-%'`)) >= 10, 20_000, 'the accepted ones stored');
+  // Everything the gateway took was published before its answers: applied once the stream is drained.
+  await drained(s);
+  t.equal(await count(`SELECT count() AS n FROM heartbeats FINAL WHERE machine LIKE 'rate-%'`), 10, 'exactly the 10 accepted entries stored');
+  t.equal(await count(`SELECT count() AS n FROM heartbeats FINAL WHERE machine IN ('rate-10','rate-11','rate-12','rate-13','rate-14', 'rate-single', 'rate-drain')`), 0, 'the 429 ones not stored');
   const entryRows = await eventually(async () => {
     const x = await rejectionRows(`status = 429 AND match(detail, '^heartbeat rate-1[0-4]/agent: over the rate limit')`);
     return x.length >= 5 ? x : null;
@@ -498,7 +517,7 @@ t.test('fleet ingest-batch: sends a file, prints each entry result, exit 0 or 4'
   const again = fleet('--file', ok);
   t.equal(again.status, 0, again.stderr);
   t.same(again.stdout.trim().split('\n').map((l) => JSON.parse(l).id), lines.map((x) => x.id), 'the same report ids');
-  await new Promise((res) => setTimeout(res, 500));
+  await drained(s); // the second run's entries were answered: applied once the stream is drained
   t.equal(await count(`SELECT count() AS n FROM heartbeats FINAL WHERE machine LIKE 'cli-%'`), 25, 'still 25');
 
   const mixed = join(dir, 'mixed.ndjson');
@@ -544,6 +563,7 @@ t.test('licence gate per machine: an entry for a new machine of a customer past 
     t.equal(alone.body.detail, r.body.results[i].detail, `entry ${i} alone: the same detail`);
   }
   await eventually(async () => (await count(`SELECT count() AS n FROM status_history FINAL WHERE customer_id = '${c.customer.id}' AND machine = 'lic-2'`)) === 1, 20_000, 'the known machine stored');
+  await afterMarker(s, 'lic-1', { customer: c.customer.slug, token: c.token });
   t.equal(await instances(c.customer.id, 'lic-new%'), 0, 'no refused machine stored');
   const rows = await eventually(async () => {
     const x = await rejectionRows(`customer_id = '${c.customer.id}' AND path LIKE '%/batch#/entries/%'`);

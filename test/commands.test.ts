@@ -4,14 +4,13 @@
 // JetStream. The gateways here re-read Postgres only every 10 minutes, so everything they learn in
 // time comes from the NATS hints.
 import t from 'tap';
-import { testStack, post, get, eventually } from './helpers/stack.js';
+import { testStack, post, get, eventually, drained, afterMarker } from './helpers/stack.js';
 
 const s = await testStack(t, 'commands', { env: { COMMAND_RESYNC_MS: '600000', COMMAND_MAX_OPEN: '3' } });
 const admin = await s.newUser('admin');
 const viewer = await s.newUser('viewer');
 const ingest = (m: string, kind: string, sw = 'agent') => s.ingestUrl(m, kind, { software: sw });
 const ackUrl = (m: string, id: string, sw = 'agent', base = s.gatewayUrl) => `${base}/api/ingest/${s.customer.slug}/${m}/${sw}/commands/${id}/ack`;
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 const snapshot = {
   cpu: { load: 0.1 },
@@ -107,9 +106,13 @@ t.test('only an advertised command can be queued, and only by an admin', async (
   const otherAdmin = await s.newUser('admin', { customer: other.customer });
   t.equal((await queue(id, { module: 'updater', command: 'check' }, otherAdmin.jwt)).status, 404, "another customer's instance: 404");
   t.same(await commandsOf(id), [], 'nothing stored');
-  // Nothing is handed out for a command that was refused.
-  await sleep(300);
-  t.same((await post(ingest('only', 'heartbeat'), s.token, {})).body, { ok: true });
+  // Nothing is handed out for a command that was refused. The marker: a command queued after the
+  // refusals. Its hint reaches the gateway after any they could have sent (one api connection to
+  // NATS, in order), and the gateway then re-reads the instance's open commands from Postgres: the
+  // answer that offers the marker shows everything queued before it.
+  const marker = await queue(id, { module: 'updater', command: 'check' });
+  t.equal(marker.status, 201);
+  t.same((await heartbeatUntilOffered('only')).map((c: any) => c.id), [marker.body.id], 'only the marker is offered');
 });
 
 t.test('queued -> delivered on the next heartbeat (not on another instance) -> ack success -> succeeded', async (t) => {
@@ -180,8 +183,13 @@ t.test('the same ack twice (and a contradicting one) is a no-op: the first ack w
   await commandState(id, q.body.id, 'succeeded');
   const again = await post(ackUrl('twice', q.body.id), s.token, body);
   t.equal(again.status, 200, 'ack after it was applied: still 200');
+  // Applied before the contradicting ack is sent, so that this one reaches the worker in a batch of
+  // its own: within one batch the earliest ack wins anyway (workers/commands.ts), across batches
+  // only the stored state can make it a no-op.
+  await drained(s);
   t.equal((await post(ackUrl('twice', q.body.id), s.token, { result: 'failure', message: 'second' })).status, 200);
-  await sleep(1000);
+  // Every ack was answered 200, so JetStream has it: once the stream is drained, the worker has applied them all.
+  await drained(s);
   const c = (await commandsOf(id)).find((x) => x.id === q.body.id);
   t.equal(c.state, 'succeeded');
   t.equal(c.result_message, 'first');
@@ -208,14 +216,17 @@ t.test('acks: another instance 404, unknown id 404, ill-formed id 400, bad body 
   t.equal((await post(`${s.gatewayUrl}/api/ingest/${other.customer.slug}/ack-a/agent/commands/${q.body.id}/ack`, other.token, { result: 'success' })).status, 404, "another customer's token, its own path: 404");
   t.equal((await post(ackUrl('ack-a', q.body.id), other.token, { result: 'success' })).status, 403, "another customer's token on this customer's path: 403");
   t.equal((await get(ackUrl('ack-a', q.body.id), s.token)).status, 405);
-  // Still delivered: none of the refused acks reached it. Then the right one, and after it is
-  // finished (gone from the gateway's open set) another instance's ack is still 404.
+  // Still delivered: none of the refused acks reached it. The marker: a heartbeat of ack-a sent
+  // after them through the same gateway; once it is applied, so is anything the gateway queued before
+  // (afterMarker). Then the right one, and after it is finished (gone from the gateway's open set)
+  // another instance's ack is still 404.
   await commandState(id, q.body.id, 'delivered');
-  await new Promise((r) => setTimeout(r, 500));
+  await afterMarker(s, 'ack-a');
   t.equal((await commandsOf(id)).find((x) => x.id === q.body.id).state, 'delivered');
   t.equal((await post(ackUrl('ack-a', q.body.id), s.token, { result: 'success' })).status, 200);
   await commandState(id, q.body.id, 'succeeded');
-  await sleep(300);
+  // The gateway has taken it out of its open set once it no longer offers it.
+  await eventually(async () => (await post(ingest('ack-a', 'heartbeat'), s.token, {})).body.commands === undefined, 5000, 'no longer offered');
   t.equal((await post(ackUrl('ack-b', q.body.id), s.token, { result: 'success' })).status, 404, 'finished command, wrong instance: 404');
   t.equal((await post(ackUrl('ack-a', q.body.id), s.token, { result: 'success' })).status, 200, 'finished command, right instance: 200');
 });
@@ -231,16 +242,19 @@ t.test('cancel: a queued command is never delivered; only queued ones can be can
   const again = await post(`${s.apiUrl}/api/commands/${q.body.id}/cancel`, admin.jwt, {});
   t.equal(again.status, 200, 'cancelling again is a no-op');
   t.equal(again.body.state, 'cancelled');
-  await sleep(1000); // the hints of queue and cancel have reached the gateway long before
-  for (let i = 0; i < 3; i++) t.same((await post(ingest('cancel', 'heartbeat'), s.token, {})).body, { ok: true }, 'not offered');
-  await sleep(500);
+  // The marker: a command queued after the cancel. Its hint reaches the gateway after the cancel's
+  // (one api connection to NATS, in order) and makes it re-read the instance from Postgres, so the
+  // answer that offers the marker is given by a copy that knows of the cancel: only the marker.
+  const d = await queue(id, { module: 'updater', command: 'check' });
+  t.same((await heartbeatUntilOffered('cancel')).map((c: any) => c.id), [d.body.id], 'the cancelled command is not offered, the one queued after it is');
+  // Every heartbeat was answered (so queued) before the stream drained: the delivery of the marker
+  // is recorded, and no delivery of the cancelled one.
+  await commandState(id, d.body.id, 'delivered');
+  await drained(s);
   const after = (await commandsOf(id)).find((x) => x.id === q.body.id);
   t.equal(after.state, 'cancelled');
   t.same(after.history.map((e: any) => e.state), ['queued', 'cancelled']);
 
-  const d = await queue(id, { module: 'updater', command: 'check' });
-  await heartbeatUntilOffered('cancel');
-  await commandState(id, d.body.id, 'delivered');
   const late = await post(`${s.apiUrl}/api/commands/${d.body.id}/cancel`, admin.jwt, {});
   t.equal(late.status, 409, 'a delivered command cannot be cancelled');
   t.match(late.body.detail, /delivered/);

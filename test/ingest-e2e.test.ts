@@ -1,6 +1,6 @@
 // All three report kinds from HTTP to Postgres, ClickHouse, Redis and the read API.
 import t from 'tap';
-import { testStack, post, get, eventually, chRows } from './helpers/stack.js';
+import { testStack, post, get, eventually, chRows, afterMarker } from './helpers/stack.js';
 
 const s = await testStack(t, 'e2e');
 const ingest = (m: string, sw: string, kind: string) => s.ingestUrl(m, kind, { software: sw });
@@ -148,11 +148,13 @@ t.test('Idempotency-Key: the same report sent again is acknowledged and stored o
     const r = await chRows<{ n: string }>(s.ch, `SELECT count() AS n FROM diagnostics FINAL WHERE machine = 'm7'`);
     return Number(r[0]!.n) === 2;
   }, 5000, 'two diagnostics rows (one per key)');
-  // Give any late copy time to land, then check again: still two.
-  await new Promise((r) => setTimeout(r, 500));
+  // A marker: one more diagnostic of m7, without a key, sent after every copy was answered.
+  // afterMarker waits until it and everything queued before it is applied, so a copy stored under an
+  // id of its own would show here as a fourth row.
+  await afterMarker(s, 'm7', { kind: 'diagnostics', body });
   const r = await chRows<{ n: string; u: string }>(s.ch, `SELECT count() AS n, uniqExact(report_id) AS u FROM diagnostics FINAL WHERE machine = 'm7'`);
-  t.equal(Number(r[0]!.n), 2);
-  t.equal(Number(r[0]!.u), 2);
+  t.equal(Number(r[0]!.n), 3, 'one row per key, and the marker');
+  t.equal(Number(r[0]!.u), 3);
 });
 
 t.test('read API: unknown instance 404, ill-formed id 400, no credentials 401', async (t) => {

@@ -12,8 +12,12 @@ import { request } from './helpers/http.js';
 import { stored } from './helpers/lights.js';
 import { verifyWebhook } from '../lib/webhooks.js';
 
+// One delivery at a time (WEBHOOK_CONCURRENCY=1): the worker takes the BullMQ jobs in the order they
+// were queued and finishes each before the next, so a receiver gets the events of a webhook in queue
+// order. That is what lets a later event serve as the marker for an absence: whatever was queued
+// before it has been POSTed (or skipped) by the time the later event arrives.
 const s = await testStack(t, 'hooks', {
-  env: { HEARTBEAT_TIMEOUT_S: '2', WEBHOOK_BACKOFF_MS: '200', WEBHOOK_ATTEMPTS: '4', LIGHT_SWEEP_INTERVAL_MS: '1000', WEBHOOK_ALLOW_CIDRS: '127.0.0.1/32' },
+  env: { HEARTBEAT_TIMEOUT_S: '2', WEBHOOK_BACKOFF_MS: '200', WEBHOOK_ATTEMPTS: '4', WEBHOOK_CONCURRENCY: '1', LIGHT_SWEEP_INTERVAL_MS: '1000', WEBHOOK_ALLOW_CIDRS: '127.0.0.1/32' },
 });
 const ingest = (m: string, kind: string) => `${s.gatewayUrl}/api/ingest/${s.customer.slug}/${m}/agent/${kind}`;
 const admin = await s.newUser('admin');
@@ -81,11 +85,15 @@ t.test('create, list: admin only; bad input 400; the secret shown once', async (
 t.test('to red: a receiver that fails twice gets the event on the third attempt, signed', async (t) => {
   t.equal((await post(ingest('m1', 'heartbeat'), s.token, {})).status, 200);
   await eventually(async () => (await stored(s, 'm1'))?.light === 'green', 5000, 'green');
-  await new Promise((r) => setTimeout(r, 300));
-  t.equal(flaky.got.length, 0, 'grey -> green is not a webhook event');
   await eventually(async () => (await stored(s, 'm1'))?.light === 'red', 8000, 'red');
   await eventually(async () => flaky.got.length >= 3, 15_000, 'three attempts');
   const [a, b, c] = flaky.got;
+  // grey -> green is not a webhook event. The marker is green -> red: had grey -> green been queued,
+  // it would have been queued first (the heartbeat's message is acked only after its light events
+  // are handed to the webhook queue, and red waits for the horizon to pass that message), and with
+  // one delivery at a time it would have been the receiver's first request.
+  const firstId = (await stored(s, 'm1'))!.id;
+  t.equal(a!.headers['x-fleet-event-id'], `${firstId}.2`, 'grey -> green is not a webhook event: the first request is green -> red (seq 2)');
   t.same([a!.answered, b!.answered, c!.answered], [500, 500, 200]);
   t.same([a, b, c].map((x) => x!.headers['x-fleet-delivery-attempt']), ['1', '2', '3']);
   // Exponential backoff from 200 ms: at least 200 ms, then at least 400 ms (lower bounds only: a
@@ -135,12 +143,26 @@ t.test('a receiver that keeps failing: the delivery is marked failed after WEBHO
   t.equal((await get(`${s.apiUrl}/api/webhooks/${brokenId}/deliveries?state=bogus`, admin.jwt)).status, 400);
 });
 
+/** The light events a receiver got, as `seq:from>to`, in the order they arrived. */
+const eventsOf = (r: { got: Received[] }) => r.got.map((x) => JSON.parse(x.body) as { seq: number; from: string; to: string }).map((e) => `${e.seq}:${e.from}>${e.to}`);
+const outboxRows = async (instanceId: string) => (await s.pool.query(`SELECT count(*)::int AS n FROM light_outbox WHERE instance_id = $1`, [instanceId])).rows[0].n as number;
+
 t.test('from red: green again is delivered too, once', async (t) => {
+  const id = (await stored(s, 'm1'))!.id;
   t.equal((await post(ingest('m1', 'heartbeat'), s.token, {})).status, 200);
   await eventually(async () => flaky.got.length >= 4, 10_000, 'the red -> green delivery');
   t.match(JSON.parse(flaky.got[3]!.body), { from: 'red', to: 'green', seq: 3 });
-  await new Promise((r) => setTimeout(r, 500));
-  t.equal(flaky.got.length, 4, 'delivered once');
+  // Once. An event is handed to the webhook queue before its outbox row is deleted, and nothing
+  // else queues it (workers/traffic-light.ts): with m1's outbox empty, every copy of seq 3 that
+  // will ever be queued is queued. The marker is an event queued after that: m1 falls silent (red,
+  // seq 4), then a heartbeat turns it green (seq 5). With one delivery at a time in queue order, a
+  // second delivery of seq 3 would have reached the receiver before seq 5.
+  await eventually(async () => (await outboxRows(id)) === 0, 10_000, "m1's outbox empty");
+  await eventually(async () => (await stored(s, 'm1'))?.light === 'red', 8000, 'red again (seq 4)');
+  t.equal((await post(ingest('m1', 'heartbeat'), s.token, {})).status, 200);
+  await eventually(async () => eventsOf(flaky).includes('5:red>green'), 10_000, 'the marker: seq 5 delivered');
+  const got = eventsOf(flaky);
+  t.same(got.slice(3, got.indexOf('5:red>green') + 1), ['3:red>green', '4:green>red', '5:red>green'], 'red -> green (seq 3) delivered once, then the next two changes');
 });
 
 t.test("another customer's admin: 404 on this customer's webhooks; delete", async (t) => {
@@ -155,15 +177,24 @@ t.test("another customer's admin: 404 on this customer's webhooks; delete", asyn
   t.equal((await del(brokenId, admin.jwt)).status, 204);
   t.same((await get(`${s.apiUrl}/api/webhooks`, admin.jwt)).body.items, []);
   // No webhook, no delivery: m1 turns green and red again and nothing arrives. (With a 2 s timeout,
-  // m1 may have turned red while this test was logging in, before the deletes: that event was the
-  // webhook's to deliver. Counted from a heartbeat sent after the deletes.)
+  // m1 may have turned red around the deletes: such an event may still be the webhook's to deliver.
+  // Counted from the changes recorded once m1 is red after the deletes: seq > after.)
+  await eventually(async () => (await stored(s, 'm1'))?.light === 'red', 8000, 'red after the deletes');
+  const { id, light_seq: after } = (await stored(s, 'm1'))!;
   t.equal((await post(ingest('m1', 'heartbeat'), s.token, {})).status, 200);
-  await eventually(async () => (await stored(s, 'm1'))?.light === 'green', 8000, 'green after the deletes');
-  const delivered = flaky.got.length;
-  t.ok(delivered === 4 || delivered === 5, `deliveries before the deletes only (${delivered})`);
-  await eventually(async () => (await stored(s, 'm1'))?.light === 'red', 8000, 'red again');
-  await new Promise((r) => setTimeout(r, 500));
-  t.equal(flaky.got.length, delivered, 'nothing delivered for changes after the deletes');
+  await eventually(async () => (await stored(s, 'm1'))?.light_seq === after + 2, 10_000, 'green, then red again, after the deletes');
+  // The marker: a webhook created once those two changes are queued (or not) for the webhooks
+  // (m1's outbox empty), and the change after them delivered to it. Had either change been queued
+  // for a deleted webhook, it would have been queued before the marker's event, and with one
+  // delivery at a time the deleted webhook's receiver would have got it first.
+  await eventually(async () => (await outboxRows(id)) === 0, 10_000, "m1's outbox empty");
+  const marker = await receiver([200]);
+  t.equal((await post(`${s.apiUrl}/api/webhooks`, admin.jwt, { url: marker.url })).status, 201);
+  t.equal((await post(ingest('m1', 'heartbeat'), s.token, {})).status, 200);
+  await eventually(async () => marker.got.length >= 1, 10_000, 'the marker: the next change delivered to a new webhook');
+  t.match(JSON.parse(marker.got[0]!.body), { seq: after + 3, from: 'red', to: 'green' }, 'the marker is the change after the two');
+  const late = eventsOf(flaky).filter((e) => Number(e.split(':')[0]) > after);
+  t.same(late, [], 'nothing delivered for changes after the deletes');
 });
 
 t.test('a redirect is not followed, not even to an address the allow list leaves out: HTTP 302, and the target sees nothing', async (t) => {

@@ -244,6 +244,35 @@ export async function eventually<T>(fn: () => Promise<T | null | undefined | fal
   throw new Error(`${what} not reached within ${ms} ms${last ? `: ${(last as Error).message}` : ''}`);
 }
 
+/**
+ * Waits until the stack's stream holds no message. The stream has work-queue retention: a message
+ * leaves it only when a worker acks it, and a worker acks only after every effect of the message is
+ * committed (Postgres, ClickHouse, Redis, the light events and their webhook jobs, the command
+ * hints: workers/apply-batch.ts). So once a report was answered 200 (JetStream had stored it) and
+ * the stream is then empty, that report and everything published before it have been applied,
+ * whatever order the worker's concurrent batches (WORKER_CONCURRENCY) committed in: a later report
+ * being visible alone proves nothing about an earlier one.
+ */
+export async function drained(s: Pick<TestStack, 'nc' | 'env'>, ms = 30_000): Promise<void> {
+  const jsm = await s.nc.jetstreamManager();
+  await eventually(async () => (await jsm.streams.info(s.env.STREAM_NAME!)).state.messages === 0, ms, 'the stream drained (every message applied and acked)');
+}
+
+/**
+ * Proves that whatever one gateway took before now has been applied: sends `machine` a heartbeat
+ * (the marker) through that gateway (`o.gateway`, default the stack's), then waits until the stream
+ * is drained (`drained`). The gateway publishes what it takes in the order it takes it, on one NATS
+ * connection (gateway/publisher.ts), and a rejection-log record at once when it refuses
+ * (gateway/rejection-log.ts): the marker's 200 means JetStream stored it after everything that
+ * gateway had taken or logged before. Check an absence after this, ideally with the query that also
+ * finds the marker (then the query is shown to see such rows).
+ */
+export async function afterMarker(s: TestStack, machine: string, o: IngestOptions & { token?: string; kind?: string; body?: unknown } = {}): Promise<void> {
+  const r = await s.report(machine, o.kind ?? 'heartbeat', o.body ?? {}, o);
+  if (r.status !== 200 && r.status !== 202) throw new Error(`the marker report was refused: ${r.status} ${JSON.stringify(r.body)}`);
+  await drained(s);
+}
+
 // The HTTP helper lives in test/helpers/http.ts; re-exported for the tests that import it from here.
 export { post, get, request } from './http.js';
 
