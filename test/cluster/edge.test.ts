@@ -88,15 +88,18 @@ t.test('kill -9 of the stream leader during steady ingest: a new leader, ingest 
   t.comment(`leader ${leader} killed; new leader ${newLeader}; longest time without an acknowledged report from the kill on: ${gap} ms; answers: ${load.summary()}`);
   t.same(load.bad(), [], 'no 5xx other than 503 with Retry-After, no broken connection');
   const end = await eventually(async () => {
-    const r = await storedOnce(k.ch, load.acked, 'lk');
+    const r = await storedOnce(k, load.acked, 'lk');
     return r.missing.length === 0 ? r : null;
   }, 120_000, 'every acknowledged report stored').catch(async (e) => {
-    const r = await storedOnce(k.ch, load.acked, 'lk');
+    const r = await storedOnce(k, load.acked, 'lk');
     t.fail(`${String(e)}: ${r.missing.length} of ${load.acked.length} missing (${r.missing.slice(0, 5).join(', ')})`);
     return r;
   });
-  t.same(end.doubled, [], 'none stored twice (FINAL)');
-  t.comment(`${load.acked.length} acknowledged, ${end.missing.length} lost, ${end.doubled.length} doubled`);
+  // Raw rows, merges stopped (helpers/cluster.ts). An ack the killed leader had not replicated is
+  // lost, so its message is applied again: copies of one report are allowed (docs/architecture.md);
+  // a second report for one request is not.
+  t.same(end.split, [], 'no request stored as two reports');
+  t.comment(`${load.acked.length} acknowledged, ${end.missing.length} lost, ${end.doubled.length} with raw copies of one report`);
 });
 
 t.test('every process warns once about an old NATS server it finds, and not about the replicas (R3)', async (t) => {

@@ -1,7 +1,8 @@
 // The cluster topology of `npm run cluster` (deploy/cluster.ts) for one test file of
 // `npm run test:cluster`: started fresh under DATA_DIR/<name> on ports from CLUSTER_TEST_BASE_PORT
 // (default 22700), a customer with a token, and HTTPS through nginx with the cluster's own
-// certificate. Stopped at teardown.
+// certificate. Stopped at teardown. Merges are stopped on the report tables of every replica before
+// any ingest, so that `storedOnce` counts raw rows: a report stored twice stays two rows.
 import { readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import type { Test } from 'tap';
@@ -11,7 +12,12 @@ import { createClickHouse, type ClickHouseClient } from '../../lib/db/clickhouse
 import { createPool, type Pool } from '../../lib/db/postgres.js';
 import { connectNats, type NatsConnection } from '../../lib/db/nats.js';
 import { createCustomer, createToken, type Customer } from '../../lib/admin.js';
+import { localTable } from '../../lib/db/schema.js';
 import type { Answer } from './http.js';
+import { storedOnce as storedIn, stopMerges as stopMergesIn } from './stored-once.js';
+
+/** The report tables `storedOnce` counts; each replica holds them as `<name>_local` (lib/db/schema.ts). */
+const COUNTED = ['heartbeats', 'diagnostics'] as const;
 
 export interface TestCluster {
   c: Cluster;
@@ -29,6 +35,11 @@ export interface TestCluster {
   stream(path: string, token: string): Promise<{ status: number; headers: Headers; text(): string; close(): Promise<void> }>;
   /** The server name (n1, n2, n3) of the ingest stream's leader. */
   streamLeader(): Promise<string>;
+  /**
+   * SYSTEM STOP MERGES on the counted tables' local tables of every running replica: done before
+   * any ingest; again after a replica restarts (a server forgets it; until then that replica may merge).
+   */
+  stopMerges(): Promise<void>;
 }
 
 export async function testCluster(t: Test, name: string): Promise<TestCluster> {
@@ -59,6 +70,9 @@ export async function testCluster(t: Test, name: string): Promise<TestCluster> {
     token = (await createToken(pool, customer.id, 'cluster test')).token;
     await pool.query(`UPDATE licences SET device_limit = 100000`);
     await c.startApps();
+    for (const [i, server] of c.clickhouse.entries()) {
+      if (server.running) await stopMergesIn(replicas[i]!, c.cfg.clickhouseDatabase, COUNTED.map(localTable));
+    }
   } catch (e) {
     for (const x of clients) await x.close().catch(() => {});
     clients.length = 0;
@@ -123,7 +137,12 @@ export async function testCluster(t: Test, name: string): Promise<TestCluster> {
     if (!leader) throw new Error('the stream has no leader');
     return leader;
   };
-  return { c, pool, ch, replica: (i) => replicas[i]!, nc, customer, token, https, stream, streamLeader };
+  const stopMerges = async () => {
+    for (const [i, server] of c.clickhouse.entries()) {
+      if (server.running) await stopMergesIn(replicas[i]!, c.cfg.clickhouseDatabase, COUNTED.map(localTable));
+    }
+  };
+  return { c, pool, ch, replica: (i) => replicas[i]!, nc, customer, token, https, stream, streamLeader, stopMerges };
 }
 
 /** The cluster's data folder of a test (for the log files under it). */
@@ -187,16 +206,21 @@ export function steadyIngest(k: TestCluster, prefix: string, clients = 6) {
   };
 }
 
-/** Markers not stored, and stored more than once (FINAL), of the acknowledged reports. */
-export async function storedOnce(ch: ClickHouseClient, acked: { kind: string; marker: string }[], prefix: string) {
-  const rows = async (q: string) => (await (await ch.query({ query: q, format: 'JSONEachRow' })).json()) as { m: string; n: string }[];
+/**
+ * How the acknowledged reports are stored, counted on raw rows (merges are stopped: testCluster),
+ * read through `from`: the Distributed tables through nginx (either replica answers), or replica
+ * i's own local tables. `missing`: markers with no row; `doubled`: markers with more than one raw
+ * row (a report inserted twice, or two reports); `split`: markers held by more than one report id
+ * (one request stored as two reports: wrong even where copies of one report are allowed, after a
+ * kill -9 that loses an ack: docs/architecture.md).
+ */
+export async function storedOnce(k: TestCluster, acked: { kind: string; marker: string }[], prefix: string, from: 'distributed' | number = 'distributed') {
+  const ch = from === 'distributed' ? k.ch : k.replica(from);
+  const table = (name: (typeof COUNTED)[number]) => (from === 'distributed' ? name : localTable(name));
+  const like = `${prefix}-%`;
   const [h, d] = await Promise.all([
-    rows(`SELECT version AS m, count() AS n FROM heartbeats FINAL WHERE version LIKE '${prefix}-%' GROUP BY m`),
-    rows(`SELECT message AS m, count() AS n FROM diagnostics FINAL WHERE message LIKE '${prefix}-%' GROUP BY m`),
+    storedIn(ch, table('heartbeats'), 'version', acked.filter((a) => a.kind === 'heartbeat').map((a) => a.marker), { like }),
+    storedIn(ch, table('diagnostics'), 'message', acked.filter((a) => a.kind === 'diagnostics').map((a) => a.marker), { like }),
   ]);
-  const got = new Map([...h, ...d].map((r) => [r.m, Number(r.n)]));
-  return {
-    missing: acked.filter((a) => !got.has(a.marker)).map((a) => a.marker),
-    doubled: [...got.entries()].filter(([, n]) => n > 1).map(([m]) => m),
-  };
+  return { missing: [...h.missing, ...d.missing], doubled: [...h.doubled, ...d.doubled], split: [...h.split, ...d.split] };
 }
