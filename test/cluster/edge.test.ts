@@ -95,11 +95,11 @@ t.test('kill -9 of the stream leader during steady ingest: a new leader, ingest 
     t.fail(`${String(e)}: ${r.missing.length} of ${load.acked.length} missing (${r.missing.slice(0, 5).join(', ')})`);
     return r;
   });
-  // Raw rows, merges stopped (helpers/cluster.ts). An ack the killed leader had not replicated is
-  // lost, so its message is applied again: copies of one report are allowed (docs/architecture.md);
-  // a second report for one request is not.
+  // Raw rows (helpers/cluster.ts). An ack the killed leader had not replicated is lost, so its
+  // message is applied again: copies of one report are allowed (docs/architecture.md); a second
+  // report for one request is not, and no merge hides it.
   t.same(end.split, [], 'no request stored as two reports');
-  t.comment(`${load.acked.length} acknowledged, ${end.missing.length} lost, ${end.doubled.length} with raw copies of one report`);
+  t.comment(`${load.acked.length} acknowledged, ${end.missing.length} lost, ${end.doubled.length} with raw copies of one report not merged yet`);
 });
 
 t.test('every process warns once about an old NATS server it finds, and not about the replicas (R3)', async (t) => {
