@@ -8,6 +8,7 @@ import { randomUUID } from 'node:crypto';
 import { testStack, post, eventually, chRows } from './helpers/stack.js';
 import { freePort } from './helpers/nats-server.js';
 import { storedOnce, stopMerges } from './helpers/stored-once.js';
+import { watchDeliveries, gone } from './helpers/deliveries.js';
 import { readyz, outageNamed, deadLetterCount, workerMetric } from './helpers/outage.js';
 import { subjects, deadLetterStream, encodeReport, encodeBatch } from '../lib/messages.js';
 import { ensureStreams } from '../lib/db/nats.js';
@@ -21,6 +22,9 @@ const subj = subjects(s.env.SUBJECT_PREFIX!);
 const js = s.nc.jetstream();
 const jsm = await s.nc.jetstreamManager();
 const dlqName = deadLetterStream(s.env.STREAM_NAME!);
+// Every delivery of the workers' consumer from here on, with its count (which delivery of its message).
+const deliveries = await watchDeliveries(s.nc, s.env.STREAM_NAME!);
+t.teardown(() => deliveries.stop());
 
 /** A report as a gateway queues it, for this stack's customer unless told. */
 const queued = (machine: string, kind: string, body: string, o: { c?: string; cs?: string; ci?: string; s?: string } = {}) => {
@@ -36,12 +40,26 @@ const drained = () =>
     const info = await jsm.consumers.info(s.env.STREAM_NAME!, 'workers');
     return info.num_pending + info.num_ack_pending === 0;
   }, 60_000, 'nothing left in the stream');
+/** Acked: gone from the work-queue stream, so never delivered again. */
+const acked = (seq: number) => eventually(() => gone(jsm, s.env.STREAM_NAME!, seq), 60_000, `message ${seq} acked`);
+/**
+ * The delivery counts of each message that holds a report of `machine` (1: its first delivery),
+ * once every such message is acked; and the deliveries not seen (none: the counts are complete).
+ */
+async function deliveryCounts(machine: string): Promise<{ counts: number[][]; missed: number[] }> {
+  const seqs = await eventually(async () => {
+    const q = deliveries.seqsWith((_id, m) => m === machine);
+    return q.length > 0 ? q : null;
+  }, 10_000, `the message of ${machine} delivered`);
+  for (const seq of seqs) await acked(seq);
+  return { counts: seqs.map((seq) => deliveries.of(seq).map((d) => d.count)), missed: await deliveries.missed() };
+}
 
 t.test('an undecodable message is dead-lettered at once; later reports flow', async (t) => {
   const before = await deadLetterCount(s);
   await js.publish(subj.reports, new TextEncoder().encode('this is not a batch'));
-  t.equal((await post(`${s.gatewayUrl}/api/ingest/${s.customer.slug}/after/agent/heartbeat`, s.token, {})).status, 200);
-  await eventually(async () => (await chRows(s.ch, `SELECT 1 FROM heartbeats FINAL WHERE machine = 'after'`)).length === 1, 10_000, 'later report applied');
+  t.equal((await post(`${s.gatewayUrl}/api/ingest/${s.customer.slug}/after/agent/heartbeat`, s.token, { version: 'after' })).status, 200);
+  await eventually(async () => (await storedOnce(s.ch, 'heartbeats', 'version', ['after'])).missing.length === 0, 10_000, 'later report applied');
   const info = await eventually(async () => {
     const i = await jsm.streams.info(dlqName);
     return i.state.messages > before ? i : null;
@@ -50,8 +68,12 @@ t.test('an undecodable message is dead-lettered at once; later reports flow', as
   const m = await jsm.streams.getMessage(dlqName, { seq: info.state.last_seq });
   t.equal(new TextDecoder().decode(m.data), 'this is not a batch', 'kept byte for byte');
   t.match(m.header.get('Fleet-Error'), /cannot be decoded/);
+  t.equal(m.header.get('Fleet-Deliveries'), '1', 'at its first delivery');
   const rows = await eventually(async () => (await chRows<{ detail: string }>(s.ch, `SELECT detail FROM ingest_rejections FINAL WHERE method = 'QUEUE' AND path = '${subj.reports}'`))[0]);
-  t.match(rows.detail, /dead-lettered/);
+  t.match(rows.detail, /^dead-lettered after 1 deliver(y|ies): /);
+  await drained();
+  const after = await storedOnce(s.ch, 'heartbeats', 'version', ['after']);
+  t.ok(after.once, `the later report stored once (${JSON.stringify(after)})`);
 });
 
 t.test('a report the database refuses for its data is dead-lettered at once, and logged for its customer without the database text', async (t) => {
@@ -59,8 +81,8 @@ t.test('a report the database refuses for its data is dead-lettered at once, and
   const ghost = randomUUID();
   const report = encodeReport({ id: randomUUID(), k: 'heartbeat', c: ghost, cs: 'ghost', m: 'm', s: 'x', t: randomUUID(), at: Date.now() }, Buffer.from('{}'));
   await js.publish(subj.reports, encodeBatch([report]));
-  t.equal((await post(`${s.gatewayUrl}/api/ingest/${s.customer.slug}/after2/agent/heartbeat`, s.token, {})).status, 200);
-  await eventually(async () => (await chRows(s.ch, `SELECT 1 FROM heartbeats FINAL WHERE machine = 'after2'`)).length === 1, 10_000, 'later report applied');
+  t.equal((await post(`${s.gatewayUrl}/api/ingest/${s.customer.slug}/after2/agent/heartbeat`, s.token, { version: 'after2' })).status, 200);
+  await eventually(async () => (await storedOnce(s.ch, 'heartbeats', 'version', ['after2'])).missing.length === 0, 10_000, 'later report applied');
   const row = await eventually(
     async () => (await chRows<{ detail: string; path: string }>(s.ch, `SELECT detail, path FROM ingest_rejections FINAL WHERE customer_id = '${ghost}'`))[0],
     20_000,
@@ -70,6 +92,8 @@ t.test('a report the database refuses for its data is dead-lettered at once, and
   t.notMatch(row.detail, /violates|constraint|instances|machines|customer_id/, 'no server text, table or column names');
   t.equal(row.path, '/api/ingest/ghost/m/x/heartbeat');
   await drained();
+  const after = await storedOnce(s.ch, 'heartbeats', 'version', ['after2']);
+  t.ok(after.once, `the later report stored once (${JSON.stringify(after)})`);
 });
 
 t.test('a report that fails for a reason nothing names (a bug) waits like an outage: retried, never dead-lettered; its neighbours are applied at once', async (t) => {
@@ -79,7 +103,7 @@ t.test('a report that fails for a reason nothing names (a bug) waits like an out
   const broken = queued('nb', 'artifact', 'null');
   const good = queued('nb', 'heartbeat', '{"version":"nb-good"}');
   const ack = await js.publish(subj.reports, encodeBatch([broken.bytes]));
-  await js.publish(subj.reports, encodeBatch([good.bytes]));
+  const goodAck = await js.publish(subj.reports, encodeBatch([good.bytes]));
   t.equal((await s.report('nb-2', 'heartbeat', { version: 'nb-2' })).status, 200);
   await eventually(async () => (await storedOnce(s.ch, 'heartbeats', 'version', ['nb-good', 'nb-2'])).missing.length === 0, 10_000, 'the neighbours applied');
   const seen = await eventually(async () => {
@@ -93,6 +117,11 @@ t.test('a report that fails for a reason nothing names (a bug) waits like an out
   t.equal((await chRows(s.ch, `SELECT 1 FROM ingest_rejections WHERE path LIKE '%/nb/agent/artifact'`)).length, 0, 'not in the rejection log');
   const stored = await storedOnce(s.ch, 'heartbeats', 'version', ['nb-good', 'nb-2']);
   t.ok(stored.once, `the neighbours stored once (${JSON.stringify(stored)})`);
+  // "At once": each neighbour's message was acked at its first delivery and never delivered again,
+  // while the broken report's message came back again and again.
+  await acked(goodAck.seq);
+  t.same(deliveries.of(goodAck.seq).map((d) => d.count), [1], 'the neighbour published beside it: delivered once, acked');
+  t.same(await deliveryCounts('nb-2'), { counts: [[1]], missed: [] }, 'the report through the gateway: one message, delivered once, acked');
   // An operator removes it (docs/operations.md, "Dead letters"): the worker is ready again.
   await jsm.streams.deleteMessage(s.env.STREAM_NAME!, ack.seq);
   await eventually(async () => (await readyz(workerUrl)).status === 200, 60_000, 'ready again');

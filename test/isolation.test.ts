@@ -140,10 +140,19 @@ function queryFor(r: RouteSpec, id: string): string {
   return str ? `?${str}` : '';
 }
 
-/** Reads at most 2 s of the answer (an event stream never ends). */
+/** How long a route may take to answer before it counts as hanging (generous: the machine may be busy). */
+const ANSWER_MS = 30_000;
+/** How much of an event stream is read (it never ends by design). */
+const STREAM_READ_MS = 2000;
+
+/**
+ * The whole answer; of an event stream (`text/event-stream`), what arrives within STREAM_READ_MS
+ * of its headers. A route that sends no headers within ANSWER_MS, or another answer that does not
+ * end within it, hangs: `hung` says so (status 0 is never an answer).
+ */
 async function call(method: string, url: string, token: string | null, body: unknown, contentType?: string) {
   const ac = new AbortController();
-  const timer = setTimeout(() => ac.abort(), 2000);
+  let timer = setTimeout(() => ac.abort(), ANSWER_MS);
   const headers: Record<string, string> = token ? { Authorization: `Bearer ${token}` } : {};
   let payload: string | undefined;
   if (body !== undefined) {
@@ -152,9 +161,16 @@ async function call(method: string, url: string, token: string | null, body: unk
   }
   let status = 0;
   let text = '';
+  let stream = false;
+  let hung: string | null = null;
   try {
     const r = await fetch(url, { method, headers, body: payload, signal: ac.signal });
     status = r.status;
+    stream = /^text\/event-stream/.test(r.headers.get('content-type') ?? '');
+    if (stream) {
+      clearTimeout(timer);
+      timer = setTimeout(() => ac.abort(), STREAM_READ_MS);
+    }
     const reader = r.body?.getReader();
     const dec = new TextDecoder();
     while (reader) {
@@ -164,10 +180,11 @@ async function call(method: string, url: string, token: string | null, body: unk
     }
   } catch (e) {
     if ((e as Error).name !== 'AbortError') throw e;
+    if (!stream) hung = status === 0 ? `no answer within ${ANSWER_MS} ms` : `answer ${status} not finished within ${ANSWER_MS} ms`;
   } finally {
     clearTimeout(timer);
   }
-  return { status, text };
+  return { status, text, hung };
 }
 
 /**
@@ -208,6 +225,7 @@ async function walk(t: Test, who: string, creds: { api: string; gateway: string 
         const seen = visibleText(r.operationId, res.text).toLowerCase();
         const leaked = markers.filter((m) => !sent.includes(m.toLowerCase()) && seen.includes(m.toLowerCase()));
         const label = `${who}: ${r.method} ${path}`;
+        if (res.hung) t.fail(`${label} hangs: ${res.hung}`);
         if (leaked.length) t.fail(`${label} -> ${res.status} leaks ${leaked.join(', ')}: ${res.text.slice(0, 300)}`);
         if (res.status >= 500) t.fail(`${label} -> ${res.status}: ${res.text.slice(0, 300)}`);
         if (withParams && r.auth !== 'none' && res.status >= 200 && res.status < 300 && r.method !== 'GET') {

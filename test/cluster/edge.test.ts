@@ -88,15 +88,18 @@ t.test('kill -9 of the stream leader during steady ingest: a new leader, ingest 
   t.comment(`leader ${leader} killed; new leader ${newLeader}; longest time without an acknowledged report from the kill on: ${gap} ms; answers: ${load.summary()}`);
   t.same(load.bad(), [], 'no 5xx other than 503 with Retry-After, no broken connection');
   const end = await eventually(async () => {
-    const r = await storedOnce(k.ch, load.acked, 'lk');
+    const r = await storedOnce(k, load.acked, 'lk');
     return r.missing.length === 0 ? r : null;
   }, 120_000, 'every acknowledged report stored').catch(async (e) => {
-    const r = await storedOnce(k.ch, load.acked, 'lk');
+    const r = await storedOnce(k, load.acked, 'lk');
     t.fail(`${String(e)}: ${r.missing.length} of ${load.acked.length} missing (${r.missing.slice(0, 5).join(', ')})`);
     return r;
   });
-  t.same(end.doubled, [], 'none stored twice (FINAL)');
-  t.comment(`${load.acked.length} acknowledged, ${end.missing.length} lost, ${end.doubled.length} doubled`);
+  // Raw rows (helpers/cluster.ts). An ack the killed leader had not replicated is lost, so its
+  // message is applied again: copies of one report are allowed (docs/architecture.md); a second
+  // report for one request is not, and no merge hides it.
+  t.same(end.split, [], 'no request stored as two reports');
+  t.comment(`${load.acked.length} acknowledged, ${end.missing.length} lost, ${end.doubled.length} with raw copies of one report not merged yet`);
   const file = k.record('stream_leader_kill', {
     failure: 'kill -9 of the JetStream stream leader (of 3 servers) during steady ingest through nginx (6 agents)',
     leader,
@@ -106,7 +109,8 @@ t.test('kill -9 of the stream leader during steady ingest: a new leader, ingest 
     ingest_bad: load.bad(),
     acknowledged: load.acked.length,
     lost: end.missing.length,
-    doubled: end.doubled.length,
+    split: end.split.length,
+    raw_copies: end.doubled.length,
   });
   t.comment(`figures kept in ${file}`);
 });

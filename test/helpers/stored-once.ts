@@ -24,6 +24,12 @@ export interface Stored {
   missing: string[];
   /** Expected keys with more than one raw row (one report inserted twice, or two reports). */
   doubled: string[];
+  /**
+   * Expected keys held by more than one report id: one request stored as two reports. Unlike
+   * `doubled`, merges cannot hide it (they only collapse rows of one report id), and it is wrong
+   * even where copies of one report are allowed (a redelivery after a crash, docs/architecture.md).
+   */
+  split: string[];
   /** Every key exactly once: one raw row, one report. */
   once: boolean;
 }
@@ -34,19 +40,22 @@ const quote = (s: string) => `'${s.replace(/\\/g, '\\\\').replace(/'/g, "\\'")}'
  * How `table` holds the reports whose `column` is one of `keys` (a marker each report carries,
  * unique per report: a heartbeat's version, a status message), counted on raw rows.
  */
-export async function storedOnce(ch: ClickHouseClient, table: string, column: string, keys: readonly string[]): Promise<Stored> {
+export async function storedOnce(ch: ClickHouseClient, table: string, column: string, keys: readonly string[], opts: { like?: string } = {}): Promise<Stored> {
+  // Many keys sharing a prefix: `like` selects them by the prefix instead of listing each.
+  const where = opts.like !== undefined ? `${column} LIKE ${quote(opts.like)}` : `${column} IN (${keys.map(quote).join(',') || "''"})`;
   const rs = await ch.query({
-    query: `SELECT ${column} AS k, count() AS n, uniqExact(report_id) AS r FROM ${table} WHERE ${column} IN (${keys.map(quote).join(',') || "''"}) GROUP BY k`,
+    query: `SELECT ${column} AS k, count() AS n, uniqExact(report_id) AS r FROM ${table} WHERE ${where} GROUP BY k`,
     format: 'JSONEachRow',
   });
   const got = new Map(((await rs.json()) as { k: string; n: string; r: string }[]).map((x) => [x.k, { n: Number(x.n), r: Number(x.r) }]));
   let rows = 0;
   let reports = 0;
-  for (const v of got.values()) {
-    rows += v.n;
-    reports += v.r;
+  for (const k of new Set(keys)) {
+    rows += got.get(k)?.n ?? 0;
+    reports += got.get(k)?.r ?? 0;
   }
   const missing = keys.filter((k) => !got.has(k));
   const doubled = keys.filter((k) => (got.get(k)?.n ?? 0) > 1);
-  return { expected: keys.length, rows, reports, missing, doubled, once: missing.length === 0 && doubled.length === 0 && rows === keys.length && reports === keys.length };
+  const split = keys.filter((k) => (got.get(k)?.r ?? 0) > 1);
+  return { expected: keys.length, rows, reports, missing, doubled, split, once: missing.length === 0 && doubled.length === 0 && rows === keys.length && reports === keys.length };
 }
