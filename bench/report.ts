@@ -91,7 +91,7 @@ export function renderTable(r: R, source?: string): string {
       '|---|---:|---:|',
       `| requests (offered / achieved rate) | ${k.requests.toLocaleString('en')} (${k.offered_rate} / ${k.achieved_rate} per s) | |`,
       `| answers | ${Object.entries(k.answers).map(([s, n]) => `${s}×${n}`).join(', ')} | no 5xx |`,
-      `| acknowledged, stored exactly once (raw rows, merges stopped) | ${k.acknowledged.toLocaleString('en')}, ${k.stored_exactly_once.toLocaleString('en')} | all |`,
+      `| acknowledged, stored exactly once (rows inserted, counted by a view that never merges) | ${k.acknowledged.toLocaleString('en')}, ${k.stored_exactly_once.toLocaleString('en')} | all |`,
       `| missing / doubled / dead letters | ${k.missing} / ${k.doubled} / ${k.dead_letters} | 0 / 0 / 0 |`,
     );
   }

@@ -2,8 +2,10 @@
 // the boundaries (largest integers, longest strings, unicode, 1,000 items, large snapshots, broken
 // agent clocks) and invalid ones (what no column holds), generated from the TypeBox schemas, to one
 // gateway and one worker. Then: every report answered 200/202 must be stored exactly once, counted
-// on raw rows with merges stopped on the report tables during the soak (FINAL and uniqExact would
-// show a report inserted twice as once), nothing may be dead-lettered, and no answer may be a 5xx.
+// as inserted rows by a view that never merges (bench/insert-ledger.ts: FINAL and uniqExact would
+// show a report inserted twice as once, and merges stopped for the whole soak would make
+// ClickHouse refuse inserts with "too many parts"), nothing may be dead-lettered, and no answer
+// may be a 5xx.
 // Prints one JSON object (bench/run.ts).
 // Run alone: `npm run bench -- --only soak`.
 import fc from 'fast-check';
@@ -19,6 +21,7 @@ import { Proc } from '../deploy/service-process.js';
 import { Heartbeat, Status, diagnosticsSchema } from '../lib/schemas/ingest.js';
 import { MetricsBody } from '../lib/schemas/metrics.js';
 import { arbitraryOf, toJson } from '../test/helpers/arbitraries.js';
+import { insertLedger } from './insert-ledger.js';
 
 const arg = (name: string, dflt: number) => (process.argv.includes(name) ? Number(process.argv[process.argv.indexOf(name) + 1]) : dflt);
 const seconds = arg('--seconds', 60);
@@ -51,10 +54,8 @@ for (let i = 0; i < customersN; i++) {
 }
 await pool.query(`UPDATE licences SET device_limit = 1000000 WHERE customer_id = ANY($1::uuid[])`, [customers.map((c) => c.id)]);
 
-// Before anything is inserted: a report inserted twice stays two raw rows until counted. Merges
-// start again once counted.
-const REPORT_TABLES = ['heartbeats', 'diagnostics', 'status_history'];
-for (const t of REPORT_TABLES) await ch.command({ query: `SYSTEM STOP MERGES ${t}` });
+// Before anything is inserted: every insert into the report tables is counted, whatever merges do.
+const ledger = await insertLedger(ch, ['heartbeats', 'diagnostics', 'status_history'], `soak${Date.now()}`);
 
 const env = { LOG_LEVEL: 'warn', GATEWAY_PORT: '0' };
 const worker = new Proc('worker', 'workers/main.js', { ...env, LOG_LEVEL: 'info' });
@@ -138,13 +139,10 @@ for (;;) {
 const drainS = (Date.now() - drainStart) / 1000;
 
 const ids = customers.map((c) => `'${c.id}'`).join(',');
-// Raw rows (no FINAL; merges stopped): a report stored twice is twice its rows.
-const rowsPer = async (table: string): Promise<Map<string, number>> => {
-  const rows = await queryRows<{ id: string; n: string }>(ch, `SELECT report_id AS id, count() AS n FROM ${table} WHERE customer_id IN (${ids}) GROUP BY report_id`);
-  return new Map(rows.map((r) => [r.id, Number(r.n)]));
-};
+// Rows inserted per report (a report stored twice: twice its rows).
+const rowsPer = (table: string) => ledger.inserted(table, customers.map((c) => c.id));
 const [hb, dg, st] = await Promise.all([rowsPer('heartbeats'), rowsPer('diagnostics'), rowsPer('status_history')]);
-for (const t of REPORT_TABLES) await ch.command({ query: `SYSTEM START MERGES ${t}` });
+await ledger.drop();
 const metricRows = await queryRows<{ id: string }>(ch, `SELECT DISTINCT client_metric_id AS id FROM host_metrics FINAL WHERE customer_id IN (${ids})`);
 const metricsStored = new Set(metricRows.map((r) => r.id));
 let missing = 0;
