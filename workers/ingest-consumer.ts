@@ -506,7 +506,7 @@ export class IngestConsumer {
         method: 'QUEUE',
         path: msg.subject,
         status: 500,
-        detail: `dead-lettered after ${msg.info.redeliveryCount} deliveries: ${failure.reason}`,
+        detail: `dead-lettered after ${msg.info.redeliveryCount} deliver${msg.info.redeliveryCount === 1 ? 'y' : 'ies'}: ${failure.reason}`,
         body_size: msg.data.length,
         remote: '',
         dropped: 0,
