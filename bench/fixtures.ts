@@ -3,7 +3,11 @@
 // metrics with 100 records, whose ids bench/wrk/ingest.lua makes unique per request).
 import { writeFileSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
-import type { Pool } from '../lib/db/postgres.js';
+import { createPool, type Pool } from '../lib/db/postgres.js';
+import type { Config } from '../lib/config.js';
+import { createClickHouse } from '../lib/db/clickhouse.js';
+import { connectNats, ensureStreams, ensureConsumer } from '../lib/db/nats.js';
+import { deadLetterStream } from '../lib/messages.js';
 import { createCustomer, createToken } from '../lib/admin.js';
 
 /** The per-customer rates lifted (a bench measures throughput, and its few customers send everything). */
@@ -77,4 +81,20 @@ export async function createFixtures(pool: Pool, dir: string, customers: number,
       return join(dir, `${kind}.json`);
     },
   };
+}
+
+/**
+ * The servers a soak talks to: a Postgres pool, ClickHouse, NATS with the stream and the workers'
+ * consumer made, and the stream and its dead letters emptied, so what the soak counts is its own.
+ */
+export async function soakServers(cfg: Config, name: string, poolSize: number) {
+  const pool = createPool(cfg.databaseUrl, poolSize, name);
+  const ch = createClickHouse({ url: cfg.clickhouseUrl, database: cfg.clickhouseDatabase });
+  const nc = await connectNats(cfg.natsUrl, name);
+  const jsm = await nc.jetstreamManager();
+  await ensureStreams(jsm, cfg);
+  await ensureConsumer(jsm, cfg.streamName, cfg.worker.consumerName, cfg.worker.ackWaitS);
+  await jsm.streams.purge(cfg.streamName);
+  await jsm.streams.purge(deadLetterStream(cfg.streamName));
+  return { pool, ch, nc, jsm };
 }

@@ -21,11 +21,9 @@
 import { randomUUID, createHash } from 'node:crypto';
 import { Pool as HttpPool } from 'undici';
 import { loadConfig } from '../lib/config.js';
-import { createPool } from '../lib/db/postgres.js';
-import { createClickHouse } from '../lib/db/clickhouse.js';
 import { createRedis, redisKeys } from '../lib/db/redis.js';
-import { connectNats, ensureStreams, ensureConsumer } from '../lib/db/nats.js';
 import { deadLetterStream } from '../lib/messages.js';
+import { soakServers } from './fixtures.js';
 import { createCustomer, createToken } from '../lib/admin.js';
 import { createUser, addMembership } from '../lib/accounts.js';
 import { setOverrides } from '../lib/quotas.js';
@@ -42,16 +40,9 @@ const log = (m: string) => process.stderr.write(`[hostile-soak] ${m}\n`);
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 const cfg = loadConfig();
-const pool = createPool(cfg.databaseUrl, 4, 'hostile-soak');
-const ch = createClickHouse({ url: cfg.clickhouseUrl, database: cfg.clickhouseDatabase });
+const { pool, ch, nc, jsm } = await soakServers(cfg, 'hostile-soak', 4);
 const redis = createRedis(cfg.redisUrl);
 const keys = redisKeys(cfg.redisPrefix);
-const nc = await connectNats(cfg.natsUrl, 'hostile-soak');
-const jsm = await nc.jetstreamManager();
-await ensureStreams(jsm, cfg);
-await ensureConsumer(jsm, cfg.streamName, cfg.worker.consumerName, cfg.worker.ackWaitS);
-await jsm.streams.purge(cfg.streamName);
-await jsm.streams.purge(deadLetterStream(cfg.streamName));
 
 // ---- customers ----
 const run = Date.now().toString(36);

@@ -11,10 +11,9 @@
 import fc from 'fast-check';
 import { Pool as HttpPool } from 'undici';
 import { loadConfig } from '../lib/config.js';
-import { createPool } from '../lib/db/postgres.js';
-import { createClickHouse, queryRows } from '../lib/db/clickhouse.js';
-import { connectNats, ensureStreams, ensureConsumer } from '../lib/db/nats.js';
+import { queryRows } from '../lib/db/clickhouse.js';
 import { deadLetterStream } from '../lib/messages.js';
+import { soakServers } from './fixtures.js';
 import { createCustomer, createToken } from '../lib/admin.js';
 import { idempotentReportId } from '../lib/ids.js';
 import { Proc } from '../deploy/service-process.js';
@@ -36,14 +35,7 @@ const schemas: Record<Kind, unknown> = { heartbeat: Heartbeat, diagnostics: diag
 const kinds = Object.keys(schemas) as Kind[];
 
 const cfg = loadConfig();
-const pool = createPool(cfg.databaseUrl, 2, 'soak');
-const ch = createClickHouse({ url: cfg.clickhouseUrl, database: cfg.clickhouseDatabase });
-const nc = await connectNats(cfg.natsUrl, 'soak');
-const jsm = await nc.jetstreamManager();
-await ensureStreams(jsm, cfg);
-await ensureConsumer(jsm, cfg.streamName, cfg.worker.consumerName, cfg.worker.ackWaitS);
-await jsm.streams.purge(cfg.streamName);
-await jsm.streams.purge(deadLetterStream(cfg.streamName));
+const { pool, ch, nc, jsm } = await soakServers(cfg, 'soak', 2);
 
 const run = Date.now().toString(36);
 const customers: { id: string; slug: string; token: string }[] = [];
