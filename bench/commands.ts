@@ -35,7 +35,7 @@ import { createPool, type Pool } from '../lib/db/postgres.js';
 import { createClickHouse } from '../lib/db/clickhouse.js';
 import { createRedis } from '../lib/db/redis.js';
 import { connectNats, ensureStreams } from '../lib/db/nats.js';
-import { subjects, deadLetterStream } from '../lib/messages.js';
+import { subjects, deadLetterStream, heartbeatStream, ingestStreams } from '../lib/messages.js';
 import { createCustomer, createToken } from '../lib/admin.js';
 import { CommandHints, queueCommand, type InstanceRef } from '../lib/commands.js';
 
@@ -330,7 +330,7 @@ async function main(): Promise<void> {
     const url = base;
     const jsm = await nc.jetstreamManager({ timeout: 30_000 });
     const purge = async () => {
-      if (!WITH_WORKER) await jsm.streams.purge(env.STREAM_NAME!);
+      if (!WITH_WORKER) for (const n of ingestStreams(env.STREAM_NAME!)) await jsm.streams.purge(n);
     };
     say(`warm-up ${WARMUP_S} s`);
     await runWrk(url, WARMUP_S, script, pathsFile, token);
@@ -410,6 +410,7 @@ async function main(): Promise<void> {
       const jsm = await nc.jetstreamManager({ timeout: 30_000 }).catch(() => null);
       await jsm?.streams.delete(id.toUpperCase()).catch(() => {});
       await jsm?.streams.delete(deadLetterStream(id.toUpperCase())).catch(() => {});
+      await jsm?.streams.delete(heartbeatStream(id.toUpperCase())).catch(() => {});
       await pool?.end().catch(() => {});
       pool = null;
       await admin(`DROP DATABASE IF EXISTS "${id}" WITH (FORCE)`).catch((e) => say(`could not drop database ${id}: ${e}`));

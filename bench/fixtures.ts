@@ -7,7 +7,8 @@ import { createPool, type Pool } from '../lib/db/postgres.js';
 import type { Config } from '../lib/config.js';
 import { createClickHouse } from '../lib/db/clickhouse.js';
 import { connectNats, ensureStreams, ensureConsumer } from '../lib/db/nats.js';
-import { deadLetterStream } from '../lib/messages.js';
+import { deadLetterStream, ingestStreams } from '../lib/messages.js';
+import type { JetStreamManager } from 'nats';
 import { createCustomer, createToken } from '../lib/admin.js';
 
 /** The per-customer rates lifted (a bench measures throughput, and its few customers send everything). */
@@ -93,8 +94,16 @@ export async function soakServers(cfg: Config, name: string, poolSize: number) {
   const nc = await connectNats(cfg.natsUrl, name);
   const jsm = await nc.jetstreamManager();
   await ensureStreams(jsm, cfg);
-  await ensureConsumer(jsm, cfg.streamName, cfg.worker.consumerName, cfg.worker.ackWaitS);
-  await jsm.streams.purge(cfg.streamName);
+  for (const stream of ingestStreams(cfg.streamName)) {
+    await ensureConsumer(jsm, stream, cfg.worker.consumerName, cfg.worker.ackWaitS);
+    await jsm.streams.purge(stream);
+  }
   await jsm.streams.purge(deadLetterStream(cfg.streamName));
   return { pool, ch, nc, jsm };
+}
+
+/** Messages of both lanes (lib/messages.ts) not yet applied: pending or delivered and not acked. */
+export async function backlog(jsm: JetStreamManager, cfg: Pick<Config, 'streamName'> & { worker: { consumerName: string } }): Promise<number> {
+  const infos = await Promise.all(ingestStreams(cfg.streamName).map((n) => jsm.consumers.info(n, cfg.worker.consumerName)));
+  return infos.reduce((n, i) => n + i.num_pending + i.num_ack_pending, 0);
 }

@@ -23,7 +23,7 @@ import { Pool as HttpPool } from 'undici';
 import { loadConfig } from '../lib/config.js';
 import { createRedis, redisKeys } from '../lib/db/redis.js';
 import { deadLetterStream } from '../lib/messages.js';
-import { soakServers } from './fixtures.js';
+import { soakServers, backlog } from './fixtures.js';
 import { createCustomer, createToken } from '../lib/admin.js';
 import { createUser, addMembership } from '../lib/accounts.js';
 import { setOverrides } from '../lib/quotas.js';
@@ -237,8 +237,7 @@ const sendS = (Date.now() - started) / 1000;
 log(`sent for ${sendS.toFixed(0)} s; waiting for the stream to drain`);
 const drainStart = Date.now();
 for (;;) {
-  const i = await jsm.consumers.info(cfg.streamName, cfg.worker.consumerName);
-  if (i.num_pending + i.num_ack_pending === 0) break;
+  if ((await backlog(jsm, cfg)) === 0) break;
   if (Date.now() - drainStart > 600_000) break;
   await sleep(500);
 }

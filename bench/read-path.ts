@@ -200,7 +200,7 @@ async function main(): Promise<void> {
   const { createClickHouse } = await import('../lib/db/clickhouse.js');
   const { createRedis } = await import('../lib/db/redis.js');
   const { connectNats, ensureStreams } = await import('../lib/db/nats.js');
-  const { deadLetterStream } = await import('../lib/messages.js');
+  const { deadLetterStream, heartbeatStream } = await import('../lib/messages.js');
   const { createCustomer, createToken } = await import('../lib/admin.js');
 
   const N = Number(process.env.BENCH_INSTANCES ?? 100_000);
@@ -444,6 +444,7 @@ async function main(): Promise<void> {
       const jsm = await nc.jetstreamManager({ timeout: 30_000 }).catch(() => null);
       await jsm?.streams.delete(id.toUpperCase()).catch(() => {});
       await jsm?.streams.delete(deadLetterStream(id.toUpperCase())).catch(() => {});
+      await jsm?.streams.delete(heartbeatStream(id.toUpperCase())).catch(() => {});
       await admin(`DROP DATABASE IF EXISTS "${id}" WITH (FORCE)`).catch((e) => say(`could not drop database ${id}: ${e}`));
       const ch = createClickHouse({ url: cfg.clickhouseUrl, user: cfg.clickhouseUser, password: cfg.clickhousePassword });
       await ch.command({ query: `DROP DATABASE IF EXISTS ${id}` }).catch(() => {});

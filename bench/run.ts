@@ -14,10 +14,10 @@ import type { Config } from '../lib/config.js';
 import { createPool } from '../lib/db/postgres.js';
 import { createClickHouse } from '../lib/db/clickhouse.js';
 import { connectNats, ensureStreams, ensureConsumer } from '../lib/db/nats.js';
-import { encodeBatch, encodeReport, subjects } from '../lib/messages.js';
+import { encodeBatch, encodeReport, subjects, ingestStreams } from '../lib/messages.js';
 import { migrate } from '../lib/db/migrate.js';
 import { Proc } from '../deploy/service-process.js';
-import { createFixtures, LIFTED_CUSTOMER_RATES, type BODIES } from './fixtures.js';
+import { createFixtures, backlog, LIFTED_CUSTOMER_RATES, type BODIES } from './fixtures.js';
 import { wrk, type WrkResult } from './wrk.js';
 import { writeReport, renderTable, writeCapacity } from './report.js';
 import { snapshot, perHundredThousand } from './cpu.js';
@@ -94,8 +94,8 @@ export async function runBench(cfg: Config, root: string, args: string[]): Promi
   const nc = await connectNats(cfg.natsUrl, 'bench');
   const jsm = await nc.jetstreamManager();
   await ensureStreams(jsm, cfg);
-  await ensureConsumer(jsm, cfg.streamName, cfg.worker.consumerName, cfg.worker.ackWaitS);
-  const purge = () => jsm.streams.purge(cfg.streamName);
+  for (const stream of ingestStreams(cfg.streamName)) await ensureConsumer(jsm, stream, cfg.worker.consumerName, cfg.worker.ackWaitS);
+  const purge = () => Promise.all(ingestStreams(cfg.streamName).map((n) => jsm.streams.purge(n)));
   const fx = await createFixtures(pool, join(cfg.dataDir, 'fixtures'), D.customers, D.machines);
   const env: Record<string, string> = { LOG_LEVEL: 'warn', GATEWAY_PORT: '0', API_PORT: '0' };
   const started: Proc[] = [];
@@ -336,8 +336,7 @@ export async function runBench(cfg: Config, root: string, args: string[]): Promi
 
   /** Drain: reports not yet committed (messages pending or unacknowledged × reports per message). */
   async function pending() {
-    const i = await jsm.consumers.info(cfg.streamName, cfg.worker.consumerName);
-    return (i.num_pending + i.num_ack_pending) * DRAIN_PER_MSG;
+    return (await backlog(jsm, cfg)) * DRAIN_PER_MSG;
   }
   async function drained() {
     return (await pending()) === 0;

@@ -13,7 +13,7 @@ import { Pool as HttpPool } from 'undici';
 import { loadConfig } from '../lib/config.js';
 import { queryRows } from '../lib/db/clickhouse.js';
 import { deadLetterStream } from '../lib/messages.js';
-import { soakServers } from './fixtures.js';
+import { soakServers, backlog } from './fixtures.js';
 import { createCustomer, createToken } from '../lib/admin.js';
 import { idempotentReportId } from '../lib/ids.js';
 import { Proc } from '../deploy/service-process.js';
@@ -123,8 +123,7 @@ const sendSeconds = (Date.now() - started) / 1000;
 log(`sent ${n} requests in ${sendSeconds.toFixed(1)} s; waiting for the stream to drain`);
 const drainStart = Date.now();
 for (;;) {
-  const i = await jsm.consumers.info(cfg.streamName, cfg.worker.consumerName);
-  if (i.num_pending + i.num_ack_pending === 0) break;
+  if ((await backlog(jsm, cfg)) === 0) break;
   if (Date.now() - drainStart > 300_000) break;
   await sleep(200);
 }

@@ -24,7 +24,7 @@ import { createRedis, redisKeys } from '../lib/db/redis.js';
 import { connectNats, ensureStreams } from '../lib/db/nats.js';
 import { migrate } from '../lib/db/migrate.js';
 import { createCustomer } from '../lib/admin.js';
-import { encodeBatch, encodeReport, subjects, deadLetterStream } from '../lib/messages.js';
+import { encodeBatch, encodeReport, subjects, deadLetterStream, heartbeatStream } from '../lib/messages.js';
 
 function arg(name: string, fallback: number): number {
   const i = process.argv.indexOf(`--${name}`);
@@ -118,6 +118,7 @@ async function cleanup(): Promise<void> {
   const jsm = await nc.jetstreamManager();
   await jsm.streams.delete(names.STREAM_NAME).catch(() => {});
   await jsm.streams.delete(deadLetterStream(names.STREAM_NAME)).catch(() => {});
+  await jsm.streams.delete(heartbeatStream(names.STREAM_NAME)).catch(() => {});
   let cursor = '0';
   do {
     const [next, keys] = await redis.scan(cursor, 'MATCH', `${names.REDIS_PREFIX}*`, 'COUNT', 5000);

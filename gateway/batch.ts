@@ -24,6 +24,7 @@ import { batchHeadRefusal, batchJsonLimits, entryBodyRefusal, entryHeadRefusal, 
 import type { Handler, Kit, PreparedReport } from './types.js';
 import type { BatchKind } from '../lib/schemas/ingest.js';
 import { keyReused, keyRegisterUnavailable } from './idempotency.js';
+import { laneOf } from './publisher.js';
 
 const KIND = 'batch';
 const ENTRY_BODIES = ['entries', '*', 'body'];
@@ -213,7 +214,7 @@ export function batchRoute(k: Kit): Handler {
             entries.labels(kind, String(p.answer.status)).inc();
           }
           if (--pending === 0 && queued) finish();
-        }));
+        }), laneOf(kind));
       }
 
       function finish(): void {

@@ -8,12 +8,12 @@ import { createLogger } from '../lib/log.js';
 import { createMetrics } from '../lib/metrics.js';
 import { createPool } from '../lib/db/postgres.js';
 import { connectNats, ensureStreams, warnDurability } from '../lib/db/nats.js';
-import { subjects } from '../lib/messages.js';
+import { subjects, heartbeatStream } from '../lib/messages.js';
 import { loadUws, UwsFallbackError, type us_listen_socket } from './uws.js';
 import { TokenCache } from './token-cache.js';
 import { TokenUsage } from '../lib/token-usage.js';
 import { LicenceGate } from './licence-gate.js';
-import { BatchPublisher } from './publisher.js';
+import { BatchPublisher, LanePublisher } from './publisher.js';
 import { RejectionLog } from './rejection-log.js';
 import { registerRoutes } from './server.js';
 import { HelpCoverage } from './help-coverage.js';
@@ -112,29 +112,28 @@ await commands.start();
 const publishHist = metrics.histogram('fleet_gateway_publish_duration_seconds');
 const groupHist = metrics.histogram('fleet_gateway_publish_group_reports');
 const publishFailed = metrics.counter('fleet_gateway_publish_failed_reports_total');
-const publisher = new BatchPublisher(
-  nc,
-  js,
-  {
-    subject: subj.reports,
-    streamName: cfg.streamName,
-    timeoutMs: cfg.gateway.publishTimeoutMs,
-    maxReports: cfg.gateway.publishMaxReports,
-    maxBytes: cfg.gateway.publishMaxBytes,
-    maxInflight: cfg.gateway.publishMaxInflight,
+const publishStats = {
+  published: (n: number, _bytes: number, ms: number) => {
+    publishHist.observe(ms / 1000);
+    groupHist.observe(n);
   },
-  {
-    published: (n, _bytes, ms) => {
-      publishHist.observe(ms / 1000);
-      groupHist.observe(n);
-    },
-    failed: (n, reason) => {
-      publishFailed.inc(n);
-      log.warn({ reports: n, reason }, 'publish failed');
-    },
-    settleThrew: (e) => internalError('publisher', e),
+  failed: (n: number, reason: string) => {
+    publishFailed.inc(n);
+    log.warn({ reports: n, reason }, 'publish failed');
   },
-);
+  settleThrew: (e: unknown) => internalError('publisher', e),
+};
+const laneOptions = {
+  timeoutMs: cfg.gateway.publishTimeoutMs,
+  maxReports: cfg.gateway.publishMaxReports,
+  maxBytes: cfg.gateway.publishMaxBytes,
+  maxInflight: cfg.gateway.publishMaxInflight,
+};
+// Two lanes (lib/messages.ts): heartbeats never share a message or a queue with other reports.
+const publisher = new LanePublisher({
+  reports: new BatchPublisher(nc, js, { ...laneOptions, subject: subj.reports, streamName: cfg.streamName }, publishStats),
+  heartbeats: new BatchPublisher(nc, js, { ...laneOptions, subject: subj.heartbeats, streamName: heartbeatStream(cfg.streamName) }, publishStats),
+});
 publisher.connected = !nc.isClosed();
 
 void (async () => {

@@ -180,3 +180,41 @@ function classify(e: unknown): QueueUnavailableError {
   if (/timeout/i.test(m)) return new QueueUnavailableError('queue unavailable: no acknowledgement in time', 2);
   return new QueueUnavailableError(`queue unavailable: ${m}`, 2);
 }
+
+/** Which stream a report goes to (lib/messages.ts): heartbeats have a lane of their own. */
+export type Lane = 'reports' | 'heartbeats';
+export const laneOf = (kind: string): Lane => (kind === 'heartbeat' ? 'heartbeats' : 'reports');
+
+/**
+ * The gateway's publisher: one BatchPublisher per lane. Heartbeats are grouped apart from other
+ * reports and go to the heartbeat lane's stream, so that no heartbeat shares a message, or a place
+ * in the queue, with a large report (docs/architecture.md "Lanes").
+ */
+export class LanePublisher {
+  constructor(private readonly lanes: Record<Lane, BatchPublisher>) {}
+
+  add(report: Buffer, settle: Settle, lane: Lane = 'reports'): void {
+    this.lanes[lane].add(report, settle);
+  }
+
+  get maxReportBytes(): number {
+    return this.lanes.reports.maxReportBytes;
+  }
+
+  get connected(): boolean {
+    return this.lanes.reports.connected;
+  }
+
+  set connected(v: boolean) {
+    this.lanes.reports.connected = v;
+    this.lanes.heartbeats.connected = v;
+  }
+
+  get outstanding(): number {
+    return this.lanes.reports.outstanding + this.lanes.heartbeats.outstanding;
+  }
+
+  async idle(): Promise<void> {
+    await Promise.all([this.lanes.reports.idle(), this.lanes.heartbeats.idle()]);
+  }
+}

@@ -24,6 +24,7 @@ import { batchRoute } from './batch.js';
 import { keyReused, keyRegisterUnavailable } from './idempotency.js';
 import { KINDS, authorise, parseBearer, missingBearer, pathRefusal, headRefusal, parseJsonObject, deepRefusal, schemaRefusal, type JsonKind } from './admission.js';
 import type { GatewayDeps, Handler, IngestPath, JsonRoute, Kit, PreparedReport, RateMode } from './types.js';
+import { laneOf } from './publisher.js';
 
 const OK = '{"ok":true}';
 
@@ -274,6 +275,7 @@ export function registerRoutes(app: TemplatedApp, d: GatewayDeps): void {
             else responses.labels(kind, String(answer.status)).inc();
             ctx.send(answer.status, answer.body);
           }),
+          laneOf(kind),
         );
       }
     };

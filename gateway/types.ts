@@ -13,7 +13,7 @@ import type { QuotaCache } from '../lib/quotas.js';
 import type { ArtifactUsage } from '../lib/artifact-usage.js';
 import type { Ctx } from './request.js';
 import type { TokenCache, TokenInfo } from './token-cache.js';
-import type { BatchPublisher } from './publisher.js';
+import type { LanePublisher } from './publisher.js';
 import type { RejectionLog } from './rejection-log.js';
 import type { LicenceGate } from './licence-gate.js';
 import type { HelpCoverage } from './help-coverage.js';
@@ -27,7 +27,7 @@ export interface GatewayDeps {
   log: Logger;
   metrics: Metrics<'gateway'>;
   tokens: TokenCache;
-  publisher: BatchPublisher;
+  publisher: LanePublisher;
   rejections: RejectionLog;
   help: HelpCoverage;
   /** Refuses machines new to a customer past its licence grace period (in memory, no query). */

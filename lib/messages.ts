@@ -9,6 +9,17 @@
 //                                  batch id, so a retried publish is deduplicated by JetStream.
 //   `${SUBJECT_PREFIX}.rejections`  one message = one rejection-log record (RejectionRecord).
 //
+// Stream `${STREAM_NAME}_HB` (the heartbeat lane: work-queue retention, file storage, the same
+// size limit) holds one subject:
+//
+//   `${SUBJECT_PREFIX}.heartbeats`  the same batches as `.reports`, holding heartbeats only.
+//
+// Heartbeats drive the traffic light, so they never queue behind other reports: a gateway groups
+// them apart and publishes them here, and every worker pulls this stream with a consumer of its
+// own (the same durable name), so a backlog of large reports (a customer's full-rate metrics,
+// diagnostics of 1 MiB) delays no heartbeat (docs/architecture.md "Lanes"). A heartbeat in the
+// main stream (a dead letter replayed, a message from before the lane) is applied the same way.
+//
 // Report kinds `metrics` (body `{items: [MetricRecord, …]}`: the records of one request that were
 // new to the gateway) and `artifact` (body: the completed upload record, ArtifactReport) travel in
 // the same batches; workers/metrics.ts and workers/artifacts.ts apply them.
@@ -77,9 +88,20 @@ export function subjects(prefix: string) {
   return {
     reports: `${prefix}.reports`,
     rejections: `${prefix}.rejections`,
+    heartbeats: `${prefix}.heartbeats`,
     deadLetter: `${prefix}-dlq.reports`,
     control: (topic: string) => `${prefix}.control.${topic}`,
   };
+}
+
+/** The heartbeat lane's stream. */
+export function heartbeatStream(streamName: string): string {
+  return `${streamName}_HB`;
+}
+
+/** Every stream workers consume: the main one and the heartbeat lane. */
+export function ingestStreams(streamName: string): string[] {
+  return [streamName, heartbeatStream(streamName)];
 }
 
 export function deadLetterStream(streamName: string): string {

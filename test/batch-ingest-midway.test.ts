@@ -6,7 +6,7 @@
 // retry_after, and not stored until they are sent again (same idempotency keys), after which every
 // entry is stored once.
 import t from 'tap';
-import { testStack, post, eventually, chRows } from './helpers/stack.js';
+import { testStack, post, eventually, chRows, drained } from './helpers/stack.js';
 import { idempotentReportId } from '../lib/ids.js';
 
 const STREAM_MAX_BYTES = 96 * 1024;
@@ -64,7 +64,7 @@ t.test('the stream fills in the middle of a batch: acknowledged entries accepted
   const acked = Array.from({ length: k }, (_, i) => idOf(i)).sort();
   await eventually(async () => (await storedIds()).length === k, 30_000, `the ${k} acknowledged entries stored`);
   // Give a stray copy (were one queued) the time to arrive: the worker drains what the stream holds.
-  await eventually(async () => (await s.nc.jetstreamManager()).streams.info(s.env.STREAM_NAME!).then((i) => i.state.messages === 0), 30_000, 'the stream drained');
+  await drained(s, 30_000);
   t.same(await storedIds(), acked, 'exactly the acknowledged entries stored, none of the 503 ones');
   const [raw] = await chRows<{ n: string }>(s.ch, `SELECT count() AS n FROM status_history WHERE machine LIKE 'mid-%'`);
   t.equal(Number(raw!.n), k, 'one row each, even before merges');
@@ -95,10 +95,10 @@ t.test('the stream fills in the middle of a batch: acknowledged entries accepted
   );
   const all = entries.map((_, i) => idOf(i)).sort();
   await eventually(async () => (await storedIds()).length === N, 30_000, 'every entry stored');
-  await eventually(async () => (await s.nc.jetstreamManager()).streams.info(s.env.STREAM_NAME!).then((i) => i.state.messages === 0), 30_000, 'the stream drained');
+  await drained(s, 30_000);
   // Some entries once more (as many as the stream holds): repeats of their keys.
   const repeat = await post(url, s.token, { entries: entries.slice(0, 5) });
   t.same(repeat.body.results?.map((x: Result) => [x.status, x.id]), ans.slice(0, 5).map((x) => [200, x.id]), 'a repeat: accepted with the same ids');
-  await eventually(async () => (await s.nc.jetstreamManager()).streams.info(s.env.STREAM_NAME!).then((i) => i.state.messages === 0), 30_000, 'the stream drained');
+  await drained(s, 30_000);
   t.same(await storedIds(), all, `each of the ${N} entries stored exactly once`);
 });

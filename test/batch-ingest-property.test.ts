@@ -12,7 +12,7 @@
 // (`/`, `%`, `.`, empty) are not generated.
 import t from 'tap';
 import fc from 'fast-check';
-import { testStack, request, eventually, chRows } from './helpers/stack.js';
+import { testStack, request, eventually, chRows, drained } from './helpers/stack.js';
 import { arbitraryOf, toJson } from './helpers/arbitraries.js';
 import { Heartbeat, Status, diagnosticsSchema, helpSchema, type BatchKind } from '../lib/schemas/ingest.js';
 import { idempotentReportId } from '../lib/ids.js';
@@ -173,7 +173,7 @@ t.test('every accepted entry is stored, once', async (t) => {
   // The same stored rows: the batch copy and the single copy of an entry share their report id and
   // (by the idempotency key) their receive time, and are written by separate inserts; with merges
   // stopped both rows are there, and they must be identical in every column.
-  await eventually(async () => (await (await s.nc.jetstreamManager()).streams.info(s.env.STREAM_NAME!)).state.messages === 0, 60_000, 'every copy applied (the stream drained)');
+  await drained(s, 60_000);
   let twice = 0;
   for (const [table, ids, key] of [
     ['heartbeats', hb, 'report_id'],

@@ -9,7 +9,7 @@
 // "nothing acknowledged is lost or doubled"); worker-crash.test.ts proves that they come only from
 // a message delivered again, counted on raw rows with merges stopped.
 import t from 'tap';
-import { testStack, post, eventually, chRows } from './helpers/stack.js';
+import { testStack, post, eventually, chRows, consumed } from './helpers/stack.js';
 import { OwnNats, freePort } from './helpers/nats-server.js';
 import { OwnPostgres } from './helpers/postgres-server.js';
 import { storedOnce, stopMerges } from './helpers/stored-once.js';
@@ -144,10 +144,7 @@ t.test('kill -9 of a worker, nats-server and Postgres during ingest: every ackno
   const inst = await s.pool.query(`SELECT count(*)::int AS n FROM instances WHERE software = 'agent' AND machine_id IN (SELECT id FROM machines WHERE slug LIKE 'm%')`);
   t.equal(inst.rows[0].n, 10, 'Postgres: one instance per machine (five per customer)');
   const jsm = await s.nc.jetstreamManager();
-  await eventually(async () => {
-    const info = await jsm.consumers.info(s.env.STREAM_NAME!, 'workers');
-    return info.num_pending + info.num_ack_pending === 0;
-  }, 30_000, 'the stream drained');
+  await consumed(s, 30_000);
   const dlq = await jsm.streams.info(`${s.env.STREAM_NAME}_DLQ`);
   t.equal(dlq.state.messages, 0, 'nothing dead-lettered: a server that is down only delays');
 });

@@ -10,7 +10,7 @@ import { freePort } from './helpers/nats-server.js';
 import { storedOnce, stopMerges } from './helpers/stored-once.js';
 import { watchDeliveries, gone } from './helpers/deliveries.js';
 import { readyz, outageNamed, deadLetterCount, workerMetric } from './helpers/outage.js';
-import { subjects, deadLetterStream, encodeReport, encodeBatch } from '../lib/messages.js';
+import { subjects, deadLetterStream, encodeReport, encodeBatch, ingestStreams } from '../lib/messages.js';
 import { ensureStreams } from '../lib/db/nats.js';
 
 const s = await testStack(t, 'dlq', { worker: false, api: false, env: { WORKER_RETRY_MAX_MS: '1000' } });
@@ -23,7 +23,8 @@ const js = s.nc.jetstream();
 const jsm = await s.nc.jetstreamManager();
 const dlqName = deadLetterStream(s.env.STREAM_NAME!);
 // Every delivery of the workers' consumer from here on, with its count (which delivery of its message).
-const deliveries = await watchDeliveries(s.nc, s.env.STREAM_NAME!);
+// Both lanes: what tests publish themselves goes to the main stream, heartbeats through a gateway to their own.
+const deliveries = await watchDeliveries(s.nc, ingestStreams(s.env.STREAM_NAME!));
 t.teardown(() => deliveries.stop());
 
 /** A report as a gateway queues it, for this stack's customer unless told. */
@@ -37,22 +38,22 @@ const queued = (machine: string, kind: string, body: string, o: { c?: string; cs
 };
 const drained = () =>
   eventually(async () => {
-    const info = await jsm.consumers.info(s.env.STREAM_NAME!, 'workers');
-    return info.num_pending + info.num_ack_pending === 0;
-  }, 60_000, 'nothing left in the stream');
+    const infos = await Promise.all(ingestStreams(s.env.STREAM_NAME!).map((n) => jsm.consumers.info(n, 'workers')));
+    return infos.every((info) => info.num_pending + info.num_ack_pending === 0);
+  }, 60_000, 'nothing left in either stream');
 /** Acked: gone from the work-queue stream, so never delivered again. */
 const acked = (seq: number) => eventually(() => gone(jsm, s.env.STREAM_NAME!, seq), 60_000, `message ${seq} acked`);
 /**
  * The delivery counts of each message that holds a report of `machine` (1: its first delivery),
  * once every such message is acked; and the deliveries not seen (none: the counts are complete).
  */
-async function deliveryCounts(machine: string): Promise<{ counts: number[][]; missed: number[] }> {
-  const seqs = await eventually(async () => {
-    const q = deliveries.seqsWith((_id, m) => m === machine);
+async function deliveryCounts(machine: string): Promise<{ counts: number[][]; missed: string[] }> {
+  const msgs = await eventually(async () => {
+    const q = deliveries.messagesWith((_id, m) => m === machine);
     return q.length > 0 ? q : null;
   }, 10_000, `the message of ${machine} delivered`);
-  for (const seq of seqs) await acked(seq);
-  return { counts: seqs.map((seq) => deliveries.of(seq).map((d) => d.count)), missed: await deliveries.missed() };
+  for (const { stream, seq } of msgs) await eventually(() => gone(jsm, stream, seq), 60_000, `message ${seq} of ${stream} acked`);
+  return { counts: msgs.map(({ stream, seq }) => deliveries.of(seq, stream).map((d) => d.count)), missed: await deliveries.missed() };
 }
 
 t.test('an undecodable message is dead-lettered at once; later reports flow', async (t) => {

@@ -5,7 +5,7 @@
 // The seed is printed; FC_SEED=<seed> repeats a run, FC_RUNS=<n> changes its size.
 import t from 'tap';
 import fc from 'fast-check';
-import { testStack, eventually, chRows } from './helpers/stack.js';
+import { testStack, eventually, chRows, consumed } from './helpers/stack.js';
 import { arbitraryOf, toJson, nested, Raw } from './helpers/arbitraries.js';
 import { Heartbeat, Status, diagnosticsSchema, helpSchema } from '../lib/schemas/ingest.js';
 import { MetricsBody } from '../lib/schemas/metrics.js';
@@ -224,10 +224,7 @@ t.test('every accepted report is stored: heartbeats, diagnostics, status, help, 
 
 t.test('nothing was dead-lettered', async (t) => {
   const jsm = await s.nc.jetstreamManager();
-  await eventually(async () => {
-    const info = await jsm.consumers.info(s.env.STREAM_NAME!, 'workers');
-    return info.num_pending + info.num_ack_pending === 0;
-  }, 30_000, 'stream drained');
+  await consumed(s, 30_000);
   const dlq = await jsm.streams.info(deadLetterStream(s.env.STREAM_NAME!));
   t.equal(dlq.state.messages, 0, 'dead-letter stream empty');
   const q = await chRows<{ detail: string }>(s.ch, `SELECT detail FROM ingest_rejections FINAL WHERE method = 'QUEUE'`);

@@ -6,6 +6,7 @@ import { testStack, post, eventually } from './helpers/stack.js';
 import { events, stored } from './helpers/lights.js';
 import { Horizon, recordTransitions } from '../workers/traffic-light.js';
 import { createLogger } from '../lib/log.js';
+import { ingestStreams } from '../lib/messages.js';
 
 const s = await testStack(t, 'sweep', {
   env: { HEARTBEAT_TIMEOUT_S: '2', WARNING_WINDOW_S: '2', LIGHT_EXPIRY_LISTENER: '0', LIGHT_SWEEP_INTERVAL_MS: '500' },
@@ -99,7 +100,8 @@ t.test('a heartbeat received in time but applied late (workers down) never turns
   await sleep(Math.max(0, first.last_heartbeat_ms! + 2000 + 500 - Date.now()));
 
   // By the wall clock it is silent; by the horizon (the oldest report still queued) it is not.
-  const horizon = new Horizon(await s.nc.jetstreamManager(), s.env.STREAM_NAME!, createLogger('test', 'silent'));
+  // The heartbeat waits in the heartbeat lane's stream: the horizon reads both.
+  const horizon = new Horizon(await s.nc.jetstreamManager(), ingestStreams(s.env.STREAM_NAME!), createLogger('test', 'silent'));
   const h = await horizon.get();
   t.ok(h < first.last_heartbeat_ms! + 2000, 'the horizon stays before the deadline while the heartbeat is queued');
   const params = { heartbeatTimeoutS: 2, warningWindowS: 2 };

@@ -1,7 +1,7 @@
 // Host metrics: idempotent by client_metric_id (serially, concurrently, through two gateways,
 // beyond the 24 h register), exact counts, validation, and the series read API.
 import t from 'tap';
-import { testStack, post, get, eventually, chRows } from './helpers/stack.js';
+import { testStack, post, get, eventually, chRows, consumed } from './helpers/stack.js';
 
 const s = await testStack(t, 'metrics');
 const url = (m: string, gw = s.gatewayUrl) => `${gw}/api/ingest/${s.customer.slug}/${m}/logcollector/metrics`;
@@ -92,11 +92,7 @@ t.test('forever: a record sent again after the 24 h register forgot it is still 
   t.equal(again.status, 200);
   // The second copy has been applied once the stream holds nothing for the workers (counting raw
   // rows instead would race ClickHouse's background merges, which may collapse the copies first).
-  const jsm = await s.nc.jetstreamManager();
-  await eventually(async () => {
-    const i = await jsm.consumers.info(s.env.STREAM_NAME!, 'workers');
-    return i.num_pending + i.num_ack_pending === 0 && i.delivered.stream_seq > 0;
-  }, 10_000, 'the second copy applied');
+  await consumed(s, 10_000);
   t.equal(await finalRows('m4', 'late-1'), 1, 'FINAL sees one row');
   const id = await machineId('m4');
   const series = await get(`${s.apiUrl}/api/machines/${id}/metrics?name=temp&step=1d&from=2000-01-01T00:00:00Z`, s.token);

@@ -4,7 +4,7 @@
 import t from 'tap';
 import { randomUUID } from 'node:crypto';
 import { connectNats, ensureStreams } from '../lib/db/nats.js';
-import { subjects, deadLetterStream } from '../lib/messages.js';
+import { subjects, deadLetterStream, heartbeatStream } from '../lib/messages.js';
 import { BatchPublisher } from '../gateway/publisher.js';
 import type { JetStreamClient } from 'nats';
 
@@ -17,6 +17,7 @@ await ensureStreams(jsm, { streamName, subjectPrefix: prefix, streamMaxBytes: 64
 t.teardown(async () => {
   await jsm.streams.delete(streamName).catch(() => {});
   await jsm.streams.delete(deadLetterStream(streamName)).catch(() => {});
+  await jsm.streams.delete(heartbeatStream(streamName)).catch(() => {});
   await nc.close();
 });
 

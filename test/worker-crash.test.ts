@@ -10,6 +10,7 @@ import t from 'tap';
 import { testStack, post, eventually, chRows, drained } from './helpers/stack.js';
 import { stopMerges } from './helpers/stored-once.js';
 import { watchDeliveries } from './helpers/deliveries.js';
+import { ingestStreams } from '../lib/messages.js';
 
 const s = await testStack(t, 'crash', {
   worker: false,
@@ -44,7 +45,8 @@ t.test('kill -9 mid-stream, restart: every acknowledged report stored; a second 
   }
   t.equal(accepted, N, 'all accepted while no worker runs');
   const diagReports = Math.ceil(N / 3);
-  const deliveries = await watchDeliveries(s.nc, s.env.STREAM_NAME!);
+  // Both lanes: diagnostics in the main stream, heartbeats in their own (lib/messages.ts).
+  const deliveries = await watchDeliveries(s.nc, ingestStreams(s.env.STREAM_NAME!));
   t.teardown(() => deliveries.stop());
 
   const w1 = await s.startWorker();
@@ -70,8 +72,9 @@ t.test('kill -9 mid-stream, restart: every acknowledged report stored; a second 
   // What JetStream delivered: every delivery seen, each report in one message.
   const missed = await eventually(async () => ((await deliveries.missed()).length === 0 ? [] : null), 10_000, 'every delivery seen').catch(async () => deliveries.missed());
   t.same(missed, [], 'the record of deliveries is complete');
-  const messagesOf = new Map<string, Set<number>>();
-  for (const d of deliveries.all) for (const id of d.reports) messagesOf.set(id, (messagesOf.get(id) ?? new Set()).add(d.seq));
+  t.ok(deliveries.all.some((d) => d.stream === s.env.STREAM_NAME) && deliveries.all.some((d) => d.stream !== s.env.STREAM_NAME), 'deliveries from both lanes seen');
+  const messagesOf = new Map<string, Set<string>>();
+  for (const d of deliveries.all) for (const id of d.reports) messagesOf.set(id, (messagesOf.get(id) ?? new Set()).add(`${d.stream} ${d.seq}`));
   t.equal(messagesOf.size, N, 'every accepted report delivered');
   t.same([...messagesOf].filter(([, seqs]) => seqs.size > 1).map(([id]) => id), [], 'each report queued in one message');
   const delivered = deliveries.perReport();
@@ -92,8 +95,8 @@ t.test('kill -9 mid-stream, restart: every acknowledged report stored; a second 
     copies += Math.max(0, n - 1);
     if (n === 0 || n > k) wrong.push(`${id}: ${n} raw rows, delivered ${k} times`);
   }
-  const redelivered = new Set(deliveries.all.filter((d) => d.count > 1).map((d) => d.seq)).size;
-  t.comment(`${deliveries.all.length} deliveries of ${new Set(deliveries.all.map((d) => d.seq)).size} messages, ${redelivered} delivered more than once; ${copies} raw copies`);
+  const redelivered = new Set(deliveries.all.filter((d) => d.count > 1).map((d) => `${d.stream} ${d.seq}`)).size;
+  t.comment(`${deliveries.all.length} deliveries of ${new Set(deliveries.all.map((d) => `${d.stream} ${d.seq}`)).size} messages, ${redelivered} delivered more than once; ${copies} raw copies`);
   t.same(wrong.slice(0, 20), [], 'no report has more raw rows than deliveries of its message (delivered once: one row)');
   t.equal(rows.size, N, 'raw rows of exactly the accepted reports');
   const inst = await s.pool.query(`SELECT count(*)::int AS n FROM instances`);

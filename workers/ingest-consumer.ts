@@ -34,7 +34,7 @@ import { decodeBatch, encodeBatch, reportSlices, DecodeError, type Report, type 
 import { insertRows } from '../lib/db/clickhouse.js';
 import { isUuid, uuidFromName } from '../lib/ids.js';
 import { envelopeRefusal, type ReportChecker } from '../lib/report-check.js';
-import { classifyFailure, DEPENDENCIES, type Failure } from '../lib/storage-errors.js';
+import { classifyFailure, type Failure } from '../lib/storage-errors.js';
 import { applyBatch, type ApplyDeps, type RowLedger } from './apply-batch.js';
 import { applyIsolated } from './isolate.js';
 import { MessagePuller, type PullOptions } from './pull.js';
@@ -42,6 +42,8 @@ import { LandedRows, Outages } from './outages.js';
 import { chTime } from './reports.js';
 
 export interface ConsumerOptions {
+  /** Which stream this consumer pulls (lib/messages.ts): `reports` (the main one) or `heartbeats`; a metric label. */
+  lane: string;
   reportsSubject: string;
   rejectionsSubject: string;
   deadLetterSubject: string;
@@ -125,17 +127,12 @@ export class IngestConsumer {
       retries: metrics.counter('fleet_worker_retries_total'),
       deadLetters: metrics.counter('fleet_worker_dead_letters_total'),
       isolations: metrics.counter('fleet_worker_isolations_total'),
-      pending: metrics.gauge('fleet_worker_consumer_pending'),
-      ackPending: metrics.gauge('fleet_worker_consumer_ack_pending'),
-      stalls: metrics.counter('fleet_worker_consumer_stalls_total'),
+      pending: metrics.gauge('fleet_worker_consumer_pending').labels(opts.lane),
+      ackPending: metrics.gauge('fleet_worker_consumer_ack_pending').labels(opts.lane),
+      stalls: metrics.counter('fleet_worker_consumer_stalls_total').labels(opts.lane),
     };
-    const lastDelivery = metrics.gauge('fleet_worker_last_delivery_age_seconds');
+    const lastDelivery = metrics.gauge('fleet_worker_last_delivery_age_seconds').labels(opts.lane);
     metrics.onScrape(() => lastDelivery.set(this.puller ? (Date.now() - this.puller.lastDeliveryAt) / 1000 : 0));
-    const outage = metrics.gauge('fleet_worker_outage');
-    metrics.onScrape(() => {
-      const now = new Set(this.outages.current().map((o) => o.dependency));
-      for (const d of DEPENDENCIES) outage.labels(d).set(now.has(d) ? 1 : 0);
-    });
   }
 
   start(): void {
@@ -211,7 +208,7 @@ export class IngestConsumer {
     try {
       info = await this.consumer.info(false);
     } catch (e) {
-      this.log.warn({ err: e }, 'consumer state unknown (NATS)');
+      this.log.warn({ err: e, lane: this.opts.lane }, 'consumer state unknown (NATS)');
       return;
     } finally {
       this.watching = false;
@@ -221,7 +218,7 @@ export class IngestConsumer {
     this.m.ackPending.set(info.num_ack_pending);
     const max = info.config.max_ack_pending;
     const saturated = max !== undefined && max > 0 && info.num_ack_pending >= max;
-    if (saturated && !this.saturated) this.log.error({ ackPending: info.num_ack_pending, max }, 'consumer saturated: as many messages delivered and not acked as max_ack_pending; nothing more is delivered');
+    if (saturated && !this.saturated) this.log.error({ lane: this.opts.lane, ackPending: info.num_ack_pending, max }, 'consumer saturated: as many messages delivered and not acked as max_ack_pending; nothing more is delivered');
     this.saturated = saturated ? { ackPending: info.num_ack_pending, max } : null;
     const since = puller.waitingSince;
     if (since === null) return;
@@ -230,7 +227,7 @@ export class IngestConsumer {
     if (waited < this.opts.stallMs || info.num_pending === 0 || saturated) return;
     this.stalledSince ??= Date.now() - waited;
     this.m.stalls.inc();
-    this.log.error({ pending: info.num_pending, ackPending: info.num_ack_pending, waitedMs: waited }, 'consumer stalled: messages pending but none delivered; restarting the pull');
+    this.log.error({ lane: this.opts.lane, pending: info.num_pending, ackPending: info.num_ack_pending, waitedMs: waited }, 'consumer stalled: messages pending but none delivered; restarting the pull');
     puller.restart();
   }
 

@@ -9,7 +9,7 @@ import { createPool } from '../lib/db/postgres.js';
 import { createClickHouse } from '../lib/db/clickhouse.js';
 import { createRedis } from '../lib/db/redis.js';
 import { connectNats, ensureStreams, ensureConsumer, warnDurability } from '../lib/db/nats.js';
-import { subjects } from '../lib/messages.js';
+import { subjects, ingestStreams, heartbeatStream } from '../lib/messages.js';
 import { IngestConsumer } from './ingest-consumer.js';
 import { Readiness, probeDependencies, serveHealth } from './health.js';
 import { reportChecker } from '../lib/report-check.js';
@@ -24,11 +24,12 @@ import { HeartbeatState, HeartbeatFlusher, lookupIdsIn } from './heartbeat-state
 import { Webhooks } from './webhooks.js';
 import type { LightEvent } from '../lib/traffic-light.js';
 import { sweepCommands } from './command-expiry.js';
-import { CommandHints } from '../lib/commands.js';
+import { CommandHints, type InstanceRef } from '../lib/commands.js';
 import { QUEUES, scheduledJob, removeLegacyJobs } from '../lib/jobs.js';
 import { reconcileLicences } from '../lib/licences.js';
 import { LightCensus } from './light-census.js';
 import { DeadLetters } from '../lib/dead-letters.js';
+import { DEPENDENCIES } from '../lib/storage-errors.js';
 
 const cfg = configOrExit('worker');
 const log = createLogger('worker', cfg.logLevel);
@@ -66,7 +67,7 @@ const nc = await connectNats(cfg.natsUrl, `worker-${process.pid}`);
 const jsm = await nc.jetstreamManager();
 await retrying('the JetStream stream and consumer', async () => {
   await ensureStreams(jsm, cfg);
-  await ensureConsumer(jsm, cfg.streamName, cfg.worker.consumerName, cfg.worker.ackWaitS);
+  for (const stream of ingestStreams(cfg.streamName)) await ensureConsumer(jsm, stream, cfg.worker.consumerName, cfg.worker.ackWaitS);
 });
 await warnDurability(nc, jsm, cfg, log).catch((e) => log.warn({ err: e }, 'NATS durability check failed'));
 const js = nc.jetstream();
@@ -86,7 +87,7 @@ const webhooks = new Webhooks(bull, cfg.redisPrefix, pool, cfg.webhooks, log, (o
 await retrying('the webhook queue (Redis)', () => webhooks.start());
 const sink = new LightEventSink(pool, ch, nc, cfg.subjectPrefix, webhooks, log);
 const horizonLag = metrics.gauge('fleet_worker_light_horizon_lag_seconds');
-const horizon = new Horizon(jsm, cfg.streamName, log, (ms) => horizonLag.set(ms / 1000));
+const horizon = new Horizon(jsm, ingestStreams(cfg.streamName), log, (ms) => horizonLag.set(ms / 1000));
 const reportLights = new ReportLights(sink, lightParams, horizon, countLights);
 // Heartbeats that change nothing reach Postgres later, by the flusher (workers/heartbeat-state.ts);
 // the expiry listener and the sweep write an instance's pending heartbeat before judging it.
@@ -130,49 +131,62 @@ const artifactUsage = new ArtifactUsage(redis, cfg.redisPrefix);
 const largestMessage = Math.min(nc.info?.max_payload ?? Infinity, Math.max(cfg.gateway.publishMaxBytes, cfg.gateway.bodyLimit + 64 * 1024));
 const pullMaxMessages = Math.max(1, Math.min(cfg.worker.batchMaxMessages, Math.floor(PULL_BUFFER_BYTES / largestMessage)));
 
-const consumer = new IngestConsumer(
-  await retrying('the durable consumer', () => js.consumers.get(cfg.streamName, cfg.worker.consumerName)),
-  js,
-  {
-    pool,
-    ch,
-    redis,
-    redisPrefix: cfg.redisPrefix,
-    heartbeats,
-    idempotencyTtlS: cfg.idempotencyTtlS,
-    tsWindow: { pastMs: cfg.tsPlausiblePastS * 1000, futureMs: cfg.tsPlausibleFutureS * 1000 },
-    whitelist,
-    lights: reportLights,
-    artifactUsage,
-    log,
-    ackTimeoutS: cfg.commands.ackTimeoutS,
-    commandsChanged: (refs) => hints.publish(refs),
-  },
-  reportChecker(cfg.gateway.maxItems),
-  {
-    reportsSubject: subj.reports,
-    rejectionsSubject: subj.rejections,
-    deadLetterSubject: subj.deadLetter,
-    batchMaxMessages: cfg.worker.batchMaxMessages,
-    batchMaxBytes: cfg.worker.batchMaxBytes,
-    batchWaitMs: cfg.worker.batchWaitMs,
-    retryMaxMs: cfg.worker.retryMaxMs,
-    concurrency: Math.max(1, cfg.worker.concurrency),
-    pull: { maxMessages: pullMaxMessages, expiresMs: 5000 },
-    stallMs: cfg.worker.stallTimeoutMs,
-    watchdogMs: Math.min(5000, Math.max(250, cfg.worker.stallTimeoutMs / 4)),
-  },
+const applyDeps = {
+  pool,
+  ch,
+  redis,
+  redisPrefix: cfg.redisPrefix,
+  heartbeats,
+  idempotencyTtlS: cfg.idempotencyTtlS,
+  tsWindow: { pastMs: cfg.tsPlausiblePastS * 1000, futureMs: cfg.tsPlausibleFutureS * 1000 },
+  whitelist,
+  lights: reportLights,
+  artifactUsage,
   log,
-  metrics,
-);
-consumer.start();
+  ackTimeoutS: cfg.commands.ackTimeoutS,
+  commandsChanged: (refs: InstanceRef[]) => hints.publish(refs),
+};
+const checker = reportChecker(cfg.gateway.maxItems);
+const consumerOptions = {
+  reportsSubject: subj.reports,
+  rejectionsSubject: subj.rejections,
+  deadLetterSubject: subj.deadLetter,
+  batchMaxMessages: cfg.worker.batchMaxMessages,
+  batchMaxBytes: cfg.worker.batchMaxBytes,
+  batchWaitMs: cfg.worker.batchWaitMs,
+  retryMaxMs: cfg.worker.retryMaxMs,
+  concurrency: Math.max(1, cfg.worker.concurrency),
+  pull: { maxMessages: pullMaxMessages, expiresMs: 5000 },
+  stallMs: cfg.worker.stallTimeoutMs,
+  watchdogMs: Math.min(5000, Math.max(250, cfg.worker.stallTimeoutMs / 4)),
+};
+// Two lanes (lib/messages.ts, docs/architecture.md "Lanes"): the main stream, and the heartbeats'
+// own, pulled side by side, so that no heartbeat waits behind a backlog of large reports.
+const lanes = [
+  { lane: 'reports', stream: cfg.streamName },
+  { lane: 'heartbeats', stream: heartbeatStream(cfg.streamName) },
+] as const;
+const consumers: IngestConsumer[] = [];
+for (const { lane, stream } of lanes) {
+  const durable = await retrying(`the durable consumer (${lane})`, () => js.consumers.get(stream, cfg.worker.consumerName));
+  consumers.push(new IngestConsumer(durable, js, applyDeps, checker, { ...consumerOptions, lane }, log.child({ lane }), metrics));
+}
+// A dependency is in an outage while a message of either lane waits for it.
+const outage = metrics.gauge('fleet_worker_outage');
+metrics.onScrape(() => {
+  const now = new Set(consumers.flatMap((c) => c.outages.current().map((o) => o.dependency)));
+  for (const d of DEPENDENCIES) outage.labels(d).set(now.has(d) ? 1 : 0);
+});
+for (const c of consumers) c.start();
 flusher.start();
 log.info({ intervalMs: heartbeats.intervalMs, tickMs: heartbeats.tickMs }, 'heartbeats that change nothing reach Postgres within the interval');
 // The consumer's own state (stalls, saturation, NATS unreachable) and what its messages wait for
 // (an outage: a dependency that refuses them) join the dependency probes in /readyz.
 const consumerHealth = setInterval(() => {
-  readiness.set('consumer', consumer.problem());
-  readiness.set('outage', consumer.outageProblem());
+  const problems = consumers.map((c, i) => [lanes[i]!.lane, c.problem()] as const).filter(([, p]) => p !== null);
+  readiness.set('consumer', problems.length === 0 ? null : problems.map(([lane, p]) => (lanes.length > 1 ? `${lane}: ${p}` : p)).join('; '));
+  const waits = consumers.map((c) => c.outageProblem()).filter((p) => p !== null);
+  readiness.set('outage', waits.length === 0 ? null : [...new Set(waits)].join('; '));
 }, 1000);
 consumerHealth.unref();
 const ready = metrics.gauge('fleet_worker_ready');
@@ -180,13 +194,17 @@ metrics.onScrape(() => ready.set(readiness.problem() === null ? 1 : 0));
 // The stream's fill level (ingest answers 503 when it reaches STREAM_MAX_BYTES): read every 5 s.
 const stream = { bytes: metrics.gauge('fleet_worker_stream_bytes'), max: metrics.gauge('fleet_worker_stream_max_bytes'), messages: metrics.gauge('fleet_worker_stream_messages') };
 const readStream = () =>
-  jsm.streams.info(cfg.streamName).then(
-    (i) => {
-      stream.bytes.set(i.state.bytes);
-      stream.max.set(i.config.max_bytes);
-      stream.messages.set(i.state.messages);
-    },
-    (e) => log.debug({ err: e }, 'stream state unknown (NATS)'),
+  Promise.all(
+    lanes.map(({ lane, stream: name }) =>
+      jsm.streams.info(name).then(
+        (i) => {
+          stream.bytes.labels(lane).set(i.state.bytes);
+          stream.max.labels(lane).set(i.config.max_bytes);
+          stream.messages.labels(lane).set(i.state.messages);
+        },
+        (e) => log.debug({ err: e, stream: name }, 'stream state unknown (NATS)'),
+      ),
+    ),
   );
 // Dead letters waiting, per customer: the dead-letter stream's per-subject counts (one request,
 // however many dead letters it holds; lib/dead-letters.ts), read with the stream's fill level.
@@ -245,11 +263,11 @@ await retrying('the scheduled jobs (Redis)', async () => {
 });
 
 readiness.set('startup', null);
-log.info({ stream: cfg.streamName, consumer: cfg.worker.consumerName, pullMaxMessages }, 'consuming');
+log.info({ streams: lanes.map((l) => l.stream), consumer: cfg.worker.consumerName, pullMaxMessages }, 'consuming');
 
 life.onShutdown(async (why) => {
   log.info({ why }, 'shutting down: finishing the batch in hand');
-  await consumer.stop();
+  await Promise.all(consumers.map((c) => c.stop()));
   await flusher.stop();
   clearInterval(consumerHealth);
   clearInterval(streamWatch);

@@ -144,9 +144,9 @@ export async function recordTransitionsTx(pool: Pool, instanceIds: string[], cau
  * never turns its instance red, however late it is applied; and a whole fleet does not turn red
  * because its heartbeats sat in the stream.
  *
- * The stream has work-queue retention: a message leaves it when a worker acks it, after applying
- * it. So the oldest message still in the stream bounds what is not applied yet; when the stream is
- * empty, everything published is applied. Reports a gateway received but has not published yet
+ * The streams (the main one and the heartbeat lane) have work-queue retention: a message leaves its
+ * stream when a worker acks it, after applying it. So the oldest message still in either stream
+ * bounds what is not applied yet; when both are empty, everything published is applied. Reports a gateway received but has not published yet
  * (a few milliseconds) are covered by MARGIN_MS. The answer is cached for CACHE_MS; when NATS cannot
  * answer, the last answer stands (a horizon only errs on the early side: red comes later, never
  * wrongly).
@@ -160,7 +160,7 @@ export class Horizon {
 
   constructor(
     private readonly jsm: JetStreamManager | null,
-    private readonly streamName: string,
+    private readonly streamNames: readonly string[],
     private readonly log: Logger,
     /** Told how far the horizon is behind the wall clock (a metric). */
     private readonly onLag: (ms: number) => void = () => {},
@@ -176,9 +176,13 @@ export class Horizon {
   private async fetch(): Promise<number> {
     const asked = Date.now();
     try {
-      const info = await this.jsm!.streams.info(this.streamName);
-      const oldest = info.state.messages > 0 ? Date.parse(info.state.first_ts) : asked;
-      this.value = Math.min(asked, Number.isFinite(oldest) ? oldest : asked) - Horizon.MARGIN_MS;
+      const infos = await Promise.all(this.streamNames.map((n) => this.jsm!.streams.info(n)));
+      let oldest = asked;
+      for (const info of infos) {
+        const first = info.state.messages > 0 ? Date.parse(info.state.first_ts) : asked;
+        if (Number.isFinite(first)) oldest = Math.min(oldest, first);
+      }
+      this.value = oldest - Horizon.MARGIN_MS;
       this.fetchedAt = asked;
       this.onLag(asked - this.value);
     } catch (e) {

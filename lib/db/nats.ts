@@ -11,7 +11,7 @@ import {
   type JetStreamManager,
   type StreamConfig,
 } from 'nats';
-import { subjects, deadLetterStream } from '../messages.js';
+import { subjects, deadLetterStream, heartbeatStream } from '../messages.js';
 import { isNotFound } from './jetstream-errors.js';
 
 export type { NatsConnection };
@@ -47,21 +47,27 @@ async function upsertStream(jsm: JetStreamManager, cfg: Partial<StreamConfig> & 
   }
 }
 
-/** Creates or updates the ingest stream and its dead-letter stream. Idempotent; any process may call it. */
+/**
+ * Creates or updates the ingest stream, its heartbeat lane and its dead-letter stream (lib/messages.ts).
+ * Idempotent; any process may call it.
+ */
 export async function ensureStreams(jsm: JetStreamManager, s: StreamSettings): Promise<void> {
   const subj = subjects(s.subjectPrefix);
-  await upsertStream(jsm, {
-    name: s.streamName,
-    subjects: [subj.reports, subj.rejections],
-    // Work queue: a message is gone once a worker acked it; an unacked one stays until acked.
-    retention: RetentionPolicy.Workqueue,
-    storage: StorageType.File,
-    // Full stream: refuse new reports (the gateway answers 503) rather than drop accepted ones.
-    discard: DiscardPolicy.New,
-    max_bytes: s.streamMaxBytes,
-    num_replicas: s.streamReplicas,
-    duplicate_window: nanos(120_000),
-  });
+  const workQueue = (name: string, streamSubjects: string[]) =>
+    upsertStream(jsm, {
+      name,
+      subjects: streamSubjects,
+      // Work queue: a message is gone once a worker acked it; an unacked one stays until acked.
+      retention: RetentionPolicy.Workqueue,
+      storage: StorageType.File,
+      // Full stream: refuse new reports (the gateway answers 503) rather than drop accepted ones.
+      discard: DiscardPolicy.New,
+      max_bytes: s.streamMaxBytes,
+      num_replicas: s.streamReplicas,
+      duplicate_window: nanos(120_000),
+    });
+  await workQueue(s.streamName, [subj.reports, subj.rejections]);
+  await workQueue(heartbeatStream(s.streamName), [subj.heartbeats]);
   await upsertStream(jsm, {
     name: deadLetterStream(s.streamName),
     // Per customer: `<deadLetter>.<customer slug>` (lib/dead-letters.ts); the bare subject holds dead
@@ -74,7 +80,7 @@ export async function ensureStreams(jsm: JetStreamManager, s: StreamSettings): P
   });
 }
 
-/** The durable pull consumer that every worker replica shares. */
+/** The durable pull consumer that every worker replica shares (one per stream: the main one and the heartbeat lane). */
 export async function ensureConsumer(jsm: JetStreamManager, streamName: string, durable: string, ackWaitS: number): Promise<void> {
   const cfg = {
     durable_name: durable,

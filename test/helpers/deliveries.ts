@@ -29,6 +29,8 @@ export async function gone(jsm: JetStreamManager, stream: string, seq: number): 
 }
 
 export interface Delivery {
+  /** The stream the message is in (the main one or the heartbeat lane's). */
+  stream: string;
   /** Stream sequence of the message. */
   seq: number;
   /** The consumer's delivery sequence (every delivery, a redelivery too, has the next one). */
@@ -55,26 +57,33 @@ export function parseAckSubject(reply: string | undefined): { stream: string; co
 export interface DeliveryWatch {
   /** Every delivery seen, in the order seen. */
   readonly all: Delivery[];
-  /** The deliveries of the message with stream sequence `seq`. */
-  of(seq: number): Delivery[];
-  /** Stream sequences of the messages that hold a report for which `pick(id, machine)` is true. */
+  /** The deliveries of the message with stream sequence `seq` in `stream` (default: the first stream watched). */
+  of(seq: number, stream?: string): Delivery[];
+  /** Stream sequences of the messages in the first stream watched that hold a report for which `pick(id, machine)` is true. */
   seqsWith(pick: (id: string, machine: string) => boolean): number[];
+  /** The messages, in any stream watched, that hold a report for which `pick(id, machine)` is true. */
+  messagesWith(pick: (id: string, machine: string) => boolean): { stream: string; seq: number }[];
   /** Deliveries of each report id (over every message that holds it). */
   perReport(): Map<string, number>;
-  /** Delivery sequences the consumer made since the watch began that were not seen (empty: the record is complete). */
-  missed(): Promise<number[]>;
+  /** Delivery sequences (`<stream> #<n>`) the consumers made since the watch began that were not seen (empty: the record is complete). */
+  missed(): Promise<string[]>;
   stop(): Promise<void>;
 }
 
-/** Starts recording the deliveries of `consumer` on `stream`; resolves once the server has the subscription. */
-export async function watchDeliveries(nc: NatsConnection, stream: string, consumer = 'workers'): Promise<DeliveryWatch> {
+/**
+ * Starts recording the deliveries of `consumer` on `streams` (one stream, or several: the main one
+ * and the heartbeat lane, each with its own consumer of that name); resolves once the server has
+ * the subscription.
+ */
+export async function watchDeliveries(nc: NatsConnection, streams: string | string[], consumer = 'workers'): Promise<DeliveryWatch> {
+  const names = typeof streams === 'string' ? [streams] : streams;
   const jsm = await nc.jetstreamManager();
   const all: Delivery[] = [];
   const sub: Subscription = nc.subscribe('_INBOX.>');
   const done = (async () => {
     for await (const m of sub) {
       const a = parseAckSubject(m.reply);
-      if (!a || a.stream !== stream || a.consumer !== consumer) continue;
+      if (!a || !names.includes(a.stream) || a.consumer !== consumer) continue;
       let reports: string[] = [];
       let machines: string[] = [];
       try {
@@ -84,12 +93,12 @@ export async function watchDeliveries(nc: NatsConnection, stream: string, consum
       } catch {
         /* not a report batch (a rejection record, or bytes a test published): no reports */
       }
-      all.push({ seq: a.seq, dseq: a.dseq, count: a.count, reports, machines });
+      all.push({ stream: a.stream, seq: a.seq, dseq: a.dseq, count: a.count, reports, machines });
     }
   })();
   await nc.flush();
-  // The consumer's last delivery (0: none, or not made yet: a worker makes it when it starts).
-  const lastDelivery = () =>
+  // Each consumer's last delivery (0: none, or not made yet: a worker makes it when it starts).
+  const lastDelivery = (stream: string) =>
     jsm.consumers.info(stream, consumer).then(
       (i) => i.delivered.consumer_seq,
       (e: unknown) => {
@@ -98,23 +107,32 @@ export async function watchDeliveries(nc: NatsConnection, stream: string, consum
       },
     );
   // Deliveries up to here happened before the watch: not expected to be seen.
-  const from = await lastDelivery();
+  const from = new Map<string, number>();
+  for (const n of names) from.set(n, await lastDelivery(n));
+  const holding = (pick: (id: string, machine: string) => boolean) => all.filter((d) => d.reports.some((id, i) => pick(id, d.machines[i]!)));
   return {
     all,
-    of: (seq) => all.filter((d) => d.seq === seq),
-    seqsWith: (pick) => [...new Set(all.filter((d) => d.reports.some((id, i) => pick(id, d.machines[i]!))).map((d) => d.seq))],
+    of: (seq, stream = names[0]) => all.filter((d) => d.seq === seq && d.stream === stream),
+    seqsWith: (pick) => [...new Set(holding(pick).filter((d) => d.stream === names[0]).map((d) => d.seq))],
+    messagesWith(pick) {
+      const out = new Map<string, { stream: string; seq: number }>();
+      for (const d of holding(pick)) out.set(`${d.stream} ${d.seq}`, { stream: d.stream, seq: d.seq });
+      return [...out.values()];
+    },
     perReport() {
       const n = new Map<string, number>();
       for (const d of all) for (const id of d.reports) n.set(id, (n.get(id) ?? 0) + 1);
       return n;
     },
     async missed() {
-      // The consumer's last delivery first, then a round trip: a copy sent before it has arrived.
-      const last = await lastDelivery();
-      await nc.flush();
-      const seen = new Set(all.map((d) => d.dseq));
-      const out: number[] = [];
-      for (let q = from + 1; q <= last; q++) if (!seen.has(q)) out.push(q);
+      const out: string[] = [];
+      for (const stream of names) {
+        // The consumer's last delivery first, then a round trip: a copy sent before it has arrived.
+        const last = await lastDelivery(stream);
+        await nc.flush();
+        const seen = new Set(all.filter((d) => d.stream === stream).map((d) => d.dseq));
+        for (let q = from.get(stream)! + 1; q <= last; q++) if (!seen.has(q)) out.push(`${stream} #${q}`);
+      }
       return out;
     },
     async stop() {

@@ -6,7 +6,7 @@ import type { Test } from 'tap';
 import type { Proc } from '../../deploy/service-process.js';
 import { deadLetterStream } from '../../lib/messages.js';
 import type { Dependency } from '../../lib/storage-errors.js';
-import { eventually, chRows, type TestStack } from './stack.js';
+import { eventually, chRows, consumed, type TestStack } from './stack.js';
 import { storedOnce, stopMerges } from './stored-once.js';
 
 /** The worker's /readyz: status and detail. */
@@ -87,10 +87,7 @@ export async function outageTest(t: Test, s: TestStack, worker: { proc: Proc; ur
     return hb.missing.length === 0 && st.missing.length === 0 ? { hb, st } : null;
   }, 120_000, 'every report stored after the fault');
   // The worker acks after the last write: wait until nothing of the stream is left unacked, then count again.
-  await eventually(async () => {
-    const info = await (await s.nc.jetstreamManager()).consumers.info(s.env.STREAM_NAME!, 'workers');
-    return info.num_pending + info.num_ack_pending === 0;
-  }, 60_000, 'every message acked');
+  await consumed(s, 60_000);
   const hb = await storedOnce(s.ch, 'heartbeats', 'version', markers);
   const st = await storedOnce(s.ch, 'status_history', 'message', markers);
   t.ok(stored.hb.missing.length === 0, 'heartbeats all there');

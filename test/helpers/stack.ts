@@ -8,7 +8,7 @@ import { createClickHouse, type ClickHouseClient } from '../../lib/db/clickhouse
 import { createPool, type Pool } from '../../lib/db/postgres.js';
 import { createRedis, type Redis } from '../../lib/db/redis.js';
 import { connectNats, ensureStreams, type NatsConnection } from '../../lib/db/nats.js';
-import { deadLetterStream } from '../../lib/messages.js';
+import { deadLetterStream, ingestStreams } from '../../lib/messages.js';
 import { migrate } from '../../lib/db/migrate.js';
 import { createCustomer, createToken, type Customer } from '../../lib/admin.js';
 import { createUser, addMembership, type Role } from '../../lib/accounts.js';
@@ -245,7 +245,7 @@ export async function eventually<T>(fn: () => Promise<T | null | undefined | fal
 }
 
 /**
- * Waits until the stack's stream holds no message. The stream has work-queue retention: a message
+ * Waits until the stack's streams hold no message. Each has work-queue retention: a message
  * leaves it only when a worker acks it, and a worker acks only after every effect of the message is
  * committed (Postgres, ClickHouse, Redis, the light events and their webhook jobs, the command
  * hints: workers/apply-batch.ts). So once a report was answered 200 (JetStream had stored it) and
@@ -255,7 +255,38 @@ export async function eventually<T>(fn: () => Promise<T | null | undefined | fal
  */
 export async function drained(s: Pick<TestStack, 'nc' | 'env'>, ms = 30_000): Promise<void> {
   const jsm = await s.nc.jetstreamManager();
-  await eventually(async () => (await jsm.streams.info(s.env.STREAM_NAME!)).state.messages === 0, ms, 'the stream drained (every message applied and acked)');
+  // Both lanes: the main stream and the heartbeat lane's (lib/messages.ts).
+  const streams = ingestStreams(s.env.STREAM_NAME!);
+  await eventually(
+    async () => {
+      const infos = await Promise.all(streams.map((n) => jsm.streams.info(n)));
+      if (infos.every((i) => i.state.messages === 0)) return true;
+      // Named in the failure: what is left, and what the workers' consumer says of it.
+      const left = await Promise.all(
+        infos.map(async (i) => {
+          const c = await jsm.consumers.info(i.config.name, 'workers').catch(() => null);
+          return `${i.config.name}: ${i.state.messages} messages (seq ${i.state.first_seq}-${i.state.last_seq}), consumer pending ${c?.num_pending}, ack pending ${c?.num_ack_pending}, redelivered ${c?.num_redelivered}, ack floor ${c?.ack_floor.stream_seq}`;
+        }),
+      );
+      throw new Error(left.join('; '));
+    },
+    ms,
+    'the streams drained (every message applied and acked)',
+  );
+}
+
+/**
+ * Waits until the workers' consumer of each lane has nothing pending and nothing delivered unacked.
+ * After a kill -9 of nats-server the stream may keep a message its consumer already counts as
+ * acked (the removal was not yet on disk), so a test that kills NATS waits on the consumers.
+ */
+export async function consumed(s: Pick<TestStack, 'nc' | 'env'>, ms = 30_000): Promise<void> {
+  const jsm = await s.nc.jetstreamManager();
+  await eventually(
+    async () => (await Promise.all(ingestStreams(s.env.STREAM_NAME!).map((n) => jsm.consumers.info(n, 'workers')))).every((i) => i.num_pending + i.num_ack_pending === 0),
+    ms,
+    "the workers' consumers of both lanes have nothing pending or unacked",
+  );
 }
 
 /**
