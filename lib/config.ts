@@ -91,6 +91,10 @@ export const Settings = Type.Object({
   WORKER_BATCH_BYTES: Int(16 * 1024 * 1024, 1024, 1024 ** 3, 'bytes per worker batch'),
   WORKER_BATCH_WAIT_MS: Nat(50, 'how long a worker gathers a batch'),
   WORKER_CONCURRENCY: Int(2, 1, 64, 'batches one worker applies at once'),
+  WORKER_LANES: Str('reports,heartbeats', 'the lanes this worker pulls: reports (the main stream), heartbeats (the heartbeat lane), or both', {
+    pattern: '^(reports|heartbeats)(,(reports|heartbeats))?$',
+    allowed: 'reports, heartbeats, or both joined by a comma',
+  }),
   ACK_WAIT_S: Pos(30, 'unacked messages are redelivered after this'),
   WORKER_RETRY_MAX_MS: Int(30_000, 100, 3_600_000, 'the longest wait before a report waiting for an outage is tried again (the wait doubles from 0.5 s)'),
 
@@ -349,6 +353,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env) {
       batchWaitMs: s.WORKER_BATCH_WAIT_MS,
       // Batches one worker applies at once (overlaps one batch's database waits with the next).
       concurrency: s.WORKER_CONCURRENCY,
+      // Which streams this worker pulls (docs/architecture.md "Lanes"): a fleet can give heartbeats
+      // workers of their own, so that no report of another kind shares their CPU.
+      lanes: [...new Set(s.WORKER_LANES.split(','))] as ('reports' | 'heartbeats')[],
       ackWaitS: s.ACK_WAIT_S,
       // A report that waits for an outage is retried after 0.5 s, 1 s, 2 s, … at most this long
       // apart, for as long as the outage lasts (never dead-lettered for it).

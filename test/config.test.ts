@@ -51,6 +51,9 @@ t.test('values are read as operators write them', async (t) => {
   t.throws(() => loadConfig({ GATEWAY_PORT: '80.5' }), ConfigError);
   t.throws(() => loadConfig({ MAX_ITEMS: '70000' }), /MAX_ITEMS="70000": must be an integer from 1 to 65535/, 'bounded by the column it numbers');
   t.throws(() => loadConfig({ STREAM_NAME: 'with space' }), /STREAM_NAME/);
+  t.same(loadConfig({}).worker.lanes, ['reports', 'heartbeats'], 'a worker pulls both lanes unless told');
+  t.same(loadConfig({ WORKER_LANES: 'heartbeats' }).worker.lanes, ['heartbeats']);
+  t.throws(() => loadConfig({ WORKER_LANES: 'reports,metrics' }), /WORKER_LANES="reports,metrics": must be reports, heartbeats, or both joined by a comma/);
   t.throws(() => loadConfig({ JWT_SECRET: 'short' }), /JWT_SECRET="short": must be empty \(a random key per process\) or at least 32 characters/);
   t.equal(loadConfig({ TRUST_PROXY: '' }).trustProxy, null);
   t.equal(loadConfig({ TRUST_PROXY: '2' }).trustProxy!('10.0.0.1', 1), true);

@@ -66,3 +66,16 @@ t.test('a heartbeat queued in the main stream (a replayed dead letter) is applie
   await drained(s);
   t.pass('applied and acked');
 });
+
+t.test('WORKER_LANES: a worker of the heartbeat lane alone leaves other reports to the workers of the main stream', async (t) => {
+  await Promise.all(s.procs.filter((p) => p.name === 'worker').map((p) => p.stop()));
+  await s.startWorker({ WORKER_LANES: 'heartbeats' });
+  t.equal((await s.report('only-st', 'status', { status: 'running', message: 'lane-only-st' })).status, 200);
+  t.equal((await s.report('only-hb', 'heartbeat', { version: 'lane-only-hb' })).status, 200);
+  await eventually(async () => (await storedOnce(s.ch, 'heartbeats', 'version', ['lane-only-hb'])).missing.length === 0, 30_000, 'the heartbeat applied');
+  t.equal(await messages(MAIN), 1, 'the status report waits in the main stream: no worker pulls it');
+  t.same((await storedOnce(s.ch, 'status_history', 'message', ['lane-only-st'])).missing, ['lane-only-st'], 'not applied');
+  await s.startWorker({ WORKER_LANES: 'reports' });
+  await eventually(async () => (await storedOnce(s.ch, 'status_history', 'message', ['lane-only-st'])).missing.length === 0, 30_000, 'applied by the worker of the main stream');
+  await drained(s);
+});

@@ -162,10 +162,8 @@ const consumerOptions = {
 };
 // Two lanes (lib/messages.ts, docs/architecture.md "Lanes"): the main stream, and the heartbeats'
 // own, pulled side by side, so that no heartbeat waits behind a backlog of large reports.
-const lanes = [
-  { lane: 'reports', stream: cfg.streamName },
-  { lane: 'heartbeats', stream: heartbeatStream(cfg.streamName) },
-] as const;
+// WORKER_LANES picks some: a fleet can run workers for heartbeats alone.
+const lanes = cfg.worker.lanes.map((lane) => ({ lane, stream: lane === 'heartbeats' ? heartbeatStream(cfg.streamName) : cfg.streamName }));
 const consumers: IngestConsumer[] = [];
 for (const { lane, stream } of lanes) {
   const durable = await retrying(`the durable consumer (${lane})`, () => js.consumers.get(stream, cfg.worker.consumerName));
