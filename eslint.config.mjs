@@ -1,7 +1,58 @@
 // ESLint (typescript-eslint): a small rule set of real mistakes, not style (formatting is left to
-// the editor). Run by `npm test` (test/lint.test.ts) over the server, bench, deploy and test code;
+// the editor). Run by `npm test` (test/structure.test.ts) over the server, bench, deploy and test code;
 // the dashboard has its own type check (dashboard/tsconfig.json).
 import tseslint from 'typescript-eslint';
+
+// SQL (Postgres and ClickHouse statements) lives in lib/store/ (docs/architecture.md "Floor plan"):
+// a string or template that starts a statement anywhere else is an error. These files held SQL
+// when the rule came (43 files; lib/store/ had 13), and are the store layer's work still to
+// do: the list only shrinks.
+const SQL = '^\\s*(SELECT|INSERT INTO|UPDATE \\w+ SET|DELETE FROM|WITH \\w+ AS|CREATE (TABLE|MATERIALIZED)|ALTER (TABLE|SYSTEM)|DROP TABLE|OPTIMIZE TABLE|TRUNCATE|SYSTEM (STOP|START))\\b';
+const SQL_NOT_YET_IN_STORE = [
+  'api/auth.ts',
+  'api/handlers/accounts.ts',
+  'api/handlers/artifacts.ts',
+  'api/handlers/help.ts',
+  'api/handlers/instances.ts',
+  'api/handlers/invitations.ts',
+  'api/handlers/licences.ts',
+  'api/handlers/metrics.ts',
+  'api/handlers/quotas.ts',
+  'api/handlers/rejections.ts',
+  'api/handlers/sessions.ts',
+  'api/handlers/status.ts',
+  'api/handlers/tokens.ts',
+  'api/handlers/traffic-light.ts',
+  'api/handlers/webhooks.ts',
+  'api/handlers/whitelist.ts',
+  'api/light-counts.ts',
+  'api/ownership.ts',
+  'api/server.ts',
+  'api/stream-auth.ts',
+  'cli/fleet.ts',
+  'deploy/local-servers.ts',
+  'gateway/help-coverage.ts',
+  'gateway/licence-gate.ts',
+  'gateway/pending-commands.ts',
+  'gateway/token-cache.ts',
+  'lib/infra/synced-map.ts',
+  'workers/apply-batch.ts',
+  'workers/artifact-expiry.ts',
+  'workers/artifacts.ts',
+  'workers/command-expiry.ts',
+  'workers/commands.ts',
+  'workers/health.ts',
+  'workers/heartbeat-state.ts',
+  'workers/help-texts.ts',
+  'workers/licences.ts',
+  'workers/light-census.ts',
+  'workers/light-expiry.ts',
+  'workers/light-sweep.ts',
+  'workers/onboarding.ts',
+  'workers/traffic-light.ts',
+  'workers/webhooks.ts',
+  'workers/whitelist-cache.ts',
+];
 
 export default tseslint.config(
   { ignores: ['dist/**', 'node_modules/**', 'dashboard/**', '.data/**', 'test/artifacts/**', 'bin/**', '**/*.mjs'] },
@@ -23,6 +74,17 @@ export default tseslint.config(
       'prefer-const': 'error',
       eqeqeq: ['error', 'always', { null: 'ignore' }],
       'no-throw-literal': 'error',
+    },
+  },
+  {
+    files: ['gateway/**/*.ts', 'workers/**/*.ts', 'api/**/*.ts', 'cli/**/*.ts', 'deploy/**/*.ts', 'lib/**/*.ts'],
+    ignores: ['lib/store/**', ...SQL_NOT_YET_IN_STORE],
+    rules: {
+      'no-restricted-syntax': [
+        'error',
+        { selector: `Literal[value=/${SQL}/]`, message: 'SQL lives in lib/store/ (docs/architecture.md "Floor plan")' },
+        { selector: `TemplateElement[value.raw=/${SQL}/]`, message: 'SQL lives in lib/store/ (docs/architecture.md "Floor plan")' },
+      ],
     },
   },
   {

@@ -4,14 +4,14 @@
 //     (a removed membership or a revoked session takes effect at once, on every replica); a system
 //     admin acts as owner in any customer;
 //   - an API token with the `read` scope (scripts, Grafana): viewer rights in its own customer.
-// Routes declare the level they need in lib/routes.ts; api/server.ts enforces it before the handler.
+// Routes declare the level they need in lib/contract/routes.ts; api/server.ts enforces it before the handler.
 // Not authenticated: 401. Authenticated but not allowed: 403.
 import type { FastifyRequest } from 'fastify';
-import type { Pool } from '../lib/db/postgres.js';
-import { HttpError, forbidden } from '../lib/errors.js';
-import { hashToken } from '../lib/ids.js';
-import { ROLE_RANK, type Role } from '../lib/accounts.js';
-import type { Auth } from '../lib/routes.js';
+import type { Pool } from '../lib/infra/postgres.js';
+import { HttpError, forbidden } from '../lib/contract/errors.js';
+import { hashToken } from '../lib/contract/ids.js';
+import { ROLE_RANK, type Role } from '../lib/store/accounts.js';
+import type { Auth } from '../lib/contract/routes.js';
 import { SESSION_COOKIE, type Sessions } from './session.js';
 
 export interface Principal {
@@ -94,7 +94,7 @@ async function tokenPrincipal(pool: Pool, token: string): Promise<Principal> {
   return { kind: 'token', tokenId: row.id, customerId: row.customer_id, customer: row.customer, role: 'viewer', isSystemAdmin: false };
 }
 
-/** Checks a principal against a route's level (lib/routes.ts). */
+/** Checks a principal against a route's level (lib/contract/routes.ts). */
 export function authorise(p: Principal, level: Auth): void {
   if (level === 'none' || level === 'ingest-token') return;
   if (level === 'user') {

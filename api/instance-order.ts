@@ -6,7 +6,7 @@
 //   group     groups by their lowest group_priority (missing last), then by name; no group last
 //   location  by name; no location last
 //   machine, software   by name
-import { type INSTANCE_SORT_KEYS, type INSTANCE_GROUP_KEYS } from '../lib/schemas/api.js';
+import { type INSTANCE_SORT_KEYS, type INSTANCE_GROUP_KEYS } from '../lib/contract/schemas/api.js';
 
 type SortKey = (typeof INSTANCE_SORT_KEYS)[number];
 export type GroupKey = (typeof INSTANCE_GROUP_KEYS)[number];

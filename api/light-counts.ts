@@ -7,7 +7,7 @@
 // Bounded: at most 10,000 entries per api process, least recently used first out.
 import { LRUCache } from 'lru-cache';
 import type { ApiDeps } from './types.js';
-import { lightSql } from '../lib/traffic-light.js';
+import { lightSql } from '../lib/domain/traffic-light.js';
 
 export type LightCountsValue = { green: number; yellow: number; red: number; grey: number };
 

@@ -16,9 +16,9 @@
 // that cannot run (Postgres away) leaves the streams as they are until one succeeds.
 import type { ServerResponse } from 'node:http';
 import type { NatsConnection, Subscription } from 'nats';
-import type { Logger } from '../lib/log.js';
-import { subjects } from '../lib/messages.js';
-import { publicLightEvent, type LightMessage } from '../lib/traffic-light.js';
+import type { Logger } from '../lib/infra/log.js';
+import { subjects } from '../lib/contract/messages.js';
+import { publicLightEvent, type LightMessage } from '../lib/domain/traffic-light.js';
 
 const MAX_BUFFERED = 1024 * 1024;
 

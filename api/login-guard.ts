@@ -29,9 +29,9 @@
 import { createHash, createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 import ipaddr from 'ipaddr.js';
 import type { FastifyReply } from 'fastify';
-import { luaCommand, type Redis } from '../lib/db/redis.js';
-import { HttpError } from '../lib/errors.js';
-import type { Metrics } from '../lib/metrics.js';
+import { luaCommand, type Redis } from '../lib/infra/redis.js';
+import { HttpError } from '../lib/contract/errors.js';
+import type { Metrics } from '../lib/infra/metrics.js';
 
 export const DEVICE_COOKIE = 'fleet_device';
 /** A device cookie lives this long after the last successful login that set it. */

@@ -2,21 +2,21 @@
 // config -> Postgres, ClickHouse, Redis, NATS (in the background) -> Fastify app from the route
 // table -> listen -> graceful close.
 import { WhitelistChecks } from './whitelist-check.js';
-import { configOrExit } from '../lib/config.js';
-import { Lifecycle, drainNats } from '../lib/shutdown.js';
-import { createLogger } from '../lib/log.js';
-import { createMetrics } from '../lib/metrics.js';
-import { createPool } from '../lib/db/postgres.js';
-import { createClickHouse } from '../lib/db/clickhouse.js';
-import { createRedis } from '../lib/db/redis.js';
+import { configOrExit } from '../lib/infra/config.js';
+import { Lifecycle, drainNats } from '../lib/infra/shutdown.js';
+import { createLogger } from '../lib/infra/log.js';
+import { createMetrics } from '../lib/infra/metrics.js';
+import { createPool } from '../lib/infra/postgres.js';
+import { createClickHouse } from '../lib/infra/clickhouse.js';
+import { createRedis } from '../lib/infra/redis.js';
 import { Sessions } from './session.js';
-import { connectNats, warnDurability, type NatsConnection } from '../lib/db/nats.js';
+import { connectNats, warnDurability, type NatsConnection } from '../lib/infra/nats.js';
 import { LightHub } from './light-stream.js';
 import { buildApi } from './server.js';
-import { ArtifactStore } from '../lib/artifacts.js';
-import { subjects } from '../lib/messages.js';
-import { CommandHints } from '../lib/commands.js';
-import { DeadLetters } from '../lib/dead-letters.js';
+import { ArtifactStore } from '../lib/store/artifacts.js';
+import { subjects } from '../lib/contract/messages.js';
+import { CommandHints } from '../lib/store/commands.js';
+import { DeadLetters } from '../lib/store/dead-letters.js';
 
 const cfg = configOrExit('api');
 const log = createLogger('api', cfg.logLevel);

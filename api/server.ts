@@ -1,16 +1,16 @@
-// The read API on Fastify: the `api` routes of lib/routes.ts, each with its TypeBox schemas for
+// The read API on Fastify: the `api` routes of lib/contract/routes.ts, each with its TypeBox schemas for
 // params, query and body (Fastify validates them with Ajv), an auth check per the table, and one
 // error shape for everything: `{"detail": ...}`.
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyRequest, type FastifyReply, type FastifyError } from 'fastify';
-import type { Config } from '../lib/config.js';
+import type { Config } from '../lib/infra/config.js';
 import type { Socket } from 'node:net';
 import { STATUS_CODES } from 'node:http';
 import cookie from '@fastify/cookie';
-import { HttpError } from '../lib/errors.js';
-import { routesOf, colonPath, checkHandlers, allowedMethods } from '../lib/routes.js';
-import { toFieldErrors } from '../lib/validation.js';
+import { HttpError } from '../lib/contract/errors.js';
+import { routesOf, colonPath, checkHandlers, allowedMethods } from '../lib/contract/routes.js';
+import { toFieldErrors } from '../lib/contract/validation.js';
 import { resolvePrincipal, authorise } from './auth.js';
-import { TokenUsage } from '../lib/token-usage.js';
+import { TokenUsage } from '../lib/store/token-usage.js';
 import { instanceHandlers } from './handlers/instances.js';
 import { authHandlers } from './handlers/auth.js';
 import { whitelistHandlers } from './handlers/whitelist.js';
@@ -31,10 +31,10 @@ import { quotaHandlers } from './handlers/quotas.js';
 import { deadLetterHandlers } from './handlers/dead-letters.js';
 import { invitationHandlers } from './handlers/invitations.js';
 import { sessionHandlers } from './handlers/sessions.js';
-import { Mailer } from '../lib/mail.js';
+import { Mailer } from './mail.js';
 import { streamAuthStillValid } from './stream-auth.js';
 import type { ApiDeps, ApiHandlers } from './types.js';
-import { routeTimer, type RouteTimer } from '../lib/metrics.js';
+import { routeTimer, type RouteTimer } from '../lib/infra/metrics.js';
 
 export type { ApiDeps };
 
@@ -89,7 +89,7 @@ export async function buildApi(d: ApiDeps): Promise<FastifyInstance> {
     // One line per request would drown the useful logs; fleet_http_request_duration_seconds counts them instead.
     logController: new LogController({ disableRequestLogging: true }),
     bodyLimit: 1024 * 1024,
-    // The same rule as the gateway's (lib/client-address.ts): right-most untrusted X-Forwarded-For entry.
+    // The same rule as the gateway's (lib/infra/client-address.ts): right-most untrusted X-Forwarded-For entry.
     trustProxy: d.cfg.trustProxy ?? false,
     ajv: { customOptions: { coerceTypes: 'array', removeAdditional: false, allErrors: true } },
     ...serverTimeouts(d.cfg.api),
@@ -97,7 +97,7 @@ export async function buildApi(d: ApiDeps): Promise<FastifyInstance> {
   });
 
   await app.register(cookie);
-  // API tokens' last_used_at (lib/token-usage.ts): a request answered for a token notes it in
+  // API tokens' last_used_at (lib/store/token-usage.ts): a request answered for a token notes it in
   // memory; a timer writes the notes, each token at most once a minute. Written once more at close.
   const tokenUsageWrites = d.metrics.counter('fleet_token_last_used_updates_total');
   const tokenUsage = new TokenUsage({
@@ -117,14 +117,14 @@ export async function buildApi(d: ApiDeps): Promise<FastifyInstance> {
   });
   // Open live streams end before the server closes, or close would wait for them.
   app.addHook('preClose', async () => d.lights.close());
-  // E-mail for invitations and password resets (lib/mail.ts); one transport per api process.
+  // E-mail for invitations and password resets (api/mail.ts); one transport per api process.
   const mailer = d.mailer ?? new Mailer(d.cfg.mail, d.log);
   if (!mailer.configured) d.log.warn('SMTP_HOST not set: invitation and password-reset e-mails are written to this log instead of being sent');
   app.addHook('onClose', async () => mailer.close());
   // Open live streams re-check their session or token every SESSION_STREAM_RECHECK_MS, and end when it was revoked.
   d.lights.recheckWith(d.cfg.api.streamRecheckMs, (auths) => streamAuthStillValid(d.pool, auths));
 
-  // Each typed by its route (api/types.ts); the operations routes (ops() in lib/routes.ts) take nothing.
+  // Each typed by its route (api/types.ts); the operations routes (ops() in lib/contract/routes.ts) take nothing.
   const handlers: ApiHandlers & { api_healthz: Handler; api_readyz: Handler; api_metrics: Handler } = {
     ...authHandlers(d),
     ...instanceHandlers(d),

@@ -1,7 +1,7 @@
 // Whether the sessions and API tokens of open live streams still hold (api/light-stream.ts asks
 // every SESSION_STREAM_RECHECK_MS): one query for all the sessions, one for all the tokens, however
 // many streams an api replica holds.
-import type { Pool } from '../lib/db/postgres.js';
+import type { Pool } from '../lib/infra/postgres.js';
 import { streamAuthKey, type StreamAuth } from './light-stream.js';
 
 export async function streamAuthStillValid(pool: Pool, auths: StreamAuth[]): Promise<Set<string>> {

@@ -1,26 +1,26 @@
 // What the api's modules share: its dependencies and the type of each route handler. Types only:
 // importing this file creates no cycle between api/server.ts and the handler modules.
 //
-// Handlers are typed from the route table (lib/routes.ts) through Fastify's TypeBox type provider:
+// Handlers are typed from the route table (lib/contract/routes.ts) through Fastify's TypeBox type provider:
 // the handler of `list_instances` receives `req.query` as `Static<InstanceListQuery>`, the schema
 // Fastify validated it with, so no handler casts what it reads.
 import type { WhitelistChecks } from './whitelist-check.js';
 import type { FastifyReply, FastifyRequest, RawRequestDefaultExpression, RawServerDefault, RouteGenericInterface } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { TSchema } from '@sinclair/typebox';
-import type { Config } from '../lib/config.js';
-import type { Logger } from '../lib/log.js';
-import type { Metrics } from '../lib/metrics.js';
-import type { Pool } from '../lib/db/postgres.js';
-import type { ClickHouseClient } from '../lib/db/clickhouse.js';
-import type { Redis } from '../lib/db/redis.js';
-import type { ArtifactStore } from '../lib/artifacts.js';
-import type { CommandHints } from '../lib/commands.js';
-import type { routes } from '../lib/routes.js';
+import type { Config } from '../lib/infra/config.js';
+import type { Logger } from '../lib/infra/log.js';
+import type { Metrics } from '../lib/infra/metrics.js';
+import type { Pool } from '../lib/infra/postgres.js';
+import type { ClickHouseClient } from '../lib/infra/clickhouse.js';
+import type { Redis } from '../lib/infra/redis.js';
+import type { ArtifactStore } from '../lib/store/artifacts.js';
+import type { CommandHints } from '../lib/store/commands.js';
+import type { routes } from '../lib/contract/routes.js';
 import type { Sessions } from './session.js';
 import type { LightHub } from './light-stream.js';
-import type { DeadLetters } from '../lib/dead-letters.js';
-import type { Mailer } from '../lib/mail.js';
+import type { DeadLetters } from '../lib/store/dead-letters.js';
+import type { Mailer } from './mail.js';
 
 export interface ApiDeps {
   cfg: Config;
@@ -40,7 +40,7 @@ export interface ApiDeps {
   deadLetters: () => DeadLetters | null;
   /** The check of a whitelist rule set against SUFFIX_CHAIN_MAX, in a worker thread. */
   whitelistChecks: WhitelistChecks;
-  /** E-mail (lib/mail.ts); absent: made from cfg.mail by buildApi. */
+  /** E-mail (api/mail.ts); absent: made from cfg.mail by buildApi. */
   mailer?: Mailer;
 }
 

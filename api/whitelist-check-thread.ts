@@ -1,7 +1,7 @@
 // The worker thread of api/whitelist-check.ts: compiles a customer's rule set before and after a
-// write (lib/whitelist.ts, as the workers compile it) and answers the suffix chains.
+// write (lib/domain/whitelist.ts, as the workers compile it) and answers the suffix chains.
 import { parentPort } from 'node:worker_threads';
-import { RuleSet, SUFFIX_CHAIN_MAX, type RuleRow } from '../lib/whitelist.js';
+import { RuleSet, SUFFIX_CHAIN_MAX, type RuleRow } from '../lib/domain/whitelist.js';
 
 parentPort!.on('message', (m: { id: number; rows: RuleRow[]; rule: RuleRow; replaces: string | null }) => {
   try {

@@ -1,12 +1,12 @@
 // The api's check of a customer's whitelist rule set against SUFFIX_CHAIN_MAX, off the event loop.
-// The check compiles the customer's message patterns as the workers do (lib/whitelist.ts): for the
+// The check compiles the customer's message patterns as the workers do (lib/domain/whitelist.ts): for the
 // largest set the limits allow (1,000 patterns of 512 characters) that is about 0.4 s of CPU, which
 // on the api's event loop would hold every other customer's requests for as long. So it runs in one
 // worker thread per api process, one check at a time; a customer whose check is already running or
 // waiting gets 429 for another write (one customer can queue one check, never the others' turn).
 import { Worker } from 'node:worker_threads';
-import { HttpError } from '../lib/errors.js';
-import type { RuleRow } from '../lib/whitelist.js';
+import { HttpError } from '../lib/contract/errors.js';
+import type { RuleRow } from '../lib/domain/whitelist.js';
 
 export interface ChainCheck {
   /** The longest suffix chain of the set after the write, and before it. */

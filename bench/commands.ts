@@ -3,7 +3,7 @@
 //
 //   node dist/bench/commands.js            (servers from the usual environment: NATS_URL,
 //                                           DATABASE_URL, REDIS_URL, CLICKHOUSE_URL or the *_PORT
-//                                           variables; see lib/config.ts)
+//                                           variables; see lib/infra/config.ts)
 //
 // It works on the given servers in names of its own (a Postgres and a ClickHouse database, a
 // stream, subjects, a Redis prefix), removed at the end (BENCH_KEEP=1 keeps them), and starts its
@@ -29,15 +29,15 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
-import { loadConfig } from '../lib/config.js';
-import { migrate } from '../lib/db/migrate.js';
-import { createPool, type Pool } from '../lib/db/postgres.js';
-import { createClickHouse } from '../lib/db/clickhouse.js';
-import { createRedis } from '../lib/db/redis.js';
-import { connectNats, ensureStreams } from '../lib/db/nats.js';
-import { subjects, deadLetterStream, heartbeatStream, ingestStreams } from '../lib/messages.js';
-import { createCustomer, createToken } from '../lib/admin.js';
-import { CommandHints, queueCommand, type InstanceRef } from '../lib/commands.js';
+import { loadConfig } from '../lib/infra/config.js';
+import { migrate } from '../lib/store/migrate.js';
+import { createPool, type Pool } from '../lib/infra/postgres.js';
+import { createClickHouse } from '../lib/infra/clickhouse.js';
+import { createRedis } from '../lib/infra/redis.js';
+import { connectNats, ensureStreams } from '../lib/infra/nats.js';
+import { subjects, deadLetterStream, heartbeatStream, ingestStreams } from '../lib/contract/messages.js';
+import { createCustomer, createToken } from '../lib/store/customers.js';
+import { CommandHints, queueCommand, type InstanceRef } from '../lib/store/commands.js';
 
 const ROOT = join(import.meta.dirname, '..', '..');
 const INSTANCES = Number(process.env.BENCH_INSTANCES ?? 10_000);

@@ -4,7 +4,7 @@
 // and divides the difference by the reports it carried.
 import { readdirSync, readFileSync } from 'node:fs';
 import { servesDir } from '../deploy/local-servers.js';
-import type { Pool } from '../lib/db/postgres.js';
+import type { Pool } from '../lib/infra/postgres.js';
 
 /** Clock ticks per second of /proc/<pid>/stat (USER_HZ: 100 on every Linux the stack runs on). */
 const HZ = 100;

@@ -3,13 +3,13 @@
 // metrics with 100 records, whose ids bench/wrk/ingest.lua makes unique per request).
 import { writeFileSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { createPool, type Pool } from '../lib/db/postgres.js';
-import type { Config } from '../lib/config.js';
-import { createClickHouse } from '../lib/db/clickhouse.js';
-import { connectNats, ensureStreams, ensureConsumer } from '../lib/db/nats.js';
-import { deadLetterStream, ingestStreams } from '../lib/messages.js';
+import { createPool, type Pool } from '../lib/infra/postgres.js';
+import type { Config } from '../lib/infra/config.js';
+import { createClickHouse } from '../lib/infra/clickhouse.js';
+import { connectNats, ensureStreams, ensureConsumer } from '../lib/infra/nats.js';
+import { deadLetterStream, ingestStreams } from '../lib/contract/messages.js';
 import type { JetStreamManager } from 'nats';
-import { createCustomer, createToken } from '../lib/admin.js';
+import { createCustomer, createToken } from '../lib/store/customers.js';
 
 /** The per-customer rates lifted (a bench measures throughput, and its few customers send everything). */
 export const LIFTED_CUSTOMER_RATES = {
@@ -102,7 +102,7 @@ export async function soakServers(cfg: Config, name: string, poolSize: number) {
   return { pool, ch, nc, jsm };
 }
 
-/** Messages of both lanes (lib/messages.ts) not yet applied: pending or delivered and not acked. */
+/** Messages of both lanes (lib/contract/messages.ts) not yet applied: pending or delivered and not acked. */
 export async function backlog(jsm: JetStreamManager, cfg: Pick<Config, 'streamName'> & { worker: { consumerName: string } }): Promise<number> {
   const infos = await Promise.all(ingestStreams(cfg.streamName).map((n) => jsm.consumers.info(n, cfg.worker.consumerName)));
   return infos.reduce((n, i) => n + i.num_pending + i.num_ack_pending, 0);

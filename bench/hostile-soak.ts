@@ -23,14 +23,14 @@
 import { randomUUID, createHash } from 'node:crypto';
 import { Worker } from 'node:worker_threads';
 import { Pool as HttpPool } from 'undici';
-import { loadConfig } from '../lib/config.js';
-import { deadLetterStream } from '../lib/messages.js';
+import { loadConfig } from '../lib/infra/config.js';
+import { deadLetterStream } from '../lib/contract/messages.js';
 import { soakServers, backlog } from './fixtures.js';
-import { createCustomer, createToken } from '../lib/admin.js';
-import { createUser, addMembership } from '../lib/accounts.js';
-import { setOverrides } from '../lib/quotas.js';
+import { createCustomer, createToken } from '../lib/store/customers.js';
+import { createUser, addMembership } from '../lib/store/accounts.js';
+import { setOverrides } from '../lib/store/quotas.js';
 import { insertLedger } from './insert-ledger.js';
-import { idempotentReportId } from '../lib/ids.js';
+import { idempotentReportId } from '../lib/contract/ids.js';
 import { Proc } from '../deploy/service-process.js';
 
 const arg = (name: string, dflt: number) => (process.argv.includes(name) ? Number(process.argv[process.argv.indexOf(name) + 1]) : dflt);

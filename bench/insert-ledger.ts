@@ -4,8 +4,8 @@
 // keyed by report id, so its merges fold a doubled report into one row. A materialized view into
 // a plain MergeTree sees every insert into the table as it happens and never folds anything: its
 // rows per report id are the rows inserted for that report, however often that was.
-import type { ClickHouseClient } from '../lib/db/clickhouse.js';
-import { queryRows } from '../lib/db/clickhouse.js';
+import type { ClickHouseClient } from '../lib/infra/clickhouse.js';
+import { queryRows } from '../lib/infra/clickhouse.js';
 
 export interface InsertLedger {
   /** Rows inserted per report id into `table` for the given customers, since the ledger was made. */

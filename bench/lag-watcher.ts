@@ -8,7 +8,7 @@
 // Messages: in {ids: string[]} (the instances to watch; sent again when more exist), {stop: true};
 // out, once stopped: {lags: number[]} (milliseconds).
 import { parentPort, workerData } from 'node:worker_threads';
-import { createRedis, redisKeys } from '../lib/db/redis.js';
+import { createRedis, redisKeys } from '../lib/infra/redis.js';
 
 const { redisUrl, redisPrefix, timeoutMs } = workerData as { redisUrl: string; redisPrefix: string; timeoutMs: number };
 const redis = createRedis(redisUrl);

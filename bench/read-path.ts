@@ -4,7 +4,7 @@
 // customer stream in through the gateway. Target: p99 <= 100 ms per endpoint.
 //
 //   node dist/bench/read-path.js    (servers from the usual environment: NATS_URL, DATABASE_URL,
-//                                    REDIS_URL, CLICKHOUSE_URL or the *_PORT variables; lib/config.ts)
+//                                    REDIS_URL, CLICKHOUSE_URL or the *_PORT variables; lib/infra/config.ts)
 //
 // Environment: BENCH_INSTANCES (100000), BENCH_READERS (50), BENCH_DURATION_S (20, per endpoint),
 // BENCH_INGEST_RATE (2000 heartbeats/s), BENCH_ONLY (comma list of endpoint names), BENCH_KEEP=1
@@ -194,14 +194,14 @@ async function measure(readers: number, seconds: number, op: (reader: number, n:
 // ---- the run --------------------------------------------------------------------------------
 
 async function main(): Promise<void> {
-  const { loadConfig } = await import('../lib/config.js');
-  const { migrate } = await import('../lib/db/migrate.js');
-  const { createPool } = await import('../lib/db/postgres.js');
-  const { createClickHouse } = await import('../lib/db/clickhouse.js');
-  const { createRedis } = await import('../lib/db/redis.js');
-  const { connectNats, ensureStreams } = await import('../lib/db/nats.js');
-  const { deadLetterStream, heartbeatStream } = await import('../lib/messages.js');
-  const { createCustomer, createToken } = await import('../lib/admin.js');
+  const { loadConfig } = await import('../lib/infra/config.js');
+  const { migrate } = await import('../lib/store/migrate.js');
+  const { createPool } = await import('../lib/infra/postgres.js');
+  const { createClickHouse } = await import('../lib/infra/clickhouse.js');
+  const { createRedis } = await import('../lib/infra/redis.js');
+  const { connectNats, ensureStreams } = await import('../lib/infra/nats.js');
+  const { deadLetterStream, heartbeatStream } = await import('../lib/contract/messages.js');
+  const { createCustomer, createToken } = await import('../lib/store/customers.js');
 
   const N = Number(process.env.BENCH_INSTANCES ?? 100_000);
   const READERS = Number(process.env.BENCH_READERS ?? 50);

@@ -10,15 +10,15 @@
 // Run alone: `npm run bench -- --only soak`.
 import fc from 'fast-check';
 import { Pool as HttpPool } from 'undici';
-import { loadConfig } from '../lib/config.js';
-import { queryRows } from '../lib/db/clickhouse.js';
-import { deadLetterStream } from '../lib/messages.js';
+import { loadConfig } from '../lib/infra/config.js';
+import { queryRows } from '../lib/infra/clickhouse.js';
+import { deadLetterStream } from '../lib/contract/messages.js';
 import { soakServers, backlog } from './fixtures.js';
-import { createCustomer, createToken } from '../lib/admin.js';
-import { idempotentReportId } from '../lib/ids.js';
+import { createCustomer, createToken } from '../lib/store/customers.js';
+import { idempotentReportId } from '../lib/contract/ids.js';
 import { Proc } from '../deploy/service-process.js';
-import { Heartbeat, Status, diagnosticsSchema } from '../lib/schemas/ingest.js';
-import { MetricsBody } from '../lib/schemas/metrics.js';
+import { Heartbeat, Status, diagnosticsSchema } from '../lib/contract/schemas/ingest.js';
+import { MetricsBody } from '../lib/contract/schemas/metrics.js';
 import { arbitraryOf, toJson } from '../test/helpers/arbitraries.js';
 import { insertLedger } from './insert-ledger.js';
 

@@ -6,7 +6,7 @@
 //   node dist/bench/traffic-light.js [--instances 100000] [--workers 1] [--timeout-s 60]
 //
 // Runs against the servers of the usual environment (NATS_URL, DATABASE_URL, REDIS_URL,
-// CLICKHOUSE_URL, CLICKHOUSE_DB, ...; lib/config.ts). It keeps out of the way of a deployment on
+// CLICKHOUSE_URL, CLICKHOUSE_DB, ...; lib/infra/config.ts). It keeps out of the way of a deployment on
 // the same servers: its own stream (`${STREAM_NAME}_LIGHTBENCH`), subjects
 // (`${SUBJECT_PREFIX}-lightbench`), Redis prefix (`${REDIS_PREFIX}lightbench:`) and customer
 // (`lightbench-<random>`), and its own worker processes (dist/workers/main.js) with the given
@@ -16,15 +16,15 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes, randomUUID } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
-import { loadConfig } from '../lib/config.js';
-import { createPool } from '../lib/db/postgres.js';
-import { createClickHouse, queryRows } from '../lib/db/clickhouse.js';
-import { chStr } from '../lib/db/clickhouse-sql.js';
-import { createRedis, redisKeys } from '../lib/db/redis.js';
-import { connectNats, ensureStreams } from '../lib/db/nats.js';
-import { migrate } from '../lib/db/migrate.js';
-import { createCustomer } from '../lib/admin.js';
-import { encodeBatch, encodeReport, subjects, deadLetterStream, heartbeatStream } from '../lib/messages.js';
+import { loadConfig } from '../lib/infra/config.js';
+import { createPool } from '../lib/infra/postgres.js';
+import { createClickHouse, queryRows } from '../lib/infra/clickhouse.js';
+import { chStr } from '../lib/infra/clickhouse-sql.js';
+import { createRedis, redisKeys } from '../lib/infra/redis.js';
+import { connectNats, ensureStreams } from '../lib/infra/nats.js';
+import { migrate } from '../lib/store/migrate.js';
+import { createCustomer } from '../lib/store/customers.js';
+import { encodeBatch, encodeReport, subjects, deadLetterStream, heartbeatStream } from '../lib/contract/messages.js';
 
 function arg(name: string, fallback: number): number {
   const i = process.argv.indexOf(`--${name}`);

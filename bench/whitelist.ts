@@ -1,4 +1,4 @@
-// Whitelist matching (lib/whitelist.ts, lib/whitelist-automaton.ts), pure CPU in this process: the
+// Whitelist matching (lib/domain/whitelist.ts, lib/domain/whitelist-automaton.ts), pure CPU in this process: the
 // time per diagnostic item of `RuleSet.match` (lower-casing included) against rule sets at the
 // api's limits (1,000 rules, 512-character message patterns, WILDCARD_GROUPS_MAX runs of wildcards,
 // SUFFIX_CHAIN_MAX floating texts ending in one another) and messages of 8,192 characters, built
@@ -14,7 +14,7 @@
 import { cpus, loadavg } from 'node:os';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
-import { RuleSet, SUFFIX_CHAIN_MAX, WILDCARD_GROUPS_MAX, messagePatternProblem, type RuleRow } from '../lib/whitelist.js';
+import { RuleSet, SUFFIX_CHAIN_MAX, WILDCARD_GROUPS_MAX, messagePatternProblem, type RuleRow } from '../lib/domain/whitelist.js';
 
 // A full collection before each timed loop, so that the garbage of compiling (three sets) is not
 // collected inside it.

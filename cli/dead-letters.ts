@@ -1,9 +1,9 @@
 // `fleet dead-letters list|show|replay`: the dead-letter stream for an operator, without the nats
-// CLI. The work is lib/dead-letters.ts's (the api's admin routes use the same); this file connects
+// CLI. The work is lib/store/dead-letters.ts's (the api's admin routes use the same); this file connects
 // to NATS from the usual environment and writes what it found, as text or (--json) as the api does.
 import { connect, type NatsConnection } from 'nats';
-import { DeadLetters, DeadLetterInputError, checkCustomer, parseSince, type DeadLetterFilter } from '../lib/dead-letters.js';
-import type { DeadLetterDetailT, DeadLetterListT, ReplayAnswerT } from '../lib/schemas/dead-letters.js';
+import { DeadLetters, DeadLetterInputError, checkCustomer, parseSince, type DeadLetterFilter } from '../lib/store/dead-letters.js';
+import type { DeadLetterDetailT, DeadLetterListT, ReplayAnswerT } from '../lib/contract/schemas/dead-letters.js';
 
 export class CliError extends Error {}
 

@@ -1,22 +1,22 @@
 // `fleet`: the operator's command line (commander for parsing: subcommands, help and errors for free).
-// Reads the same environment as the services (lib/config.ts): DATABASE_URL, CLICKHOUSE_URL, ...
+// Reads the same environment as the services (lib/infra/config.ts): DATABASE_URL, CLICKHOUSE_URL, ...
 import { Command } from 'commander';
-import { configOrExit, type Config } from '../lib/config.js';
-import { migrate } from '../lib/db/migrate.js';
-import { createPool } from '../lib/db/postgres.js';
-import { createCustomer, createToken, findCustomer, listTokens, parseExpiry, revokeToken, type Scope } from '../lib/admin.js';
-import { createUser, setMembership, MembershipError, findUserByLogin, newPassword, ROLES, type Role } from '../lib/accounts.js';
-import { withTx } from '../lib/db/postgres.js';
-import { getLicence, deviceCount, licenceView, setLicence, TIERS, type LicenceChange, type Tier } from '../lib/licences.js';
-import { QUOTAS, QuotaError, loadArtifactStored, loadOverrides, parseBytes, quotaDefaults, quotaView, setOverrides, type QuotaName, type QuotaOverrides } from '../lib/quotas.js';
-import { ArtifactUsage } from '../lib/artifact-usage.js';
-import { createRedis } from '../lib/db/redis.js';
+import { configOrExit, type Config } from '../lib/infra/config.js';
+import { migrate } from '../lib/store/migrate.js';
+import { createPool } from '../lib/infra/postgres.js';
+import { createCustomer, createToken, findCustomer, listTokens, parseExpiry, revokeToken, type Scope } from '../lib/store/customers.js';
+import { createUser, setMembership, MembershipError, findUserByLogin, newPassword, ROLES, type Role } from '../lib/store/accounts.js';
+import { withTx } from '../lib/infra/postgres.js';
+import { getLicence, deviceCount, licenceView, setLicence, TIERS, type LicenceChange, type Tier } from '../lib/store/licences.js';
+import { QUOTAS, QuotaError, loadArtifactStored, loadOverrides, parseBytes, quotaDefaults, quotaView, setOverrides, type QuotaName, type QuotaOverrides } from '../lib/store/quotas.js';
+import { ArtifactUsage } from '../lib/store/artifact-usage.js';
+import { createRedis } from '../lib/infra/redis.js';
 import { upload, UploadError } from './upload.js';
 import { ingestBatch, IngestBatchError } from './ingest-batch.js';
 import { CliError, filterOf, formatList, formatReplay, formatShow, intOption, withDeadLetters, type FilterOptions } from './dead-letters.js';
-import { LIMITS } from '../lib/dead-letters.js';
-import { passwordProblem } from '../lib/passwords.js';
-import { revokeUserSessions } from '../api/session.js';
+import { LIMITS } from '../lib/store/dead-letters.js';
+import { passwordProblem } from '../lib/domain/passwords.js';
+import { revokeUserSessions } from '../lib/store/sessions.js';
 
 // Read when a command runs, not before: `fleet --help` works whatever the environment holds.
 let loaded: Config | undefined;
@@ -39,7 +39,7 @@ async function withPool<T>(fn: (pool: ReturnType<typeof createPool>) => Promise<
 
 program
   .command('migrate')
-  .description('apply the Postgres and ClickHouse schema (lib/db/schema.ts)')
+  .description('apply the Postgres and ClickHouse schema (lib/store/schema.ts)')
   .action(async () => {
     const applied = await migrate(config(), (m) => process.stdout.write(`${m}\n`));
     if (applied.length === 0) process.stdout.write('schema up to date\n');
@@ -219,7 +219,7 @@ async function quotaReport(slug: string) {
         [c.id],
       ),
     ]);
-    // Uploads in progress are reserved in Redis (lib/artifact-usage.ts).
+    // Uploads in progress are reserved in Redis (lib/store/artifact-usage.ts).
     const redis = createRedis(cfg.redisUrl, { lazyConnect: true });
     redis.on('error', () => {});
     const reserved = await new ArtifactUsage(redis, cfg.redisPrefix).reserved(c.id, stored.seq).catch(() => null);

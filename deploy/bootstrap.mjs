@@ -4,7 +4,7 @@
 //
 // It may not import any npm package (they are not installed yet): it installs the missing Debian
 // packages and npm dependencies, compiles the TypeScript, and then hands over to the compiled
-// stack runner (deploy/stack.ts) with the same mode and arguments.
+// stack runner (deploy/stack.ts) with the same mode and arguments (the bench: bench/main.ts).
 import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, statSync, readdirSync, writeFileSync } from 'node:fs';
 import { join, dirname } from 'node:path';
@@ -136,7 +136,9 @@ if (mode === 'setup') process.exit(0);
 
 // Hand over. The stack runner shuts down cleanly on SIGINT/SIGTERM; forward ours so that a plain
 // `kill` of npm or of this process ends in the same clean shutdown, and wait for it.
-const child = spawn(process.execPath, [join(root, 'dist', 'deploy', 'stack.js'), mode, ...rest], {
+// The bench has an entry of its own (bench/main.ts); every other mode is the stack runner's.
+const entry = mode === 'bench' ? [join(root, 'dist', 'bench', 'main.js'), ...rest] : [join(root, 'dist', 'deploy', 'stack.js'), mode, ...rest];
+const child = spawn(process.execPath, entry, {
   stdio: 'inherit',
   cwd: root,
 });

@@ -7,16 +7,16 @@
 //   gateways, workers, apis ──▶ Postgres, Redis; ──HTTP──▶ nginx ──▶ 2 ClickHouse replicas ◀─▶ ZooKeeper
 //
 // ClickHouse: CLICKHOUSE_CLUSTER=fleet, so the migrations create ReplicatedReplacingMergeTree
-// tables with Distributed tables over them (lib/db/schema.ts); the services reach either replica
+// tables with Distributed tables over them (lib/store/schema.ts); the services reach either replica
 // through nginx (as a Service would in Kubernetes), which passes a request to the other replica
 // when one does not answer. Every server runs in its own process group with its data under
 // DATA_DIR (default .data/cluster) and can be killed and started again on the same data.
 import { spawnSync, type ChildProcess } from 'node:child_process';
 import { chmodSync, chownSync, existsSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { loadConfig, type Config } from '../lib/config.js';
-import { migrate } from '../lib/db/migrate.js';
-import { connectNats, ensureStreams } from '../lib/db/nats.js';
+import { loadConfig, type Config } from '../lib/infra/config.js';
+import { migrate } from '../lib/store/migrate.js';
+import { connectNats, ensureStreams } from '../lib/infra/nats.js';
 import {
   clickhouseCommand,
   clickhouseConfig,

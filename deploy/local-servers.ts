@@ -7,7 +7,7 @@ import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, openSync, readFileSync, readlinkSync, rmSync, writeFileSync, chownSync, readdirSync } from 'node:fs';
 import { connect as netConnect } from 'node:net';
 import { dirname, join } from 'node:path';
-import type { Config } from '../lib/config.js';
+import { configOrExit, type Config } from '../lib/infra/config.js';
 
 export interface LocalServer {
   name: string;
@@ -522,4 +522,38 @@ export async function stopServers(servers: LocalServer[], log: Log): Promise<voi
       log(`${s.name} stopped`);
     }),
   );
+}
+
+/**
+ * Test and bench stacks get their own data folder and ports, so they can run beside `npm start`
+ * (14222, 15432, 16379, 18123, 19000). Every fixed port stays below 32768: above it lies the
+ * kernel's ephemeral range, where a client socket may already hold the port.
+ */
+const STACK_PORTS = {
+  test: { nats: 24222, redis: 26379, pg: 25432, chHttp: 28123, chTcp: 29000 },
+  bench: { nats: 31222, redis: 31379, pg: 31432, chHttp: 31123, chTcp: 31900 },
+};
+export function useDefaults(kind: 'test' | 'bench'): void {
+  const p = STACK_PORTS[kind];
+  const defaults: Record<string, string> = {
+    DATA_DIR: `.data/${kind}`,
+    NATS_PORT: String(p.nats),
+    REDIS_PORT: String(p.redis),
+    PG_PORT: String(p.pg),
+    CLICKHOUSE_HTTP_PORT: String(p.chHttp),
+    CLICKHOUSE_TCP_PORT: String(p.chTcp),
+  };
+  for (const [k, v] of Object.entries(defaults)) if (!process.env[k]) process.env[k] = v;
+}
+
+/** A throw-away stack: the four servers started empty under DATA_DIR. */
+export async function freshServers(fast: boolean, log: Log): Promise<{ cfg: Config; servers: LocalServer[] }> {
+  const cfg = configOrExit('stack');
+  for (const sub of ['nats', 'redis', 'postgres', 'clickhouse']) rmSync(join(cfg.dataDir, sub), { recursive: true, force: true });
+  mkdirSync(cfg.dataDir, { recursive: true });
+  const servers = await startLocalServers(cfg, log, { fast });
+  const onSignal = () => void stopServers(servers, log).then(() => process.exit(130));
+  process.on('SIGINT', onSignal);
+  process.on('SIGTERM', onSignal);
+  return { cfg, servers };
 }

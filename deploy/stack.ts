@@ -2,63 +2,28 @@
 // and build). Reads top-down:
 //   start    servers -> migrations -> stream -> demo seed -> gateway, workers, api -> wait for a signal
 //   test     fresh test servers -> migrations -> tap over dist/test -> "N passed, N failed"
-//   bench    fresh bench servers -> bench/run.ts (bench/README.md)
+//   (bench: bench/main.ts, its own entry: fresh bench servers -> bench/run.ts)
 //   servers  only the four servers, for working on one process by hand
 //   cluster       the production shape on loopback (deploy/cluster.ts): servers -> schema, R3 streams -> demo seed -> 2+2+2 processes
 //   test-cluster  the cluster tests (test/cluster/): each file starts a cluster of its own
 import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdirSync, writeFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join, dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { configOrExit, type Config } from '../lib/config.js';
-import { migrate } from '../lib/db/migrate.js';
-import { connectNats, ensureStreams } from '../lib/db/nats.js';
-import { createPool } from '../lib/db/postgres.js';
-import { createCustomer, createToken, findCustomer } from '../lib/admin.js';
-import { createUser, addMembership, findUserByLogin, newPassword } from '../lib/accounts.js';
-import { startLocalServers, stopServers, ensurePortFree, type LocalServer } from './local-servers.js';
+import { configOrExit, type Config } from '../lib/infra/config.js';
+import { migrate } from '../lib/store/migrate.js';
+import { connectNats, ensureStreams } from '../lib/infra/nats.js';
+import { createPool } from '../lib/infra/postgres.js';
+import { createCustomer, createToken, findCustomer } from '../lib/store/customers.js';
+import { createUser, addMembership, findUserByLogin, newPassword } from '../lib/store/accounts.js';
+import { startLocalServers, stopServers, ensurePortFree, useDefaults, freshServers, type LocalServer } from './local-servers.js';
 import { runTests } from './test-runner.js';
 import { nodeFlags, sessionSecret } from './service-process.js';
-import { runBench, needsServers } from '../bench/run.js';
-import { newRun } from '../bench/results.js';
+import { newRun } from './run-info.js';
 import { Cluster, CLUSTER_BASE_PORT } from './cluster.js';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const log = (msg: string) => process.stderr.write(`[stack] ${msg}\n`);
-
-/**
- * Test and bench stacks get their own data folder and ports, so they can run beside `npm start`
- * (14222, 15432, 16379, 18123, 19000). Every fixed port stays below 32768: above it lies the
- * kernel's ephemeral range, where a client socket may already hold the port.
- */
-const STACK_PORTS = {
-  test: { nats: 24222, redis: 26379, pg: 25432, chHttp: 28123, chTcp: 29000 },
-  bench: { nats: 31222, redis: 31379, pg: 31432, chHttp: 31123, chTcp: 31900 },
-};
-function useDefaults(kind: 'test' | 'bench'): void {
-  const p = STACK_PORTS[kind];
-  const defaults: Record<string, string> = {
-    DATA_DIR: `.data/${kind}`,
-    NATS_PORT: String(p.nats),
-    REDIS_PORT: String(p.redis),
-    PG_PORT: String(p.pg),
-    CLICKHOUSE_HTTP_PORT: String(p.chHttp),
-    CLICKHOUSE_TCP_PORT: String(p.chTcp),
-  };
-  for (const [k, v] of Object.entries(defaults)) if (!process.env[k]) process.env[k] = v;
-}
-
-/** A throw-away stack: the four servers started empty under DATA_DIR. */
-async function freshServers(fast: boolean): Promise<{ cfg: Config; servers: LocalServer[] }> {
-  const cfg = configOrExit('stack');
-  for (const sub of ['nats', 'redis', 'postgres', 'clickhouse']) rmSync(join(cfg.dataDir, sub), { recursive: true, force: true });
-  mkdirSync(cfg.dataDir, { recursive: true });
-  const servers = await startLocalServers(cfg, log, { fast });
-  const onSignal = () => void stopServers(servers, log).then(() => process.exit(130));
-  process.on('SIGINT', onSignal);
-  process.on('SIGTERM', onSignal);
-  return { cfg, servers };
-}
 
 async function prepare(cfg: Config): Promise<void> {
   await migrate(cfg, log);
@@ -234,7 +199,7 @@ async function waitReady(url: string, ms = 120_000): Promise<void> {
 
 async function test(args: string[]): Promise<void> {
   useDefaults('test');
-  const { cfg, servers } = await freshServers(true);
+  const { cfg, servers } = await freshServers(true, log);
   let counts = { passed: 0, failed: 1 };
   try {
     counts = await runTests(cfg, root, args);
@@ -245,22 +210,6 @@ async function test(args: string[]): Promise<void> {
   process.exit(counts.failed === 0 ? 0 : 1);
 }
 
-/** Benchmarks on servers with their normal durability settings (fsync on), started empty. */
-async function bench(args: string[]): Promise<void> {
-  useDefaults('bench');
-  // `--only whitelist` measures code in this process: no servers.
-  const { cfg, servers } = needsServers(args) ? await freshServers(false) : { cfg: configOrExit('stack'), servers: [] };
-  let code = 0;
-  try {
-    await runBench(cfg, root, args);
-  } catch (e) {
-    log(`bench failed: ${(e as Error).stack ?? e}`);
-    code = 1;
-  } finally {
-    await stopServers(servers, log);
-  }
-  process.exit(code);
-}
 
 async function serversOnly(): Promise<void> {
   const cfg = configOrExit('stack');
@@ -314,7 +263,7 @@ async function testCluster(args: string[]): Promise<void> {
 }
 
 const [mode, ...args] = process.argv.slice(2);
-const modes: Record<string, (a: string[]) => Promise<void>> = { start, test, bench, servers: serversOnly, cluster, 'test-cluster': testCluster };
+const modes: Record<string, (a: string[]) => Promise<void>> = { start, test, servers: serversOnly, cluster, 'test-cluster': testCluster };
 const fn = modes[mode ?? 'start'];
 if (!fn) {
   log(`unknown mode ${mode}; use one of ${Object.keys(modes).join(', ')}`);

@@ -6,7 +6,7 @@
 import { spawn } from 'node:child_process';
 import { existsSync, readFileSync, readdirSync, statSync } from 'node:fs';
 import { join, relative } from 'node:path';
-import type { Config } from '../lib/config.js';
+import type { Config } from '../lib/infra/config.js';
 
 function findTests(root: string, dir = join(root, 'dist', 'test')): string[] {
   const out: string[] = [];

@@ -3,21 +3,21 @@
 // gateway/request.ts copied out of the request, so they are tested without uWS
 // (test/admission-units.test.ts); gateway/server.ts runs them in order and does the I/O.
 import { isUtf8 } from 'node:buffer';
-import { HttpError, badRequest, forbidden, unprocessable } from '../lib/errors.js';
-import { isSlug, isUuid } from '../lib/ids.js';
-import { SNAPSHOT_MAX_BYTES, BatchKinds, type BatchKind } from '../lib/schemas/ingest.js';
-import type { ReportChecker, CheckedKind } from '../lib/report-check.js';
-import type { Validator } from '../lib/validation.js';
+import { HttpError, badRequest, forbidden, unprocessable } from '../lib/contract/errors.js';
+import { isSlug, isUuid } from '../lib/contract/ids.js';
+import { SNAPSHOT_MAX_BYTES, BatchKinds, type BatchKind } from '../lib/contract/schemas/ingest.js';
+import type { ReportChecker, CheckedKind } from '../lib/domain/report-check.js';
+import type { Validator } from '../lib/contract/validation.js';
 import type { RequestHead } from './request.js';
 import type { TokenInfo } from './token-cache.js';
 import type { IngestPath } from './types.js';
-import { scanJson, isOverLimit, type JsonLimits, type JsonOverLimit } from '../lib/json-scan.js';
+import { scanJson, isOverLimit, type JsonLimits, type JsonOverLimit } from './json-scan.js';
 
-/** The kinds that arrive as a JSON body on the ingest path. */
-export type JsonKind = 'heartbeat' | 'diagnostics' | 'status' | 'help' | 'metrics' | 'artifact-init' | 'command_ack';
+import type { JsonKind } from './types.js';
+export type { JsonKind };
 
 export interface KindPolicy {
-  /** Its schema in lib/report-check.ts; null: the route brings its own validator. */
+  /** Its schema in lib/domain/report-check.ts; null: the route brings its own validator. */
   schema: CheckedKind | null;
   /** It can create a machine, so the licence's device limit applies. */
   createsMachines: boolean;
@@ -100,7 +100,7 @@ export function sizeRefusal(size: string | number, bodyLimit: number): HttpError
   return new HttpError(413, `body of ${size} bytes is over the limit of ${bodyLimit} bytes`);
 }
 
-/** A parsed body, and the byte spans of the values at the span path it was parsed with (lib/json-scan.ts). */
+/** A parsed body, and the byte spans of the values at the span path it was parsed with (gateway/json-scan.ts). */
 export interface ParsedBody {
   data: Record<string, unknown>;
   spans: Map<number, [number, number]>;
@@ -153,7 +153,7 @@ export function batchJsonLimits(limits: JsonLimits, batchBodyLimit: number, body
   return { maxDepth: limits.maxDepth * 2, maxNodes: Math.ceil((limits.maxNodes * batchBodyLimit) / bodyLimit) };
 }
 
-/** Beyond the schema: the snapshot's own size limit (413), free trees and typed leaves (lib/report-check.ts). */
+/** Beyond the schema: the snapshot's own size limit (413), free trees and typed leaves (lib/domain/report-check.ts). */
 export function deepRefusal(kind: JsonKind, data: Record<string, unknown>, rawSize: number, checker: ReportChecker): HttpError | null {
   if (kind === 'status' && data.snapshot !== undefined && rawSize > SNAPSHOT_MAX_BYTES && Buffer.byteLength(JSON.stringify(data.snapshot)) > SNAPSHOT_MAX_BYTES) {
     return new HttpError(413, `snapshot larger than ${SNAPSHOT_MAX_BYTES} bytes`);

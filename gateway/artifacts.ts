@@ -5,29 +5,29 @@
 //   GET  …/artifact-status/{upload_id}       -> {received, missing, …} (to resume)
 //   POST …/artifact-complete/{upload_id}     -> 200 {artifact_id}; 409 while chunks are missing or the sha256 differs
 //
-// Everything an upload is lives in NATS JetStream (lib/artifacts.ts): its record in a KV bucket,
+// Everything an upload is lives in NATS JetStream (lib/store/artifacts.ts): its record in a KV bucket,
 // its chunks in the object store. Any gateway replica can take any request of any upload, and
 // nothing is written to the gateway's disk. A chunk body is held in memory only while it is
 // stored; ARTIFACT_INFLIGHT_BYTES bounds the chunk bodies one gateway holds at once (503 with
 // Retry-After above it). At complete the gateway queues the artifact (one report, like any other);
-// a worker writes its Postgres row. Quotas per customer (lib/quotas.ts) are checked at init: the
+// a worker writes its Postgres row. Quotas per customer (lib/store/quotas.ts) are checked at init: the
 // size of one artifact (413) and the bytes the customer holds, stored plus reserved by its uploads
 // in progress (507); a chunk can never add more than the size declared at init (413/422).
 import { createHash, randomUUID } from 'node:crypto';
 import type { Handler, JsonRoute, Kit, IngestPath } from './types.js';
 import { Ctx } from './request.js';
 import type { TokenInfo } from './token-cache.js';
-import { compile } from '../lib/validation.js';
-import { ArtifactInit } from '../lib/schemas/artifacts.js';
-import { HttpError, badRequest, notFound } from '../lib/errors.js';
-import { describeQuota, formatBytes } from '../lib/quotas.js';
-import { MAX_COPY_AGE_MS, type ReserveResult } from '../lib/artifact-usage.js';
-import { isUuid, uuidFromName, idempotentReportId } from '../lib/ids.js';
+import { compile } from '../lib/contract/validation.js';
+import { ArtifactInit } from '../lib/contract/schemas/artifacts.js';
+import { HttpError, badRequest, notFound } from '../lib/contract/errors.js';
+import { describeQuota, formatBytes } from '../lib/store/quotas.js';
+import { MAX_COPY_AGE_MS, type ReserveResult } from '../lib/store/artifact-usage.js';
+import { isUuid, uuidFromName, idempotentReportId } from '../lib/contract/ids.js';
 import { keyReused } from './idempotency.js';
-import { encodeReport } from '../lib/messages.js';
+import { encodeReport } from '../lib/contract/messages.js';
 import {
   bitmapHas, bitmapList, bitmapNew, bitmapSet, chunkCount, chunkLength, mapLimit, type UploadRecord, type ArtifactReport,
-} from '../lib/artifacts.js';
+} from '../lib/store/artifacts.js';
 
 /** Bytes of chunk bodies in memory. One request is always admitted, so a lone upload never starves. */
 export class ByteBudget {
@@ -121,9 +121,9 @@ export function artifactRoutes(k: Kit) {
     JSON.stringify({ upload_id: rec.id, chunk_size: rec.chunk_size, chunks: rec.chunks, expires_at: iso(rec.expires_ms) });
 
   // ---- init (on the JSON ingest path of gateway/server.ts) ----
-  // The customer's quotas (lib/quotas.ts) from this gateway's copy: the size of one artifact
+  // The customer's quotas (lib/store/quotas.ts) from this gateway's copy: the size of one artifact
   // (artifact_max_bytes, 413) and the bytes it may hold (artifact_bytes, 507): the declared size is
-  // reserved in Redis before the upload record is created (lib/artifact-usage.ts), atomically
+  // reserved in Redis before the upload record is created (lib/store/artifact-usage.ts), atomically
   // against every other gateway's reservations, and released if the record cannot be created.
   const quotaRefusals = metrics.counter('fleet_quota_refusals_total');
   const init: JsonRoute = {

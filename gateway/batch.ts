@@ -15,14 +15,14 @@
 // with one result per entry, in order; an entry whose publish failed is 503 in its result and is
 // never reported accepted. When every entry failed alike on the way to the queue (all 503, or all
 // over the rate: 429), the whole request is answered that way, with Retry-After.
-import { HttpError } from '../lib/errors.js';
-import { compile } from '../lib/validation.js';
-import { batchEnvelopeSchema } from '../lib/schemas/ingest.js';
+import { HttpError } from '../lib/contract/errors.js';
+import { compile } from '../lib/contract/validation.js';
+import { batchEnvelopeSchema } from '../lib/contract/schemas/ingest.js';
 import { Ctx, readBody } from './request.js';
 import type { TokenInfo } from './token-cache.js';
 import { batchHeadRefusal, batchJsonLimits, entryBodyRefusal, entryHeadRefusal, entryJsonRefusal, machineRefusal, parseJsonObject, sizeRefusal, schemaRefusal, type EntryHead } from './admission.js';
 import type { Handler, Kit, PreparedReport } from './types.js';
-import type { BatchKind } from '../lib/schemas/ingest.js';
+import type { BatchKind } from '../lib/contract/schemas/ingest.js';
 import { keyReused, keyRegisterUnavailable } from './idempotency.js';
 import { laneOf } from './publisher.js';
 

@@ -1,12 +1,12 @@
 // Which diagnostic codes have help texts, per customer and software, in memory: the diagnostics
 // ingest answers 202 {ok, missing_help} without a query per request. One entry per
-// (customer, software, code) with a bit per language (1 = de, 2 = en), kept by lib/synced-map.ts:
+// (customer, software, code) with a bit per language (1 = de, 2 = en), kept by lib/infra/synced-map.ts:
 // the codes whose texts changed since the last poll every CACHE_REFRESH_MS, everything every
 // HELP_FULL_REFRESH_MS. A help text stored by a worker is therefore honoured by every gateway
 // replica within CACHE_REFRESH_MS (1 s by default) plus one poll.
-import type { Pool } from '../lib/db/postgres.js';
-import { SyncedMap } from '../lib/synced-map.js';
-import type { DiagnosticItem, HelpItem } from '../lib/schemas/ingest.js';
+import type { Pool } from '../lib/infra/postgres.js';
+import { SyncedMap } from '../lib/infra/synced-map.js';
+import type { DiagnosticItem, HelpItem } from '../lib/contract/schemas/ingest.js';
 
 export const LANGS = ['de', 'en'] as const;
 export type Lang = (typeof LANGS)[number];

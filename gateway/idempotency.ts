@@ -1,20 +1,20 @@
 // The Idempotency-Key register: which body each key was first used with, for IDEMPOTENCY_TTL_S.
 // A report sent again with its key is acknowledged again and stored once (the key gives the report
-// its id: lib/ids.ts idempotentReportId); the same key with a different body is refused with 422,
+// its id: lib/contract/ids.ts idempotentReportId); the same key with a different body is refused with 422,
 // as Stripe refuses it, instead of collapsing two different reports into one.
 //
 // "The same body" is the same JSON value: the hash is taken over a canonical form (object keys
 // sorted, numbers as JavaScript reads them), so a client that re-serialises its retry with other
 // spacing or key order is still recognised. Bodies are bounded by JSON_MAX_DEPTH before they get
-// here (lib/json-scan.ts), so the walk below cannot run out of stack.
+// here (gateway/json-scan.ts), so the walk below cannot run out of stack.
 //
 // One round trip per request (a batch: one for all its keyed entries): SET NX GET per key. The
 // key is claimed before the report is published: a publish that then fails (503) leaves the claim,
 // so the retry must send the same body (it does: it is a retry).
 import { createHash, type Hash } from 'node:crypto';
-import type { Redis } from '../lib/db/redis.js';
-import { redisKeys } from '../lib/db/redis.js';
-import { HttpError, unprocessable } from '../lib/errors.js';
+import type { Redis } from '../lib/infra/redis.js';
+import { redisKeys } from '../lib/infra/redis.js';
+import { HttpError, unprocessable } from '../lib/contract/errors.js';
 
 export type Claim = 'new' | 'same' | 'different';
 

@@ -1,5 +1,5 @@
 // The licence check on the ingest hot path, without a query per request. Every gateway keeps
-//   - a copy of every customer's licence state (lib/synced-map.ts over `licences`, refreshed every
+//   - a copy of every customer's licence state (lib/infra/synced-map.ts over `licences`, refreshed every
 //     CACHE_REFRESH_MS: a licence change is effective on every replica within about a second), and
 //   - only for customers past their grace period, the set of their known machine slugs (loaded once
 //     when the customer's grace period ends, then topped up with machines created since, by
@@ -7,10 +7,10 @@
 // A report for a machine that is not in the set of a customer past its grace period is refused
 // with 403. Everyone else passes: known machines keep reporting, customers within their limit or
 // their grace period are not affected. Workers start the grace period (workers/licences.ts); the
-// licence sweep and licence changes end it (lib/licences.ts).
-import type { Pool } from '../lib/db/postgres.js';
-import { SyncedMap } from '../lib/synced-map.js';
-import { forbidden, type HttpError } from '../lib/errors.js';
+// licence sweep and licence changes end it (lib/store/licences.ts).
+import type { Pool } from '../lib/infra/postgres.js';
+import { SyncedMap } from '../lib/infra/synced-map.js';
+import { forbidden, type HttpError } from '../lib/contract/errors.js';
 
 interface Row {
   customer_id: string;

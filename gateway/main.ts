@@ -2,27 +2,27 @@
 // config -> uWS (native or refuse) -> Postgres (tokens) -> NATS (stream) -> routes -> listen ->
 // graceful shutdown (stop accepting, settle every report in flight, drain NATS, exit).
 import { Events } from 'nats';
-import { configOrExit } from '../lib/config.js';
-import { Lifecycle, drainNats } from '../lib/shutdown.js';
-import { createLogger } from '../lib/log.js';
-import { createMetrics } from '../lib/metrics.js';
-import { createPool } from '../lib/db/postgres.js';
-import { connectNats, ensureStreams, warnDurability } from '../lib/db/nats.js';
-import { subjects, heartbeatStream } from '../lib/messages.js';
+import { configOrExit } from '../lib/infra/config.js';
+import { Lifecycle, drainNats } from '../lib/infra/shutdown.js';
+import { createLogger } from '../lib/infra/log.js';
+import { createMetrics } from '../lib/infra/metrics.js';
+import { createPool } from '../lib/infra/postgres.js';
+import { connectNats, ensureStreams, warnDurability } from '../lib/infra/nats.js';
+import { subjects, heartbeatStream } from '../lib/contract/messages.js';
 import { loadUws, UwsFallbackError, type us_listen_socket } from './uws.js';
 import { TokenCache } from './token-cache.js';
-import { TokenUsage } from '../lib/token-usage.js';
+import { TokenUsage } from '../lib/store/token-usage.js';
 import { LicenceGate } from './licence-gate.js';
 import { BatchPublisher, LanePublisher } from './publisher.js';
 import { RejectionLog } from './rejection-log.js';
 import { registerRoutes } from './server.js';
 import { HelpCoverage } from './help-coverage.js';
-import { createRedis } from '../lib/db/redis.js';
-import { ArtifactStore } from '../lib/artifacts.js';
+import { createRedis } from '../lib/infra/redis.js';
+import { ArtifactStore } from '../lib/store/artifacts.js';
 import { PendingCommands } from './pending-commands.js';
 import { IdempotencyRegister } from './idempotency.js';
-import { QuotaCache } from '../lib/quotas.js';
-import { ArtifactUsage } from '../lib/artifact-usage.js';
+import { QuotaCache } from '../lib/store/quotas.js';
+import { ArtifactUsage } from '../lib/store/artifact-usage.js';
 
 const cfg = configOrExit('gateway');
 const log = createLogger('gateway', cfg.logLevel);
@@ -129,7 +129,7 @@ const laneOptions = {
   maxBytes: cfg.gateway.publishMaxBytes,
   maxInflight: cfg.gateway.publishMaxInflight,
 };
-// Two lanes (lib/messages.ts): heartbeats never share a message or a queue with other reports.
+// Two lanes (lib/contract/messages.ts): heartbeats never share a message or a queue with other reports.
 const publisher = new LanePublisher({
   reports: new BatchPublisher(nc, js, { ...laneOptions, subject: subj.reports, streamName: cfg.streamName }, publishStats),
   heartbeats: new BatchPublisher(nc, js, { ...laneOptions, subject: subj.heartbeats, streamName: heartbeatStream(cfg.streamName) }, publishStats),

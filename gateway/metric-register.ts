@@ -1,7 +1,7 @@
 // The duplicate register of host-metric ids (gateway/metrics.ts): one Lua call marks every id of a
 // request instead of one SET command each. With 100 records per request the pipeline of 100
 // ioredis commands capped a gateway near 730 requests/s (bench/README.md).
-import { luaCommand, type Redis } from '../lib/db/redis.js';
+import { luaCommand, type Redis } from '../lib/infra/redis.js';
 
 /**
  * KEYS[i]  register key of record i

@@ -17,13 +17,13 @@
 // the agent's retry into a "duplicate" that was never stored. Redis unreachable: 503, retry.
 import { randomUUID } from 'node:crypto';
 import type { JsonRoute, Kit } from './types.js';
-import type { Validator } from '../lib/validation.js';
-import { compile } from '../lib/validation.js';
-import { MetricRecord, metricsBatchSchema } from '../lib/schemas/metrics.js';
-import { metricTimes } from '../lib/report-check.js';
-import { encodeReport } from '../lib/messages.js';
-import { HttpError, unprocessable } from '../lib/errors.js';
-import { uuidFromName } from '../lib/ids.js';
+import type { Validator } from '../lib/contract/validation.js';
+import { compile } from '../lib/contract/validation.js';
+import { MetricRecord, metricsBatchSchema } from '../lib/contract/schemas/metrics.js';
+import { metricTimes } from '../lib/domain/report-check.js';
+import { encodeReport } from '../lib/contract/messages.js';
+import { HttpError, unprocessable } from '../lib/contract/errors.js';
+import { uuidFromName } from '../lib/contract/ids.js';
 import { markNew } from './metric-register.js';
 
 const KIND = 'metrics';

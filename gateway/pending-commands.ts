@@ -18,12 +18,12 @@
 // finished ones are checked in memory; an id unknown to the memory costs one read, within a global
 // budget, so random ids cannot flood Postgres.
 import { Events, type NatsConnection, type Subscription } from 'nats';
-import type { Pool } from '../lib/db/postgres.js';
-import type { Metrics } from '../lib/metrics.js';
-import { HttpError, notFound } from '../lib/errors.js';
-import { decodeHint, instanceKeyOf } from '../lib/commands.js';
-import { RateLimiter } from '../lib/rate-limiter.js';
-import { OpenStates } from '../lib/schemas/commands.js';
+import type { Pool } from '../lib/infra/postgres.js';
+import type { Metrics } from '../lib/infra/metrics.js';
+import { HttpError, notFound } from '../lib/contract/errors.js';
+import { decodeHint, instanceKeyOf } from '../lib/store/commands.js';
+import { RateLimiter } from './rate-limiter.js';
+import { OpenStates } from '../lib/contract/schemas/commands.js';
 
 interface Cmd {
   id: string;

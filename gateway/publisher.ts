@@ -6,9 +6,9 @@
 // else (disconnected, no stream, stream full, timeout) fails every report of the group with 503.
 import { randomUUID } from 'node:crypto';
 import type { JetStreamClient, NatsConnection, PubAck } from 'nats';
-import { encodeBatch } from '../lib/messages.js';
-import { QueueUnavailableError } from '../lib/errors.js';
-import { JetStreamApiCodes, jsApiCode } from '../lib/db/jetstream-errors.js';
+import { encodeBatch } from '../lib/contract/messages.js';
+import { QueueUnavailableError } from '../lib/contract/errors.js';
+import { JetStreamApiCodes, jsApiCode } from '../lib/infra/jetstream-errors.js';
 
 export type Settle = (err: QueueUnavailableError | null) => void;
 
@@ -181,7 +181,7 @@ function classify(e: unknown): QueueUnavailableError {
   return new QueueUnavailableError(`queue unavailable: ${m}`, 2);
 }
 
-/** Which stream a report goes to (lib/messages.ts): heartbeats have a lane of their own. */
+/** Which stream a report goes to (lib/contract/messages.ts): heartbeats have a lane of their own. */
 export type Lane = 'reports' | 'heartbeats';
 export const laneOf = (kind: string): Lane => (kind === 'heartbeat' ? 'heartbeats' : 'reports');
 

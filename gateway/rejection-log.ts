@@ -6,9 +6,9 @@
 // (`dropped`) of those not written.
 import { randomUUID } from 'node:crypto';
 import type { NatsConnection } from 'nats';
-import type { RejectionRecord } from '../lib/messages.js';
-import { encodeJson } from '../lib/messages.js';
-import { RateLimiter } from '../lib/rate-limiter.js';
+import type { RejectionRecord } from '../lib/contract/messages.js';
+import { encodeJson } from '../lib/contract/messages.js';
+import { RateLimiter } from './rate-limiter.js';
 
 export type Rejection = Omit<RejectionRecord, 'id' | 'dropped'>;
 

@@ -2,9 +2,9 @@
 // copied before any await (uWS reuses it), onData chunks are copied before being kept, onAborted is
 // always registered and nothing is written after an abort, and every write happens inside cork().
 import type { HttpResponse, HttpRequest } from './uws.js';
-import { type HttpError, statusLine } from '../lib/errors.js';
-import { clientAddress, type TrustProxy } from '../lib/client-address.js';
-import type { RouteTimer } from '../lib/metrics.js';
+import { type HttpError, statusLine } from '../lib/contract/errors.js';
+import { clientAddress, type TrustProxy } from '../lib/infra/client-address.js';
+import type { RouteTimer } from '../lib/infra/metrics.js';
 
 /**
  * Strings handed to uWS are converted to bytes on every call; pre-encoded bytes are not. Measured
@@ -201,7 +201,7 @@ export class Ctx {
     f?.();
   }
 
-  /** The client's address: the peer, or behind trusted proxies the right-most untrusted X-Forwarded-For entry (lib/client-address.ts). */
+  /** The client's address: the peer, or behind trusted proxies the right-most untrusted X-Forwarded-For entry (lib/infra/client-address.ts). */
   remote(): string {
     if (this.remoteText !== null) return this.remoteText;
     const peer = !this.aborted && !this.done ? Buffer.from(this.res.getRemoteAddressAsText()).toString() : '';

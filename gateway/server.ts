@@ -1,4 +1,4 @@
-// The gateway's HTTP surface: the ingest routes of lib/routes.ts on uWS. Per request, in order:
+// The gateway's HTTP surface: the ingest routes of lib/contract/routes.ts on uWS. Per request, in order:
 // framing (400), path slugs (400), bearer token (403), per-token rate (429), Content-Type (415),
 // size (413), body, JSON (400), schema (422), then one report handed to the publisher and answered
 // when JetStream has stored it (200), or 503. Every refusal is answered `{"detail"}` and goes to the
@@ -6,17 +6,17 @@
 // The steps after the body (schema to queue) are shared with the batch route (gateway/batch.ts).
 import { randomUUID } from 'node:crypto';
 import type { TemplatedApp } from './uws.js';
-import { HttpError } from '../lib/errors.js';
-import { idempotentReportId } from '../lib/ids.js';
-import { encodeReport } from '../lib/messages.js';
-import { routesOf, colonPath, checkHandlers, allowedMethods } from '../lib/routes.js';
-import type { Validator } from '../lib/validation.js';
-import type { ReportKind } from '../lib/schemas/ingest.js';
-import { reportChecker, type ReportChecker, type CheckedKind } from '../lib/report-check.js';
+import { HttpError } from '../lib/contract/errors.js';
+import { idempotentReportId } from '../lib/contract/ids.js';
+import { encodeReport } from '../lib/contract/messages.js';
+import { routesOf, colonPath, checkHandlers, allowedMethods } from '../lib/contract/routes.js';
+import type { Validator } from '../lib/contract/validation.js';
+import type { ReportKind } from '../lib/contract/schemas/ingest.js';
+import { reportChecker, type ReportChecker, type CheckedKind } from '../lib/domain/report-check.js';
 import { Ctx, readBody, quarantine, unlessQuarantined, timed, guarded, injectFault, enableFaultInjection } from './request.js';
-import { routeTimer } from '../lib/metrics.js';
+import { routeTimer } from '../lib/infra/metrics.js';
 import type { TokenInfo } from './token-cache.js';
-import { RateLimiter } from '../lib/rate-limiter.js';
+import { RateLimiter } from './rate-limiter.js';
 import { acceptedAnswer } from './help-coverage.js';
 import { metricsRoute } from './metrics.js';
 import { artifactRoutes } from './artifacts.js';
@@ -104,7 +104,7 @@ export function registerRoutes(app: TemplatedApp, d: GatewayDeps): void {
     const perS = ratesOf(t)?.requests.perS ?? cfg.gateway.customerRate.perS;
     return new HttpError(429, `over the ingest rate of ${perS} requests/s for customer ${t.customer} (all its tokens together: quota ingest_requests_per_s)`, { retryAfterS: 1 });
   };
-  /** A customer's own buckets where a system administrator overrode its ingest quotas (lib/quotas.ts), else undefined: the defaults. */
+  /** A customer's own buckets where a system administrator overrode its ingest quotas (lib/store/quotas.ts), else undefined: the defaults. */
   const ratesOf = (t: TokenInfo) => d.quotas.ingestRates(t.customerId) ?? undefined;
   /** `take`: one token for this request; `has`: only that one is left (a batch takes one per entry once it has read them). */
   function rateLimited(t: TokenInfo, mode: RateMode = 'take'): HttpError | null {
@@ -148,7 +148,7 @@ export function registerRoutes(app: TemplatedApp, d: GatewayDeps): void {
     });
   }
 
-  // Schema and storability of each kind (lib/report-check.ts: the same check a worker repeats on a
+  // Schema and storability of each kind (lib/domain/report-check.ts: the same check a worker repeats on a
   // report storage refused).
   const checker = reportChecker(cfg.gateway.maxItems);
   const validators = new Map<CheckedKind, Validator<unknown>>();
@@ -163,7 +163,7 @@ export function registerRoutes(app: TemplatedApp, d: GatewayDeps): void {
   }
 
   /**
-   * The report as queued (lib/messages.ts: the raw body wrapped, never re-serialised) and the answer
+   * The report as queued (lib/contract/messages.ts: the raw body wrapped, never re-serialised) and the answer
    * once JetStream has it, or 413 when it is over the queue's message limit. Pending agent commands
    * go out in the answer of the kinds that offer them, and their ids into the report (recorded as
    * delivered by the worker). With an Idempotency-Key the id is derived from customer and key.
@@ -396,7 +396,7 @@ export function registerRoutes(app: TemplatedApp, d: GatewayDeps): void {
   app.any('/*', unlessQuarantined(guarded('unmatched', failed, timed(routeTimer(durations, 'unmatched'), unmatched))));
 }
 
-/** 404 for an unknown path, 405 with `Allow` for a known path and the wrong method (lib/routes.ts). */
+/** 404 for an unknown path, 405 with `Allow` for a known path and the wrong method (lib/contract/routes.ts). */
 function notFoundOrMethod(respond: (ctx: Ctx, err: HttpError) => void): Handler {
   const methodsOn = allowedMethods('gateway');
   return (res, req) => {

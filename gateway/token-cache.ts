@@ -3,13 +3,13 @@
 // effective on every replica from its next refresh on (test/token-cache.test.ts); an expiry needs no refresh (the copy holds the
 // time, and each request compares it with the clock). A token unknown to the copy (created a moment
 // ago on another replica) is looked up once, under a global budget, so a flood of random tokens
-// cannot reach Postgres. Uses are noted in memory and written in the background (lib/token-usage.ts).
-import { hashToken } from '../lib/ids.js';
-import type { Pool } from '../lib/db/postgres.js';
-import { SyncedMap } from '../lib/synced-map.js';
-import { compilePattern, type Matcher } from '../lib/whitelist.js';
-import type { TokenUsage } from '../lib/token-usage.js';
-import { RateLimiter } from '../lib/rate-limiter.js';
+// cannot reach Postgres. Uses are noted in memory and written in the background (lib/store/token-usage.ts).
+import { hashToken } from '../lib/contract/ids.js';
+import type { Pool } from '../lib/infra/postgres.js';
+import { SyncedMap } from '../lib/infra/synced-map.js';
+import { compilePattern, type Matcher } from '../lib/domain/whitelist.js';
+import type { TokenUsage } from '../lib/store/token-usage.js';
+import { RateLimiter } from './rate-limiter.js';
 
 export interface TokenInfo {
   id: string;
@@ -81,7 +81,7 @@ export class TokenCache extends SyncedMap<Row, TokenInfo> {
     return this.get(this.hashOf(bearer));
   }
 
-  /** Notes a use of `t` (written in the background, lib/token-usage.ts): a compare on most requests. */
+  /** Notes a use of `t` (written in the background, lib/store/token-usage.ts): a compare on most requests. */
   touch(t: TokenInfo, now: number): void {
     if (now - t.usedAt < 1000 || this.usage === null) return;
     t.usedAt = now;

@@ -2,15 +2,15 @@
 // JSON ingest routes, and the kit the metrics and artifact routes use (gateway/server.ts builds it).
 // Types only: importing this file creates no cycle between the route modules.
 import type { HttpResponse, HttpRequest } from './uws.js';
-import type { Config } from '../lib/config.js';
-import type { Logger } from '../lib/log.js';
-import type { Metrics } from '../lib/metrics.js';
-import type { HttpError } from '../lib/errors.js';
-import type { Validator } from '../lib/validation.js';
-import type { Redis } from '../lib/db/redis.js';
-import type { ArtifactStore } from '../lib/artifacts.js';
-import type { QuotaCache } from '../lib/quotas.js';
-import type { ArtifactUsage } from '../lib/artifact-usage.js';
+import type { Config } from '../lib/infra/config.js';
+import type { Logger } from '../lib/infra/log.js';
+import type { Metrics } from '../lib/infra/metrics.js';
+import type { HttpError } from '../lib/contract/errors.js';
+import type { Validator } from '../lib/contract/validation.js';
+import type { Redis } from '../lib/infra/redis.js';
+import type { ArtifactStore } from '../lib/store/artifacts.js';
+import type { QuotaCache } from '../lib/store/quotas.js';
+import type { ArtifactUsage } from '../lib/store/artifact-usage.js';
 import type { Ctx } from './request.js';
 import type { TokenCache, TokenInfo } from './token-cache.js';
 import type { LanePublisher } from './publisher.js';
@@ -19,8 +19,7 @@ import type { LicenceGate } from './licence-gate.js';
 import type { HelpCoverage } from './help-coverage.js';
 import type { PendingCommands } from './pending-commands.js';
 import type { IdempotencyRegister } from './idempotency.js';
-import type { CheckedKind } from '../lib/report-check.js';
-import type { JsonKind } from './admission.js';
+import type { CheckedKind } from '../lib/domain/report-check.js';
 
 export interface GatewayDeps {
   cfg: Config;
@@ -36,7 +35,7 @@ export interface GatewayDeps {
   redis: Redis;
   /** Artifact uploads: upload records and chunks in JetStream (KV and object store). */
   artifacts: ArtifactStore;
-  /** Every customer's effective quotas and stored artifact bytes in memory (lib/quotas.ts), refreshed every CACHE_REFRESH_MS. */
+  /** Every customer's effective quotas and stored artifact bytes in memory (lib/store/quotas.ts), refreshed every CACHE_REFRESH_MS. */
   quotas: QuotaCache;
   /** Reservations of artifact uploads in progress (Redis), against the quota artifact_bytes. */
   artifactUsage: ArtifactUsage;
@@ -46,6 +45,9 @@ export interface GatewayDeps {
   isReady(): boolean;
   isClosing(): boolean;
 }
+
+/** The kinds that arrive as a JSON body on the ingest path (their policies: gateway/admission.ts `KINDS`). */
+export type JsonKind = 'heartbeat' | 'diagnostics' | 'status' | 'help' | 'metrics' | 'artifact-init' | 'command_ack';
 
 export type Handler = (res: HttpResponse, req: HttpRequest) => void;
 
@@ -62,7 +64,7 @@ export interface JsonRoute {
   /** Fixed software: the metrics path has the literal segment `logcollector` there. */
   software?: string;
   validate?: Validator<unknown>;
-  /** The values whose raw bytes `finish` gets (lib/json-scan.ts span path), e.g. `['items', '*']`. */
+  /** The values whose raw bytes `finish` gets (gateway/json-scan.ts span path), e.g. `['items', '*']`. */
   spanPath?: readonly string[];
   finish?: Finish;
 }

@@ -8,8 +8,8 @@ import { testStack, post, get, eventually } from './helpers/stack.js';
 import { request } from './helpers/http.js';
 import { openStream } from './helpers/lights.js';
 import { smtpServer, linkToken } from './helpers/smtp.js';
-import { createUser, addMembership } from '../lib/accounts.js';
-import { createToken } from '../lib/admin.js';
+import { createUser, addMembership } from '../lib/store/accounts.js';
+import { createToken } from '../lib/store/customers.js';
 
 const smtp = await smtpServer();
 t.teardown(() => smtp.close());

@@ -4,8 +4,8 @@ import t from 'tap';
 import { createHash } from 'node:crypto';
 import { testStack, post, get, eventually } from './helpers/stack.js';
 import { request } from './helpers/http.js';
-import { createUser, addMembership } from '../lib/accounts.js';
-import { hashToken } from '../lib/ids.js';
+import { createUser, addMembership } from '../lib/store/accounts.js';
+import { hashToken } from '../lib/contract/ids.js';
 
 const s = await testStack(t, 'accounts');
 const api = (path: string) => `${s.apiUrl}${path}`;

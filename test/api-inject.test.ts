@@ -9,10 +9,10 @@ import { testStack } from './helpers/stack.js';
 import { buildApi } from '../api/server.js';
 import { Sessions } from '../api/session.js';
 import { LightHub } from '../api/light-stream.js';
-import { CommandHints } from '../lib/commands.js';
-import { createMetrics } from '../lib/metrics.js';
-import { loadConfig } from '../lib/config.js';
-import { createUser, addMembership } from '../lib/accounts.js';
+import { CommandHints } from '../lib/store/commands.js';
+import { createMetrics } from '../lib/infra/metrics.js';
+import { loadConfig } from '../lib/infra/config.js';
+import { createUser, addMembership } from '../lib/store/accounts.js';
 
 const s = await testStack(t, 'inject', { gateway: false, worker: false, api: false });
 const cfg = loadConfig({ ...process.env, ...s.env });

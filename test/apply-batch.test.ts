@@ -12,7 +12,7 @@ import { stopMerges } from './helpers/stored-once.js';
 import { LandedRows } from '../workers/outages.js';
 import { applyBatch, type ApplyDeps } from '../workers/apply-batch.js';
 import { applyIsolated } from '../workers/isolate.js';
-import type { Report } from '../lib/messages.js';
+import type { Report } from '../lib/contract/messages.js';
 
 const s = await testStack(t, 'applybatch', { gateway: false, worker: false, api: false });
 const deps: ApplyDeps = {

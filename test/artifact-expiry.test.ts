@@ -3,7 +3,7 @@
 import t from 'tap';
 import { createHash, randomBytes } from 'node:crypto';
 import { testStack, post, get, eventually } from './helpers/stack.js';
-import { bucketNames } from '../lib/artifacts.js';
+import { bucketNames } from '../lib/store/artifacts.js';
 
 const CHUNK = 64 * 1024;
 const s = await testStack(t, 'artexpiry', {
@@ -50,6 +50,6 @@ t.test('an incomplete upload expires: its chunks and its record are deleted; a c
   const r = await fetch(`${s.apiUrl}${list.body.items[0].download}`, { headers: { Authorization: `Bearer ${s.token}` } });
   t.equal(r.status, 200);
   t.ok(Buffer.from(await r.arrayBuffer()).equals(done), 'still downloads byte-identical');
-  // The sweep runs as a BullMQ job under REDIS_PREFIX, with every other queue (lib/jobs.ts).
+  // The sweep runs as a BullMQ job under REDIS_PREFIX, with every other queue (workers/jobs.ts).
   t.ok((await s.redis.keys(`${s.env.REDIS_PREFIX}bull:artifact-expiry:*`)).length > 0, 'queue keys under REDIS_PREFIX');
 });

@@ -3,7 +3,7 @@
 import t from 'tap';
 import { createHash, randomBytes } from 'node:crypto';
 import { testStack, post, get, eventually } from './helpers/stack.js';
-import { bucketNames } from '../lib/artifacts.js';
+import { bucketNames } from '../lib/store/artifacts.js';
 
 const s = await testStack(t, 'artifacts');
 const gw2 = (await s.startGateway()).url;

@@ -2,8 +2,8 @@
 // HttpOnly SameSite cookie), rate-limited failures, and role checks against the route table.
 import t from 'tap';
 import { testStack, post, get } from './helpers/stack.js';
-import { createUser, DuplicateUserError, addMembership } from '../lib/accounts.js';
-import { createToken } from '../lib/admin.js';
+import { createUser, DuplicateUserError, addMembership } from '../lib/store/accounts.js';
+import { createToken } from '../lib/store/customers.js';
 
 const s = await testStack(t, 'auth', { gateway: false, worker: false });
 const login = (body: unknown, headers: Record<string, string> = {}) => post(`${s.apiUrl}/auth/login`, null, body, headers);

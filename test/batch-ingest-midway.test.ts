@@ -7,7 +7,7 @@
 // entry is stored once.
 import t from 'tap';
 import { testStack, post, eventually, chRows, drained } from './helpers/stack.js';
-import { idempotentReportId } from '../lib/ids.js';
+import { idempotentReportId } from '../lib/contract/ids.js';
 
 const STREAM_MAX_BYTES = 96 * 1024;
 const s = await testStack(t, 'batchmid', {

@@ -14,8 +14,8 @@ import t from 'tap';
 import fc from 'fast-check';
 import { testStack, request, eventually, chRows, drained } from './helpers/stack.js';
 import { arbitraryOf, toJson } from './helpers/arbitraries.js';
-import { Heartbeat, Status, diagnosticsSchema, helpSchema, type BatchKind } from '../lib/schemas/ingest.js';
-import { idempotentReportId } from '../lib/ids.js';
+import { Heartbeat, Status, diagnosticsSchema, helpSchema, type BatchKind } from '../lib/contract/schemas/ingest.js';
+import { idempotentReportId } from '../lib/contract/ids.js';
 
 const s = await testStack(t, 'batchprop', {
   api: false,

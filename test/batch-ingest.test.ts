@@ -12,7 +12,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { testStack, post, get, request, eventually, chRows, drained, afterMarker } from './helpers/stack.js';
 import { pipelined, type Answer } from './helpers/http.js';
-import { idempotentReportId } from '../lib/ids.js';
+import { idempotentReportId } from '../lib/contract/ids.js';
 import { ROOT } from '../deploy/service-process.js';
 
 // The rejection log's per-source limit would drop rows of this file's many refusals (all from 127.0.0.1).

@@ -5,7 +5,7 @@
 // every open command before it listens.
 import t from 'tap';
 import { testStack, post, get, eventually } from './helpers/stack.js';
-import { queueCommand } from '../lib/commands.js';
+import { queueCommand } from '../lib/store/commands.js';
 
 const s = await testStack(t, 'cmdexpiry', {
   env: { COMMAND_QUEUE_TTL_S: '5', COMMAND_ACK_TIMEOUT_S: '3', COMMAND_SWEEP_MS: '300', COMMAND_RESYNC_MS: '1500' },

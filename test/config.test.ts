@@ -1,11 +1,11 @@
-// Configuration (lib/config.ts): one schema validates every variable when a process starts; a bad
+// Configuration (lib/infra/config.ts): one schema validates every variable when a process starts; a bad
 // value stops it with one line naming the variable, its value and what is allowed, and no stack
 // trace; `fleet --help` works whatever the environment; the README's table lists every variable.
 import t from 'tap';
 import { spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { loadConfig, parseSettings, ConfigError, SETTING_NAMES } from '../lib/config.js';
+import { loadConfig, parseSettings, ConfigError, SETTING_NAMES } from '../lib/infra/config.js';
 import { ROOT } from '../deploy/service-process.js';
 
 const run = (script: string, env: Record<string, string>, args: string[] = []) =>

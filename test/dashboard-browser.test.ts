@@ -12,11 +12,11 @@
 import t from 'tap';
 import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { testStack, post, get, eventually } from './helpers/stack.js';
-import { addMembership } from '../lib/accounts.js';
+import { addMembership } from '../lib/store/accounts.js';
 import { launchBrowser, browserUnavailable, screenshot, axeViolations, horizontalOverflow, untilInPage } from './helpers/browser.js';
 import { randomUUID } from 'node:crypto';
-import { subjects, encodeBatch, encodeReport, type Report } from '../lib/messages.js';
-import { deadLetterOf } from '../lib/dead-letters.js';
+import { subjects, encodeBatch, encodeReport, type Report } from '../lib/contract/messages.js';
+import { deadLetterOf } from '../lib/store/dead-letters.js';
 import { smtpServer, linkToken } from './helpers/smtp.js';
 
 const skip = browserUnavailable();

@@ -12,8 +12,8 @@ import { headers } from 'nats';
 import { testStack, get, post, eventually, chRows } from './helpers/stack.js';
 import { freePort } from './helpers/nats-server.js';
 import { ROOT } from '../deploy/service-process.js';
-import { subjects, deadLetterStream, encodeBatch, encodeReport, type Report } from '../lib/messages.js';
-import { deadLetterOf, HEADERS, NO_CUSTOMER } from '../lib/dead-letters.js';
+import { subjects, deadLetterStream, encodeBatch, encodeReport, type Report } from '../lib/contract/messages.js';
+import { deadLetterOf, HEADERS, NO_CUSTOMER } from '../lib/store/dead-letters.js';
 
 const s = await testStack(t, 'dltools', { worker: false });
 const workerPort = await freePort();

@@ -10,8 +10,8 @@ import { freePort } from './helpers/nats-server.js';
 import { storedOnce, stopMerges } from './helpers/stored-once.js';
 import { watchDeliveries, gone } from './helpers/deliveries.js';
 import { readyz, outageNamed, deadLetterCount, workerMetric } from './helpers/outage.js';
-import { subjects, deadLetterStream, encodeReport, encodeBatch, ingestStreams } from '../lib/messages.js';
-import { ensureStreams } from '../lib/db/nats.js';
+import { subjects, deadLetterStream, encodeReport, encodeBatch, ingestStreams } from '../lib/contract/messages.js';
+import { ensureStreams } from '../lib/infra/nats.js';
 
 const s = await testStack(t, 'dlq', { worker: false, api: false, env: { WORKER_RETRY_MAX_MS: '1000' } });
 await stopMerges(s.ch, `t_${s.id}`);

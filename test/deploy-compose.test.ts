@@ -10,9 +10,9 @@ import { dirname, join } from 'node:path';
 import { createRequire } from 'node:module';
 import { parseDocument } from 'yaml';
 import { Ajv } from 'ajv';
-import { parseSettings, SETTING_NAMES } from '../lib/config.js';
+import { parseSettings, SETTING_NAMES } from '../lib/infra/config.js';
 import { ROOT, nodeFlags } from '../deploy/service-process.js';
-import { routesOf } from '../lib/routes.js';
+import { routesOf } from '../lib/contract/routes.js';
 
 type Obj = Record<string, any>;  
 

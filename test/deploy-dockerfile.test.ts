@@ -10,7 +10,7 @@ import { existsSync, readFileSync, readdirSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
 import { promisify } from 'node:util';
 import { DockerfileParser, type Copy, type From, type Instruction } from 'dockerfile-ast';
-import { parseSettings, SETTING_NAMES } from '../lib/config.js';
+import { parseSettings, SETTING_NAMES } from '../lib/infra/config.js';
 import { ROOT } from '../deploy/service-process.js';
 
 const dockerfile = DockerfileParser.parse(readFileSync(join(ROOT, 'Dockerfile'), 'utf8'));

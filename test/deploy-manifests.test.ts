@@ -8,12 +8,12 @@ import t from 'tap';
 import { existsSync, readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseAllDocuments } from 'yaml';
-import { ConfigError, parseSettings, SETTING_NAMES } from '../lib/config.js';
+import { ConfigError, parseSettings, SETTING_NAMES } from '../lib/infra/config.js';
 import { ROOT, nodeFlags } from '../deploy/service-process.js';
-import { routesOf, type Service } from '../lib/routes.js';
+import { routesOf, type Service } from '../lib/contract/routes.js';
 import { Readiness, serveHealth } from '../workers/health.js';
-import { createMetrics, METRICS } from '../lib/metrics.js';
-import { createLogger } from '../lib/log.js';
+import { createMetrics, METRICS } from '../lib/infra/metrics.js';
+import { createLogger } from '../lib/infra/log.js';
 
 type Obj = Record<string, any>;  
 
@@ -201,7 +201,7 @@ t.test('probes point at the ports and paths the processes serve', async (t) => {
       t.equal(Number(ann['prometheus.io/port']), port, `${w.metadata.name}: metrics scraped from its port`);
       if (proc !== 'worker') {
         const served = routesOf(proc as Service).filter((r) => r.method === 'GET').map((r) => r.path);
-        for (const p of ['/healthz', '/readyz', '/metrics']) t.ok(served.includes(p), `${proc} serves GET ${p} (lib/routes.ts)`);
+        for (const p of ['/healthz', '/readyz', '/metrics']) t.ok(served.includes(p), `${proc} serves GET ${p} (lib/contract/routes.ts)`);
       }
     }
   }
@@ -285,7 +285,7 @@ t.test('autoscaling: the gateway on CPU, the workers on the backlog prometheus-a
   t.ok(rule, `prometheus-adapter serves ${metric}`);
   const series = /^([a-z_]+)\{/.exec(rule.seriesQuery)![1]!;
   const def = (METRICS as Record<string, { type: string; services: readonly string[] }>)[series];
-  t.ok(def?.services.includes('worker') && def.type === 'gauge', `the workers export the gauge ${series} (lib/metrics.ts)`);
+  t.ok(def?.services.includes('worker') && def.type === 'gauge', `the workers export the gauge ${series} (lib/infra/metrics.ts)`);
   t.match(readFileSync(join(ROOT, 'dist', 'workers', 'ingest-consumer.js'), 'utf8'), `'${series}'`, `and set it (workers/ingest-consumer.ts)`);
   t.match(rule.metricsQuery, /^max\(/, 'every worker reports the same consumer: the largest, not the sum');
 });

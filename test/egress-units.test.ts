@@ -1,4 +1,4 @@
-// The egress policy (lib/egress.ts) on its own: which addresses are refused, in every spelling a
+// The egress policy (lib/infra/egress.ts) on its own: which addresses are refused, in every spelling a
 // URL can give them (checked with properties over whole IPv4/IPv6 ranges against an oracle written
 // from the IANA special-purpose registries, independent of ipaddr.js), what the allow list
 // unlocks and what it never does, and how egressPost connects: only to checked addresses, never
@@ -10,7 +10,7 @@ import fc from 'fast-check';
 import { createServer, type Server } from 'node:http';
 import { createServer as createTcpServer, type AddressInfo } from 'node:net';
 import type { LookupAddress } from 'node:dns';
-import { EgressPolicy, EgressRefused, EgressUrlError, egressPost, isMetadataName, pinnedLookup, parseCidrList } from '../lib/egress.js';
+import { EgressPolicy, EgressRefused, EgressUrlError, egressPost, isMetadataName, pinnedLookup, parseCidrList } from '../lib/infra/egress.js';
 
 const strict = new EgressPolicy();
 

@@ -10,8 +10,8 @@ import t from 'tap';
 import fc from 'fast-check';
 import { randomUUID } from 'node:crypto';
 import { testStack, eventually, chRows, request, get } from './helpers/stack.js';
-import { idempotentReportId } from '../lib/ids.js';
-import { deadLetterStream } from '../lib/messages.js';
+import { idempotentReportId } from '../lib/contract/ids.js';
+import { deadLetterStream } from '../lib/contract/messages.js';
 
 const s = await testStack(t, 'fuzz', {
   env: { RATE_LIMIT_PER_S: '100000', RATE_LIMIT_BURST: '100000' },

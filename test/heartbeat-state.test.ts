@@ -8,9 +8,9 @@ import { randomUUID } from 'node:crypto';
 import { testStack, chRows, eventually } from './helpers/stack.js';
 import { applyBatch, type ApplyDeps } from '../workers/apply-batch.js';
 import { HeartbeatState, HeartbeatFlusher, effectiveIntervalMs, lookupIdsIn } from '../workers/heartbeat-state.js';
-import { mergeLatest, type InstanceTimes } from '../lib/live-heartbeats.js';
-import { createLogger } from '../lib/log.js';
-import type { Report } from '../lib/messages.js';
+import { mergeLatest, type InstanceTimes } from '../lib/store/live-heartbeats.js';
+import { createLogger } from '../lib/infra/log.js';
+import type { Report } from '../lib/contract/messages.js';
 
 const s = await testStack(t, 'hbstate', { gateway: false, worker: false, api: false });
 const prefix = s.env.REDIS_PREFIX!;

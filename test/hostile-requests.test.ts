@@ -12,8 +12,8 @@
 import t, { type Test } from 'tap';
 import { randomUUID } from 'node:crypto';
 import { testStack, get, eventually, chRows, request } from './helpers/stack.js';
-import { createToken } from '../lib/admin.js';
-import { idempotentReportId } from '../lib/ids.js';
+import { createToken } from '../lib/store/customers.js';
+import { idempotentReportId } from '../lib/contract/ids.js';
 
 const s = await testStack(t, 'hostile', {
   env: {

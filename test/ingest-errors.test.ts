@@ -4,7 +4,7 @@ import t, { type Test } from 'tap';
 import { connect } from 'node:net';
 import { testStack, post, get, eventually, chRows, drained } from './helpers/stack.js';
 import { pipelined } from './helpers/http.js';
-import { createToken, revokeToken } from '../lib/admin.js';
+import { createToken, revokeToken } from '../lib/store/customers.js';
 
 const s = await testStack(t, 'errors', { api: false });
 const c = s.customer.slug;

@@ -7,10 +7,10 @@ import t from 'tap';
 import fc from 'fast-check';
 import { testStack, eventually, chRows, consumed } from './helpers/stack.js';
 import { arbitraryOf, toJson, nested, Raw } from './helpers/arbitraries.js';
-import { Heartbeat, Status, diagnosticsSchema, helpSchema } from '../lib/schemas/ingest.js';
-import { MetricsBody } from '../lib/schemas/metrics.js';
-import { idempotentReportId } from '../lib/ids.js';
-import { deadLetterStream } from '../lib/messages.js';
+import { Heartbeat, Status, diagnosticsSchema, helpSchema } from '../lib/contract/schemas/ingest.js';
+import { MetricsBody } from '../lib/contract/schemas/metrics.js';
+import { idempotentReportId } from '../lib/contract/ids.js';
+import { deadLetterStream } from '../lib/contract/messages.js';
 
 const s = await testStack(t, 'prop');
 await s.pool.query(`UPDATE licences SET device_limit = 100000 WHERE customer_id = $1`, [s.customer.id]);

@@ -1,4 +1,4 @@
-// No endpoint returns another customer's data. Every route of lib/routes.ts (the list is derived
+// No endpoint returns another customer's data. Every route of lib/contract/routes.ts (the list is derived
 // from the table, so routes added later are walked too) is called with a second customer's
 // credentials (its owner's session, its read token, its ingest token on the gateway), with the
 // first customer's ids, slugs and ids of every row it owns in any table with a customer_id column
@@ -7,8 +7,8 @@
 import t from 'tap';
 import type { TSchema } from '@sinclair/typebox';
 import { testStack, post, get, eventually } from './helpers/stack.js';
-import { routes, type RouteSpec } from '../lib/routes.js';
-import { createToken } from '../lib/admin.js';
+import { routes, type RouteSpec } from '../lib/contract/routes.js';
+import { createToken } from '../lib/store/customers.js';
 
 const s = await testStack(t, 'isolation');
 const A = s.customer;

@@ -1,4 +1,4 @@
-// Heartbeats have a lane of their own (lib/messages.ts, docs/architecture.md "Lanes"): a backlog of
+// Heartbeats have a lane of their own (lib/contract/messages.ts, docs/architecture.md "Lanes"): a backlog of
 // large reports in the main stream does not hold a heartbeat back. Before the lane, one queue:
 // every heartbeat waited behind whatever was accepted before it.
 //
@@ -11,7 +11,7 @@ import t from 'tap';
 import { randomUUID } from 'node:crypto';
 import { testStack, eventually, chRows, drained } from './helpers/stack.js';
 import { storedOnce } from './helpers/stored-once.js';
-import { subjects, encodeReport, encodeBatch, heartbeatStream } from '../lib/messages.js';
+import { subjects, encodeReport, encodeBatch, heartbeatStream } from '../lib/contract/messages.js';
 
 const s = await testStack(t, 'lanes', { worker: false, api: false });
 const subj = subjects(s.env.SUBJECT_PREFIX!);

@@ -5,8 +5,8 @@ import t from 'tap';
 import { testStack, post, eventually } from './helpers/stack.js';
 import { events, stored } from './helpers/lights.js';
 import { Horizon, recordTransitions } from '../workers/traffic-light.js';
-import { createLogger } from '../lib/log.js';
-import { ingestStreams } from '../lib/messages.js';
+import { createLogger } from '../lib/infra/log.js';
+import { ingestStreams } from '../lib/contract/messages.js';
 
 const s = await testStack(t, 'sweep', {
   env: { HEARTBEAT_TIMEOUT_S: '2', WARNING_WINDOW_S: '2', LIGHT_EXPIRY_LISTENER: '0', LIGHT_SWEEP_INTERVAL_MS: '500' },

@@ -9,7 +9,7 @@
 // each request (docs/operations.md "Behind a proxy").
 import t from 'tap';
 import { testStack, post } from './helpers/stack.js';
-import { createUser } from '../lib/accounts.js';
+import { createUser } from '../lib/store/accounts.js';
 import type { Answer } from './helpers/http.js';
 
 const s = await testStack(t, 'loginlim', { gateway: false, worker: false, api: false });

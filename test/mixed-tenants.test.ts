@@ -9,7 +9,7 @@
 import t from 'tap';
 import { randomUUID } from 'node:crypto';
 import { testStack, post, get, eventually, chRows } from './helpers/stack.js';
-import { subjects, encodeReport, encodeBatch, deadLetterStream } from '../lib/messages.js';
+import { subjects, encodeReport, encodeBatch, deadLetterStream } from '../lib/contract/messages.js';
 import { watchDeliveries, gone } from './helpers/deliveries.js';
 
 const s = await testStack(t, 'tenants');

@@ -12,8 +12,8 @@
 // Runs alone: a latency bound (test/README.md "Files that run alone").
 import t from 'tap';
 import { testStack, eventually, chRows, request } from './helpers/stack.js';
-import { redisKeys } from '../lib/db/redis.js';
-import { parseSettings } from '../lib/config.js';
+import { redisKeys } from '../lib/infra/redis.js';
+import { parseSettings } from '../lib/infra/config.js';
 
 const TIMEOUT_S = 300;
 // The per-customer rates as shipped (the test stack lifts them for other files).

@@ -1,6 +1,6 @@
 // Metrics, alert rules and the Grafana dashboard against the processes that export the metrics:
 // promtool (Debian's `prometheus` package; deploy/bootstrap.mjs installs it) checks and
-// unit-tests deploy/prometheus/alerts.yml and lints every /metrics; the catalogue (lib/metrics.ts
+// unit-tests deploy/prometheus/alerts.yml and lints every /metrics; the catalogue (lib/infra/metrics.ts
 // METRICS) follows the naming conventions and is the table in docs/operations.md; every metric the
 // rules, the dashboard and the autoscaler name is exported, with the type they expect, by a real
 // gateway, worker and api after some traffic; the dashboard's ClickHouse queries run on the schema.
@@ -13,9 +13,9 @@ import { parse, parseAllDocuments } from 'yaml';
 import { testStack, post, get, eventually, chRows } from './helpers/stack.js';
 import { freePort } from './helpers/nats-server.js';
 import { ROOT } from '../deploy/service-process.js';
-import { METRICS, type MetricName } from '../lib/metrics.js';
-import { deadLetterOf } from '../lib/dead-letters.js';
-import { subjects, encodeBatch, encodeReport } from '../lib/messages.js';
+import { METRICS, type MetricName } from '../lib/infra/metrics.js';
+import { deadLetterOf } from '../lib/store/dead-letters.js';
+import { subjects, encodeBatch, encodeReport } from '../lib/contract/messages.js';
 import { randomUUID } from 'node:crypto';
 
 type Obj = Record<string, any>;
@@ -134,7 +134,7 @@ t.test('the catalogue follows the conventions, and docs/operations.md lists exac
     t.same([...row.labels.matchAll(/`(\w+)`/g)].map((m) => m[1]), def.labels ?? [], `${name}: the docs give its labels`);
     t.same(row.services.split(',').map((s) => s.trim()), def.services, `${name}: the docs give its processes`);
   }
-  for (const name of tableRows.keys()) t.ok(name in catalogue, `docs table: ${name} is declared in lib/metrics.ts`);
+  for (const name of tableRows.keys()) t.ok(name in catalogue, `docs table: ${name} is declared in lib/infra/metrics.ts`);
   for (const r of allRules.filter((r) => r.alert)) t.match(section, `\`${r.alert}\``, `the docs explain ${r.alert}`);
 });
 
@@ -147,7 +147,7 @@ t.test('the dashboard: two data sources chosen at import, every panel with a que
     for (const x of p.targets ?? []) t.match((x.datasource ?? p.datasource)?.uid, /^\$\{(prometheus|clickhouse)\}$/, `"${p.title}": its data source is a dashboard variable`);
   }
   t.ok(promQueries.length >= 10 && chQueries.length >= 4, `${promQueries.length} Prometheus and ${chQueries.length} ClickHouse queries`);
-  for (const [name, by] of used) t.ok(declared(name), `${name} (${[...by].join(', ')}) is declared in lib/metrics.ts`);
+  for (const [name, by] of used) t.ok(declared(name), `${name} (${[...by].join(', ')}) is declared in lib/infra/metrics.ts`);
 });
 
 // The running processes: a worker whose /metrics listens on every address (WORKER_HTTP_HOST, as in

@@ -1,15 +1,15 @@
 // The OpenAPI 3.1 document (GET /openapi.json on the api) is valid, documents every route of both
 // processes, and every documented route exists: each documented path and method is probed on the
 // process that serves it (never 404 "no such endpoint" nor 405), and every other method on those
-// paths, and paths nobody documents, answer 404 or 405. Everything derives from lib/routes.ts and
+// paths, and paths nobody documents, answer 404 or 405. Everything derives from lib/contract/routes.ts and
 // the document, so routes added later are covered without touching this file. HEAD and OPTIONS
 // are left out: HTTP lets a server answer HEAD wherever it answers GET.
 import t from 'tap';
 import { randomUUID } from 'node:crypto';
 import { Validator } from '@seriousme/openapi-schema-validator';
 import { testStack, get } from './helpers/stack.js';
-import { routes } from '../lib/routes.js';
-import { DOCS_FILES } from '../lib/schemas/docs.js';
+import { routes } from '../lib/contract/routes.js';
+import { DOCS_FILES } from '../lib/contract/schemas/docs.js';
 
 const s = await testStack(t, 'openapi', { worker: false });
 const base: Record<string, string> = { api: s.apiUrl, gateway: s.gatewayUrl };
@@ -90,7 +90,7 @@ t.test('GET /openapi.json is a valid OpenAPI 3.1 document', async (t) => {
   t.same(doc.servers.map((x: { url: string }) => x.url).length, 2, 'servers: api and gateway');
 });
 
-t.test('the document and lib/routes.ts list the same routes, each on its process', async (t) => {
+t.test('the document and lib/contract/routes.ts list the same routes, each on its process', async (t) => {
   const documented = ops().map((o) => `${o.service} ${o.method} ${o.path}`).sort();
   const table = routes.map((r) => `${r.service} ${r.method} ${r.path}`).sort();
   t.same(documented, table);

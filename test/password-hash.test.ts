@@ -1,4 +1,4 @@
-// Password hashing (lib/accounts.ts): scrypt at OWASP's parameters (N=2^17, r=8, p=1); a hash
+// Password hashing (lib/store/accounts.ts): scrypt at OWASP's parameters (N=2^17, r=8, p=1); a hash
 // from before (N=2^14) still logs in and is upgraded at that login; and a wrong password costs the
 // same time whether the account exists (with a new or an old hash) or not, so login timing does
 // not tell which accounts exist. Few hashes: each is ~0.35 s of one of this machine's two cores.
@@ -6,7 +6,7 @@
 import t from 'tap';
 import { randomBytes, scrypt } from 'node:crypto';
 import { testStack, post } from './helpers/stack.js';
-import { createUser, hashPassword, needsRehash, verifyPassword, DUMMY_HASH, SCRYPT } from '../lib/accounts.js';
+import { createUser, hashPassword, needsRehash, verifyPassword, DUMMY_HASH, SCRYPT } from '../lib/store/accounts.js';
 
 // The login limits are raised for the timing test (it fails on purpose many times).
 const s = await testStack(t, 'pwhash', { gateway: false, worker: false, env: { LOGIN_MAX_FAILURES_PER_ACCOUNT: '1000', LOGIN_MAX_FAILURES_PER_ADDRESS: '1000' } });

@@ -3,8 +3,8 @@
 // keeps growing instead of being queued as many small groups (bench/README.md).
 import t from 'tap';
 import { randomUUID } from 'node:crypto';
-import { connectNats, ensureStreams } from '../lib/db/nats.js';
-import { subjects, deadLetterStream, heartbeatStream } from '../lib/messages.js';
+import { connectNats, ensureStreams } from '../lib/infra/nats.js';
+import { subjects, deadLetterStream, heartbeatStream } from '../lib/contract/messages.js';
 import { BatchPublisher } from '../gateway/publisher.js';
 import type { JetStreamClient } from 'nats';
 

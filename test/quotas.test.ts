@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { testStack, post, get, request, eventually } from './helpers/stack.js';
 import { openStream } from './helpers/lights.js';
 import { ROOT } from '../deploy/service-process.js';
-import { usageKeys, parseReservation } from '../lib/artifact-usage.js';
+import { usageKeys, parseReservation } from '../lib/store/artifact-usage.js';
 
 const CHUNK = 64 * 1024;
 const SIZE = 3 * CHUNK + 100; // four chunks

@@ -4,7 +4,7 @@
 // started under load (test/cluster/failover.test.ts). createRedis defines every command first.
 import t from 'tap';
 import { randomUUID } from 'node:crypto';
-import { createRedis, luaCommand } from '../lib/db/redis.js';
+import { createRedis, luaCommand } from '../lib/infra/redis.js';
 
 const countKeys = luaCommand<number>('testCountKeys', 'return #KEYS');
 const redis = createRedis(process.env.REDIS_URL ?? 'redis://127.0.0.1:26379/0');

@@ -3,7 +3,7 @@
 // connections): refusals are buffered or counted, never thrown. A throw ended the gateway with
 // exit code 1 in the cluster's rolling-restart test (test/cluster/failover.test.ts).
 import t from 'tap';
-import { connectNats } from '../lib/db/nats.js';
+import { connectNats } from '../lib/infra/nats.js';
 import { RejectionLog, type Rejection } from '../gateway/rejection-log.js';
 
 const nc = await connectNats(process.env.NATS_URL ?? 'nats://127.0.0.1:24222', 'rejection-log-closed');

@@ -12,8 +12,8 @@ import { join } from 'node:path';
 import pg from 'pg';
 import { ROOT } from '../deploy/service-process.js';
 import { freePort } from './helpers/nats-server.js';
-import { connectNats } from '../lib/db/nats.js';
-import { isNotFound } from '../lib/db/jetstream-errors.js';
+import { connectNats } from '../lib/infra/nats.js';
+import { isNotFound } from '../lib/infra/jetstream-errors.js';
 
 const portOf = (url: string | undefined) => Number(new URL(url!).port);
 const taken = {

@@ -15,9 +15,9 @@ import { randomUUID } from 'node:crypto';
 import { pino } from 'pino';
 import { AckPolicy, nanos, type Consumer, type JsMsg } from 'nats';
 import { testStack, post, eventually, chRows } from './helpers/stack.js';
-import { subjects, encodeReport, encodeBatch } from '../lib/messages.js';
-import { createMetrics } from '../lib/metrics.js';
-import { reportChecker } from '../lib/report-check.js';
+import { subjects, encodeReport, encodeBatch } from '../lib/contract/messages.js';
+import { createMetrics } from '../lib/infra/metrics.js';
+import { reportChecker } from '../lib/domain/report-check.js';
 import { IngestConsumer } from '../workers/ingest-consumer.js';
 
 const s = await testStack(t, 'stall', { api: false });
@@ -31,7 +31,7 @@ const count = async (sql: string) => Number((await chRows<{ n: string }>(s.ch, s
 t.test('1,500 small reports, then several of 200 KB and one of 950 KB, through the gateway: all applied within seconds, and more after', async (t) => {
   const small = async (i: number) => {
     const [slug, token] = i % 2 ? [s.customer.slug, s.token] : [other.customer.slug, other.token];
-    // Diagnostics, not heartbeats: heartbeats go to a lane of their own (lib/messages.ts), and the
+    // Diagnostics, not heartbeats: heartbeats go to a lane of their own (lib/contract/messages.ts), and the
     // sequence must be in the stream the large reports go to.
     const r = await post(ingest(slug, `small-${i % 100}`, 'diagnostics'), token, { items: [{ code: i, severity: 0, message: `m${i}` }] });
     if (r.status !== 200 && r.status !== 202) throw new Error(`small report ${i}: ${r.status}`); // 202: help texts missing
@@ -89,7 +89,7 @@ t.test('a pull that stops delivering is found by the watchdog, logged, shown as 
   const subj = subjects(w.env.SUBJECT_PREFIX!);
   const js = w.nc.jetstream();
   const jsm = await w.nc.jetstreamManager();
-  const { ensureConsumer } = await import('../lib/db/nats.js');
+  const { ensureConsumer } = await import('../lib/infra/nats.js');
   await ensureConsumer(jsm, w.env.STREAM_NAME!, 'workers', 30);
   const real = await js.consumers.get(w.env.STREAM_NAME!, 'workers');
   let pulls = 0;

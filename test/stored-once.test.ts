@@ -5,8 +5,8 @@ import { randomUUID } from 'node:crypto';
 import { testStack, chRows, eventually } from './helpers/stack.js';
 import { storedOnce, stopMerges } from './helpers/stored-once.js';
 import { watchDeliveries, gone, parseAckSubject } from './helpers/deliveries.js';
-import { ensureConsumer } from '../lib/db/nats.js';
-import { subjects, encodeBatch, encodeReport } from '../lib/messages.js';
+import { ensureConsumer } from '../lib/infra/nats.js';
+import { subjects, encodeBatch, encodeReport } from '../lib/contract/messages.js';
 
 const s = await testStack(t, 'storedonce', { gateway: false, worker: false, api: false });
 

@@ -6,7 +6,7 @@
 import t from 'tap';
 import { testStack } from './helpers/stack.js';
 import { TokenCache } from '../gateway/token-cache.js';
-import { createToken, revokeToken } from '../lib/admin.js';
+import { createToken, revokeToken } from '../lib/store/customers.js';
 
 const s = await testStack(t, 'tokencache', { gateway: false, worker: false, api: false });
 const HOUR = 3_600_000;

@@ -5,7 +5,7 @@ import t from 'tap';
 import { testStack, post, get, eventually, drained } from './helpers/stack.js';
 import { events, stored, openStream } from './helpers/lights.js';
 import { withExpiredEvents, ensureExpiryEvents } from '../workers/light-expiry.js';
-import { createLogger } from '../lib/log.js';
+import { createLogger } from '../lib/infra/log.js';
 
 // The sweep is slowed right down here, so that red can only come from the expiry events.
 const s = await testStack(t, 'light', { env: { HEARTBEAT_TIMEOUT_S: '2', LIGHT_SWEEP_INTERVAL_MS: '600000' } });

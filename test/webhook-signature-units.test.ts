@@ -1,4 +1,4 @@
-// Webhook signatures (lib/webhooks.ts): the Standard Webhooks signature verifies with the
+// Webhook signatures (lib/domain/webhook-signature.ts): the Standard Webhooks signature verifies with the
 // standard's reference library (npm `standardwebhooks`) for generated secrets, secrets chosen by
 // the customer ("raw"), and secrets generated before the standard was adopted (URL-safe base64,
 // after converting them to standard base64); the original X-Fleet-Signature is unchanged.
@@ -6,7 +6,7 @@ import t from 'tap';
 import fc from 'fast-check';
 import { createHmac, randomBytes } from 'node:crypto';
 import { Webhook } from 'standardwebhooks';
-import { newWebhookSecret, secretProblem, signatureHeaders, signStandard, signWebhook, standardKey, verifyStandard, verifyWebhook } from '../lib/webhooks.js';
+import { newWebhookSecret, secretProblem, signatureHeaders, signStandard, signWebhook, standardKey, verifyStandard, verifyWebhook } from '../lib/domain/webhook-signature.js';
 
 const now = () => Math.floor(Date.now() / 1000);
 

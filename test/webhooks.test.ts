@@ -10,7 +10,7 @@ import type { AddressInfo } from 'node:net';
 import { testStack, post, get, eventually } from './helpers/stack.js';
 import { request } from './helpers/http.js';
 import { stored } from './helpers/lights.js';
-import { verifyWebhook } from '../lib/webhooks.js';
+import { verifyWebhook } from '../lib/domain/webhook-signature.js';
 
 // One delivery at a time (WEBHOOK_CONCURRENCY=1): the worker takes the BullMQ jobs in the order they
 // were queued and finishes each before the next, so a receiver gets the events of a webhook in queue

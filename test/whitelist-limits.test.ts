@@ -7,7 +7,7 @@
 import t from 'tap';
 import { testStack, eventually, chRows } from './helpers/stack.js';
 import { request } from './helpers/http.js';
-import { messagePatternProblem, RuleSet, SUFFIX_CHAIN_MAX } from '../lib/whitelist.js';
+import { messagePatternProblem, RuleSet, SUFFIX_CHAIN_MAX } from '../lib/domain/whitelist.js';
 
 const s = await testStack(t, 'wllimits', { worker: false });
 const admin = await s.newUser('admin');

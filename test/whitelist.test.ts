@@ -5,8 +5,8 @@
 import t from 'tap';
 import { testStack, post, get, eventually, chRows } from './helpers/stack.js';
 import { request } from './helpers/http.js';
-import { createToken } from '../lib/admin.js';
-import { SUFFIX_CHAIN_MAX } from '../lib/whitelist.js';
+import { createToken } from '../lib/store/customers.js';
+import { SUFFIX_CHAIN_MAX } from '../lib/domain/whitelist.js';
 
 const s = await testStack(t, 'whitelist');
 await s.startWorker(); // two worker replicas share the stream

@@ -10,7 +10,7 @@ import t from 'tap';
 import { testStack, post, eventually, chRows, drained } from './helpers/stack.js';
 import { stopMerges } from './helpers/stored-once.js';
 import { watchDeliveries } from './helpers/deliveries.js';
-import { ingestStreams } from '../lib/messages.js';
+import { ingestStreams } from '../lib/contract/messages.js';
 
 const s = await testStack(t, 'crash', {
   worker: false,
@@ -45,7 +45,7 @@ t.test('kill -9 mid-stream, restart: every acknowledged report stored; a second 
   }
   t.equal(accepted, N, 'all accepted while no worker runs');
   const diagReports = Math.ceil(N / 3);
-  // Both lanes: diagnostics in the main stream, heartbeats in their own (lib/messages.ts).
+  // Both lanes: diagnostics in the main stream, heartbeats in their own (lib/contract/messages.ts).
   const deliveries = await watchDeliveries(s.nc, ingestStreams(s.env.STREAM_NAME!));
   t.teardown(() => deliveries.stop());
 

@@ -9,23 +9,23 @@
 // A batch that fails half-way is applied again later: every write is waited for (settled) before
 // the failure is thrown, and the ClickHouse rows that did land are told to `rows` (RowLedger),
 // which the next apply asks, so each report's rows are inserted once (workers/outages.ts).
-import type { Report, RejectionRecord } from '../lib/messages.js';
-import type { Pool, PoolClient } from '../lib/db/postgres.js';
-import { withTx, pgText, pgJson } from '../lib/db/postgres.js';
-import type { ClickHouseClient } from '../lib/db/clickhouse.js';
-import { insertTsv, tsvRow } from '../lib/db/clickhouse.js';
-import type { Redis } from '../lib/db/redis.js';
-import { redisKeys } from '../lib/db/redis.js';
-import type { Heartbeat, Diagnostics, Status } from '../lib/schemas/ingest.js';
+import type { Report, RejectionRecord } from '../lib/contract/messages.js';
+import type { Pool, PoolClient } from '../lib/infra/postgres.js';
+import { withTx, pgText, pgJson } from '../lib/infra/postgres.js';
+import type { ClickHouseClient } from '../lib/infra/clickhouse.js';
+import { insertTsv, tsvRow } from '../lib/infra/clickhouse.js';
+import type { Redis } from '../lib/infra/redis.js';
+import { redisKeys } from '../lib/infra/redis.js';
+import type { Heartbeat, Diagnostics, Status } from '../lib/contract/schemas/ingest.js';
 import { writeMetrics } from './metrics.js';
 import { writeArtifacts } from './artifacts.js';
-import type { ArtifactUsage } from '../lib/artifact-usage.js';
-import type { Logger } from '../lib/log.js';
-import type { LightEvent } from '../lib/traffic-light.js';
+import type { ArtifactUsage } from '../lib/store/artifact-usage.js';
+import type { Logger } from '../lib/infra/log.js';
+import type { LightEvent } from '../lib/domain/traffic-light.js';
 import type { ReportLights } from './traffic-light.js';
 import { applyCommandReports, type CommandDeps } from './commands.js';
 import { summarise, agentTime, instanceKey, machineKey, chTime, toInt, type InstanceUpdate, type TsWindow } from './reports.js';
-import { heartbeatFields } from '../lib/live-heartbeats.js';
+import { heartbeatFields } from '../lib/store/live-heartbeats.js';
 import { applyHelpTexts } from './help-texts.js';
 import type { WhitelistCache, Suppression } from './whitelist-cache.js';
 import { noteNewMachines } from './licences.js';
@@ -46,7 +46,7 @@ export interface ApplyDeps extends CommandDeps {
   whitelist?: WhitelistCache;
   /** Traffic light: changes of colour caused by the batch (workers/traffic-light.ts). */
   lights?: ReportLights;
-  /** Reservations against the quota artifact_bytes, settled once an artifact is stored (lib/artifact-usage.ts); without it none are. */
+  /** Reservations against the quota artifact_bytes, settled once an artifact is stored (lib/store/artifact-usage.ts); without it none are. */
   artifactUsage?: ArtifactUsage;
   log?: Logger;
   /** Which reports' ClickHouse rows landed already (a retried batch's); none: insert everything. */
@@ -225,7 +225,7 @@ async function upsertInstances(c: PoolClient, updates: InstanceUpdate[]): Promis
   return out;
 }
 
-/** Column order of the rows writeClickHouse builds (TabSeparated, lib/db/clickhouse.ts). */
+/** Column order of the rows writeClickHouse builds (TabSeparated, lib/infra/clickhouse.ts). */
 const BASE_COLS = ['received_at', 'received_ms', 'customer_id', 'customer', 'machine_id', 'machine', 'software', 'instance_id', 'report_id'];
 const HEARTBEAT_COLS = [...BASE_COLS, 'ts_ms', 'version', 'uptime_seconds', 'pid', 'ip_addresses', 'group_name', 'location', 'group_priority', 'sort_priority', 'clock_skew', 'agent_ts'];
 const DIAGNOSTIC_COLS = [...BASE_COLS, 'ts_ms', 'item', 'code', 'severity', 'message', 'suppressed', 'rule_id'];

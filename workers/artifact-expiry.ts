@@ -1,19 +1,19 @@
-// Expiry of artifact uploads: a scheduled job (lib/jobs.ts) runs `sweepUploads` every
+// Expiry of artifact uploads: a scheduled job (workers/jobs.ts) runs `sweepUploads` every
 // ARTIFACT_SWEEP_MS on one of the worker replicas. An open upload ARTIFACT_EXPIRY_GRACE_S past its expiry loses its chunks
 // (object store) and then its record (KV), and then its reservation against the quota
 // artifact_bytes; a completed upload's record is forgotten once it is older than
 // ARTIFACT_UPLOAD_TTL_S and its artifact row is in Postgres (the chunks stay: they are the
 // artifact). Every step is idempotent, so a sweep that dies half-way is finished by the next.
 //
-// The same pass keeps the reservations (lib/artifact-usage.ts) true to the upload records: an open
+// The same pass keeps the reservations (lib/store/artifact-usage.ts) true to the upload records: an open
 // upload whose reservation is missing (Redis lost it) gets it back, a completed one whose artifact
 // is stored is settled (the worker that stored it could not), settled entries are removed once
 // every gateway counts them as stored, and entries whose upload is gone are removed.
-import type { Pool } from '../lib/db/postgres.js';
-import type { Logger } from '../lib/log.js';
-import { mapLimit, type ArtifactStore, type UploadRecord } from '../lib/artifacts.js';
-import { ORPHAN_AFTER_MS, SETTLED_KEEP_MS, type ArtifactUsage } from '../lib/artifact-usage.js';
-import type { RunResult } from '../lib/jobs.js';
+import type { Pool } from '../lib/infra/postgres.js';
+import type { Logger } from '../lib/infra/log.js';
+import { mapLimit, type ArtifactStore, type UploadRecord } from '../lib/store/artifacts.js';
+import { ORPHAN_AFTER_MS, SETTLED_KEEP_MS, type ArtifactUsage } from '../lib/store/artifact-usage.js';
+import type { RunResult } from './jobs.js';
 
 interface SweepOptions {
   now: number;

@@ -1,15 +1,15 @@
 // Artifact reports (queued by the gateway at artifact-complete) -> Postgres `artifacts`. The
 // artifact id is derived from the upload id, so a redelivered or repeated report inserts nothing.
 // A trigger adds each new row's size to its customer's `artifact_usage`; after the commit the
-// upload's reservation against the quota artifact_bytes is settled (lib/artifact-usage.ts): from
+// upload's reservation against the quota artifact_bytes is settled (lib/store/artifact-usage.ts): from
 // that usage row's seq on, the bytes count as stored instead of reserved.
-import type { Report } from '../lib/messages.js';
-import type { Pool } from '../lib/db/postgres.js';
-import type { ArtifactReport } from '../lib/artifacts.js';
-import type { ArtifactUsage } from '../lib/artifact-usage.js';
-import type { Logger } from '../lib/log.js';
+import type { Report } from '../lib/contract/messages.js';
+import type { Pool } from '../lib/infra/postgres.js';
+import type { ArtifactReport } from '../lib/store/artifacts.js';
+import type { ArtifactUsage } from '../lib/store/artifact-usage.js';
+import type { Logger } from '../lib/infra/log.js';
 import { instanceKey } from './reports.js';
-import { pgText } from '../lib/db/postgres.js';
+import { pgText } from '../lib/infra/postgres.js';
 
 export async function writeArtifacts(
   pool: Pool,

@@ -1,10 +1,10 @@
 // Ends overdue agent commands: queued past expires_at -> expired; delivered past ack_deadline ->
-// timed_out. A scheduled job (lib/jobs.ts) runs the sweep every COMMAND_SWEEP_MS on one worker
+// timed_out. A scheduled job (workers/jobs.ts) runs the sweep every COMMAND_SWEEP_MS on one worker
 // replica. The sweep is idempotent (state guards, one event per state), so two sweeps at once would
 // only find nothing to do.
-import type { Pool } from '../lib/db/postgres.js';
-import { withTx } from '../lib/db/postgres.js';
-import type { InstanceRef } from '../lib/commands.js';
+import type { Pool } from '../lib/infra/postgres.js';
+import { withTx } from '../lib/infra/postgres.js';
+import type { InstanceRef } from '../lib/store/commands.js';
 
 const BATCH = 5000;
 

@@ -7,12 +7,12 @@
 //               one is a no-op). A late ack (after timed_out, or a command that was cancelled or
 //               expired while the gateway handed it out) still records what the agent did.
 // Instances whose open commands changed are hinted to the gateways after the commit.
-import type { Report } from '../lib/messages.js';
-import type { Pool } from '../lib/db/postgres.js';
-import { withTx, pgText, pgJson } from '../lib/db/postgres.js';
-import { isUuid } from '../lib/ids.js';
-import type { InstanceRef } from '../lib/commands.js';
-import type { CommandAck } from '../lib/schemas/commands.js';
+import type { Report } from '../lib/contract/messages.js';
+import type { Pool } from '../lib/infra/postgres.js';
+import { withTx, pgText, pgJson } from '../lib/infra/postgres.js';
+import { isUuid } from '../lib/contract/ids.js';
+import type { InstanceRef } from '../lib/store/commands.js';
+import type { CommandAck } from '../lib/contract/schemas/commands.js';
 
 export interface CommandDeps {
   pool: Pool;

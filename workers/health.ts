@@ -2,11 +2,11 @@
 // answers, the consumer delivers) and /metrics, on WORKER_HTTP_HOST:WORKER_HTTP_PORT. A worker
 // never exits because a server went away; it says so here and waits.
 import { createServer, type Server } from 'node:http';
-import type { Pool } from '../lib/db/postgres.js';
-import type { ClickHouseClient } from '../lib/db/clickhouse.js';
-import type { Redis } from '../lib/db/redis.js';
-import type { Logger } from '../lib/log.js';
-import type { Metrics } from '../lib/metrics.js';
+import type { Pool } from '../lib/infra/postgres.js';
+import type { ClickHouseClient } from '../lib/infra/clickhouse.js';
+import type { Redis } from '../lib/infra/redis.js';
+import type { Logger } from '../lib/infra/log.js';
+import type { Metrics } from '../lib/infra/metrics.js';
 
 /** Named problems; ready when there is none. */
 export class Readiness {

@@ -23,19 +23,19 @@
 // instance at most `interval` after the previous Postgres write, with the same newest-wins rules as
 // the ingest upsert. So Postgres's last_heartbeat_at is never more than interval + one flush tick
 // behind, and the interval is below the heartbeat timeout: a silence Postgres sees is real, and the
-// traffic-light SQL (lib/traffic-light.ts) keeps judging from Postgres alone. The api merges the
-// hash into what it shows (lib/live-heartbeats.ts): times exact to the millisecond.
+// traffic-light SQL (lib/domain/traffic-light.ts) keeps judging from Postgres alone. The api merges the
+// hash into what it shows (lib/store/live-heartbeats.ts): times exact to the millisecond.
 //
 // Scripts name keys they build from the prefix: a Redis Cluster is not supported (one primary with
 // replicas for failover: docs/operations.md).
 import { LRUCache } from 'lru-cache';
-import { luaCommand, redisKeys, type Redis } from '../lib/db/redis.js';
-import { withTx, type Pool } from '../lib/db/postgres.js';
-import type { Logger } from '../lib/log.js';
-import { heartbeatFields, fingerprint, encodeFields, decodeFields, type HeartbeatFields } from '../lib/live-heartbeats.js';
+import { luaCommand, redisKeys, type Redis } from '../lib/infra/redis.js';
+import { withTx, type Pool } from '../lib/infra/postgres.js';
+import type { Logger } from '../lib/infra/log.js';
+import { heartbeatFields, fingerprint, encodeFields, decodeFields, type HeartbeatFields } from '../lib/store/live-heartbeats.js';
 import type { InstanceUpdate } from './reports.js';
 import type { ReportLights } from './traffic-light.js';
-import type { LightEvent } from '../lib/traffic-light.js';
+import type { LightEvent } from '../lib/domain/traffic-light.js';
 
 export interface Resolved {
   machineId: string;

@@ -2,10 +2,10 @@
 // language. Idempotent: the newest upload wins by (receive time, report id), so a redelivered batch
 // changes nothing and an older upload applied late never overwrites a newer text. A help upload
 // does not create a machine or an instance: it describes a software, not a running copy of it.
-import type { Pool } from '../lib/db/postgres.js';
-import type { Report } from '../lib/messages.js';
-import type { HelpUpload } from '../lib/schemas/ingest.js';
-import { pgText } from '../lib/db/postgres.js';
+import type { Pool } from '../lib/infra/postgres.js';
+import type { Report } from '../lib/contract/messages.js';
+import type { HelpUpload } from '../lib/contract/schemas/ingest.js';
+import { pgText } from '../lib/infra/postgres.js';
 
 interface Row {
   customerId: string;

@@ -3,7 +3,7 @@
 // messages or WORKER_BATCH_BYTES, or whatever arrived within WORKER_BATCH_WAIT_MS of the first),
 // applied, and acked only once every effect is committed.
 //
-// Failures (lib/storage-errors.ts decides which is which, positively: only an error code that
+// Failures (lib/infra/storage-errors.ts decides which is which, positively: only an error code that
 // proves the data at fault, or the worker's own check, makes a failure `data`):
 //   data    the reports at fault are isolated (workers/isolate.ts) and each is dead-lettered alone,
 //           at once; every other report of the batch is applied and its message acked.
@@ -27,14 +27,14 @@
 // delivered and not acked reach its max_ack_pending delivers nothing to any worker: that is shown
 // in /readyz too.
 import type { Consumer, JetStreamClient, JsMsg } from 'nats';
-import { deadLetterOf } from '../lib/dead-letters.js';
-import type { Logger } from '../lib/log.js';
-import type { Metrics } from '../lib/metrics.js';
-import { decodeBatch, encodeBatch, reportSlices, DecodeError, type Report, type RejectionRecord } from '../lib/messages.js';
-import { insertRows } from '../lib/db/clickhouse.js';
-import { isUuid, uuidFromName } from '../lib/ids.js';
-import { envelopeRefusal, type ReportChecker } from '../lib/report-check.js';
-import { classifyFailure, type Failure } from '../lib/storage-errors.js';
+import { deadLetterOf } from '../lib/store/dead-letters.js';
+import type { Logger } from '../lib/infra/log.js';
+import type { Metrics } from '../lib/infra/metrics.js';
+import { decodeBatch, encodeBatch, reportSlices, DecodeError, type Report, type RejectionRecord } from '../lib/contract/messages.js';
+import { insertRows } from '../lib/infra/clickhouse.js';
+import { isUuid, uuidFromName } from '../lib/contract/ids.js';
+import { envelopeRefusal, type ReportChecker } from '../lib/domain/report-check.js';
+import { classifyFailure, type Failure } from '../lib/infra/storage-errors.js';
 import { applyBatch, type ApplyDeps, type RowLedger } from './apply-batch.js';
 import { applyIsolated } from './isolate.js';
 import { MessagePuller, type PullOptions } from './pull.js';
@@ -42,7 +42,7 @@ import { LandedRows, Outages } from './outages.js';
 import { chTime } from './reports.js';
 
 export interface ConsumerOptions {
-  /** Which stream this consumer pulls (lib/messages.ts): `reports` (the main one) or `heartbeats`; a metric label. */
+  /** Which stream this consumer pulls (lib/contract/messages.ts): `reports` (the main one) or `heartbeats`; a metric label. */
   lane: string;
   reportsSubject: string;
   rejectionsSubject: string;
@@ -517,7 +517,7 @@ export class IngestConsumer {
 
   private async publishDeadLetter(data: Uint8Array, msg: JsMsg, failure: Failure, failureClass: string, u?: Unit): Promise<boolean> {
     try {
-      // Subject (per customer), headers and message id: the dead-letter format of lib/dead-letters.ts.
+      // Subject (per customer), headers and message id: the dead-letter format of lib/store/dead-letters.ts.
       const dl = deadLetterOf({
         base: this.opts.deadLetterSubject,
         failure,

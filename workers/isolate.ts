@@ -2,11 +2,11 @@
 // when storage refuses it, only the reports at fault may pay for it:
 //
 //   1. the whole batch is applied (the normal case: one transaction, one insert per table);
-//   2. it failed: a server that refuses as a whole (lib/storage-errors.ts: an outage that is
+//   2. it failed: a server that refuses as a whole (lib/infra/storage-errors.ts: an outage that is
 //      `whole`: unreachable, read-only, full, a table missing) fails everything alike -> the
 //      caller retries the whole batch later (never a dead letter for that);
 //   3. otherwise each unit is checked again (the caller's `explain`: its envelope and schema,
-//      lib/report-check.ts): a unit that a gateway of another version, or a publisher that
+//      lib/domain/report-check.ts): a unit that a gateway of another version, or a publisher that
 //      bypassed the gateway, let through is failed at once as data, with the field at fault; the
 //      rest is applied again;
 //   4. still failing: the batch is split in halves and each half applied, recursively, down to
@@ -20,7 +20,7 @@
 //
 // Isolating k bad units among n costs about 2·k·log2(n/k) applies; with k = 1 in 80,000 that is
 // 34 small transactions, a second or two.
-import { classifyFailure, isUnavailable, type Failure } from '../lib/storage-errors.js';
+import { classifyFailure, isUnavailable, type Failure } from '../lib/infra/storage-errors.js';
 
 export interface Failed<U> {
   unit: U;

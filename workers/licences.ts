@@ -7,8 +7,8 @@
 // last 30 days); over the limit -> the grace period starts now unless it already runs, and the new
 // machines beyond the limit are flagged (machines.over_limit_at). Gateways refuse new machines only
 // after the grace period (gateway/licence-gate.ts); here nothing is ever refused or dropped.
-import type { PoolClient } from '../lib/db/postgres.js';
-import { DEVICE_WINDOW_DAYS } from '../lib/licences.js';
+import type { PoolClient } from '../lib/infra/postgres.js';
+import { DEVICE_WINDOW_DAYS } from '../lib/store/licences.js';
 
 export interface NewMachine {
   id: string;

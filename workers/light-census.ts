@@ -2,13 +2,13 @@
 // through it the alert on the share of red instances (deploy/prometheus/alerts.yml).
 //
 // Counting is one query over `instances` (a scan: it grows with the fleet). So it is not run per
-// worker or per scrape: a scheduled job (lib/jobs.ts) runs it on one worker every
+// worker or per scrape: a scheduled job (workers/jobs.ts) runs it on one worker every
 // LIGHT_CENSUS_INTERVAL_MS and keeps the counts in one Redis hash, and every worker reads that hash
 // when it is scraped. Every worker thus reports the same numbers (queries take `max by (light)`);
 // counts older than five intervals (no worker has counted: Redis or Postgres away) are not reported.
-import type { Pool } from '../lib/db/postgres.js';
-import type { Redis } from '../lib/db/redis.js';
-import { LIGHTS } from '../lib/metrics.js';
+import type { Pool } from '../lib/infra/postgres.js';
+import type { Redis } from '../lib/infra/redis.js';
+import { LIGHTS } from '../lib/infra/metrics.js';
 
 export type LightCounts = Record<(typeof LIGHTS)[number], number>;
 

@@ -5,11 +5,11 @@
 // exactly one of them record each change. Expiry events are fire-and-forget (none while no
 // listener is connected, and Redis expires lazily and by sampling, so they may come late): the
 // sweep (workers/light-sweep.ts) repairs whatever is missed here.
-import type { Redis } from '../lib/db/redis.js';
-import { createRedis, redisKeys } from '../lib/db/redis.js';
-import type { Pool } from '../lib/db/postgres.js';
-import type { Logger } from '../lib/log.js';
-import type { LightEvent } from '../lib/traffic-light.js';
+import type { Redis } from '../lib/infra/redis.js';
+import { createRedis, redisKeys } from '../lib/infra/redis.js';
+import type { Pool } from '../lib/infra/postgres.js';
+import type { Logger } from '../lib/infra/log.js';
+import type { LightEvent } from '../lib/domain/traffic-light.js';
 import { recordTransitionsTx, type Horizon, type LightEventSink, type LightParams } from './traffic-light.js';
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;

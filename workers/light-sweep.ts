@@ -6,10 +6,10 @@
 // expiry listener records at the same moment is still recorded once). It also delivers changes
 // left in the outbox by a worker that died or could not reach ClickHouse.
 //
-// A scheduled job (lib/jobs.ts) gives each run to one worker, and a Postgres advisory lock makes
+// A scheduled job (workers/jobs.ts) gives each run to one worker, and a Postgres advisory lock makes
 // sure that a run which outlasts the interval is never overlapped by the next one on another worker.
-import type { Pool } from '../lib/db/postgres.js';
-import type { LightEvent } from '../lib/traffic-light.js';
+import type { Pool } from '../lib/infra/postgres.js';
+import type { LightEvent } from '../lib/domain/traffic-light.js';
 import { recordTransitionsTx, type Horizon, type LightEventSink, type LightParams } from './traffic-light.js';
 
 const SWEEP_LOCK = 7_401_134; // advisory lock key: "traffic-light sweep" (per database)

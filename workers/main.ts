@@ -1,35 +1,35 @@
 // Worker process: applies what the gateways queued. Reads top-down: config -> Postgres, ClickHouse,
 // Redis, NATS -> stream and durable consumer -> consume -> graceful shutdown (finish the batch in
 // hand, ack it, stop). Any number of replicas may run; they share the durable consumer.
-import { configOrExit } from '../lib/config.js';
-import { Lifecycle, drainNats } from '../lib/shutdown.js';
-import { createLogger } from '../lib/log.js';
-import { createMetrics } from '../lib/metrics.js';
-import { createPool } from '../lib/db/postgres.js';
-import { createClickHouse } from '../lib/db/clickhouse.js';
-import { createRedis } from '../lib/db/redis.js';
-import { connectNats, ensureStreams, ensureConsumer, warnDurability } from '../lib/db/nats.js';
-import { subjects, ingestStreams, heartbeatStream } from '../lib/messages.js';
+import { configOrExit } from '../lib/infra/config.js';
+import { Lifecycle, drainNats } from '../lib/infra/shutdown.js';
+import { createLogger } from '../lib/infra/log.js';
+import { createMetrics } from '../lib/infra/metrics.js';
+import { createPool } from '../lib/infra/postgres.js';
+import { createClickHouse } from '../lib/infra/clickhouse.js';
+import { createRedis } from '../lib/infra/redis.js';
+import { connectNats, ensureStreams, ensureConsumer, warnDurability } from '../lib/infra/nats.js';
+import { subjects, ingestStreams, heartbeatStream } from '../lib/contract/messages.js';
 import { IngestConsumer } from './ingest-consumer.js';
 import { Readiness, probeDependencies, serveHealth } from './health.js';
-import { reportChecker } from '../lib/report-check.js';
+import { reportChecker } from '../lib/domain/report-check.js';
 import { WhitelistCache } from './whitelist-cache.js';
-import { ArtifactStore } from '../lib/artifacts.js';
+import { ArtifactStore } from '../lib/store/artifacts.js';
 import { sweepUploads } from './artifact-expiry.js';
-import { ArtifactUsage } from '../lib/artifact-usage.js';
+import { ArtifactUsage } from '../lib/store/artifact-usage.js';
 import { Horizon, LightEventSink, ReportLights } from './traffic-light.js';
 import { ExpiryListener, ensureExpiryEvents } from './light-expiry.js';
 import { LightSweep } from './light-sweep.js';
 import { HeartbeatState, HeartbeatFlusher, lookupIdsIn } from './heartbeat-state.js';
 import { Webhooks } from './webhooks.js';
-import type { LightEvent } from '../lib/traffic-light.js';
+import type { LightEvent } from '../lib/domain/traffic-light.js';
 import { sweepCommands } from './command-expiry.js';
-import { CommandHints, type InstanceRef } from '../lib/commands.js';
-import { QUEUES, scheduledJob, removeLegacyJobs } from '../lib/jobs.js';
-import { reconcileLicences } from '../lib/licences.js';
+import { CommandHints, type InstanceRef } from '../lib/store/commands.js';
+import { QUEUES, scheduledJob, removeLegacyJobs } from './jobs.js';
+import { reconcileLicences } from '../lib/store/licences.js';
 import { LightCensus } from './light-census.js';
-import { DeadLetters } from '../lib/dead-letters.js';
-import { DEPENDENCIES } from '../lib/storage-errors.js';
+import { DeadLetters } from '../lib/store/dead-letters.js';
+import { DEPENDENCIES } from '../lib/infra/storage-errors.js';
 
 const cfg = configOrExit('worker');
 const log = createLogger('worker', cfg.logLevel);
@@ -122,7 +122,7 @@ hints.attach(nc);
 
 // Opened before consuming starts: its JetStream requests must not queue behind a backlog's first batches.
 const artifactStore = await retrying('the artifact store (JetStream)', () => ArtifactStore.open(nc, cfg));
-// Reservations of artifact uploads against the quota artifact_bytes (lib/artifact-usage.ts).
+// Reservations of artifact uploads against the quota artifact_bytes (lib/store/artifact-usage.ts).
 const artifactUsage = new ArtifactUsage(redis, cfg.redisPrefix);
 
 // Messages per pull: that many of the largest message a gateway publishes (a full group of
@@ -160,7 +160,7 @@ const consumerOptions = {
   stallMs: cfg.worker.stallTimeoutMs,
   watchdogMs: Math.min(5000, Math.max(250, cfg.worker.stallTimeoutMs / 4)),
 };
-// Two lanes (lib/messages.ts, docs/architecture.md "Lanes"): the main stream, and the heartbeats'
+// Two lanes (lib/contract/messages.ts, docs/architecture.md "Lanes"): the main stream, and the heartbeats'
 // own, pulled side by side, so that no heartbeat waits behind a backlog of large reports.
 // WORKER_LANES picks some: a fleet can run workers for heartbeats alone.
 const lanes = cfg.worker.lanes.map((lane) => ({ lane, stream: lane === 'heartbeats' ? heartbeatStream(cfg.streamName) : cfg.streamName }));
@@ -205,7 +205,7 @@ const readStream = () =>
     ),
   );
 // Dead letters waiting, per customer: the dead-letter stream's per-subject counts (one request,
-// however many dead letters it holds; lib/dead-letters.ts), read with the stream's fill level.
+// however many dead letters it holds; lib/store/dead-letters.ts), read with the stream's fill level.
 const deadLetters = new DeadLetters(nc, cfg);
 const waiting = metrics.gauge('fleet_worker_dead_letter_messages');
 const readDeadLetters = () =>
@@ -229,7 +229,7 @@ metrics.onScrape(async () => {
   instances.reset();
   if (counts) for (const [light, n] of Object.entries(counts)) instances.labels(light).set(n);
 });
-// Scheduled jobs (lib/jobs.ts): each runs every interval on one worker replica.
+// Scheduled jobs (workers/jobs.ts): each runs every interval on one worker replica.
 const jobCtx = { connection: bull, redisPrefix: cfg.redisPrefix, log };
 const jobs = [
   // The traffic light: what Redis expiry events missed (workers/light-sweep.ts).

@@ -1,11 +1,11 @@
 // Host-metric reports -> ClickHouse `host_metrics`: one row per record and value name. Every copy
 // of a record (a redelivered batch, the same record sent again, by two gateways at once) yields
 // the same sorting key (customer, machine, name, client_metric_id) and collapses; `ver` keeps the
-// first copy received (see lib/db/schema.ts, ClickHouse 0004-metrics).
-import type { Report } from '../lib/messages.js';
-import type { ClickHouseClient } from '../lib/db/clickhouse.js';
-import { insertRows } from '../lib/db/clickhouse.js';
-import type { MetricsBatch } from '../lib/schemas/metrics.js';
+// first copy received (see lib/store/schema.ts, ClickHouse 0004-metrics).
+import type { Report } from '../lib/contract/messages.js';
+import type { ClickHouseClient } from '../lib/infra/clickhouse.js';
+import { insertRows } from '../lib/infra/clickhouse.js';
+import type { MetricsBatch } from '../lib/contract/schemas/metrics.js';
 import { chTime, instanceKey, parseTs } from './reports.js';
 
 /** `ver` = VER_BASE - receive time: the earliest copy has the highest version and wins. */

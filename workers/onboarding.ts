@@ -1,8 +1,8 @@
 // Onboarding milestones: the first report of each kind (heartbeat, diagnostics, status, and any kind
 // added later, such as help) per customer, with its receive time. GET /api/onboarding/status reads
 // them. Each worker remembers what it has recorded, so a customer's steady traffic costs no write.
-import type { Pool } from '../lib/db/postgres.js';
-import type { Report } from '../lib/messages.js';
+import type { Pool } from '../lib/infra/postgres.js';
+import type { Report } from '../lib/contract/messages.js';
 
 const recorded = new Set<string>();
 

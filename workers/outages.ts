@@ -1,4 +1,4 @@
-// What a worker waits for. Every message it nak'ed because of an outage (lib/storage-errors.ts)
+// What a worker waits for. Every message it nak'ed because of an outage (lib/infra/storage-errors.ts)
 // is noted with the dependency it waits for, until the message is acked (applied, or
 // dead-lettered for its data) or, should another worker have taken it over, until its retry is
 // well overdue. While any message waits for a dependency, that dependency is in an outage:
@@ -8,7 +8,7 @@
 // an apply that failed half-way (Postgres committed, one ClickHouse table refused, the others
 // took their rows) is applied again later, and must not insert the rows that landed a second
 // time (LandedRows, handed to applyBatch as its RowLedger).
-import type { Dependency, Failure } from '../lib/storage-errors.js';
+import type { Dependency, Failure } from '../lib/infra/storage-errors.js';
 import type { RowLedger } from './apply-batch.js';
 
 interface Waiting {

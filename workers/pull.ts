@@ -15,7 +15,7 @@
 // A pull that stops delivering for another reason (the server lost it, a client bug) is what the
 // watchdog in workers/ingest-consumer.ts catches: `restart()` abandons it and the next one starts.
 import type { Consumer, ConsumerMessages, JsMsg } from 'nats';
-import type { Logger } from '../lib/log.js';
+import type { Logger } from '../lib/infra/log.js';
 
 export interface PullOptions {
   /** Messages per pull. */

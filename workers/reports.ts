@@ -1,8 +1,8 @@
 // Turns the reports of a batch into what gets written: one entry per instance for Postgres (the
 // newest of everything the batch says about it), and rows for ClickHouse. Pure functions; the
 // effects live in apply-batch.ts.
-import type { Report } from '../lib/messages.js';
-import type { Heartbeat, Diagnostics, Status } from '../lib/schemas/ingest.js';
+import type { Report } from '../lib/contract/messages.js';
+import type { Heartbeat, Diagnostics, Status } from '../lib/contract/schemas/ingest.js';
 
 export interface InstanceUpdate {
   key: string;
@@ -48,7 +48,7 @@ export function agentTime(ts: unknown, receivedAt: number, w: TsWindow): { ms: n
   return { ms, skew: false };
 }
 
-export { toInt } from '../lib/live-heartbeats.js';
+export { toInt } from '../lib/store/live-heartbeats.js';
 
 /**
  * `suppressed`: per diagnostics report, the whitelist rule (or null) of each item; a suppressed

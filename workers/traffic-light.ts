@@ -1,7 +1,7 @@
 // The stored traffic light: deciding and recording changes of colour (docs/architecture.md
 // "Traffic light").
 //
-// Three paths recompute an instance's colour with the same SQL the api uses (lib/traffic-light.ts):
+// Three paths recompute an instance's colour with the same SQL the api uses (lib/domain/traffic-light.ts):
 //   report  after the batch's upsert, in the same transaction (a heartbeat turns red into green,
 //           status error turns red, a warning yellow, ...);
 //   expiry  a Redis heartbeat key expired (workers/light-expiry.ts);
@@ -14,11 +14,11 @@
 // queues the webhooks, and only then deletes them from the outbox. A worker that dies in between
 // leaves them in the outbox; the sweep delivers them again (every copy is the same event).
 import type { JetStreamManager, NatsConnection } from 'nats';
-import { withTx, type Pool, type PoolClient } from '../lib/db/postgres.js';
-import type { ClickHouseClient } from '../lib/db/clickhouse.js';
-import { insertRows } from '../lib/db/clickhouse.js';
-import type { Logger } from '../lib/log.js';
-import { subjects } from '../lib/messages.js';
+import { withTx, type Pool, type PoolClient } from '../lib/infra/postgres.js';
+import type { ClickHouseClient } from '../lib/infra/clickhouse.js';
+import { insertRows } from '../lib/infra/clickhouse.js';
+import type { Logger } from '../lib/infra/log.js';
+import { subjects } from '../lib/contract/messages.js';
 import {
   lightSql,
   lightReasonSql,
@@ -29,7 +29,7 @@ import {
   type LightColour,
   type LightEvent,
   type LightMessage,
-} from '../lib/traffic-light.js';
+} from '../lib/domain/traffic-light.js';
 import { chTime } from './reports.js';
 
 export interface LightParams {

@@ -1,22 +1,22 @@
 // Webhooks: on each change to or from red, every webhook of the customer gets a signed POST
-// (lib/webhooks.ts). Deliveries are BullMQ jobs, one per webhook and event, with WEBHOOK_ATTEMPTS
+// (lib/domain/webhook-signature.ts). Deliveries are BullMQ jobs, one per webhook and event, with WEBHOOK_ATTEMPTS
 // attempts and exponential backoff (WEBHOOK_BACKOFF_MS, doubled each time). The job id is
 // `<webhook id>.<instance id>.<seq>`, so an event handed over twice (outbox redelivery) is queued
 // once. Every attempt is recorded in Postgres (webhook_deliveries, and the webhook's last success
 // or failure), which the api shows: GET /api/webhooks, GET /api/webhooks/{id}/deliveries.
 //
-// Every attempt goes through the egress policy (lib/egress.ts): the host is resolved, every address
+// Every attempt goes through the egress policy (lib/infra/egress.ts): the host is resolved, every address
 // checked (WEBHOOK_ALLOW_CIDRS), and the connection made to the checked addresses only; redirects
 // are not followed. What the customer sees of a failure is generic (`address not allowed`,
 // `timeout`, `connection refused`, `connection failed`, `HTTP <status>`); the reason is logged.
 import { Queue, Worker, type Job } from 'bullmq';
-import type { Redis } from '../lib/db/redis.js';
-import type { Pool, PoolClient } from '../lib/db/postgres.js';
-import type { Logger } from '../lib/log.js';
-import { QUEUES, bullPrefix } from '../lib/jobs.js';
-import { publicLightEvent, type LightEvent } from '../lib/traffic-light.js';
-import { signatureHeaders } from '../lib/webhooks.js';
-import { EgressPolicy, egressPost } from '../lib/egress.js';
+import type { Redis } from '../lib/infra/redis.js';
+import type { Pool, PoolClient } from '../lib/infra/postgres.js';
+import type { Logger } from '../lib/infra/log.js';
+import { QUEUES, bullPrefix } from './jobs.js';
+import { publicLightEvent, type LightEvent } from '../lib/domain/traffic-light.js';
+import { signatureHeaders } from '../lib/domain/webhook-signature.js';
+import { EgressPolicy, egressPost } from '../lib/infra/egress.js';
 import type { WebhookEnqueuer } from './traffic-light.js';
 
 export interface WebhookOptions {

@@ -1,18 +1,18 @@
-// The diagnostics whitelist on the worker side: every customer's rules in memory (lib/synced-map.ts,
+// The diagnostics whitelist on the worker side: every customer's rules in memory (lib/infra/synced-map.ts,
 // polled every CACHE_REFRESH_MS, so a rule created, changed or deleted through the api applies on
 // every worker replica within about a second), compiled per customer when its rules change
-// (lib/whitelist.ts: one automaton for all of a customer's message patterns). `classify` decides per
+// (lib/domain/whitelist.ts: one automaton for all of a customer's message patterns). `classify` decides per
 // diagnostic item, synchronously, which rule (if any) suppresses it, in time linear in the message
 // and the number of rules (docs/operations.md "Whitelist matching").
 //
 // Rules apply when a worker processes the report, not when the gateway received it (normally the
 // same moment). A batch applied twice across a rule change may store the newer decision; both are
 // valid and the row count is the same (ReplacingMergeTree keyed by report id and item).
-import type { Pool } from '../lib/db/postgres.js';
-import type { Report } from '../lib/messages.js';
-import type { Diagnostics } from '../lib/schemas/ingest.js';
-import { SyncedMap } from '../lib/synced-map.js';
-import { RuleSet, ruleOrder, type RuleRow } from '../lib/whitelist.js';
+import type { Pool } from '../lib/infra/postgres.js';
+import type { Report } from '../lib/contract/messages.js';
+import type { Diagnostics } from '../lib/contract/schemas/ingest.js';
+import { SyncedMap } from '../lib/infra/synced-map.js';
+import { RuleSet, ruleOrder, type RuleRow } from '../lib/domain/whitelist.js';
 
 interface Row extends RuleRow {
   deleted_at: Date | null;

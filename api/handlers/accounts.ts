@@ -3,11 +3,11 @@
 import { createHash } from 'node:crypto';
 import type { ApiDeps, HandlersOf } from '../types.js';
 import { anyPrincipal, principal, type Principal } from '../auth.js';
-import { HttpError, badRequest, forbidden, notFound } from '../../lib/errors.js';
-import { normaliseEmail, setMembership, MembershipError, type Role } from '../../lib/accounts.js';
+import { HttpError, badRequest, forbidden, notFound } from '../../lib/contract/errors.js';
+import { normaliseEmail, setMembership, MembershipError, type Role } from '../../lib/store/accounts.js';
 import { revokeUserSessions } from '../session.js';
 import { reissueSession } from './sessions.js';
-import { isoTime as iso } from '../../lib/db/postgres.js';
+import { isoTime as iso } from '../../lib/infra/postgres.js';
 
 const conflict = (detail: string) => new HttpError(409, detail);
 
@@ -142,7 +142,7 @@ export function accountHandlers(d: ApiDeps): HandlersOf<'auth_conversions_ack' |
     },
   };
 
-  /** The rules of lib/accounts.ts in HTTP: 404 for a stranger, 409 for the last owner. */
+  /** The rules of lib/store/accounts.ts in HTTP: 404 for a stranger, 409 for the last owner. */
   async function membership(change: () => Promise<void>): Promise<void> {
     try {
       await change();

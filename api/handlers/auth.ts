@@ -1,11 +1,11 @@
-// Login and logout. Passwords are checked with scrypt (lib/accounts.ts); an unknown account is
+// Login and logout. Passwords are checked with scrypt (lib/store/accounts.ts); an unknown account is
 // checked against a dummy hash of the same cost, and a hash with older parameters is upgraded at a
 // successful login. Brute force is held off by api/login-guard.ts: every attempt is counted in
 // Redis (per client address, per account and address, per account) before its password is checked,
 // and password checks wait in a bounded queue; over a limit: 429 with Retry-After, a full queue: 503.
 import type { ApiDeps, HandlersOf } from '../types.js';
-import { HttpError, badRequest } from '../../lib/errors.js';
-import { findUserByLogin, verifyPassword, rehashPassword, defaultCustomer, DUMMY_HASH } from '../../lib/accounts.js';
+import { HttpError, badRequest } from '../../lib/contract/errors.js';
+import { findUserByLogin, verifyPassword, rehashPassword, defaultCustomer, DUMMY_HASH } from '../../lib/store/accounts.js';
 import { SESSION_COOKIE, revokeSession } from '../session.js';
 import { DEVICE_COOKIE, LoginGuard, setDeviceCookie } from '../login-guard.js';
 import { credentials } from '../auth.js';

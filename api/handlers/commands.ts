@@ -3,8 +3,8 @@
 // gateways learn about a queued or cancelled command from a NATS hint sent after the commit.
 import type { ApiDeps, HandlersOf } from '../types.js';
 import { principal } from '../auth.js';
-import { advertisedCommands, cancelCommand, queueCommand, readCommands } from '../../lib/commands.js';
-import { ownedInstance } from '../../lib/ownership.js';
+import { advertisedCommands, cancelCommand, queueCommand, readCommands } from '../../lib/store/commands.js';
+import { ownedInstance } from '../ownership.js';
 
 export function commandHandlers(d: ApiDeps): HandlersOf<'cancel_command' | 'list_available_commands' | 'list_instance_commands' | 'queue_command'> {
   const cfg = d.cfg.commands;

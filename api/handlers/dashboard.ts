@@ -8,7 +8,7 @@ import { fileURLToPath } from 'node:url';
 import { gzipSync } from 'node:zlib';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { ApiDeps, HandlersOf } from '../types.js';
-import { HttpError, notFound } from '../../lib/errors.js';
+import { HttpError, notFound } from '../../lib/contract/errors.js';
 
 /** dist/dashboard, next to dist/api (this file is dist/api/handlers/dashboard.js once compiled). */
 export const DASHBOARD_DIR = fileURLToPath(new URL('../../dashboard/', import.meta.url));

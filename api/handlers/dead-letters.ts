@@ -1,10 +1,10 @@
 // The dead-letter stream for system administrators: list (filters: customer, since, reason), show
-// one, replay. The work is lib/dead-letters.ts's, shared with `fleet dead-letters`. The stream is
+// one, replay. The work is lib/store/dead-letters.ts's, shared with `fleet dead-letters`. The stream is
 // read over NATS, which the api connects to in the background: until it has, these answer 503.
 import type { ApiDeps, HandlersOf } from '../types.js';
 import { anyPrincipal } from '../auth.js';
-import { HttpError, badRequest, notFound } from '../../lib/errors.js';
-import { DeadLetterInputError, parseSince, type DeadLetterFilter, type DeadLetters } from '../../lib/dead-letters.js';
+import { HttpError, badRequest, notFound } from '../../lib/contract/errors.js';
+import { DeadLetterInputError, parseSince, type DeadLetterFilter, type DeadLetters } from '../../lib/store/dead-letters.js';
 
 /** nats.js error codes that mean NATS, not the request: answered 503. */
 const NATS_AWAY = new Set(['TIMEOUT', '503', 'CONNECTION_CLOSED', 'CONNECTION_DRAINING', 'DISCONNECT', 'CONNECTION_REFUSED']);

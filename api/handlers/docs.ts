@@ -1,13 +1,13 @@
-// The OpenAPI document (lib/openapi.ts, built once at start from lib/routes.ts) and a readable
+// The OpenAPI document (lib/contract/openapi.ts, built once at start from lib/contract/routes.ts) and a readable
 // page for it: Swagger UI from the swagger-ui-dist package, served from this process (no CDN).
 import { readFileSync, existsSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { ApiDeps, HandlersOf } from '../types.js';
-import { notFound } from '../../lib/errors.js';
-import { openApiDocument } from '../../lib/openapi.js';
-import { DOCS_FILES } from '../../lib/schemas/docs.js';
+import { notFound } from '../../lib/contract/errors.js';
+import { openApiDocument } from '../../lib/contract/openapi.js';
+import { DOCS_FILES } from '../../lib/contract/schemas/docs.js';
 
 const require = createRequire(import.meta.url);
 

@@ -3,7 +3,7 @@
 import type { FastifyReply } from 'fastify';
 import type { ApiDeps, HandlersOf, RequestOf, ApiRoutes } from '../types.js';
 import { principal } from '../auth.js';
-import { ownedInstance } from '../../lib/ownership.js';
+import { ownedInstance } from '../ownership.js';
 
 export function helpHandlers(d: ApiDeps): HandlersOf<'get_instance_help' | 'get_instance_help_short'> {
   async function getHelp(req: RequestOf<ApiRoutes['get_instance_help']>, reply: FastifyReply) {

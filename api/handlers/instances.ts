@@ -1,16 +1,16 @@
 // Instances and their diagnostics, scoped to the caller's customer.
 import type { ApiDeps, HandlersOf } from '../types.js';
 import { principal } from '../auth.js';
-import { notFound } from '../../lib/errors.js';
-import { lightSql, lightReasonSql, lightSinceSql, lightCandidateSql } from '../../lib/traffic-light.js';
-import { ownedInstanceRows } from '../../lib/ownership.js';
-import { queryRows } from '../../lib/db/clickhouse.js';
-import { chInt } from '../../lib/db/clickhouse-sql.js';
+import { notFound } from '../../lib/contract/errors.js';
+import { lightSql, lightReasonSql, lightSinceSql, lightCandidateSql } from '../../lib/domain/traffic-light.js';
+import { ownedInstanceRows } from '../ownership.js';
+import { queryRows } from '../../lib/infra/clickhouse.js';
+import { chInt } from '../../lib/infra/clickhouse-sql.js';
 import { instanceOrderBy, groupInstances, orderKeys, cursorColumns, cursorFits, afterSql } from '../instance-order.js';
 import { lightCounts, filterSql } from '../light-counts.js';
-import { HttpError } from '../../lib/errors.js';
-import type { apiRow } from '../../lib/db/postgres.js';
-import { mergeLatest, type InstanceTimes } from '../../lib/live-heartbeats.js';
+import { HttpError } from '../../lib/contract/errors.js';
+import type { apiRow } from '../../lib/infra/postgres.js';
+import { mergeLatest, type InstanceTimes } from '../../lib/store/live-heartbeats.js';
 
 
 function instanceSelect(extra = ''): string {
@@ -97,7 +97,7 @@ export function instanceHandlers(d: ApiDeps): HandlersOf<'get_instance' | 'list_
       const page = (more ? rows.rows.slice(0, limit) : rows.rows) as (InstanceTimes & Record<string, unknown>)[];
       const last = page[page.length - 1];
       const next = more && last ? encodeCursor(sort, keys.map((_, i) => (last[`_c${i}`] ?? null) as string | null)) : null;
-      // Heartbeats not in Postgres yet (lib/live-heartbeats.ts): the times shown are exact.
+      // Heartbeats not in Postgres yet (lib/store/live-heartbeats.ts): the times shown are exact.
       const items = (await mergeLatest(d.redis, d.cfg.redisPrefix, page)).map(toInstance);
       return q.group_by ? { items, total, next, groups: groupInstances(items, q.group_by) } : { items, total, next };
     },

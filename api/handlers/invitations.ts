@@ -12,12 +12,12 @@
 import type { FastifyRequest } from 'fastify';
 import type { ApiDeps, HandlersOf } from '../types.js';
 import { principal, resolvePrincipal, type Principal } from '../auth.js';
-import { HttpError, badRequest, notFound } from '../../lib/errors.js';
-import { hashToken } from '../../lib/ids.js';
-import { hashPassword, normaliseEmail, EMAIL_RE, DUMMY_HASH, verifyPassword, type Role } from '../../lib/accounts.js';
-import { passwordProblem } from '../../lib/passwords.js';
-import { langOf, messages, type Lang, type Mailer } from '../../lib/mail.js';
-import { withTx, isoTime as iso } from '../../lib/db/postgres.js';
+import { HttpError, badRequest, notFound } from '../../lib/contract/errors.js';
+import { hashToken } from '../../lib/contract/ids.js';
+import { hashPassword, normaliseEmail, EMAIL_RE, DUMMY_HASH, verifyPassword, type Role } from '../../lib/store/accounts.js';
+import { passwordProblem } from '../../lib/domain/passwords.js';
+import { langOf, messages, type Lang, type Mailer } from '../mail.js';
+import { withTx, isoTime as iso } from '../../lib/infra/postgres.js';
 import { newLinkToken, openSession, reissueSession, sendLater, wellFormedLinkToken } from './sessions.js';
 
 /** Open invitations a customer may have at once (409 above). */

@@ -2,10 +2,10 @@
 // contacts, all for the active customer (a system administrator may read or change any licence).
 import type { ApiDeps, HandlersOf, RequestOf, ApiRoutes } from '../types.js';
 import { principal } from '../auth.js';
-import { badRequest, notFound } from '../../lib/errors.js';
-import { withTx, type Pool } from '../../lib/db/postgres.js';
-import { getLicence, deviceCount, licenceView, setLicence, type LicenceChange, type LicenceRow } from '../../lib/licences.js';
-import { isoTime as iso } from '../../lib/db/postgres.js';
+import { badRequest, notFound } from '../../lib/contract/errors.js';
+import { withTx, type Pool } from '../../lib/infra/postgres.js';
+import { getLicence, deviceCount, licenceView, setLicence, type LicenceChange, type LicenceRow } from '../../lib/store/licences.js';
+import { isoTime as iso } from '../../lib/infra/postgres.js';
 
 
 async function licenceKey(pool: Pool, l: LicenceRow) {

@@ -4,10 +4,10 @@
 // reached the table (grouped by client_metric_id, the first copy's values).
 import type { ApiDeps, HandlersOf } from '../types.js';
 import { principal } from '../auth.js';
-import { HttpError } from '../../lib/errors.js';
-import { queryRows } from '../../lib/db/clickhouse.js';
-import { chStr, chInt } from '../../lib/db/clickhouse-sql.js';
-import { ownedMachine } from '../../lib/ownership.js';
+import { HttpError } from '../../lib/contract/errors.js';
+import { queryRows } from '../../lib/infra/clickhouse.js';
+import { chStr, chInt } from '../../lib/infra/clickhouse-sql.js';
+import { ownedMachine } from '../ownership.js';
 
 const UNIT_MS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
 const NICE_STEPS_S = [1, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10_800, 21_600, 43_200, 86_400, 604_800];

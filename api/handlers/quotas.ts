@@ -1,11 +1,11 @@
 // The quotas of the caller's customer (GET /api/quotas): each quota's value, the default it
 // overrides or not, and what is used of it now. Read from Postgres and Redis at the request: the
-// api shows an override at once; the gateways apply it within CACHE_REFRESH_MS (lib/quotas.ts).
+// api shows an override at once; the gateways apply it within CACHE_REFRESH_MS (lib/store/quotas.ts).
 import type { ApiDeps, HandlersOf } from '../types.js';
 import { principal } from '../auth.js';
-import { HttpError } from '../../lib/errors.js';
-import { loadArtifactStored, loadOverrides, quotaDefaults, quotaView } from '../../lib/quotas.js';
-import { ArtifactUsage } from '../../lib/artifact-usage.js';
+import { HttpError } from '../../lib/contract/errors.js';
+import { loadArtifactStored, loadOverrides, quotaDefaults, quotaView } from '../../lib/store/quotas.js';
+import { ArtifactUsage } from '../../lib/store/artifact-usage.js';
 
 export function quotaHandlers(d: ApiDeps): HandlersOf<'list_quotas'> {
   const defaults = quotaDefaults(d.cfg);

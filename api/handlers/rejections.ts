@@ -4,9 +4,9 @@
 // only a system admin sees, at /api/admin/ingest-rejections.
 import type { ApiDeps, HandlersOf } from '../types.js';
 import { principal } from '../auth.js';
-import { badRequest } from '../../lib/errors.js';
-import { queryRows } from '../../lib/db/clickhouse.js';
-import { chStr, chInt } from '../../lib/db/clickhouse-sql.js';
+import { badRequest } from '../../lib/contract/errors.js';
+import { queryRows } from '../../lib/infra/clickhouse.js';
+import { chStr, chInt } from '../../lib/infra/clickhouse-sql.js';
 
 interface Query {
   from?: string;

@@ -11,12 +11,12 @@ import type { FastifyReply, FastifyRequest } from 'fastify';
 import { randomBytes } from 'node:crypto';
 import type { ApiDeps, HandlersOf } from '../types.js';
 import { anyPrincipal } from '../auth.js';
-import { HttpError, badRequest, notFound } from '../../lib/errors.js';
-import { hashToken } from '../../lib/ids.js';
-import { hashPassword, verifyPassword, normaliseEmail, DUMMY_HASH } from '../../lib/accounts.js';
-import { passwordProblem } from '../../lib/passwords.js';
-import { langOf, messages, type Mailer } from '../../lib/mail.js';
-import { withTx } from '../../lib/db/postgres.js';
+import { HttpError, badRequest, notFound } from '../../lib/contract/errors.js';
+import { hashToken } from '../../lib/contract/ids.js';
+import { hashPassword, verifyPassword, normaliseEmail, DUMMY_HASH } from '../../lib/store/accounts.js';
+import { passwordProblem } from '../../lib/domain/passwords.js';
+import { langOf, messages, type Mailer } from '../mail.js';
+import { withTx } from '../../lib/infra/postgres.js';
 import { SESSION_COOKIE, createSession, revokeUserSessions, setSessionCookie } from '../session.js';
 
 /** A single-use link token: `<prefix>_` and 32 random bytes; only its SHA-256 is stored. */

@@ -1,13 +1,13 @@
 // Latest status (Postgres instances.snapshot) and status history (ClickHouse status_history) of
-// one instance, with typed snapshot leaves (5.10.0) resolved (lib/snapshot.ts). The raw tree as the
+// one instance, with typed snapshot leaves (5.10.0) resolved (lib/domain/snapshot.ts). The raw tree as the
 // agent sent it stays available at GET /api/instances/{id}.
 import type { ApiDeps, HandlersOf } from '../types.js';
 import { principal } from '../auth.js';
-import { badRequest } from '../../lib/errors.js';
-import { resolveSnapshot } from '../../lib/snapshot.js';
-import { queryRows } from '../../lib/db/clickhouse.js';
-import { chInt } from '../../lib/db/clickhouse-sql.js';
-import { ownedInstance, ownedInstanceRows } from '../../lib/ownership.js';
+import { badRequest } from '../../lib/contract/errors.js';
+import { resolveSnapshot } from '../../lib/domain/snapshot.js';
+import { queryRows } from '../../lib/infra/clickhouse.js';
+import { chInt } from '../../lib/infra/clickhouse-sql.js';
+import { ownedInstance, ownedInstanceRows } from '../ownership.js';
 
 function parseSnapshot(s: string): unknown {
   if (!s) return null;

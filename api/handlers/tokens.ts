@@ -1,12 +1,12 @@
 // API tokens of the active customer (Settings -> Tokens): list, create (shown once; only its SHA-256
 // is stored), revoke (every gateway refuses it within CACHE_REFRESH_MS; the read API at once). A
 // token may expire (403 after it, at the gateway and here) and may be bound to one machine or a
-// machine-name pattern (lib/admin.ts); the list shows who created it and when it was last used
-// (written in the background, to about a minute: lib/token-usage.ts).
+// machine-name pattern (lib/store/customers.ts); the list shows who created it and when it was last used
+// (written in the background, to about a minute: lib/store/token-usage.ts).
 import type { ApiDeps, HandlersOf } from '../types.js';
 import { principal } from '../auth.js';
-import { badRequest, notFound } from '../../lib/errors.js';
-import { createToken, revokeToken, TokenError, type Scope } from '../../lib/admin.js';
+import { badRequest, notFound } from '../../lib/contract/errors.js';
+import { createToken, revokeToken, TokenError, type Scope } from '../../lib/store/customers.js';
 
 interface Row {
   id: string;

@@ -2,12 +2,12 @@
 // is scoped to the caller's customer.
 import type { ApiDeps, HandlersOf } from '../types.js';
 import { principal } from '../auth.js';
-import { HttpError } from '../../lib/errors.js';
+import { HttpError } from '../../lib/contract/errors.js';
 import { lightCounts } from '../light-counts.js';
-import { queryRows } from '../../lib/db/clickhouse.js';
-import { chInt } from '../../lib/db/clickhouse-sql.js';
-import { ownedInstanceRows } from '../../lib/ownership.js';
-import { describeQuota, loadQuotas } from '../../lib/quotas.js';
+import { queryRows } from '../../lib/infra/clickhouse.js';
+import { chInt } from '../../lib/infra/clickhouse-sql.js';
+import { ownedInstanceRows } from '../ownership.js';
+import { describeQuota, loadQuotas } from '../../lib/store/quotas.js';
 
 const iso = (ms: number | string) => new Date(Number(ms)).toISOString();
 

@@ -1,15 +1,15 @@
 // Webhooks of the caller's customer (admin role): create, list, delete, and their deliveries.
-// The worker side (signing, delivery, retries) is workers/webhooks.ts; the signature lib/webhooks.ts.
-// A URL is checked against the egress policy (lib/egress.ts) here and again at every delivery: here
+// The worker side (signing, delivery, retries) is workers/webhooks.ts; the signature lib/domain/webhook-signature.ts.
+// A URL is checked against the egress policy (lib/infra/egress.ts) here and again at every delivery: here
 // so that an internal target is refused at once, there because DNS can change in between.
 import type { ApiDeps, HandlersOf } from '../types.js';
 import { principal } from '../auth.js';
-import { HttpError, badRequest, notFound } from '../../lib/errors.js';
-import { withTx } from '../../lib/db/postgres.js';
-import { newWebhookSecret, secretProblem } from '../../lib/webhooks.js';
-import { EgressPolicy, EgressRefused, EgressUrlError, NOT_ALLOWED } from '../../lib/egress.js';
-import { apiRow, isoTime as iso } from '../../lib/db/postgres.js';
-import { describeQuota, loadQuotas } from '../../lib/quotas.js';
+import { HttpError, badRequest, notFound } from '../../lib/contract/errors.js';
+import { withTx } from '../../lib/infra/postgres.js';
+import { newWebhookSecret, secretProblem } from '../../lib/domain/webhook-signature.js';
+import { EgressPolicy, EgressRefused, EgressUrlError, NOT_ALLOWED } from '../../lib/infra/egress.js';
+import { apiRow, isoTime as iso } from '../../lib/infra/postgres.js';
+import { describeQuota, loadQuotas } from '../../lib/store/quotas.js';
 
 // The webhook as the api answers it (never its secret): the SELECT names the fields.
 const COLUMNS = 'id, url, description, created_at, last_success_at, last_failure_at, last_error, consecutive_failures';

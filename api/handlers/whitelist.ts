@@ -3,11 +3,11 @@
 // the workers' polled copies (workers/whitelist-cache.ts) learn of it in their next delta.
 import type { ApiDeps, HandlersOf } from '../types.js';
 import { principal } from '../auth.js';
-import { HttpError, badRequest, notFound } from '../../lib/errors.js';
-import type { WhitelistRuleInput } from '../../lib/schemas/whitelist.js';
-import { apiRow } from '../../lib/db/postgres.js';
-import { describeQuota, loadQuotas } from '../../lib/quotas.js';
-import { SUFFIX_CHAIN_MAX, messagePatternProblem, type RuleRow } from '../../lib/whitelist.js';
+import { HttpError, badRequest, notFound } from '../../lib/contract/errors.js';
+import type { WhitelistRuleInput } from '../../lib/contract/schemas/whitelist.js';
+import { apiRow } from '../../lib/infra/postgres.js';
+import { describeQuota, loadQuotas } from '../../lib/store/quotas.js';
+import { SUFFIX_CHAIN_MAX, messagePatternProblem, type RuleRow } from '../../lib/domain/whitelist.js';
 
 interface Row {
   id: string;
@@ -37,7 +37,7 @@ function columns(b: WhitelistRuleInput): unknown[] {
   const from = single ? b.code! : b.code_from!;
   const to = single ? b.code! : b.code_to!;
   if (from > to) throw badRequest(`code_from (${from}) is greater than code_to (${to})`);
-  // Limits that keep matching linear (lib/whitelist.ts, docs/api.md "Diagnostics whitelist").
+  // Limits that keep matching linear (lib/domain/whitelist.ts, docs/api.md "Diagnostics whitelist").
   const problem = b.message ? messagePatternProblem(b.message) : null;
   if (problem) throw badRequest(problem);
   return [b.machine ?? null, b.software ?? null, from, to, b.message ?? null, b.note ?? '', b.enabled ?? true];

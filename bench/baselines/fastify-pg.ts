@@ -2,8 +2,8 @@
 // token checked against the same token table (one SELECT), and one INSERT per request into
 // Postgres. Same paths, same bodies, same tokens as the gateway gets.
 import Fastify from 'fastify';
-import { createPool } from '../../lib/db/postgres.js';
-import { hashToken } from '../../lib/ids.js';
+import { createPool } from '../../lib/infra/postgres.js';
+import { hashToken } from '../../lib/contract/ids.js';
 
 const pool = createPool(process.env.DATABASE_URL!, 32, 'bench-fastify');
 await pool.query(`CREATE TABLE IF NOT EXISTS bench_heartbeats (

@@ -831,7 +831,7 @@ const de: Record<Key, string> = {
   'dl.onlyAdmins': 'Dead Letters sind nur für Systemadministratoren.',
 };
 
-/** The server's reason for a colour (lib/traffic-light.ts) in the page's language; unknown ones as sent. */
+/** The server's reason for a colour (lib/domain/traffic-light.ts) in the page's language; unknown ones as sent. */
 export function reasonText(reason: string | null | undefined, t: Translate): string {
   if (!reason) return '';
   const fixed: Record<string, Key> = {

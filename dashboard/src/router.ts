@@ -1,4 +1,4 @@
-// A small history router: the page paths the api serves (lib/routes.ts, dashboardRoutes) map to
+// A small history router: the page paths the api serves (lib/contract/routes.ts, dashboardRoutes) map to
 // pages here. Same-origin links to those paths are followed without reloading; everything else
 // (downloads, /docs, /api/...) is left to the browser.
 import { useEffect, useState } from 'preact/hooks';

@@ -2,16 +2,16 @@
 // (type-only imports: nothing of the server ends up in the bundle). A schema change that the
 // dashboard does not follow fails the dashboard's type check.
 import type { Static } from '@sinclair/typebox';
-import type * as Api from '../../lib/schemas/api.js';
-import type * as Acc from '../../lib/schemas/accounts.js';
-import type * as Wl from '../../lib/schemas/whitelist.js';
-import type * as Help from '../../lib/schemas/help.js';
-import type * as St from '../../lib/schemas/status.js';
-import type * as TL from '../../lib/schemas/traffic-light.js';
-import type * as Met from '../../lib/schemas/metrics.js';
-import type * as Art from '../../lib/schemas/artifacts.js';
-import type * as Cmd from '../../lib/schemas/commands.js';
-import type * as DL from '../../lib/schemas/dead-letters.js';
+import type * as Api from '../../lib/contract/schemas/api.js';
+import type * as Acc from '../../lib/contract/schemas/accounts.js';
+import type * as Wl from '../../lib/contract/schemas/whitelist.js';
+import type * as Help from '../../lib/contract/schemas/help.js';
+import type * as St from '../../lib/contract/schemas/status.js';
+import type * as TL from '../../lib/contract/schemas/traffic-light.js';
+import type * as Met from '../../lib/contract/schemas/metrics.js';
+import type * as Art from '../../lib/contract/schemas/artifacts.js';
+import type * as Cmd from '../../lib/contract/schemas/commands.js';
+import type * as DL from '../../lib/contract/schemas/dead-letters.js';
 
 export type Light = Static<typeof Api.Light>;
 export type Instance = Static<typeof Api.Instance>;

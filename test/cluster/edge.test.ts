@@ -5,7 +5,7 @@ import t from 'tap';
 import { fetch as undiciFetch } from 'undici';
 import { eventually } from '../helpers/stack.js';
 import { testCluster, steadyIngest, storedOnce } from '../helpers/cluster.js';
-import { NATS_REQUIRED, versionBelow } from '../../lib/db/nats.js';
+import { NATS_REQUIRED, versionBelow } from '../../lib/infra/nats.js';
 
 const k = await testCluster(t, 'edge');
 const slug = k.customer.slug;

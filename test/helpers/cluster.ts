@@ -7,11 +7,11 @@ import { join, resolve } from 'node:path';
 import type { Test } from 'tap';
 import { Agent, fetch as undiciFetch } from 'undici';
 import { Cluster } from '../../deploy/cluster.js';
-import { createClickHouse, type ClickHouseClient } from '../../lib/db/clickhouse.js';
-import { createPool, type Pool } from '../../lib/db/postgres.js';
-import { connectNats, type NatsConnection } from '../../lib/db/nats.js';
-import { createCustomer, createToken, type Customer } from '../../lib/admin.js';
-import { localTable } from '../../lib/db/schema.js';
+import { createClickHouse, type ClickHouseClient } from '../../lib/infra/clickhouse.js';
+import { createPool, type Pool } from '../../lib/infra/postgres.js';
+import { connectNats, type NatsConnection } from '../../lib/infra/nats.js';
+import { createCustomer, createToken, type Customer } from '../../lib/store/customers.js';
+import { localTable } from '../../lib/store/schema.js';
 import type { Answer } from './http.js';
 import { ROOT } from '../../deploy/service-process.js';
 import { clusterRun, recordClusterResult, type ClusterRun } from '../../bench/results.js';
@@ -205,7 +205,7 @@ export function steadyIngest(k: TestCluster, prefix: string, clients = 6) {
 /**
  * How the acknowledged reports are stored, counted on raw rows (no FINAL), read through `from`:
  * the Distributed tables through nginx (either replica answers), or replica i's own local tables
- * (`<name>_local`, lib/db/schema.ts). `missing`: markers with no row; `split`: markers held by more
+ * (`<name>_local`, lib/store/schema.ts). `missing`: markers with no row; `split`: markers held by more
  * than one report id (one request stored as two reports; merges never hide it, and it is wrong
  * even where copies of one report are allowed, after a kill -9 that loses an ack:
  * docs/architecture.md); `doubled`: markers with more than one raw row, a lower bound: merges run

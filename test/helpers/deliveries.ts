@@ -11,8 +11,8 @@
 // this subscription matches its inbox, so the server may still deliver to it until the request
 // expires (the message is redelivered after ACK_WAIT_S). That adds deliveries, never removes one.
 import type { JetStreamManager, NatsConnection, Subscription } from 'nats';
-import { decodeBatch } from '../../lib/messages.js';
-import { JetStreamApiCodes, isNotFound, jsApiCode } from '../../lib/db/jetstream-errors.js';
+import { decodeBatch } from '../../lib/contract/messages.js';
+import { JetStreamApiCodes, isNotFound, jsApiCode } from '../../lib/infra/jetstream-errors.js';
 
 /**
  * Whether message `seq` has left the work-queue stream `stream`: acked (or deleted), so it is never

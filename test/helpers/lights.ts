@@ -3,7 +3,7 @@
 import { randomUUID } from 'node:crypto';
 import type { TestStack } from './stack.js';
 import { chRows } from './stack.js';
-import { encodeBatch, encodeReport, subjects } from '../../lib/messages.js';
+import { encodeBatch, encodeReport, subjects } from '../../lib/contract/messages.js';
 
 export interface EventRow {
   instance_id: string;

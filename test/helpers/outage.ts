@@ -4,8 +4,8 @@
 // test/helpers/stored-once.ts), the instances in Postgres, still no dead letter, ready again.
 import type { Test } from 'tap';
 import type { Proc } from '../../deploy/service-process.js';
-import { deadLetterStream } from '../../lib/messages.js';
-import type { Dependency } from '../../lib/storage-errors.js';
+import { deadLetterStream } from '../../lib/contract/messages.js';
+import type { Dependency } from '../../lib/infra/storage-errors.js';
 import { eventually, chRows, consumed, type TestStack } from './stack.js';
 import { storedOnce, stopMerges } from './stored-once.js';
 

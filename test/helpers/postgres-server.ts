@@ -4,7 +4,7 @@
 import { mkdtempSync, mkdirSync, readFileSync, rmSync, chmodSync } from 'node:fs';
 import { join } from 'node:path';
 import { startPostgres, type LocalServer } from '../../deploy/local-servers.js';
-import type { Config } from '../../lib/config.js';
+import type { Config } from '../../lib/infra/config.js';
 import { ROOT } from '../../deploy/service-process.js';
 
 export class OwnPostgres {

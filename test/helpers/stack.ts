@@ -4,14 +4,14 @@
 import { randomBytes } from 'node:crypto';
 import type { Test } from 'tap';
 import pg from 'pg';
-import { createClickHouse, type ClickHouseClient } from '../../lib/db/clickhouse.js';
-import { createPool, type Pool } from '../../lib/db/postgres.js';
-import { createRedis, type Redis } from '../../lib/db/redis.js';
-import { connectNats, ensureStreams, type NatsConnection } from '../../lib/db/nats.js';
-import { deadLetterStream, ingestStreams } from '../../lib/messages.js';
-import { migrate } from '../../lib/db/migrate.js';
-import { createCustomer, createToken, type Customer } from '../../lib/admin.js';
-import { createUser, addMembership, type Role } from '../../lib/accounts.js';
+import { createClickHouse, type ClickHouseClient } from '../../lib/infra/clickhouse.js';
+import { createPool, type Pool } from '../../lib/infra/postgres.js';
+import { createRedis, type Redis } from '../../lib/infra/redis.js';
+import { connectNats, ensureStreams, type NatsConnection } from '../../lib/infra/nats.js';
+import { deadLetterStream, ingestStreams } from '../../lib/contract/messages.js';
+import { migrate } from '../../lib/store/migrate.js';
+import { createCustomer, createToken, type Customer } from '../../lib/store/customers.js';
+import { createUser, addMembership, type Role } from '../../lib/store/accounts.js';
 import { post, type Answer } from './http.js';
 import { Proc } from '../../deploy/service-process.js';
 
@@ -255,7 +255,7 @@ export async function eventually<T>(fn: () => Promise<T | null | undefined | fal
  */
 export async function drained(s: Pick<TestStack, 'nc' | 'env'>, ms = 30_000): Promise<void> {
   const jsm = await s.nc.jetstreamManager();
-  // Both lanes: the main stream and the heartbeat lane's (lib/messages.ts).
+  // Both lanes: the main stream and the heartbeat lane's (lib/contract/messages.ts).
   const streams = ingestStreams(s.env.STREAM_NAME!);
   await eventually(
     async () => {

@@ -3,7 +3,7 @@
 // `uniqExact(report_id)` show one either way. So a test that must prove a report was not stored
 // twice stops merges on its tables first (`stopMerges`, before anything is inserted) and counts
 // rows without FINAL: `count()` beside `uniqExact(report_id)` per expected key.
-import type { ClickHouseClient } from '../../lib/db/clickhouse.js';
+import type { ClickHouseClient } from '../../lib/infra/clickhouse.js';
 
 /** The tables with one row per report. */
 export const REPORT_TABLES = ['heartbeats', 'status_history'] as const;

@@ -2,11 +2,11 @@
 // refusal each step gives.
 import t from 'tap';
 import { KINDS, pathRefusal, parseBearer, authorise, machineRefusal, isJson, headRefusal, parseJsonObject, deepRefusal, batchHeadRefusal, entryHeadRefusal, entryBodyRefusal, sizeRefusal } from '../../gateway/admission.js';
-import { reportChecker } from '../../lib/report-check.js';
-import { HttpError } from '../../lib/errors.js';
+import { reportChecker } from '../../lib/domain/report-check.js';
+import { HttpError } from '../../lib/contract/errors.js';
 import type { RequestHead } from '../../gateway/request.js';
 import type { TokenInfo } from '../../gateway/token-cache.js';
-import { compilePattern } from '../../lib/whitelist.js';
+import { compilePattern } from '../../lib/domain/whitelist.js';
 
 const head = (h: Partial<RequestHead> = {}): RequestHead => ({ params: [], authorization: '', contentType: 'application/json', contentLength: '', idempotencyKey: '', framing: null, fault: '', ...h });
 const checker = reportChecker(1000);

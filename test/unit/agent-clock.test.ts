@@ -3,7 +3,7 @@
 // code: a change of the defaults or of a comparison (< against <=) fails this file.
 import t from 'tap';
 import { agentTime } from '../../workers/reports.js';
-import { loadConfig } from '../../lib/config.js';
+import { loadConfig } from '../../lib/infra/config.js';
 
 const DAY = 86_400_000;
 const received = Date.parse('2030-06-15T12:00:00.000Z');

@@ -1,6 +1,6 @@
-// Artifact uploads, the pure pieces (lib/artifacts.ts, gateway/artifacts.ts): Range, Content-Disposition, the chunk bitmap and sizes, the byte budget.
+// Artifact uploads, the pure pieces (lib/store/artifacts.ts, gateway/artifacts.ts): Range, Content-Disposition, the chunk bitmap and sizes, the byte budget.
 import t from 'tap';
-import { parseRange, contentDisposition, bitmapNew, bitmapSet, bitmapHas, bitmapList, chunkCount, chunkLength, mapLimit } from '../../lib/artifacts.js';
+import { parseRange, contentDisposition, bitmapNew, bitmapSet, bitmapHas, bitmapList, chunkCount, chunkLength, mapLimit } from '../../lib/store/artifacts.js';
 import { ByteBudget, artifactIdOf } from '../../gateway/artifacts.js';
 
 t.test('Range: one range served, several or garbage ignored, past the end unsatisfiable', async (t) => {

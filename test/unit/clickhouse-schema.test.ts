@@ -1,8 +1,8 @@
-// lib/db/schema.ts renders one ClickHouse schema two ways: for one server (plain ReplacingMergeTree)
+// lib/store/schema.ts renders one ClickHouse schema two ways: for one server (plain ReplacingMergeTree)
 // and for a cluster (CLICKHOUSE_CLUSTER: replicated `<table>_local`, Distributed under the name).
 // The cluster tests run the rendered DDL on 18.16; this pins its shape.
 import t from 'tap';
-import { clickhouseMigrations, clickhouseMigrationsFor } from '../../lib/db/schema.js';
+import { clickhouseMigrations, clickhouseMigrationsFor } from '../../lib/store/schema.js';
 
 const one = clickhouseMigrations.flatMap((m) => m.sql);
 const cluster = clickhouseMigrationsFor({ cluster: 'fleet', database: 'fleet' }).flatMap((m) => m.sql);

@@ -1,7 +1,7 @@
-// Agent commands, the pure pieces (lib/commands.ts): what a snapshot advertises, argument checks, the hint format.
+// Agent commands, the pure pieces (lib/store/commands.ts): what a snapshot advertises, argument checks, the hint format.
 import t from 'tap';
 import { randomUUID } from 'node:crypto';
-import { advertisedCommands, checkArgs, decodeHint, encodeHint } from '../../lib/commands.js';
+import { advertisedCommands, checkArgs, decodeHint, encodeHint } from '../../lib/store/commands.js';
 
 t.test('advertised commands: modules.<module>.commands, malformed entries skipped', async (t) => {
   t.same(advertisedCommands(null), []);

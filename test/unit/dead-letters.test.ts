@@ -1,11 +1,11 @@
-// The dead-letter format (lib/dead-letters.ts) without a server: the subject and headers the worker
+// The dead-letter format (lib/store/dead-letters.ts) without a server: the subject and headers the worker
 // writes, the filters' input, and rendering any content (nested thousands deep, not UTF-8, huge)
 // bounded and without throwing.
 import t from 'tap';
 import { randomUUID } from 'node:crypto';
 import { headers, type StoredMsg } from 'nats';
-import { deadLetterOf, parse, parseSince, checkCustomer, customerToken, prettyJson, renderBytes, HEADERS, NO_CUSTOMER, LIMITS, DeadLetterInputError } from '../../lib/dead-letters.js';
-import { encodeBatch, encodeReport, type Report } from '../../lib/messages.js';
+import { deadLetterOf, parse, parseSince, checkCustomer, customerToken, prettyJson, renderBytes, HEADERS, NO_CUSTOMER, LIMITS, DeadLetterInputError } from '../../lib/store/dead-letters.js';
+import { encodeBatch, encodeReport, type Report } from '../../lib/contract/messages.js';
 
 const report: Report = { id: randomUUID(), k: 'status', c: randomUUID(), cs: 'acme', m: 'm-1', s: 'agent', t: randomUUID(), at: Date.UTC(2026, 10, 20, 8), b: { status: 'running' } };
 const source = { stream: 'INGEST', seq: 42, subject: 'ingest.reports', deliveries: 1 };

@@ -1,7 +1,7 @@
 // Help uploads (workers/help-texts.ts): the newest text per key.
 import t from 'tap';
 import { helpRows } from '../../workers/help-texts.js';
-import type { Report } from '../../lib/messages.js';
+import type { Report } from '../../lib/contract/messages.js';
 
 t.test('help uploads: the newest text per key, later items and newer reports win', async (t) => {
   const rep = (id: string, at: number, items: unknown[]): Report => ({ id, k: 'help', c: 'c', cs: 'cs', m: 'm', s: 'sw', t: 't', at, b: { items } });

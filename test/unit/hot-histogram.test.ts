@@ -1,8 +1,8 @@
-// lib/metrics.ts's HotHistogram (a histogram for hot paths) against prom-client's own Histogram:
+// lib/infra/metrics.ts's HotHistogram (a histogram for hot paths) against prom-client's own Histogram:
 // the same observations give the same exposition text, so Prometheus cannot tell them apart.
 import t from 'tap';
 import client from 'prom-client';
-import { HotHistogram, routeTimer, createMetrics, METRICS } from '../../lib/metrics.js';
+import { HotHistogram, routeTimer, createMetrics, METRICS } from '../../lib/infra/metrics.js';
 
 const BUCKETS = [0.001, 0.01, 0.1, 1];
 const SAMPLES: [string, string, number][] = [

@@ -1,6 +1,6 @@
-// Identifiers (lib/ids.ts): slugs, UUIDs, tokens, ids derived from names.
+// Identifiers (lib/contract/ids.ts): slugs, UUIDs, tokens, ids derived from names.
 import t from 'tap';
-import { uuidFromName, isSlug, isUuid, newApiToken, hashToken } from '../../lib/ids.js';
+import { uuidFromName, isSlug, isUuid, newApiToken, hashToken } from '../../lib/contract/ids.js';
 
 t.test('ids', async (t) => {
   t.equal(uuidFromName('a', 'b'), uuidFromName('a', 'b'));

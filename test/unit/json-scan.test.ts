@@ -1,9 +1,9 @@
-// lib/json-scan.ts: depth, value count and spans of JSON text, held against what JSON.parse makes
+// gateway/json-scan.ts: depth, value count and spans of JSON text, held against what JSON.parse makes
 // of the same text (a recursive reference on the parsed value), on generated documents biased to
 // nesting, duplicate keys, escapes and whitespace.
 import t from 'tap';
 import fc from 'fast-check';
-import { scanJson, isOverLimit, type JsonScan } from '../../lib/json-scan.js';
+import { scanJson, isOverLimit, type JsonScan } from '../../gateway/json-scan.js';
 
 const NO_LIMIT = { maxDepth: 1e9, maxNodes: 1e9 };
 

@@ -3,8 +3,8 @@
 // holds the limits against the real api and Redis.
 import t from 'tap';
 import { clientNet, HashGate, LoginGuard } from '../../api/login-guard.js';
-import { createMetrics } from '../../lib/metrics.js';
-import type { Redis } from '../../lib/db/redis.js';
+import { createMetrics } from '../../lib/infra/metrics.js';
+import type { Redis } from '../../lib/infra/redis.js';
 
 t.test('clientNet: IPv4 as it is, IPv6 by its /64, IPv4-mapped as IPv4', async (t) => {
   t.equal(clientNet('192.0.2.7'), '192.0.2.7');

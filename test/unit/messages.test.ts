@@ -1,8 +1,8 @@
-// The queue's message format (lib/messages.ts): reports and batches round-trip, the raw body untouched; delivered and acked command ids.
+// The queue's message format (lib/contract/messages.ts): reports and batches round-trip, the raw body untouched; delivered and acked command ids.
 import t from 'tap';
-import { encodeReport, encodeBatch, decodeBatch, reportSlices, DecodeError } from '../../lib/messages.js';
-import { envelopeRefusal, reportChecker } from '../../lib/report-check.js';
-import { treeErrors, TREE_MAX_DEPTH } from '../../lib/storable.js';
+import { encodeReport, encodeBatch, decodeBatch, reportSlices, DecodeError } from '../../lib/contract/messages.js';
+import { envelopeRefusal, reportChecker } from '../../lib/domain/report-check.js';
+import { treeErrors, TREE_MAX_DEPTH } from '../../lib/domain/storable.js';
 import { randomUUID } from 'node:crypto';
 
 t.test('a batch round-trips, the raw body untouched', async (t) => {

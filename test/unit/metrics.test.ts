@@ -3,7 +3,7 @@ import t from 'tap';
 import { parseStep, autoStep } from '../../api/handlers/metrics.js';
 import { metricRows, VER_BASE } from '../../workers/metrics.js';
 import { metricKey } from '../../gateway/metrics.js';
-import type { Report } from '../../lib/messages.js';
+import type { Report } from '../../lib/contract/messages.js';
 
 t.test('metric steps', async (t) => {
   t.equal(parseStep('60'), 60_000);

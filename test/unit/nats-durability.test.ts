@@ -1,6 +1,6 @@
-// The production requirement for NATS (lib/db/nats.ts): which servers and streams fall short.
+// The production requirement for NATS (lib/infra/nats.ts): which servers and streams fall short.
 import t from 'tap';
-import { durabilityShortfalls, versionBelow, NATS_REQUIRED } from '../../lib/db/nats.js';
+import { durabilityShortfalls, versionBelow, NATS_REQUIRED } from '../../lib/infra/nats.js';
 
 t.test('versions are compared part by part', async (t) => {
   t.equal(NATS_REQUIRED.version, '2.10.23');

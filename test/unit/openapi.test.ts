@@ -1,7 +1,7 @@
-// The OpenAPI generator (lib/openapi.ts): one operation per path and method, servers, components.
+// The OpenAPI generator (lib/contract/openapi.ts): one operation per path and method, servers, components.
 import t from 'tap';
-import { openApiDocument } from '../../lib/openapi.js';
-import { routes } from '../../lib/routes.js';
+import { openApiDocument } from '../../lib/contract/openapi.js';
+import { routes } from '../../lib/contract/routes.js';
 
 t.test('OpenAPI: one operation per path and method, servers per process, components by $id', async (t) => {
   const doc = openApiDocument({ gatewayUrl: 'http://gw', apiUrl: '/', version: '1.2.3' }) as any;

@@ -1,7 +1,7 @@
-// The password rules (lib/passwords.ts): length, the common-password list, the address.
+// The password rules (lib/domain/passwords.ts): length, the common-password list, the address.
 import t from 'tap';
-import { passwordProblem, COMMON_PASSWORDS, PASSWORD_MAX_LENGTH } from '../../lib/passwords.js';
-import { newPassword } from '../../lib/accounts.js';
+import { passwordProblem, COMMON_PASSWORDS, PASSWORD_MAX_LENGTH } from '../../lib/domain/passwords.js';
+import { newPassword } from '../../lib/store/accounts.js';
 
 const rules = { minLength: 10, email: 'Grace.Hopper@example.com' };
 

@@ -1,6 +1,6 @@
-// The one Postgres sanitiser (lib/db/postgres.ts): NUL and lone surrogates, in values and keys.
+// The one Postgres sanitiser (lib/infra/postgres.ts): NUL and lone surrogates, in values and keys.
 import t from 'tap';
-import { pgJson, pgText } from '../../lib/db/postgres.js';
+import { pgJson, pgText } from '../../lib/infra/postgres.js';
 
 t.test('Postgres-safe text keeps everything but NUL and lone surrogates', async (t) => {
   t.equal(pgText('a\u0000b'), 'ab');
@@ -11,7 +11,7 @@ t.test('Postgres-safe text keeps everything but NUL and lone surrogates', async 
   t.equal(pgJson({ plain: 'text' }), '{"plain":"text"}');
 });
 
-t.test('JSON for jsonb: NULs and lone surrogates cannot reach Postgres, in values or keys (one sanitiser, lib/db/postgres.ts)', async (t) => {
+t.test('JSON for jsonb: NULs and lone surrogates cannot reach Postgres, in values or keys (one sanitiser, lib/infra/postgres.ts)', async (t) => {
   t.equal(pgJson({ a: 'x' }), '{"a":"x"}');
   t.equal(pgJson({ a: 'x\u0000y', b: '\ud800' }), '{"a":"xy","b":"\ufffd"}');
   t.equal(pgJson({ 'k\u0000': { 'n\ud800': 1 } }), '{"k":{"n\ufffd":1}}');

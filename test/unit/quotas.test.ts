@@ -1,11 +1,11 @@
-// The quota model (lib/quotas.ts) and the reading of artifact reservations (lib/artifact-usage.ts), without servers.
+// The quota model (lib/store/quotas.ts) and the reading of artifact reservations (lib/store/artifact-usage.ts), without servers.
 import t from 'tap';
-import { loadConfig } from '../../lib/config.js';
+import { loadConfig } from '../../lib/infra/config.js';
 import {
   QUOTAS, QUOTA_NAMES, QuotaError, checkOverrides, describeQuota, effectiveQuotas, formatBytes, parseBytes, quotaDefaults, quotaView,
-} from '../../lib/quotas.js';
-import { countsAsReserved, parseReservation } from '../../lib/artifact-usage.js';
-import { METRICS } from '../../lib/metrics.js';
+} from '../../lib/store/quotas.js';
+import { countsAsReserved, parseReservation } from '../../lib/store/artifact-usage.js';
+import { METRICS } from '../../lib/infra/metrics.js';
 
 t.test('defaults come from the environment, one setting per quota', async (t) => {
   const d = quotaDefaults(loadConfig({}));

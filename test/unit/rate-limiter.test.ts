@@ -1,6 +1,6 @@
 // The gateway's per-token rate limiter (gateway/rate-limiter.ts).
 import t from 'tap';
-import { RateLimiter } from '../../lib/rate-limiter.js';
+import { RateLimiter } from '../../gateway/rate-limiter.js';
 
 t.test('rate limiter: burst, then the rate', async (t) => {
   const rl = new RateLimiter(10, 3);

@@ -1,6 +1,6 @@
-// The route table (lib/routes.ts): paths match, handlers must match it, metrics and artifact paths distinct.
+// The route table (lib/contract/routes.ts): paths match, handlers must match it, metrics and artifact paths distinct.
 import t from 'tap';
-import { pathRegex, routes, checkHandlers } from '../../lib/routes.js';
+import { pathRegex, routes, checkHandlers } from '../../lib/contract/routes.js';
 
 t.test('route table: paths match, handlers must match the table', async (t) => {
   const re = pathRegex('/api/ingest/{customer}/{machine}/{software}/heartbeat');

@@ -1,6 +1,6 @@
-// Typed snapshot leaves (lib/snapshot.ts): checked and resolved.
+// Typed snapshot leaves (lib/domain/snapshot.ts): checked and resolved.
 import t from 'tap';
-import { checkSnapshot, resolveSnapshot, formatBytes, formatDuration } from '../../lib/snapshot.js';
+import { checkSnapshot, resolveSnapshot, formatBytes, formatDuration } from '../../lib/domain/snapshot.js';
 
 t.test('typed snapshot leaves: known types checked, unknown and untyped left alone', async (t) => {
   const good = {

@@ -1,4 +1,4 @@
-// What a failed write means (lib/storage-errors.ts), decided positively: data only for the codes
+// What a failed write means (lib/infra/storage-errors.ts), decided positively: data only for the codes
 // listed as proving the data at fault, an outage for everything else; a reason that names the
 // class and code, never the server's text. The texts below were captured from the real servers
 // (ClickHouse 18.16.1, PostgreSQL 15.18, Redis 7.0.15, nats-server 2.10 through nats.js) with
@@ -8,8 +8,8 @@ import pg from 'pg';
 import { ReplyError } from 'ioredis';
 import { NatsError } from 'nats';
 import { ClickHouseError, parseError } from '@clickhouse/client';
-import { classifyFailure, clickhouseCode, asUnavailable, isUnavailable, DependencyUnavailableError, CH_DATA, PG_DATA } from '../../lib/storage-errors.js';
-import { DecodeError } from '../../lib/messages.js';
+import { classifyFailure, clickhouseCode, asUnavailable, isUnavailable, DependencyUnavailableError, CH_DATA, PG_DATA } from '../../lib/infra/storage-errors.js';
+import { DecodeError } from '../../lib/contract/messages.js';
 
 /** What @clickhouse/client throws for a server error: its own parser, fed the server's text. */
 const chError = (text: string) => parseError(new Error(text));

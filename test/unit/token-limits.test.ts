@@ -1,7 +1,7 @@
-// What an API token may be limited to at creation (lib/admin.ts): scopes, a machine binding (a slug
+// What an API token may be limited to at creation (lib/store/customers.ts): scopes, a machine binding (a slug
 // or a `*`/`?` pattern, ingest scope only) and an expiry in the future; and the CLI's --expires.
 import t from 'tap';
-import { tokenLimitsRefusal, parseExpiry, TokenError } from '../../lib/admin.js';
+import { tokenLimitsRefusal, parseExpiry, TokenError } from '../../lib/store/customers.js';
 
 const now = Date.parse('2030-01-01T00:00:00Z');
 

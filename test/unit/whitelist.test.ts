@@ -1,4 +1,4 @@
-// The diagnostics whitelist (lib/whitelist.ts, lib/whitelist-automaton.ts): `*`/`?` patterns, rules
+// The diagnostics whitelist (lib/domain/whitelist.ts, lib/domain/whitelist-automaton.ts): `*`/`?` patterns, rules
 // and their order; the automaton against a textbook matcher (fast-check); the write-time limits;
 // and a deterministic proof that the work per diagnostic is linear at those limits.
 import t from 'tap';
@@ -12,8 +12,8 @@ import {
   WILDCARD_GROUPS_MAX,
   MESSAGE_PATTERN_MAX,
   type RuleRow,
-} from '../../lib/whitelist.js';
-import { INT32_MAX, INT32_MIN } from '../../lib/schemas/common.js';
+} from '../../lib/domain/whitelist.js';
+import { INT32_MAX, INT32_MIN } from '../../lib/contract/schemas/common.js';
 
 // ---- the reference: the textbook dynamic-programming glob matcher, by code point ----------------
 
@@ -252,7 +252,7 @@ t.test('rules stored before the limits are still applied exactly', async (t) => 
 
 // ---- linear work at the limits -----------------------------------------------------------------
 
-// Work units (lib/whitelist-automaton.ts): automaton steps (≤ 2n), output-link visits (≤ D·n),
+// Work units (lib/domain/whitelist-automaton.ts): automaton steps (≤ 2n), output-link visits (≤ D·n),
 // the code-point map (n, with surrogates), and per rule: the candidate check, its set-up, one event
 // per anchored piece, two per floating text (start waiting, advance), its deadline, its drop. Per
 // diagnostic of n code units against R rules within the limits (D = SUFFIX_CHAIN_MAX, G =

@@ -1,7 +1,7 @@
 // Dead letters (system administrators): reports the workers could not store, from every customer.
 // Filter by customer, time and reason; open one (its headers and reports, bodies pretty-printed
 // and bounded by the server); replay one, or every one that matches, after a confirmation (for
-// many, a dry run first says how many). GET/POST /api/admin/dead-letters (lib/dead-letters.ts).
+// many, a dry run first says how many). GET/POST /api/admin/dead-letters (lib/store/dead-letters.ts).
 import { Fragment } from 'preact';
 import { useState } from 'preact/hooks';
 import { post, qs } from '../api.js';

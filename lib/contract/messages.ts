@@ -1,0 +1,231 @@
+// The message format on the queue, in one place.
+//
+// Stream `${STREAM_NAME}` (work-queue retention, file storage) holds two subjects:
+//
+//   `${SUBJECT_PREFIX}.reports`     one message = a batch of accepted reports: {"v":1,"r":[Report, …]}.
+//                                  The gateway groups the reports that arrive together into one
+//                                  publish (one PubAck for many requests: see bench/README.md), and
+//                                  answers each request only after that PubAck. Nats-Msg-Id is the
+//                                  batch id, so a retried publish is deduplicated by JetStream.
+//   `${SUBJECT_PREFIX}.rejections`  one message = one rejection-log record (RejectionRecord).
+//
+// Stream `${STREAM_NAME}_HB` (the heartbeat lane: work-queue retention, file storage, the same
+// size limit) holds one subject:
+//
+//   `${SUBJECT_PREFIX}.heartbeats`  the same batches as `.reports`, holding heartbeats only.
+//
+// Heartbeats drive the traffic light, so they never queue behind other reports: a gateway groups
+// them apart and publishes them here, and every worker pulls this stream with a consumer of its
+// own (the same durable name), so a backlog of large reports (a customer's full-rate metrics,
+// diagnostics of 1 MiB) delays no heartbeat (docs/architecture.md "Lanes"). A heartbeat in the
+// main stream (a dead letter replayed, a message from before the lane) is applied the same way.
+//
+// Report kinds `metrics` (body `{items: [MetricRecord, …]}`: the records of one request that were
+// new to the gateway) and `artifact` (body: the completed upload record, ArtifactReport) travel in
+// the same batches; workers/metrics.ts and workers/artifacts.ts apply them.
+//
+// Stream `${STREAM_NAME}_DLQ` holds `${SUBJECT_PREFIX}-dlq.reports.<customer slug>` (`._none`: no
+// customer known): each one report whose data storage (or the worker's own check) proved at fault,
+// as a batch of one holding the report's bytes as queued (reportSlices), the reason and the
+// report's identity in headers; or a message that is not a batch at all, byte for byte. Outages
+// never make dead letters (lib/infra/storage-errors.ts). lib/store/dead-letters.ts defines that format and reads it.
+//
+// Core NATS (not stored) `${SUBJECT_PREFIX}.control.<topic>`: hints that control data changed, so
+// replicas refresh their caches at once instead of at the next poll.
+//   `…control.commands`  {"i":[[customer id, machine slug, software slug], …]}: the open agent
+//                        commands of these instances changed (queued, delivered, acked, cancelled,
+//                        expired, timed out); every gateway re-reads them (lib/store/commands.ts).
+import type { ReportKind } from './schemas/ingest.js';
+
+export const MESSAGE_VERSION = 1;
+
+/** One accepted report. `b` is the request body exactly as the agent sent it (validated JSON). */
+export interface Report {
+  /** Report id (UUID): the key that makes every write idempotent. Derived from Idempotency-Key when given. */
+  id: string;
+  k: ReportKind | 'command_ack';
+  /** Customer id (UUID) and slug, as authorised by the token. */
+  c: string;
+  cs: string;
+  /** Machine and software slugs from the path. */
+  m: string;
+  s: string;
+  /** API token id (UUID). */
+  t: string;
+  /** Gateway receive time, ms since the epoch: the traffic light uses this, never the agent's clock. */
+  at: number;
+  /** Idempotency-Key header, when the client sent one. */
+  ik?: string;
+  /** Agent commands the gateway handed out in the answer to this report (ids): recorded as delivered. */
+  dc?: string[];
+  /** kind `command_ack`: the acknowledged command's id (the body is the CommandAck). */
+  ci?: string;
+  b: unknown;
+}
+
+export interface ReportBatch {
+  v: number;
+  r: Report[];
+}
+
+export interface RejectionRecord {
+  id: string;
+  at: number;
+  customer_id: string;
+  customer: string;
+  token_id: string;
+  method: string;
+  path: string;
+  status: number;
+  detail: string;
+  body_size: number;
+  remote: string;
+  /** Rejections from the same source that were counted but not written (rate limit of the log). */
+  dropped: number;
+}
+
+export function subjects(prefix: string) {
+  return {
+    reports: `${prefix}.reports`,
+    rejections: `${prefix}.rejections`,
+    heartbeats: `${prefix}.heartbeats`,
+    deadLetter: `${prefix}-dlq.reports`,
+    control: (topic: string) => `${prefix}.control.${topic}`,
+  };
+}
+
+/** The heartbeat lane's stream. */
+export function heartbeatStream(streamName: string): string {
+  return `${streamName}_HB`;
+}
+
+/** Every stream workers consume: the main one and the heartbeat lane. */
+export function ingestStreams(streamName: string): string[] {
+  return [streamName, heartbeatStream(streamName)];
+}
+
+export function deadLetterStream(streamName: string): string {
+  return `${streamName}_DLQ`;
+}
+
+const enc = new TextEncoder();
+
+/**
+ * The bytes of one report without re-serialising the body: the gateway has the validated raw body
+ * and only wraps it. Slugs and ids are validated to [a-z0-9-], so they need no escaping.
+ */
+export function encodeReport(r: Omit<Report, 'b'>, rawBody: Uint8Array | null): Buffer {
+  const head =
+    `{"id":"${r.id}","k":"${r.k}","c":"${r.c}","cs":"${r.cs}","m":"${r.m}","s":"${r.s}","t":"${r.t}","at":${r.at}` +
+    (r.ik === undefined ? '' : `,"ik":${JSON.stringify(r.ik)}`) +
+    // Command ids are UUIDs (from the gateway's memory or checked on the path): no escaping needed.
+    (r.dc === undefined || r.dc.length === 0 ? '' : `,"dc":["${r.dc.join('","')}"]`) +
+    (r.ci === undefined ? '' : `,"ci":"${r.ci}"`) +
+    ',"b":';
+  if (rawBody === null || rawBody.length === 0) return Buffer.from(head + '{}}');
+  return Buffer.concat([Buffer.from(head), rawBody, CLOSE]);
+}
+const CLOSE = Buffer.from('}');
+const BATCH_OPEN = Buffer.from(`{"v":${MESSAGE_VERSION},"r":[`);
+const BATCH_CLOSE = Buffer.from(']}');
+const COMMA = Buffer.from(',');
+
+export function encodeBatch(reports: Buffer[]): Buffer {
+  const parts: Buffer[] = [BATCH_OPEN];
+  for (let i = 0; i < reports.length; i++) {
+    if (i > 0) parts.push(COMMA);
+    parts.push(reports[i]!);
+  }
+  parts.push(BATCH_CLOSE);
+  return Buffer.concat(parts);
+}
+
+export class DecodeError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'DecodeError';
+  }
+}
+
+export function decodeBatch(data: Uint8Array): ReportBatch {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(Buffer.from(data.buffer, data.byteOffset, data.byteLength).toString('utf8'));
+  } catch (e) {
+    throw new DecodeError(`report batch is not JSON: ${(e as Error).message}`);
+  }
+  const b = parsed as ReportBatch;
+  if (!b || typeof b !== 'object' || b.v !== MESSAGE_VERSION || !Array.isArray(b.r)) {
+    throw new DecodeError('report batch has an unknown shape or version');
+  }
+  return b;
+}
+
+const QUOTE = 0x22;
+const BACKSLASH = 0x5c;
+const isSpace = (b: number) => b === 0x20 || b === 0x0a || b === 0x0d || b === 0x09;
+
+/**
+ * The bytes of each report of a batch message exactly as queued, in the order of `decodeBatch`'s
+ * `r`, without parsing or re-serialising anything: a dead letter carries its report's own bytes,
+ * whatever the report holds (JSON.stringify throws on a tree a few thousand levels deep; this
+ * loop keeps no stack). Null when `data` is not a batch this can cut up (not an object with an
+ * array `r` written plainly): the caller then keeps the whole message.
+ */
+export function reportSlices(data: Uint8Array): Uint8Array[] | null {
+  let depth = 0;
+  let inString = false;
+  let stringStart = -1;
+  let lastKey: [number, number] | null = null;
+  let pendingKey: [number, number] | null = null;
+  let slices: Uint8Array[] | null = null;
+  /** Inside the top-level `r` array: where the current element starts (-1: none yet). */
+  let inR = false;
+  let elementStart = -1;
+  const close = (end: number) => {
+    let e = end;
+    while (e > elementStart && isSpace(data[e - 1]!)) e--;
+    if (elementStart >= 0 && e > elementStart) slices!.push(data.subarray(elementStart, e));
+    elementStart = -1;
+  };
+  for (let i = 0; i < data.length; i++) {
+    const b = data[i]!;
+    if (inString) {
+      if (b === BACKSLASH) i++;
+      else if (b === QUOTE) {
+        inString = false;
+        if (depth === 1) pendingKey = [stringStart, i];
+      }
+      continue;
+    }
+    if (inR && depth === 2 && elementStart < 0 && !isSpace(b) && b !== 0x2c && b !== 0x5d) elementStart = i;
+    if (b === QUOTE) {
+      inString = true;
+      stringStart = i + 1;
+    } else if (b === 0x3a /* : */) {
+      if (depth === 1) lastKey = pendingKey;
+    } else if (b === 0x7b /* { */ || b === 0x5b /* [ */) {
+      depth++;
+      if (depth === 2 && b === 0x5b && lastKey && lastKey[1] - lastKey[0] === 1 && data[lastKey[0]] === 0x72 /* r */) {
+        // The last `r` wins, as in JSON.parse.
+        inR = true;
+        slices = [];
+        elementStart = -1;
+      }
+    } else if (b === 0x7d /* } */ || b === 0x5d /* ] */) {
+      if (inR && depth === 2) {
+        close(i);
+        inR = false;
+      }
+      depth--;
+    } else if (b === 0x2c /* , */) {
+      if (inR && depth === 2) close(i);
+      if (depth === 1) lastKey = null;
+    }
+  }
+  return slices;
+}
+
+export function encodeJson(value: unknown): Uint8Array {
+  return enc.encode(JSON.stringify(value));
+}

@@ -1,0 +1,162 @@
+// Licences: one per customer (created with it), a device limit (free start: 5), the device count
+// (machines seen in the last 30 days), the limit status, and a grace period that starts the first
+// time the count goes over the limit. After the grace period gateways refuse machines that are new
+// to the customer (gateway/licence-gate.ts); known machines keep reporting, and nothing already
+// accepted is dropped. Used by the api, the workers and the CLI.
+import { withTx, type Pool, type PoolClient } from '../infra/postgres.js';
+
+export type Tier = 'free' | 'paid';
+export const TIERS: Tier[] = ['free', 'paid'];
+export type LimitStatus = 'ok' | 'warning' | 'exceeded';
+
+/** Machines seen within this window count as devices. */
+export const DEVICE_WINDOW_DAYS = 30;
+/** From this share of the limit on, the status is `warning`. */
+export const WARNING_SHARE = 0.9;
+const DAY_MS = 86_400_000;
+
+type Db = Pool | PoolClient;
+
+export interface LicenceRow {
+  customer_id: string;
+  customer: string;
+  licence_key: string;
+  tier: Tier;
+  device_limit: number;
+  grace_days: number;
+  over_limit_since: Date | null;
+  created_at: Date;
+  updated_at: Date;
+}
+
+export function limitStatus(count: number, limit: number): LimitStatus {
+  if (count > limit) return 'exceeded';
+  if (count >= limit * WARNING_SHARE) return 'warning';
+  return 'ok';
+}
+
+export interface Grace {
+  days: number;
+  started_at: string | null;
+  ends_at: string | null;
+  /** In the grace period: over the limit, new machines still accepted (and flagged). */
+  active: boolean;
+  /** The grace period is over: new machines are refused while the customer stays over the limit. */
+  expired: boolean;
+  days_left: number | null;
+}
+
+export function grace(overSince: Date | null, days: number, now = Date.now()): Grace {
+  if (!overSince) return { days, started_at: null, ends_at: null, active: false, expired: false, days_left: null };
+  const ends = overSince.getTime() + days * DAY_MS;
+  return {
+    days,
+    started_at: overSince.toISOString(),
+    ends_at: new Date(ends).toISOString(),
+    active: now < ends,
+    expired: now >= ends,
+    days_left: Math.max(0, Math.ceil((ends - now) / DAY_MS)),
+  };
+}
+
+const SELECT = `SELECT l.customer_id, c.slug AS customer, l.licence_key, l.tier, l.device_limit, l.grace_days, l.over_limit_since,
+                       l.created_at, l.updated_at
+                  FROM licences l JOIN customers c ON c.id = l.customer_id`;
+
+export async function getLicence(db: Db, customerId: string): Promise<LicenceRow | null> {
+  // Every customer has a licence (a trigger creates it); the insert covers customers made before.
+  await db.query('INSERT INTO licences (customer_id) SELECT id FROM customers WHERE id = $1 ON CONFLICT DO NOTHING', [customerId]);
+  const r = await db.query<LicenceRow>(`${SELECT} WHERE l.customer_id = $1`, [customerId]);
+  return r.rows[0] ?? null;
+}
+
+const COUNT = `SELECT count(*)::int AS n FROM machines WHERE customer_id = $1 AND last_seen_at > now() - make_interval(days => ${DEVICE_WINDOW_DAYS})`;
+
+export async function deviceCount(db: Db, customerId: string): Promise<number> {
+  return (await db.query<{ n: number }>(COUNT, [customerId])).rows[0]!.n;
+}
+
+/** What the api shows about a licence (license-status, license-key). */
+export function licenceView(l: LicenceRow, count: number, now = Date.now()) {
+  const g = grace(l.over_limit_since, l.grace_days, now);
+  return {
+    customer_id: l.customer_id,
+    customer: l.customer,
+    tier: l.tier,
+    device_limit: l.device_limit,
+    device_count: count,
+    usage_percent: l.device_limit > 0 ? Math.round((count / l.device_limit) * 1000) / 10 : count > 0 ? 100 : 0,
+    limit_status: limitStatus(count, l.device_limit),
+    window_days: DEVICE_WINDOW_DAYS,
+    grace_period: g,
+    new_machines_refused: g.expired,
+  };
+}
+
+export interface LicenceChange {
+  tier?: Tier;
+  device_limit?: number;
+  grace_days?: number;
+}
+
+/**
+ * Changes a licence (system administrators: api or CLI). In the same transaction the grace period
+ * is settled against the new limit: back within it -> cleared; over it -> started now unless it
+ * already runs. Gateways pick the change up within CACHE_REFRESH_MS. A change to a paid tier is a
+ * `licence_activated` conversion for the customer.
+ */
+export async function setLicence(c: PoolClient, customerId: string, ch: LicenceChange): Promise<LicenceRow> {
+  if (ch.tier !== undefined && !TIERS.includes(ch.tier)) throw new Error(`unknown tier ${ch.tier}: use ${TIERS.join(', ')}`);
+  if (ch.device_limit !== undefined && (!Number.isInteger(ch.device_limit) || ch.device_limit < 0)) throw new Error('device limit must be an integer >= 0');
+  if (ch.grace_days !== undefined && (!Number.isInteger(ch.grace_days) || ch.grace_days < 0)) throw new Error('grace days must be an integer >= 0');
+  const before = await getLicence(c, customerId);
+  if (!before) throw new Error('no such customer');
+  await c.query('SELECT 1 FROM licences WHERE customer_id = $1 FOR UPDATE', [customerId]);
+  const count = await deviceCount(c, customerId);
+  const r = await c.query<{ tier: Tier; device_limit: number }>(
+    `UPDATE licences SET tier = COALESCE($2, tier), device_limit = COALESCE($3, device_limit), grace_days = COALESCE($4, grace_days),
+            over_limit_since = CASE WHEN $5::int > COALESCE($3, device_limit) THEN COALESCE(over_limit_since, now()) ELSE NULL END
+      WHERE customer_id = $1 RETURNING tier, device_limit`,
+    [customerId, ch.tier ?? null, ch.device_limit ?? null, ch.grace_days ?? null, count],
+  );
+  const after = r.rows[0]!;
+  if (after.tier !== 'free' && (after.tier !== before.tier || after.device_limit !== before.device_limit)) {
+    await c.query(
+      `INSERT INTO conversions (kind, customer_id, dedup_key, value) VALUES ('licence_activated', $1, $2, $3) ON CONFLICT DO NOTHING`,
+      [customerId, `licence_activated:${customerId}:${after.tier}:${after.device_limit}`, JSON.stringify({ tier: after.tier, device_limit: after.device_limit })],
+    );
+  }
+  return (await getLicence(c, customerId))!;
+}
+
+/**
+ * Re-checks every licence against its device count: starts the grace period of a customer that is
+ * over its limit without one (a machine came back after 30 days), ends it for one that is back
+ * within (machines aged out of the window). Candidates are found without locks; each is then
+ * settled under its licence row's lock with a fresh count, the same lock workers take when a new
+ * machine arrives, so the two never undo each other.
+ */
+export async function reconcileLicences(pool: Pool): Promise<number> {
+  const candidates = await pool.query<{ customer_id: string }>(
+    `SELECT l.customer_id FROM licences l
+       LEFT JOIN (SELECT customer_id, count(*) AS n FROM machines
+                   WHERE last_seen_at > now() - make_interval(days => ${DEVICE_WINDOW_DAYS}) GROUP BY customer_id) m USING (customer_id)
+      WHERE (COALESCE(m.n, 0) > l.device_limit) <> (l.over_limit_since IS NOT NULL)`,
+  );
+  let changed = 0;
+  for (const { customer_id } of candidates.rows) {
+    await withTx(pool, async (c) => {
+      const l = await c.query<{ device_limit: number; over: boolean }>(
+        'SELECT device_limit, over_limit_since IS NOT NULL AS over FROM licences WHERE customer_id = $1 FOR UPDATE',
+        [customer_id],
+      );
+      const n = await deviceCount(c, customer_id);
+      const row = l.rows[0];
+      if (row && n > row.device_limit !== row.over) {
+        await c.query(`UPDATE licences SET over_limit_since = CASE WHEN $2 THEN now() ELSE NULL END WHERE customer_id = $1`, [customer_id, n > row.device_limit]);
+        changed++;
+      }
+    });
+  }
+  return changed;
+}

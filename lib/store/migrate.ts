@@ -1,0 +1,85 @@
+// Applies lib/store/schema.ts to Postgres and ClickHouse. Safe to run from several processes at once:
+// a Postgres advisory lock serialises them, and each migration is recorded once it is applied.
+import { ClickHouseError } from '@clickhouse/client';
+import { createClickHouse, chIdent } from '../infra/clickhouse.js';
+import { createPool } from '../infra/postgres.js';
+import { postgresMigrations, clickhouseMigrationsFor } from './schema.js';
+
+const LOCK_KEY = 7_401_133; // any constant; identifies "fleet migrations" among advisory locks
+
+export interface MigrateTarget {
+  databaseUrl: string;
+  clickhouseUrl: string;
+  clickhouseDatabase: string;
+  clickhouseUser?: string;
+  clickhousePassword?: string;
+  /** CLICKHOUSE_CLUSTER: replicated tables created ON CLUSTER (lib/store/schema.ts); empty: one server. */
+  clickhouseCluster?: string;
+}
+
+export async function migrate(t: MigrateTarget, log: (msg: string) => void = () => {}): Promise<string[]> {
+  const applied: string[] = [];
+  const pool = createPool(t.databaseUrl, 2, 'fleet-migrate');
+  const client = await pool.connect();
+  try {
+    await client.query('SELECT pg_advisory_lock($1)', [LOCK_KEY]);
+    await client.query(`CREATE TABLE IF NOT EXISTS schema_migrations (id text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`);
+    const done = new Set((await client.query<{ id: string }>('SELECT id FROM schema_migrations')).rows.map((r) => r.id));
+    for (const m of postgresMigrations) {
+      if (done.has(m.id)) continue;
+      await client.query('BEGIN');
+      try {
+        for (const sql of m.sql) await client.query(sql);
+        await client.query('INSERT INTO schema_migrations (id) VALUES ($1)', [m.id]);
+        await client.query('COMMIT');
+      } catch (e) {
+        await client.query('ROLLBACK');
+        throw new Error(`postgres migration ${m.id} failed: ${(e as Error).message}`);
+      }
+      applied.push(`postgres ${m.id}`);
+      log(`postgres migration ${m.id} applied`);
+    }
+
+    // ClickHouse has no transactions; every statement is IF NOT EXISTS (or an ADD COLUMN whose
+    // "already exists" is ignored), so a half-applied migration is simply applied again.
+    const db = chIdent(t.clickhouseDatabase);
+    const cluster = t.clickhouseCluster ? chIdent(t.clickhouseCluster) : '';
+    const root = createClickHouse({ url: t.clickhouseUrl, user: t.clickhouseUser, password: t.clickhousePassword });
+    try {
+      await root.command({ query: cluster ? `CREATE DATABASE IF NOT EXISTS ${db} ON CLUSTER ${cluster}` : `CREATE DATABASE IF NOT EXISTS ${db}` });
+    } finally {
+      await root.close();
+    }
+    const ch = createClickHouse({ url: t.clickhouseUrl, database: db, user: t.clickhouseUser, password: t.clickhousePassword });
+    try {
+      // On a cluster the record of applied migrations is replicated too: any replica may be asked next time.
+      await ch.command({
+        query: cluster
+          ? `CREATE TABLE IF NOT EXISTS ${db}.schema_migrations ON CLUSTER ${cluster} (id String, applied_at DateTime) ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/${db}/schema_migrations', '{replica}') ORDER BY id`
+          : `CREATE TABLE IF NOT EXISTS schema_migrations (id String, applied_at DateTime) ENGINE = Log`,
+      });
+      const rs = await ch.query({ query: 'SELECT id FROM schema_migrations', format: 'JSONEachRow' });
+      const chDone = new Set(((await rs.json()) as { id: string }[]).map((r) => r.id));
+      for (const m of clickhouseMigrationsFor({ cluster, database: db })) {
+        if (chDone.has(m.id)) continue;
+        for (const sql of m.sql) await ch.command({ query: sql }).catch((e) => tolerateDoneAlter(sql, e));
+        await ch.insert({ table: 'schema_migrations', values: [{ id: m.id, applied_at: Math.floor(Date.now() / 1000) }], format: 'JSONEachRow' });
+        applied.push(`clickhouse ${m.id}`);
+        log(`clickhouse migration ${m.id} applied`);
+      }
+    } finally {
+      await ch.close();
+    }
+  } finally {
+    await client.query('SELECT pg_advisory_unlock($1)', [LOCK_KEY]).catch(() => {});
+    client.release();
+    await pool.end();
+  }
+  return applied;
+}
+
+/** ClickHouse 18.16 has no `ADD COLUMN IF NOT EXISTS`: a column added by an earlier, interrupted run is fine. */
+function tolerateDoneAlter(sql: string, e: unknown): void {
+  if (/^\s*ALTER TABLE\s+\S+\s+(ON CLUSTER\s+\S+\s+)?ADD COLUMN\b/i.test(sql) && e instanceof ClickHouseError && e.code === '44') return;
+  throw e;
+}

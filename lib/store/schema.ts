@@ -1,0 +1,776 @@
+// Every table's schema, Postgres and ClickHouse, as ordered migrations. Append; never edit an
+// applied entry. `fleet migrate` (and every start) applies what is missing, under an advisory lock.
+//
+// ClickHouse DDL must run on Debian's ClickHouse 18.16 and on current releases: no DateTime64, no
+// LowCardinality, no TTL, no Map/JSON, no `ADD COLUMN IF NOT EXISTS` (lib/store/migrate.ts tolerates an
+// ADD COLUMN that already happened), and a view's `SELECT *` is fixed when the view is made (re-create
+// the view after adding columns). Times are kept as UInt64 milliseconds next to a DateTime for
+// partitioning. Every table is a ReplacingMergeTree whose sorting key ends in the id of the report
+// (or record) that produced the row: a batch applied twice collapses to one row; query with FINAL
+// (or through the *_v views) to see each row once before background merges have run.
+//
+// ClickHouse statements are kept as data (`clickhouseSchema`) and rendered for one server (the SQL
+// below has always produced) or, with CLICKHOUSE_CLUSTER, for replicated servers: every table a
+// ReplicatedReplacingMergeTree `<name>_local` on each replica (ZooKeeper), the app's table name a
+// Distributed table over it, every statement ON CLUSTER (`renderClickHouse`).
+
+export interface Migration {
+  id: string;
+  sql: string[];
+}
+
+/** The start of every row a customer owns: its own id, and the customer (gone with it). */
+const CUSTOMER_ROW = ['id uuid PRIMARY KEY DEFAULT gen_random_uuid()', 'customer_id uuid NOT NULL REFERENCES customers(id) ON DELETE CASCADE'].join(',\n         ');
+
+export const postgresMigrations: Migration[] = [
+  {
+    id: '0001-core',
+    sql: [
+      `CREATE OR REPLACE FUNCTION touch_updated_at() RETURNS trigger LANGUAGE plpgsql AS $$
+       BEGIN NEW.updated_at := clock_timestamp(); RETURN NEW; END $$`,
+      `CREATE TABLE customers (
+         id uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+         slug text NOT NULL UNIQUE CHECK (slug ~ '^[a-z0-9][a-z0-9-]{0,63}$'),
+         name text NOT NULL DEFAULT '',
+         created_at timestamptz NOT NULL DEFAULT now(),
+         updated_at timestamptz NOT NULL DEFAULT clock_timestamp()
+       )`,
+      `CREATE TRIGGER customers_touch BEFORE UPDATE ON customers FOR EACH ROW EXECUTE FUNCTION touch_updated_at()`,
+      // Tokens are stored only as SHA-256 hex; the token itself is shown once, at creation.
+      `CREATE TABLE api_tokens (
+         ${CUSTOMER_ROW},
+         name text NOT NULL DEFAULT '',
+         token_hash text NOT NULL UNIQUE,
+         prefix text NOT NULL,
+         scopes text[] NOT NULL DEFAULT '{ingest,read}',
+         created_at timestamptz NOT NULL DEFAULT now(),
+         revoked_at timestamptz,
+         updated_at timestamptz NOT NULL DEFAULT clock_timestamp()
+       )`,
+      `CREATE INDEX api_tokens_customer ON api_tokens (customer_id)`,
+      `CREATE INDEX api_tokens_updated ON api_tokens (updated_at)`,
+      `CREATE TRIGGER api_tokens_touch BEFORE UPDATE ON api_tokens FOR EACH ROW EXECUTE FUNCTION touch_updated_at()`,
+      `CREATE TABLE machines (
+         ${CUSTOMER_ROW},
+         slug text NOT NULL,
+         first_seen_at timestamptz NOT NULL,
+         last_seen_at timestamptz NOT NULL,
+         UNIQUE (customer_id, slug)
+       )`,
+      // One row per software on a machine. Times are receive times (the gateway's clock).
+      `CREATE TABLE instances (
+         ${CUSTOMER_ROW},
+         machine_id uuid NOT NULL REFERENCES machines(id) ON DELETE CASCADE,
+         software text NOT NULL,
+         first_seen_at timestamptz NOT NULL,
+         last_seen_at timestamptz NOT NULL,
+         last_heartbeat_at timestamptz,
+         agent_ts timestamptz,
+         version text,
+         uptime_seconds bigint,
+         pid bigint,
+         ip_addresses text[],
+         group_name text,
+         location text,
+         group_priority bigint,
+         sort_priority bigint,
+         status text,
+         status_message text,
+         status_at timestamptz,
+         snapshot jsonb,
+         last_warning_at timestamptz,
+         UNIQUE (machine_id, software)
+       )`,
+      `CREATE INDEX instances_customer ON instances (customer_id)`,
+    ],
+  },
+  {
+    id: '0002-accounts',
+    sql: [
+      // Dashboard users. E-mail is required and unique case-insensitively; a user name is optional
+      // (older accounts log in with it). Passwords: scrypt (lib/store/accounts.ts).
+      `CREATE TABLE users (
+         id uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+         email text NOT NULL CHECK (email ~ '^[^@\\s]+@[^@\\s]+$'),
+         username text CHECK (username IS NULL OR username ~ '^[A-Za-z0-9._-]{1,64}$'),
+         password_hash text NOT NULL,
+         is_system_admin boolean NOT NULL DEFAULT false,
+         created_at timestamptz NOT NULL DEFAULT now(),
+         updated_at timestamptz NOT NULL DEFAULT clock_timestamp()
+       )`,
+      `CREATE UNIQUE INDEX users_email_ci ON users (lower(email))`,
+      `CREATE UNIQUE INDEX users_username_ci ON users (lower(username)) WHERE username IS NOT NULL`,
+      `CREATE TRIGGER users_touch BEFORE UPDATE ON users FOR EACH ROW EXECUTE FUNCTION touch_updated_at()`,
+      `CREATE TABLE memberships (
+         user_id uuid NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+         customer_id uuid NOT NULL REFERENCES customers(id) ON DELETE CASCADE,
+         role text NOT NULL CHECK (role IN ('owner', 'admin', 'viewer')),
+         created_at timestamptz NOT NULL DEFAULT now(),
+         PRIMARY KEY (user_id, customer_id)
+       )`,
+      `CREATE INDEX memberships_customer ON memberships (customer_id)`,
+    ],
+  },
+  {
+    id: '0003-traffic-light',
+    sql: [
+      // The stored traffic light (issue 4): the colour the workers last recorded, since when, why,
+      // a per-instance sequence number of its changes, and the time the stored colour was judged at
+      // (light_judged_at: judgement never goes back before it, see workers/traffic-light.ts). What the API shows is still derived at
+      // read time (lib/domain/traffic-light.ts); this is what the events are recorded against. A change is
+      // recorded by a conditional UPDATE (light IS DISTINCT FROM the new colour), so of several
+      // workers racing on one change exactly one records it.
+      `ALTER TABLE instances
+         ADD COLUMN light text NOT NULL DEFAULT 'grey' CHECK (light IN ('green', 'yellow', 'red', 'grey')),
+         ADD COLUMN light_since timestamptz,
+         ADD COLUMN light_reason text,
+         ADD COLUMN light_seq bigint NOT NULL DEFAULT 0,
+         ADD COLUMN light_judged_at timestamptz`,
+      // Existing rows: the colour from their status (silence is left to the sweep, which records it).
+      `UPDATE instances SET
+         light = CASE WHEN last_heartbeat_at IS NULL OR status = 'stopped' THEN 'grey' WHEN status = 'error' THEN 'red'
+                      WHEN status = 'degraded' THEN 'yellow' ELSE 'green' END,
+         light_since = last_seen_at`,
+      // The sweep's two questions: who is silent but not red, whose warning ran out while yellow.
+      `CREATE INDEX instances_light_silent ON instances (last_heartbeat_at) WHERE light IN ('green', 'yellow')`,
+      `CREATE INDEX instances_light_yellow ON instances (last_warning_at) WHERE light = 'yellow'`,
+      // Transactional outbox: a change of colour is written here in the same transaction as the
+      // UPDATE that decided it, and removed once it is in ClickHouse, on NATS and queued for the
+      // webhooks. A worker that dies in between leaves it here for the sweep to deliver.
+      `CREATE TABLE light_outbox (
+         instance_id uuid NOT NULL,
+         seq bigint NOT NULL,
+         customer_id uuid NOT NULL,
+         customer text NOT NULL,
+         machine_id uuid NOT NULL,
+         machine text NOT NULL,
+         software text NOT NULL,
+         from_light text NOT NULL,
+         to_light text NOT NULL,
+         reason text NOT NULL,
+         cause text NOT NULL,
+         at timestamptz NOT NULL,
+         recorded_at timestamptz NOT NULL,
+         PRIMARY KEY (instance_id, seq)
+       )`,
+      `CREATE INDEX light_outbox_recorded ON light_outbox (recorded_at)`,
+      // Webhooks: a signed POST on every change to or from red. The secret signs the payload, so it
+      // is kept (shown once, at creation). Delivery state per webhook and per event.
+      `CREATE TABLE webhooks (
+         ${CUSTOMER_ROW},
+         url text NOT NULL,
+         secret text NOT NULL,
+         description text NOT NULL DEFAULT '',
+         created_at timestamptz NOT NULL DEFAULT now(),
+         created_by uuid,
+         last_success_at timestamptz,
+         last_failure_at timestamptz,
+         last_error text,
+         consecutive_failures integer NOT NULL DEFAULT 0
+       )`,
+      `CREATE INDEX webhooks_customer ON webhooks (customer_id)`,
+      `CREATE TABLE webhook_deliveries (
+         webhook_id uuid NOT NULL REFERENCES webhooks(id) ON DELETE CASCADE,
+         event_id text NOT NULL,
+         customer_id uuid NOT NULL,
+         instance_id uuid NOT NULL,
+         from_light text NOT NULL,
+         to_light text NOT NULL,
+         event_at timestamptz NOT NULL,
+         state text NOT NULL CHECK (state IN ('retrying', 'delivered', 'failed')),
+         attempts integer NOT NULL,
+         last_status integer,
+         last_error text,
+         first_attempt_at timestamptz NOT NULL DEFAULT now(),
+         last_attempt_at timestamptz NOT NULL DEFAULT now(),
+         next_attempt_at timestamptz,
+         delivered_at timestamptz,
+         PRIMARY KEY (webhook_id, event_id)
+       )`,
+      `CREATE INDEX webhook_deliveries_recent ON webhook_deliveries (webhook_id, last_attempt_at DESC)`,
+    ],
+  },
+  {
+    id: '0004-diagnostics-suite',
+    sql: [
+      // Diagnostics whitelist (docs/docs/decisions.md): per customer, optional machine / software / message
+      // patterns (`*` and `?` only, lib/domain/whitelist.ts) and a code range (a single code is from = to).
+      // Deleting a rule sets deleted_at (and so updated_at), so the workers' polled copies see the
+      // deletion in their next delta; soft-deleted rows are never listed.
+      `CREATE TABLE whitelist_rules (
+         ${CUSTOMER_ROW},
+         machine_pattern text,
+         software_pattern text,
+         code_from integer NOT NULL,
+         code_to integer NOT NULL,
+         message_pattern text,
+         note text NOT NULL DEFAULT '',
+         enabled boolean NOT NULL DEFAULT true,
+         created_by uuid,
+         created_at timestamptz NOT NULL DEFAULT now(),
+         updated_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+         deleted_at timestamptz,
+         CHECK (code_from <= code_to)
+       )`,
+      `CREATE INDEX whitelist_rules_customer ON whitelist_rules (customer_id, created_at) WHERE deleted_at IS NULL`,
+      `CREATE INDEX whitelist_rules_updated ON whitelist_rules (updated_at)`,
+      `CREATE TRIGGER whitelist_rules_touch BEFORE UPDATE ON whitelist_rules FOR EACH ROW EXECUTE FUNCTION touch_updated_at()`,
+      // Diagnostic help texts per customer, software, code and language, from the help ingest.
+      // The newest upload (receive time, then report id) wins; `machine` is where it came from.
+      `CREATE TABLE help_texts (
+         customer_id uuid NOT NULL REFERENCES customers(id) ON DELETE CASCADE,
+         software text NOT NULL,
+         code integer NOT NULL,
+         lang text NOT NULL CHECK (lang IN ('de', 'en')),
+         title text NOT NULL DEFAULT '',
+         text text NOT NULL,
+         machine text NOT NULL DEFAULT '',
+         received_at timestamptz NOT NULL,
+         report_id uuid NOT NULL,
+         created_at timestamptz NOT NULL DEFAULT now(),
+         updated_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+         PRIMARY KEY (customer_id, software, code, lang)
+       )`,
+      `CREATE INDEX help_texts_updated ON help_texts (updated_at)`,
+      `CREATE TRIGGER help_texts_touch BEFORE UPDATE ON help_texts FOR EACH ROW EXECUTE FUNCTION touch_updated_at()`,
+    ],
+  },
+  {
+    id: '0005-metrics-artifacts',
+    sql: [
+      // A completed artifact upload (issue 6). The bytes stay in the JetStream object store as the
+      // upload's chunks (lib/store/artifacts.ts); this row is written by a worker from the queue message
+      // the gateway publishes at artifact-complete (the gateway never writes to Postgres).
+      `CREATE TABLE artifacts (
+         id uuid PRIMARY KEY,
+         customer_id uuid NOT NULL REFERENCES customers(id) ON DELETE CASCADE,
+         machine_id uuid NOT NULL REFERENCES machines(id) ON DELETE CASCADE,
+         instance_id uuid NOT NULL REFERENCES instances(id) ON DELETE CASCADE,
+         software text NOT NULL,
+         upload_id uuid NOT NULL UNIQUE,
+         filename text NOT NULL,
+         size bigint NOT NULL CHECK (size >= 0),
+         sha256 text CHECK (sha256 IS NULL OR sha256 ~ '^[0-9a-f]{64}$'),
+         content_type text NOT NULL,
+         chunk_size integer NOT NULL CHECK (chunk_size > 0),
+         chunks integer NOT NULL CHECK (chunks >= 0),
+         uploaded_at timestamptz NOT NULL,
+         created_at timestamptz NOT NULL DEFAULT now()
+       )`,
+      `CREATE INDEX artifacts_machine ON artifacts (customer_id, machine_id, software, uploaded_at DESC)`,
+    ],
+  },
+  {
+    id: '0006-commands',
+    sql: [
+      // Agent commands (docs/api.md "Agent commands"). A command is queued by a dashboard user for
+      // one instance, offered to the agent in the answer to each heartbeat or status report until
+      // acked, and ends succeeded, failed, expired (queued too long), timed_out (delivered, no ack
+      // in time) or cancelled. Deadlines are fixed when the state is entered (expires_at at queue
+      // time, ack_deadline at the first delivery), so the sweep only compares times.
+      `CREATE TABLE commands (
+         ${CUSTOMER_ROW},
+         instance_id uuid NOT NULL REFERENCES instances(id) ON DELETE CASCADE,
+         module text NOT NULL,
+         command text NOT NULL,
+         args jsonb NOT NULL DEFAULT '{}',
+         state text NOT NULL DEFAULT 'queued'
+           CHECK (state IN ('queued', 'delivered', 'succeeded', 'failed', 'expired', 'timed_out', 'cancelled')),
+         created_by uuid REFERENCES users(id) ON DELETE SET NULL,
+         created_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+         expires_at timestamptz NOT NULL,
+         delivered_at timestamptz,
+         last_delivered_at timestamptz,
+         ack_deadline timestamptz,
+         finished_at timestamptz,
+         result_message text,
+         result_output jsonb,
+         updated_at timestamptz NOT NULL DEFAULT clock_timestamp()
+       )`,
+      `CREATE TRIGGER commands_touch BEFORE UPDATE ON commands FOR EACH ROW EXECUTE FUNCTION touch_updated_at()`,
+      `CREATE INDEX commands_instance ON commands (instance_id, created_at DESC)`,
+      `CREATE INDEX commands_customer ON commands (customer_id)`,
+      // What the gateways keep in memory, and what the expiry sweep looks at: only open commands.
+      `CREATE INDEX commands_open ON commands (created_at) WHERE state IN ('queued', 'delivered')`,
+      `CREATE INDEX commands_queued_expiry ON commands (expires_at) WHERE state = 'queued'`,
+      `CREATE INDEX commands_ack_deadline ON commands (ack_deadline) WHERE state = 'delivered'`,
+      // Every change of state with its time; a command enters each state at most once, so the key
+      // makes every write here idempotent (a redelivered batch changes nothing).
+      `CREATE TABLE command_events (
+         command_id uuid NOT NULL REFERENCES commands(id) ON DELETE CASCADE,
+         state text NOT NULL,
+         at timestamptz NOT NULL,
+         actor text NOT NULL DEFAULT '',
+         detail text,
+         PRIMARY KEY (command_id, state)
+       )`,
+    ],
+  },
+  {
+    id: '0007-accounts-licences',
+    sql: [
+      // Licences: one per customer, created with the customer (trigger), free start of 5 devices.
+      // over_limit_since: when the device count (machines seen in the last 30 days) first went over
+      // the limit in the current excess; cleared when the customer is back within the limit (a
+      // bigger licence, or machines unseen for 30 days). grace ends over_limit_since + grace_days;
+      // after it, gateways refuse machines new to the customer (gateway/licence-gate.ts).
+      `CREATE FUNCTION new_licence_key() RETURNS text LANGUAGE sql VOLATILE AS $$
+         SELECT 'FLT-' || upper(substr(h, 1, 5) || '-' || substr(h, 6, 5) || '-' || substr(h, 11, 5) || '-' || substr(h, 16, 5))
+           FROM (SELECT replace(gen_random_uuid()::text, '-', '') AS h) x $$`,
+      `CREATE TABLE licences (
+         customer_id uuid PRIMARY KEY REFERENCES customers(id) ON DELETE CASCADE,
+         licence_key text NOT NULL UNIQUE DEFAULT new_licence_key(),
+         tier text NOT NULL DEFAULT 'free' CHECK (tier IN ('free', 'paid')),
+         device_limit integer NOT NULL DEFAULT 5 CHECK (device_limit >= 0),
+         grace_days integer NOT NULL DEFAULT 14 CHECK (grace_days >= 0),
+         over_limit_since timestamptz,
+         created_at timestamptz NOT NULL DEFAULT now(),
+         updated_at timestamptz NOT NULL DEFAULT clock_timestamp()
+       )`,
+      `CREATE INDEX licences_updated ON licences (updated_at)`,
+      `CREATE TRIGGER licences_touch BEFORE UPDATE ON licences FOR EACH ROW EXECUTE FUNCTION touch_updated_at()`,
+      `CREATE FUNCTION customers_licence() RETURNS trigger LANGUAGE plpgsql AS $$
+       BEGIN INSERT INTO licences (customer_id) VALUES (NEW.id) ON CONFLICT DO NOTHING; RETURN NEW; END $$`,
+      `CREATE TRIGGER customers_licence AFTER INSERT ON customers FOR EACH ROW EXECUTE FUNCTION customers_licence()`,
+      `INSERT INTO licences (customer_id) SELECT id FROM customers ON CONFLICT DO NOTHING`,
+      // When a machine row was made (gateways poll new machines of customers past their grace
+      // period), and when it arrived while its customer was over the device limit (flagged).
+      `ALTER TABLE machines ADD COLUMN created_at timestamptz NOT NULL DEFAULT clock_timestamp()`,
+      `ALTER TABLE machines ADD COLUMN over_limit_at timestamptz`,
+      `CREATE INDEX machines_customer_seen ON machines (customer_id, last_seen_at)`,
+      `CREATE INDEX machines_customer_created ON machines (customer_id, created_at)`,
+      // Server-side conversion events (signup, first_device, licence_activated) that the dashboard
+      // reports to its analytics once and acknowledges. dedup_key makes each event happen once.
+      `CREATE TABLE conversions (
+         id uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+         kind text NOT NULL,
+         user_id uuid REFERENCES users(id) ON DELETE CASCADE,
+         customer_id uuid REFERENCES customers(id) ON DELETE CASCADE,
+         dedup_key text NOT NULL UNIQUE,
+         value jsonb NOT NULL DEFAULT '{}',
+         created_at timestamptz NOT NULL DEFAULT now(),
+         acked_at timestamptz,
+         acked_by uuid REFERENCES users(id) ON DELETE SET NULL,
+         CHECK (user_id IS NOT NULL OR customer_id IS NOT NULL)
+       )`,
+      `CREATE INDEX conversions_user_pending ON conversions (user_id) WHERE acked_at IS NULL`,
+      `CREATE INDEX conversions_customer_pending ON conversions (customer_id) WHERE acked_at IS NULL`,
+      `CREATE FUNCTION users_signup() RETURNS trigger LANGUAGE plpgsql AS $$
+       BEGIN INSERT INTO conversions (kind, user_id, dedup_key) VALUES ('signup', NEW.id, 'signup:' || NEW.id) ON CONFLICT DO NOTHING; RETURN NEW; END $$`,
+      `CREATE TRIGGER users_signup AFTER INSERT ON users FOR EACH ROW EXECUTE FUNCTION users_signup()`,
+      // Onboarding: the first report of each kind per customer (receive time), recorded by workers.
+      `CREATE TABLE onboarding_milestones (
+         customer_id uuid NOT NULL REFERENCES customers(id) ON DELETE CASCADE,
+         step text NOT NULL,
+         done_at timestamptz NOT NULL,
+         PRIMARY KEY (customer_id, step)
+       )`,
+      `INSERT INTO onboarding_milestones (customer_id, step, done_at)
+         SELECT customer_id, 'heartbeat', min(first_seen_at) FROM instances WHERE last_heartbeat_at IS NOT NULL GROUP BY customer_id
+         UNION ALL
+         SELECT customer_id, 'status', min(first_seen_at) FROM instances WHERE status_at IS NOT NULL GROUP BY customer_id
+       ON CONFLICT DO NOTHING`,
+    ],
+  },
+  {
+    id: '0008-clock-skew',
+    sql: [
+      // The newest heartbeat carried a `ts` outside the plausible window around its receive time
+      // (TS_PLAUSIBLE_PAST_S / TS_PLAUSIBLE_FUTURE_S): its clock is wrong. agent_ts keeps the newest
+      // plausible one. The traffic light never uses either (receive time only).
+      `ALTER TABLE instances ADD COLUMN clock_skew boolean NOT NULL DEFAULT false`,
+    ],
+  },
+  {
+    id: '0009-read-path',
+    sql: [
+      // The read path at fleet scale (docs/architecture.md "The read path"): every list the api
+      // answers walks an index in the order it returns, so a page costs its own rows, not the
+      // customer's 100,000. The machine's slug is copied onto its instances (a machine's slug never
+      // changes: it is the machine's name in the ingest path), so the default order (machine,
+      // software) and the machine search need no join. Workers write it; the trigger fills it for
+      // any other writer (and older workers during an upgrade).
+      `ALTER TABLE instances ADD COLUMN machine text`,
+      `UPDATE instances i SET machine = m.slug FROM machines m WHERE m.id = i.machine_id`,
+      `CREATE FUNCTION instances_machine() RETURNS trigger LANGUAGE plpgsql AS $$
+       BEGIN SELECT slug INTO NEW.machine FROM machines WHERE id = NEW.machine_id; RETURN NEW; END $$`,
+      `CREATE TRIGGER instances_machine BEFORE INSERT ON instances FOR EACH ROW WHEN (NEW.machine IS NULL) EXECUTE FUNCTION instances_machine()`,
+      `ALTER TABLE instances ALTER COLUMN machine SET NOT NULL`,
+      // Orders of GET /api/instances: by name (the default), by software then name, by last seen;
+      // the machine search (case-insensitive substring) through trigrams.
+      `CREATE INDEX instances_customer_machine ON instances (customer_id, machine, software, id)`,
+      `CREATE INDEX instances_customer_software ON instances (customer_id, software, machine, id)`,
+      `CREATE INDEX instances_customer_last_seen ON instances (customer_id, last_seen_at)`,
+      // A colour other than green: the rows that may have it (lib/domain/traffic-light.ts lightCandidateSql).
+      `CREATE INDEX instances_customer_status ON instances (customer_id, status)`,
+      `CREATE INDEX instances_customer_heartbeat ON instances (customer_id, last_heartbeat_at)`,
+      `CREATE INDEX instances_customer_warning ON instances (customer_id, last_warning_at) WHERE last_warning_at IS NOT NULL`,
+      `CREATE EXTENSION IF NOT EXISTS pg_trgm`,
+      `CREATE INDEX instances_machine_trgm ON instances USING gin (machine gin_trgm_ops)`,
+      // instances_customer_machine begins with customer_id: the single-column index is redundant.
+      `DROP INDEX instances_customer`,
+    ],
+  },
+  {
+    id: '0010-quotas',
+    sql: [
+      // Quotas per customer (lib/store/quotas.ts): what a system administrator set for one customer; a
+      // NULL column (or no row) is the default from the environment. Gateways poll it by updated_at.
+      `CREATE TABLE customer_quotas (
+         customer_id uuid PRIMARY KEY REFERENCES customers(id) ON DELETE CASCADE,
+         artifact_bytes bigint CHECK (artifact_bytes >= 0),
+         artifact_max_bytes bigint CHECK (artifact_max_bytes >= 1),
+         stream_connections integer CHECK (stream_connections >= 0),
+         webhooks integer CHECK (webhooks >= 0),
+         whitelist_rules integer CHECK (whitelist_rules >= 0),
+         ingest_requests_per_s integer CHECK (ingest_requests_per_s >= 1),
+         ingest_bytes_per_s bigint CHECK (ingest_bytes_per_s >= 1),
+         created_at timestamptz NOT NULL DEFAULT now(),
+         updated_at timestamptz NOT NULL DEFAULT clock_timestamp()
+       )`,
+      `CREATE INDEX customer_quotas_updated ON customer_quotas (updated_at)`,
+      `CREATE TRIGGER customer_quotas_touch BEFORE UPDATE ON customer_quotas FOR EACH ROW EXECUTE FUNCTION touch_updated_at()`,
+      // The bytes of each customer's stored artifacts, kept by a trigger in the transaction that
+      // writes or deletes the artifact row (whoever writes it). seq counts the changes: a gateway's
+      // copy at seq s counts every artifact whose row was there at s (lib/store/artifact-usage.ts).
+      `CREATE TABLE artifact_usage (
+         customer_id uuid PRIMARY KEY REFERENCES customers(id) ON DELETE CASCADE,
+         bytes bigint NOT NULL DEFAULT 0,
+         artifacts integer NOT NULL DEFAULT 0,
+         seq bigint NOT NULL DEFAULT 0,
+         updated_at timestamptz NOT NULL DEFAULT clock_timestamp()
+       )`,
+      `CREATE INDEX artifact_usage_updated ON artifact_usage (updated_at)`,
+      `CREATE FUNCTION artifacts_usage() RETURNS trigger LANGUAGE plpgsql AS $$
+       BEGIN
+         IF TG_OP = 'INSERT' THEN
+           INSERT INTO artifact_usage AS u (customer_id, bytes, artifacts, seq) VALUES (NEW.customer_id, NEW.size, 1, 1)
+           ON CONFLICT (customer_id) DO UPDATE
+             SET bytes = u.bytes + EXCLUDED.bytes, artifacts = u.artifacts + 1, seq = u.seq + 1, updated_at = clock_timestamp();
+           RETURN NEW;
+         END IF;
+         UPDATE artifact_usage SET bytes = bytes - OLD.size, artifacts = artifacts - 1, seq = seq + 1, updated_at = clock_timestamp()
+          WHERE customer_id = OLD.customer_id;
+         RETURN OLD;
+       END $$`,
+      `CREATE TRIGGER artifacts_usage AFTER INSERT OR DELETE ON artifacts FOR EACH ROW EXECUTE FUNCTION artifacts_usage()`,
+      `INSERT INTO artifact_usage (customer_id, bytes, artifacts, seq)
+         SELECT customer_id, sum(size), count(*), count(*) FROM artifacts GROUP BY customer_id`,
+    ],
+  },
+  {
+    id: '0011-api-token-limits',
+    sql: [
+      // API tokens that can be limited (docs/api.md "Accounts, customers, members and API tokens"):
+      // an optional expiry, who created the token (a dashboard user; NULL: the CLI, or before this
+      // release), when it was last used (written by the gateways and the api at most once a minute,
+      // lib/store/token-usage.ts), and an optional binding to one machine or a machine-name pattern (`*`,
+      // `?`, as the whitelist's patterns; lib/domain/whitelist.ts). A bound token has the ingest scope only.
+      `ALTER TABLE api_tokens
+         ADD COLUMN expires_at timestamptz,
+         ADD COLUMN created_by uuid REFERENCES users(id) ON DELETE SET NULL,
+         ADD COLUMN last_used_at timestamptz,
+         ADD COLUMN machine text CHECK (machine ~ '^[a-z0-9*?-]{1,128}$'),
+         ADD CONSTRAINT api_tokens_machine_ingest_only CHECK (machine IS NULL OR scopes = '{ingest}')`,
+      // Recording a use must not look like a change of the token: the gateways re-read the rows
+      // whose updated_at moved (gateway/token-cache.ts), and one token per machine would otherwise
+      // make every gateway re-read thousands of rows a minute. Any other change still touches it.
+      `DROP TRIGGER api_tokens_touch ON api_tokens`,
+      `CREATE TRIGGER api_tokens_touch BEFORE UPDATE ON api_tokens FOR EACH ROW
+         WHEN (OLD.last_used_at IS NOT DISTINCT FROM NEW.last_used_at) EXECUTE FUNCTION touch_updated_at()`,
+    ],
+  },
+  {
+    id: '0012-account-lifecycle',
+    sql: [
+      // Dashboard sessions (api/session.ts): one row per login, named by the JWT's `sid`. A session
+      // is valid while revoked_at is NULL and expires_at is ahead; every request's principal query
+      // joins it (api/auth.ts), so a revocation holds on every api replica at the next request.
+      `CREATE TABLE sessions (
+         id uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+         user_id uuid NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+         created_at timestamptz NOT NULL DEFAULT now(),
+         expires_at timestamptz NOT NULL,
+         revoked_at timestamptz,
+         revoked_why text,
+         user_agent text,
+         address text
+       )`,
+      `CREATE INDEX sessions_user_open ON sessions (user_id) WHERE revoked_at IS NULL`,
+      `CREATE INDEX sessions_expires ON sessions (expires_at)`,
+      // Invitations (api/handlers/invitations.ts): an owner invites an address with a role; the
+      // invitee gets a single-use link by e-mail. Only the SHA-256 of the link's token is stored.
+      // No user id: whether the address has an account is decided when the invitation is accepted.
+      `CREATE TABLE invitations (
+         id uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+         customer_id uuid NOT NULL REFERENCES customers(id) ON DELETE CASCADE,
+         email text NOT NULL CHECK (email ~ '^[^@\\s]+@[^@\\s]+$'),
+         role text NOT NULL CHECK (role IN ('owner', 'admin', 'viewer')),
+         lang text NOT NULL DEFAULT 'en' CHECK (lang IN ('de', 'en')),
+         token_hash text NOT NULL UNIQUE,
+         invited_by uuid REFERENCES users(id) ON DELETE SET NULL,
+         created_at timestamptz NOT NULL DEFAULT now(),
+         expires_at timestamptz NOT NULL,
+         sent_at timestamptz,
+         send_count integer NOT NULL DEFAULT 0,
+         mail_status text NOT NULL DEFAULT 'pending',
+         accepted_at timestamptz,
+         accepted_by uuid REFERENCES users(id) ON DELETE SET NULL,
+         revoked_at timestamptz
+       )`,
+      // At most one open invitation per customer and address: inviting again replaces it.
+      `CREATE UNIQUE INDEX invitations_open ON invitations (customer_id, lower(email)) WHERE accepted_at IS NULL AND revoked_at IS NULL`,
+      // Password reset links: single use, short-lived, only the SHA-256 of the token stored.
+      `CREATE TABLE password_resets (
+         id uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+         user_id uuid NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+         token_hash text NOT NULL UNIQUE,
+         created_at timestamptz NOT NULL DEFAULT now(),
+         expires_at timestamptz NOT NULL,
+         used_at timestamptz
+       )`,
+      `CREATE INDEX password_resets_user ON password_resets (user_id)`,
+      `ALTER TABLE users ADD COLUMN password_changed_at timestamptz`,
+    ],
+  },
+];
+
+/** When the gateway received the report: a DateTime for partitions, and the exact ms. */
+const RECEIVED = ['received_at DateTime', 'received_ms UInt64'].join(',\n         ');
+/** Who a ClickHouse row is about: the customer (id and slug), the machine, and the instance. */
+const MACHINE_COLUMNS = ['customer_id String', 'customer String', 'machine_id String', 'machine String'].join(',\n         ');
+const INSTANCE_COLUMNS = [MACHINE_COLUMNS, 'software String', 'instance_id String'].join(',\n         ');
+
+/**
+ * A ClickHouse statement as data, so that one schema renders two ways (`renderClickHouse`): for
+ * one server (the tables the app reads and writes are ReplacingMergeTree tables) and for a cluster
+ * named by CLICKHOUSE_CLUSTER (a ReplicatedReplacingMergeTree `<name>_local` on every replica, and
+ * under the app's name a Distributed table over it; every statement ON CLUSTER).
+ */
+export type ChStatement =
+  /** `columns`: the text between the parentheses, exactly as written. */
+  | { table: string; columns: string; partition: string; orderBy: string; ver?: string }
+  /** `<table>_v`: the table read FINAL, each row once (for analysts). */
+  | { view: string }
+  | { dropView: string }
+  | { addColumn: string; to: string };
+
+export interface ChMigration {
+  id: string;
+  statements: ChStatement[];
+}
+
+const table = (name: string, columns: string, orderBy: string, partition = 'toYYYYMM(received_at)', ver?: string): ChStatement => ({
+  table: name,
+  columns,
+  partition,
+  orderBy,
+  ...(ver ? { ver } : {}),
+});
+
+export const clickhouseSchema: ChMigration[] = [
+  {
+    id: '0001-core',
+    statements: [
+      table(
+        'heartbeats',
+        `
+         ${RECEIVED},
+         ts_ms UInt64,
+         ${INSTANCE_COLUMNS},
+         report_id String,
+         version String,
+         uptime_seconds Nullable(Int64),
+         pid Nullable(Int64),
+         ip_addresses Array(String),
+         group_name String,
+         location String,
+         group_priority Nullable(Int64),
+         sort_priority Nullable(Int64)
+       `,
+        'customer_id, instance_id, received_ms, report_id',
+      ),
+      table(
+        'diagnostics',
+        `
+         ${RECEIVED},
+         ts_ms UInt64,
+         ${INSTANCE_COLUMNS},
+         report_id String,
+         item UInt16,
+         code Int64,
+         severity UInt8,
+         message String,
+         suppressed UInt8,
+         rule_id String
+       `,
+        'customer_id, instance_id, received_ms, report_id, item',
+      ),
+      table(
+        'status_history',
+        `
+         ${RECEIVED},
+         ${INSTANCE_COLUMNS},
+         report_id String,
+         status String, message String, snapshot String
+       `,
+        'customer_id, instance_id, received_ms, report_id',
+      ),
+      // Rejected ingest requests. Never the token or the body. customer_id '' = no known customer.
+      table(
+        'ingest_rejections',
+        `
+         ${RECEIVED},
+         id String,
+         customer_id String,
+         customer String,
+         token_id String,
+         method String,
+         path String,
+         status UInt16,
+         detail String,
+         body_size UInt64,
+         remote String,
+         dropped UInt64
+       `,
+        'customer_id, received_ms, id',
+      ),
+      { view: 'heartbeats' },
+      { view: 'diagnostics' },
+      { view: 'status_history' },
+      { view: 'ingest_rejections' },
+    ],
+  },
+  {
+    id: '0002-light-events',
+    statements: [
+      // Every change of an instance's traffic light. (instance_id, seq) identifies a change: a
+      // retried delivery from the outbox inserts the same row again and it collapses (read FINAL).
+      // at_ms: when the colour changed (a silence: last heartbeat + timeout); recorded_ms: when a
+      // worker recorded it; cause: report, expiry (Redis key expired) or sweep.
+      table(
+        'light_events',
+        `
+         at DateTime,
+         at_ms UInt64,
+         recorded_ms UInt64,
+         ${INSTANCE_COLUMNS},
+         seq UInt64,
+         from_light String,
+         to_light String,
+         reason String,
+         cause String
+       `,
+        'customer_id, instance_id, seq',
+        'toYYYYMM(at)',
+      ),
+      { view: 'light_events' },
+    ],
+  },
+  {
+    id: '0004-metrics',
+    statements: [
+      // Host metrics (issue 6): one row per record and value name. Idempotent by client_metric_id,
+      // forever: the sorting key is (customer, machine, name, client_metric_id), so every copy of
+      // a record collapses into one row; `ver` makes the FIRST copy the one kept (a copy sent
+      // again without ts would carry a later receive time). Reads group by client_metric_id
+      // (argMax by ver), which is exact even before merges and across partitions.
+      table(
+        'host_metrics',
+        `
+         ts DateTime,
+         ts_ms UInt64,
+         received_ms UInt64,
+         ${MACHINE_COLUMNS},
+         client_metric_id String,
+         name String,
+         value Float64,
+         label_keys Array(String),
+         label_values Array(String),
+         report_id String,
+         ver UInt64
+       `,
+        'customer_id, machine_id, name, client_metric_id',
+        'toYYYYMM(ts)',
+        'ver',
+      ),
+      { view: 'host_metrics' },
+    ],
+  },
+  {
+    id: '0005-clock-skew',
+    statements: [
+      // ts_ms holds the agent's `ts` only where it is plausible (else the receive time); clock_skew
+      // = 1 flags a row whose agent sent a `ts` outside the window; agent_ts is that `ts` as sent
+      // ('' when none). Analysts: WHERE clock_skew = 1 lists agents with a broken clock.
+      { addColumn: 'clock_skew UInt8 DEFAULT 0', to: 'heartbeats' },
+      { addColumn: "agent_ts String DEFAULT ''", to: 'heartbeats' },
+      // A view's `SELECT *` keeps the columns the table had when the view was made (18.16).
+      { dropView: 'heartbeats' },
+      { view: 'heartbeats' },
+    ],
+  },
+];
+
+/** Where the schema goes: one server (no cluster), or every replica of `cluster` at once. */
+export interface ChTarget {
+  /** The `remote_servers` cluster (CLICKHOUSE_CLUSTER); empty or absent: one server. */
+  cluster?: string;
+  /** The database (cluster statements name it: ON CLUSTER runs them on hosts without a session). */
+  database: string;
+}
+
+/** The table the app reads and writes; on a cluster the Distributed table over `<name>_local`. */
+export const localTable = (name: string) => `${name}_local`;
+
+/**
+ * The SQL of one statement, for one server (exactly what ran before clusters) or a cluster.
+ * `columns`: on a cluster, each table's columns so far (the Distributed table is made anew with
+ * them after an ADD COLUMN); kept up to date by the caller's order of statements.
+ */
+export function renderClickHouse(st: ChStatement, target: ChTarget, columns: Map<string, string> = new Map()): string[] {
+  const c = target.cluster;
+  if (!c) {
+    if ('table' in st) {
+      const engine = `ReplacingMergeTree(${st.ver ?? ''})`;
+      return [`CREATE TABLE IF NOT EXISTS ${st.table} (${st.columns}) ENGINE = ${engine} PARTITION BY ${st.partition} ORDER BY (${st.orderBy})`];
+    }
+    if ('view' in st) return [`CREATE VIEW IF NOT EXISTS ${st.view}_v AS SELECT * FROM ${st.view} FINAL`];
+    if ('dropView' in st) return [`DROP TABLE IF EXISTS ${st.dropView}_v`];
+    return [`ALTER TABLE ${st.to} ADD COLUMN ${st.addColumn}`];
+  }
+  // 18.16's syntax for replicated engines: ZooKeeper path and replica name first, then the
+  // engine's own arguments; {shard} and {replica} are each server's <macros>. The path names the
+  // database, so two databases on one cluster never share a replication log.
+  const db = target.database;
+  const on = `ON CLUSTER ${c}`;
+  // Writes reach one replica of the shard (internal_replication: the replicated table copies them
+  // to the others); reads go to a healthy replica of each shard.
+  const distributed = (name: string) =>
+    `CREATE TABLE IF NOT EXISTS ${db}.${name} ${on} (${columns.get(name)}) ENGINE = Distributed(${c}, ${db}, ${localTable(name)})`;
+  if ('table' in st) {
+    columns.set(st.table, st.columns);
+    const zkPath = `/clickhouse/tables/{shard}/${db}/${st.table}`;
+    const engine = `ReplicatedReplacingMergeTree('${zkPath}', '{replica}'${st.ver ? `, ${st.ver}` : ''})`;
+    return [
+      `CREATE TABLE IF NOT EXISTS ${db}.${localTable(st.table)} ${on} (${st.columns}) ENGINE = ${engine} PARTITION BY ${st.partition} ORDER BY (${st.orderBy})`,
+      distributed(st.table),
+    ];
+  }
+  if ('view' in st) return [`CREATE VIEW IF NOT EXISTS ${db}.${st.view}_v ${on} AS SELECT * FROM ${db}.${st.view} FINAL`];
+  if ('dropView' in st) return [`DROP TABLE IF EXISTS ${db}.${st.dropView}_v ${on}`];
+  // ALTER ... ON CLUSTER of a replicated table runs on one replica of each shard and reaches the
+  // others through ZooKeeper. A Distributed table cannot be altered ON CLUSTER when its shards
+  // replicate internally (code 371), so it is made again with the new column (it holds no data).
+  columns.set(st.to, `${columns.get(st.to) ?? ''},\n         ${st.addColumn}`);
+  return [`ALTER TABLE ${db}.${localTable(st.to)} ${on} ADD COLUMN ${st.addColumn}`, `DROP TABLE IF EXISTS ${db}.${st.to} ${on}`, distributed(st.to)];
+}
+
+/** The ClickHouse migrations as SQL for `target` (one server unless it names a cluster). */
+export function clickhouseMigrationsFor(target: ChTarget): Migration[] {
+  const columns = new Map<string, string>();
+  return clickhouseSchema.map((m) => ({ id: m.id, sql: m.statements.flatMap((st) => renderClickHouse(st, target, columns)) }));
+}
+
+/** The migrations for one server: the SQL that ran before clusters, unchanged. */
+export const clickhouseMigrations: Migration[] = clickhouseMigrationsFor({ database: '' });

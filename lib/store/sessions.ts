@@ -1,0 +1,35 @@
+// Dashboard sessions' rows in Postgres (`sessions`): created at login, revoked by logout, a password
+// change or reset, the removal of a membership, "sign out everywhere" and `fleet sessions revoke`.
+// The JWT that names a row is the api's (api/session.ts); the api and the CLI both end sessions here.
+import type { Pool } from '../infra/postgres.js';
+
+/** Why a session ended (sessions.revoked_why; the log and docs name them). */
+export type RevokeReason = 'logout' | 'password_changed' | 'password_reset' | 'membership_removed' | 'signed_out_by_admin' | 'signed_out_everywhere';
+
+/** A new session row for a login; its expiry is the JWT's. */
+export async function createSession(pool: Pool, userId: string, ttlS: number, meta: { userAgent?: string; address?: string } = {}): Promise<{ id: string; expiresAt: Date }> {
+  const r = await pool.query<{ id: string; expires_at: Date }>(
+    `INSERT INTO sessions (user_id, expires_at, user_agent, address) VALUES ($1, now() + make_interval(secs => $2), $3, $4) RETURNING id, expires_at`,
+    [userId, ttlS, meta.userAgent?.slice(0, 300) ?? null, meta.address ?? null],
+  );
+  // Expired rows are of no use to anyone: each login clears a few (no job needed).
+  await pool.query(`DELETE FROM sessions WHERE id IN (SELECT id FROM sessions WHERE expires_at < now() - interval '1 day' LIMIT 100)`);
+  return { id: r.rows[0]!.id, expiresAt: r.rows[0]!.expires_at };
+}
+
+/** Ends one session; true when it was open. */
+export async function revokeSession(pool: Pool, sid: string, why: RevokeReason): Promise<boolean> {
+  const r = await pool.query(`UPDATE sessions SET revoked_at = now(), revoked_why = $2 WHERE id = $1 AND revoked_at IS NULL`, [sid, why]);
+  return (r.rowCount ?? 0) > 0;
+}
+
+/** Ends every open session of a user (but `except`, the caller's own); returns how many. */
+export async function revokeUserSessions(pool: Pool, userId: string, why: RevokeReason, except: string | null = null): Promise<number> {
+  const r = await pool.query(
+    `UPDATE sessions SET revoked_at = now(), revoked_why = $2
+      WHERE user_id = $1 AND revoked_at IS NULL AND expires_at > now() AND ($3::uuid IS NULL OR id <> $3::uuid)`,
+    [userId, why, except],
+  );
+  return r.rowCount ?? 0;
+}
+
