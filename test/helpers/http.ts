@@ -2,6 +2,7 @@
 // answer parsed when it is JSON. `post` and `get` are the two common cases; `pipelined` sends
 // several requests in one write.
 import { connect } from 'node:net';
+import { request as httpRequest } from 'node:http';
 
 export interface Answer {
   status: number;
@@ -24,6 +25,39 @@ export async function request(method: string, url: string, token: string | null,
     /* not JSON */
   }
   return { status: r.status, body: parsed, headers: r.headers };
+}
+
+/**
+ * A request with a raw body (artifact chunks), the way curl sends one: a server may answer before it
+ * has read the body (a refusal) and close; the answer stands even when the rest of the body could
+ * not be written (EPIPE, ECONNRESET after the answer). `fetch` fails such a request as a whole.
+ */
+export function upload(method: string, url: string, token: string | null, body: Buffer, headers: Record<string, string> = {}): Promise<Answer> {
+  return new Promise((resolve, reject) => {
+    let answered = false;
+    const req = httpRequest(url, { method, headers: { 'Content-Length': String(body.length), ...(token ? { Authorization: `Bearer ${token}` } : {}), ...headers } }, (res) => {
+      answered = true;
+      const chunks: Buffer[] = [];
+      res.on('data', (c: Buffer) => chunks.push(c));
+      res.on('error', reject);
+      res.on('end', () => {
+        const text = Buffer.concat(chunks).toString();
+        let parsed: unknown = text;
+        try {
+          parsed = text === '' ? null : JSON.parse(text);
+        } catch {
+          /* not JSON */
+        }
+        const h = new Headers();
+        for (const [k, v] of Object.entries(res.headers)) if (v !== undefined) h.set(k, Array.isArray(v) ? v.join(', ') : v);
+        resolve({ status: res.statusCode!, body: parsed, headers: h });
+      });
+    });
+    req.on('error', (e) => {
+      if (!answered) reject(e);
+    });
+    req.end(body);
+  });
 }
 
 export const post = (url: string, token: string | null, body: unknown, headers: Record<string, string> = {}) => request('POST', url, token, body ?? {}, headers);
