@@ -1,5 +1,5 @@
 // The floor plan, enforced (docs/architecture.md "Floor plan"): which folder may import which.
-// Checked by `npm test` (test/structure.test.ts); by hand: `npx depcruise --config .dependency-cruiser.cjs gateway workers api cli deploy bench lib`.
+// Checked by `npm test` (test/unit/structure.test.ts); by hand: `npx depcruise --config .dependency-cruiser.cjs gateway workers api cli deploy bench lib`.
 //
 //   processes   gateway/ workers/ api/ cli/   each its own entry; none imports another
 //   harness     deploy/ (starts servers and processes), bench/, test/: may import the processes

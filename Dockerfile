@@ -11,7 +11,7 @@
 # 115) on glibc 2.36 and for no later Node; on anything else it falls back to a slow pure-JS server,
 # which the gateway refuses to run on (gateway/uws.ts). Node 20 reaches its end of life on
 # 2026-04-30: docs/deploy.md ("Runtime end of life") says how to supply a current uWebSockets.js
-# build with a supported Node. test/deploy-dockerfile.test.ts keeps these lines true.
+# build with a supported Node. test/unit/deploy-dockerfile.test.ts keeps these lines true.
 
 FROM node:20-bookworm-slim AS build
 WORKDIR /app

@@ -1,5 +1,5 @@
 // ESLint (typescript-eslint): a small rule set of real mistakes, not style (formatting is left to
-// the editor). Run by `npm test` (test/structure.test.ts) over the server, bench, deploy and test code;
+// the editor). Run by `npm test` (test/unit/structure.test.ts) over the server, bench, deploy and test code;
 // the dashboard has its own type check (dashboard/tsconfig.json).
 import tseslint from 'typescript-eslint';
 

@@ -1,5 +1,5 @@
 // Login against brute force, for POST /auth/login (api/handlers/auth.ts). docs/operations.md
-// "Login limits" has the numbers; test/login-limits.test.ts holds them against the real process.
+// "Login limits" has the numbers; test/servers/login-limits.test.ts holds them against the real process.
 //
 // Every attempt is counted in Redis BEFORE its password is checked, by one Lua script (atomic across
 // api replicas), so concurrent guesses cannot all pass a count read before the 0.35 s hash and
@@ -25,7 +25,7 @@
 // is not counted. So a correct login is checked behind at most concurrency + queue others (about
 // 1.8 s on an idle machine), however many arrive. Attempts refused by a limit never reach the
 // queue. Every attempt, refused or not, costs the same user lookup (no timing difference between
-// accounts that exist and those that do not: test/password-hash.test.ts).
+// accounts that exist and those that do not: test/stack/password-hash.test.ts).
 import { createHash, createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 import ipaddr from 'ipaddr.js';
 import type { FastifyReply } from 'fastify';

@@ -46,7 +46,7 @@ type Handler = (req: FastifyRequest, reply: FastifyReply) => Promise<unknown> | 
  * for as long as it liked. Node checks these timeouts every `connectionsCheckingInterval` (30 s by
  * default, which would let a request overrun by that much): here a tenth of the timeout, 250 ms to
  * 5 s. The request timeout covers receiving the request only: a response that lasts (the live
- * stream, a download) is not cut by it (tested in test/api-timeouts.test.ts).
+ * stream, a download) is not cut by it (tested in test/stack/api-timeouts.test.ts).
  */
 export function serverTimeouts(cfg: Config['api']) {
   const request = cfg.requestTimeoutMs;

@@ -46,7 +46,7 @@ function wantedPackages() {
     wants.push('chromium');
   }
   // promtool (in Debian's `prometheus` package) checks and unit-tests deploy/prometheus/alerts.yml
-  // and lints every process's /metrics (test/observability.test.ts).
+  // and lints every process's /metrics (test/stack/observability.test.ts).
   if (mode === 'test' && !haveCommand('promtool')) wants.push('prometheus');
   if (mode === 'bench' && !haveCommand('wrk')) wants.push('wrk');
   // The cluster (deploy/cluster.ts): ZooKeeper for the replicated ClickHouse, nginx for TLS in

@@ -1,7 +1,7 @@
 // The gateway's ingest decisions, apart from the transport: what each kind of report is allowed
 // and needs, and which refusal a request earns at each step. Pure functions over what
 // gateway/request.ts copied out of the request, so they are tested without uWS
-// (test/admission-units.test.ts); gateway/server.ts runs them in order and does the I/O.
+// (test/unit/admission.test.ts); gateway/server.ts runs them in order and does the I/O.
 import { isUtf8 } from 'node:buffer';
 import { HttpError, badRequest, forbidden, unprocessable } from '../lib/contract/errors.js';
 import { isSlug, isUuid } from '../lib/contract/ids.js';

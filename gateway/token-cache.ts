@@ -1,6 +1,6 @@
 // Every API token (hash, customer, scopes, revoked, expiry, machine binding) in memory: the ingest
 // hot path authorises without a query. Refreshed every CACHE_REFRESH_MS, so a revocation is
-// effective on every replica from its next refresh on (test/token-cache.test.ts); an expiry needs no refresh (the copy holds the
+// effective on every replica from its next refresh on (test/servers/token-cache.test.ts); an expiry needs no refresh (the copy holds the
 // time, and each request compares it with the clock). A token unknown to the copy (created a moment
 // ago on another replica) is looked up once, under a global budget, so a flood of random tokens
 // cannot reach Postgres. Uses are noted in memory and written in the background (lib/store/token-usage.ts).

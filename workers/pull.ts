@@ -9,7 +9,7 @@
 // ever delivered (nats-server issue 5888). One report of 200 KB after 1,000 small ones stopped
 // every worker for every customer. A pull by count cannot refuse a message for its size, and
 // `maxMessages` × the largest message the gateways publish stays under the server's per-client
-// buffer (workers/main.ts computes it). test/stall.test.ts replays that sequence against the real
+// buffer (workers/main.ts computes it). test/stack/stall.test.ts replays that sequence against the real
 // nats-server.
 //
 // A pull that stops delivering for another reason (the server lost it, a client bug) is what the

@@ -6,7 +6,7 @@
 // status and body either way, no user id), and inviting creates no account: a new person chooses
 // their own password through the link; a person with an account logs in with it and accepts. So an
 // owner never holds a password of someone else's account (the cross-customer takeover of
-// test/account-lifecycle.test.ts).
+// test/stack/account-lifecycle.test.ts).
 //
 // POST /api/members is the older name of POST /api/invitations and does the same.
 import type { FastifyRequest } from 'fastify';

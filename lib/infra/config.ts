@@ -2,7 +2,7 @@
 // TypeBox schema: type, bounds, default, meaning), validated when a process starts: a bad value
 // stops it with one line per variable, naming the variable, its value and what is allowed
 // (`GATEWAY_PORT="99999": must be an integer from 0 to 65535`). The README's configuration table
-// lists the same variables with the same defaults (test/config.test.ts keeps them in step).
+// lists the same variables with the same defaults (test/unit/config.test.ts keeps them in step).
 import { resolve } from 'node:path';
 import { Type, type TSchema, type Static } from '@sinclair/typebox';
 import { Ajv } from 'ajv';

@@ -1,6 +1,6 @@
 // Prometheus metrics (prom-client): every metric of every process is declared here, once, in
 // `METRICS` (name, type, help, labels, buckets, which processes export it); docs/operations.md
-// ("Metrics and alerts") lists the same, and test/observability.test.ts holds the two together and
+// ("Metrics and alerts") lists the same, and test/stack/observability.test.ts holds the two together and
 // scrapes the running processes. Conventions: one `fleet_` prefix (Node's default process metrics
 // too), base units (seconds, bytes), counters and only counters end in `_total`
 // (`promtool check metrics` finds nothing to say about any process's /metrics).

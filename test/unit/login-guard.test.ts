@@ -1,5 +1,5 @@
 // The parts of the login limiter that need no server (api/login-guard.ts): which client an address
-// counts as, the bounded queue of password checks, and the device cookie. test/login-limits.test.ts
+// counts as, the bounded queue of password checks, and the device cookie. test/servers/login-limits.test.ts
 // holds the limits against the real api and Redis.
 import t from 'tap';
 import { clientNet, HashGate, LoginGuard } from '../../api/login-guard.js';

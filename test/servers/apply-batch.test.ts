@@ -1,0 +1,150 @@
+// The worker's batch path in-process: applyBatch() and the isolation around it over this file's own
+// databases and Redis prefix, without a worker process or NATS. What a batch writes, that applying
+// it again changes nothing, that the newest report wins whatever the order, how a broken agent
+// clock is stored, and that isolation finds the one report storage refuses. "Again changes
+// nothing" is checked on every Postgres row of the customer, and on raw ClickHouse rows (merges
+// stopped, where a second copy would show) for a retry with the worker's ledger of landed rows.
+import t from 'tap';
+import { HeartbeatState } from '../../workers/heartbeat-state.js';
+import { randomUUID } from 'node:crypto';
+import { testStack, chRows } from '../helpers/stack.js';
+import { stopMerges } from '../helpers/stored-once.js';
+import { LandedRows } from '../../workers/outages.js';
+import { applyBatch, type ApplyDeps } from '../../workers/apply-batch.js';
+import { applyIsolated } from '../../workers/isolate.js';
+import type { Report } from '../../lib/contract/messages.js';
+
+const s = await testStack(t, 'applybatch', { gateway: false, worker: false, api: false });
+const deps: ApplyDeps = {
+  pool: s.pool,
+  ch: s.ch,
+  redis: s.redis,
+  redisPrefix: s.env.REDIS_PREFIX!,
+  heartbeats: new HeartbeatState(s.redis, s.env.REDIS_PREFIX!, { heartbeatTimeoutMs: 300_000, pgIntervalMs: 240_000, idCacheSize: 1000 }),
+  idempotencyTtlS: 60,
+  tsWindow: { pastMs: 30 * 86_400_000, futureMs: 86_400_000 },
+  ackTimeoutS: 3600,
+};
+const report = (machine: string, k: Report['k'], b: unknown, at = Date.now(), c = s.customer): Report => ({
+  id: randomUUID(), k, c: c.id, cs: c.slug, m: machine, s: 'agent', t: randomUUID(), at, b,
+});
+const instance = async (machine: string) =>
+  (await s.pool.query(`SELECT i.* FROM instances i JOIN machines m ON m.id = i.machine_id WHERE m.slug = $1`, [machine])).rows[0];
+
+t.test('a first heartbeat makes the machine, the instance, its row and its key; applying it again changes nothing', async (t) => {
+  const r = report('ab-1', 'heartbeat', { version: '1.0', uptime_seconds: 5 });
+  const ids = await applyBatch(deps, [r], []);
+  const id = [...ids.values()][0]!;
+  const row = await instance('ab-1');
+  t.equal(row.id, id.instanceId);
+  t.equal(row.version, '1.0');
+  t.ok(Math.abs(Number(row.last_heartbeat_at) - r.at) <= 1, 'last heartbeat: the receive time');
+  const ttl = await s.redis.pttl(`${deps.redisPrefix}hb:${id.instanceId}`);
+  t.ok(ttl > 295_000 && ttl <= 300_000, `key expires at receive time + timeout (${ttl} ms)`);
+  await applyBatch(deps, [r], []);
+  const rows = await chRows<{ n: string }>(s.ch, `SELECT count() AS n FROM heartbeats FINAL WHERE report_id = '${r.id}'`);
+  t.equal(Number(rows[0]!.n), 1, 'one row, however often applied');
+  t.same(await instance('ab-1'), row, 'Postgres unchanged by the second apply');
+});
+
+t.test('the newest report wins, whatever order the batches come in', async (t) => {
+  const now = Date.now();
+  const newer = report('ab-2', 'heartbeat', { version: '2.0' }, now);
+  const older = report('ab-2', 'heartbeat', { version: '1.0' }, now - 10_000);
+  await applyBatch(deps, [newer], []);
+  await applyBatch(deps, [older], []);
+  const row = await instance('ab-2');
+  t.equal(row.version, '2.0');
+  t.ok(Math.abs(Number(row.last_heartbeat_at) - now) <= 1, 'last heartbeat: the newer one');
+  t.ok(Math.abs(Number(row.first_seen_at) - (now - 10_000)) <= 1, 'first seen goes back to the older report');
+});
+
+t.test("an agent clock outside the window: kept, flagged, its time not believed", async (t) => {
+  const r = report('ab-3', 'heartbeat', { ts: '1970-01-01T00:00:00Z' });
+  await applyBatch(deps, [r], []);
+  const row = await instance('ab-3');
+  t.equal(row.clock_skew, true);
+  t.equal(row.agent_ts, null);
+  const ch = await chRows<{ ts_ms: string; received_ms: string; clock_skew: number; agent_ts: string }>(s.ch, `SELECT ts_ms, received_ms, clock_skew, agent_ts FROM heartbeats FINAL WHERE report_id = '${r.id}'`);
+  t.same(ch[0], { ts_ms: String(r.at), received_ms: String(r.at), clock_skew: 1, agent_ts: '1970-01-01T00:00:00Z' });
+  const fine = report('ab-3', 'heartbeat', { ts: new Date().toISOString() });
+  await applyBatch(deps, [fine], []);
+  t.equal((await instance('ab-3')).clock_skew, false, 'a plausible clock clears the flag');
+});
+
+t.test('isolation: a batch with one report storage refuses is applied but for that one, which is named', async (t) => {
+  const ghost = { id: randomUUID(), slug: 'ghost' };
+  const good = Array.from({ length: 40 }, (_, i) => report(`ab-iso-${i}`, 'heartbeat', {}));
+  const bad = report('ab-iso-bad', 'heartbeat', {}, Date.now(), ghost as never);
+  const units = [...good.slice(0, 20), bad, ...good.slice(20)];
+  const out = await applyIsolated(units, (u) => applyBatch(deps, u, []).then(() => undefined), () => null);
+  t.same(out.failed.map((f) => f.unit.id), [bad.id]);
+  t.equal(out.failed[0]!.failure.kind, 'data');
+  t.equal(out.failed[0]!.failure.reason, 'Postgres refused a value (23503 foreign_key_violation)');
+  t.same(out.unresolved, []);
+  t.ok(out.applies <= 2 * Math.ceil(Math.log2(units.length)) + 1, `${out.applies} applies`);
+  const rows = await chRows<{ n: string }>(s.ch, `SELECT count() AS n FROM heartbeats FINAL WHERE machine LIKE 'ab-iso-%'`);
+  t.equal(Number(rows[0]!.n), 40, 'every good report stored once');
+});
+
+t.test('isolation: a server that is down fails the whole batch for a retry, never a report', async (t) => {
+  const units = [report('ab-down', 'heartbeat', {})];
+  const down = Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:1'), { code: 'ECONNREFUSED' });
+  await t.rejects(applyIsolated(units, async () => Promise.reject(down), () => null), down);
+});
+
+t.test('status and diagnostics applied twice (a redelivery): every Postgres row of the customer as after the first; ClickHouse rows once on raw rows with the retry ledger, once under FINAL without it', async (t) => {
+  const { customer: c } = await s.newCustomer('twice');
+  await stopMerges(s.ch, s.env.CLICKHOUSE_DB!, ['heartbeats', 'status_history', 'diagnostics']);
+  const at = Date.now();
+  const batch = [
+    report('ab-twice', 'heartbeat', { version: '3.1' }, at, c),
+    report('ab-twice', 'status', { status: 'degraded', message: 'disk almost full' }, at, c),
+    report('ab-twice', 'diagnostics', { items: [{ code: 7001, severity: 2, message: 'disk full' }, { code: 7002, severity: 1, message: 'slow' }] }, at, c),
+  ];
+  const ids = batch.map((r) => `'${r.id}'`).join(',');
+  const postgres = async () => {
+    const q = async (sql: string) => JSON.stringify((await s.pool.query(sql, [c.id])).rows);
+    return {
+      machines: await q(`SELECT * FROM machines WHERE customer_id = $1 ORDER BY slug`),
+      instances: await q(`SELECT i.* FROM instances i JOIN machines m ON m.id = i.machine_id WHERE m.customer_id = $1 ORDER BY i.id`),
+      lights: await q(`SELECT * FROM light_outbox WHERE customer_id = $1 ORDER BY instance_id, seq`),
+      onboarding: await q(`SELECT * FROM onboarding_milestones WHERE customer_id = $1 ORDER BY step`),
+    };
+  };
+  const rows = async (final: boolean) => {
+    const f = final ? 'FINAL' : '';
+    const r = await chRows<{ t: string; n: string }>(
+      s.ch,
+      `SELECT 'heartbeats' AS t, count() AS n FROM heartbeats ${f} WHERE report_id IN (${ids})
+       UNION ALL SELECT 'status_history' AS t, count() AS n FROM status_history ${f} WHERE report_id IN (${ids})
+       UNION ALL SELECT 'diagnostics' AS t, count() AS n FROM diagnostics ${f} WHERE report_id IN (${ids})`,
+    );
+    return Object.fromEntries(r.map((x) => [x.t, Number(x.n)]));
+  };
+  const ONCE = { heartbeats: 1, status_history: 1, diagnostics: 2 };
+
+  // The first apply, as a worker that will retry the message: it keeps what landed.
+  const landed = new LandedRows();
+  const ledger = landed.ledger();
+  await applyBatch({ ...deps, rows: ledger }, batch, []);
+  ledger.commit();
+  const first = await postgres();
+  t.not(first.instances, '[]', 'the instance exists');
+  t.match(first.instances, /"last_warning_at":"/, 'the diagnostics set the last warning, which a second apply could move');
+  t.same(await rows(false), ONCE, 'one raw row per report (per item)');
+
+  // The retry on the same worker: Postgres unchanged, no ClickHouse row inserted again.
+  await applyBatch({ ...deps, rows: landed.ledger() }, batch, []);
+  const second = await postgres();
+  for (const k of Object.keys(first) as (keyof typeof first)[]) t.equal(second[k], first[k], `${k}: unchanged by the retry`);
+  t.same(await rows(false), ONCE, 'the retry with the ledger: still one raw row per report (per item)');
+
+  // Another worker (or one restarted) has no ledger: Postgres is still unchanged; the rows are
+  // inserted again and the copies collapse under FINAL (docs/architecture.md), which this shows.
+  await applyBatch(deps, batch, []);
+  const third = await postgres();
+  for (const k of Object.keys(first) as (keyof typeof first)[]) t.equal(third[k], first[k], `${k}: unchanged by a redelivery to another worker`);
+  t.same(await rows(false), { heartbeats: 2, status_history: 2, diagnostics: 4 }, 'without the ledger: a second copy on raw rows');
+  t.same(await rows(true), ONCE, 'which FINAL (and the _v views) show once');
+});

@@ -1,0 +1,297 @@
+// Postgres writes that follow changes, not reports (workers/heartbeat-state.ts), in-process over this
+// file's own databases and Redis prefix: which heartbeats skip Postgres, that the flusher and the
+// repair write what waits, that the api's merge shows exact times, that races between a skipped
+// and a written heartbeat end with the newest fields, and the heartbeat keys' rules (created,
+// extended, never shortened, more than one script call).
+import t from 'tap';
+import { randomUUID } from 'node:crypto';
+import { testStack, chRows, eventually } from '../helpers/stack.js';
+import { applyBatch, type ApplyDeps } from '../../workers/apply-batch.js';
+import { HeartbeatState, HeartbeatFlusher, effectiveIntervalMs, lookupIdsIn } from '../../workers/heartbeat-state.js';
+import { mergeLatest, type InstanceTimes } from '../../lib/store/live-heartbeats.js';
+import { createLogger } from '../../lib/infra/log.js';
+import type { Report } from '../../lib/contract/messages.js';
+
+const s = await testStack(t, 'hbstate', { gateway: false, worker: false, api: false });
+const prefix = s.env.REDIS_PREFIX!;
+const log = createLogger('test', 'silent');
+const TIMEOUT_MS = 300_000;
+
+/** A worker's view: its own id cache; `intervalMs` as PG_HEARTBEAT_INTERVAL_S. */
+function worker(intervalMs = 240_000, lookup = false): { deps: ApplyDeps; state: HeartbeatState; flusher: HeartbeatFlusher } {
+  const state = new HeartbeatState(s.redis, prefix, { heartbeatTimeoutMs: TIMEOUT_MS, pgIntervalMs: intervalMs, idCacheSize: 10_000, ...(lookup ? { lookupIds: lookupIdsIn(s.pool) } : {}) });
+  const deps: ApplyDeps = {
+    pool: s.pool,
+    ch: s.ch,
+    redis: s.redis,
+    redisPrefix: prefix,
+    heartbeats: state,
+    idempotencyTtlS: 60,
+    tsWindow: { pastMs: 30 * 86_400_000, futureMs: 86_400_000 },
+    ackTimeoutS: 3600,
+  };
+  return { deps, state, flusher: new HeartbeatFlusher(s.pool, state, undefined, log) };
+}
+
+const report = (machine: string, k: Report['k'], b: unknown, at = Date.now(), c = s.customer): Report => ({
+  id: randomUUID(), k, c: c.id, cs: c.slug, m: machine, s: 'agent', t: randomUUID(), at, b,
+});
+const instance = async (machine: string, c = s.customer) =>
+  (
+    await s.pool.query(
+      `SELECT i.*, m.last_seen_at AS machine_seen FROM instances i JOIN machines m ON m.id = i.machine_id WHERE m.slug = $1 AND m.customer_id = $2`,
+      [machine, c.id],
+    )
+  ).rows[0];
+const ms = (d: Date | null) => (d ? d.getTime() : null);
+const hash = (instanceId: string) => s.redis.hgetall(`${prefix}hs:${instanceId}`);
+const due = (instanceId: string) => s.redis.zscore(`${prefix}hbdue`, instanceId);
+
+t.test('the interval in force: as set, at most 80 % of the timeout; 0 turns skipping off', async (t) => {
+  t.equal(effectiveIntervalMs({ heartbeatTimeoutMs: 300_000, pgIntervalMs: 60_000 }), 60_000);
+  t.equal(effectiveIntervalMs({ heartbeatTimeoutMs: 300_000, pgIntervalMs: 3_600_000 }), 240_000);
+  t.equal(effectiveIntervalMs({ heartbeatTimeoutMs: 2_000, pgIntervalMs: 240_000 }), 1_600);
+  t.equal(effectiveIntervalMs({ heartbeatTimeoutMs: 300_000, pgIntervalMs: 0 }), 0);
+  t.notOk(new HeartbeatState(s.redis, prefix, { heartbeatTimeoutMs: 1000, pgIntervalMs: 0, idCacheSize: 1 }).enabled);
+});
+
+t.test('an unchanged heartbeat skips Postgres; its time, uptime and ClickHouse row are exact all the same', async (t) => {
+  const { deps, state } = worker();
+  const first = report('hs-1', 'heartbeat', { version: '1.0', uptime_seconds: 10, ip_addresses: ['10.0.0.1'] }, Date.now() - 5000);
+  const ids = await applyBatch(deps, [first], []);
+  const id = ids.values().next().value!;
+  const before = await instance('hs-1');
+  t.equal(ms(before.last_heartbeat_at), first.at);
+
+  const second = report('hs-1', 'heartbeat', { version: '1.0', uptime_seconds: 15, ip_addresses: ['10.0.0.1'] });
+  const skippedBefore = state.counts.skipped;
+  const ids2 = await applyBatch(deps, [second], []);
+  t.same(ids2.get(`${s.customer.id}|hs-1|agent`), id, 'the same ids, from the cache');
+  t.equal(state.counts.skipped, skippedBefore + 1, 'counted as skipped');
+  const after = await instance('hs-1');
+  t.equal(ms(after.last_heartbeat_at), first.at, 'Postgres still holds the first heartbeat');
+  t.equal(after.uptime_seconds, 10);
+
+  const h = await hash(id.instanceId);
+  t.equal(Number(h.seen), second.at, 'Redis holds the newest receive time');
+  t.equal(Number(h.pg), first.at, '… and what Postgres holds');
+  t.equal(Number(await due(id.instanceId)), first.at + state.intervalMs, 'due in Postgres one interval after its last write');
+  const pttl = await s.redis.pttl(`${prefix}hb:${id.instanceId}`);
+  t.ok(pttl > TIMEOUT_MS - 5000 && pttl <= TIMEOUT_MS, `heartbeat key extended to the newest + timeout (${pttl} ms)`);
+
+  const rows = await chRows<{ instance_id: string; machine_id: string; uptime_seconds: string }>(
+    s.ch,
+    `SELECT instance_id, machine_id, uptime_seconds FROM heartbeats FINAL WHERE report_id = '${second.id}'`,
+  );
+  t.equal(rows.length, 1, 'its ClickHouse row');
+  t.equal(rows[0]!.instance_id, id.instanceId);
+  t.equal(rows[0]!.machine_id, id.machineId);
+
+  const [merged] = await mergeLatest(s.redis, prefix, [{ ...after } as InstanceTimes]);
+  t.equal(ms(merged!.last_heartbeat_at as Date), second.at, 'the api shows the newest heartbeat');
+  t.equal(ms(merged!.last_seen_at as Date), second.at);
+  t.equal(merged!.uptime_seconds, 15, 'and its uptime');
+  t.same(merged!.ip_addresses, ['10.0.0.1']);
+});
+
+t.test('applying a skipped heartbeat again changes nothing (one ClickHouse row, same state)', async (t) => {
+  const { deps } = worker();
+  const ids = await applyBatch(deps, [report('hs-2', 'heartbeat', { version: '1' }, Date.now() - 1000)], []);
+  const id = ids.values().next().value!;
+  const hb = report('hs-2', 'heartbeat', { version: '1' });
+  await applyBatch(deps, [hb], []);
+  const h1 = await hash(id.instanceId);
+  await applyBatch(deps, [hb], []);
+  t.same(await hash(id.instanceId), h1, 'state unchanged');
+  const rows = await chRows<{ n: string }>(s.ch, `SELECT count() AS n FROM heartbeats FINAL WHERE report_id = '${hb.id}'`);
+  t.equal(Number(rows[0]!.n), 1);
+});
+
+t.test('what goes to Postgres at once: changed fields, status, warnings, other kinds, a silent instance, an unknown one', async (t) => {
+  const { deps } = worker();
+  const base = Date.now() - 10_000;
+  const ids = await applyBatch(deps, [report('hs-3', 'heartbeat', { version: '1', group: 'a' }, base)], []);
+  const id = ids.values().next().value!;
+  const cases: [string, Report[]][] = [
+    ['a changed version', [report('hs-3', 'heartbeat', { version: '2', group: 'a' }, base + 1000)]],
+    ['a changed group', [report('hs-3', 'heartbeat', { version: '2', group: 'b' }, base + 2000)]],
+    ['a field left out (Postgres keeps it, but the write is due)', [report('hs-3', 'heartbeat', { version: '2' }, base + 3000)]],
+    ['a heartbeat with a status report', [report('hs-3', 'heartbeat', { version: '2' }, base + 4000), report('hs-3', 'status', { status: 'running' }, base + 4000)]],
+    ['a heartbeat with diagnostics', [report('hs-3', 'heartbeat', { version: '2' }, base + 5000), report('hs-3', 'diagnostics', { items: [{ code: 1, severity: 1 }] }, base + 5000)]],
+  ];
+  for (const [what, batch] of cases) {
+    await applyBatch(deps, batch, []);
+    t.equal(ms((await instance('hs-3')).last_heartbeat_at), batch[0]!.at, `${what}: written`);
+  }
+  t.equal((await instance('hs-3')).group_name, 'b', 'a field left out kept its value');
+
+  // The heartbeat key expired (silence): the next heartbeat must reach Postgres (it may turn red into green).
+  await s.redis.del(`${prefix}hb:${id.instanceId}`);
+  const back = report('hs-3', 'heartbeat', { version: '2' }, base + 6000);
+  await applyBatch(deps, [back], []);
+  t.equal(ms((await instance('hs-3')).last_heartbeat_at), back.at, 'a silent instance coming back: written');
+
+  // Another worker, which has never seen this instance: written (and its ids learnt).
+  const other = worker();
+  const hb = report('hs-3', 'heartbeat', { version: '2' }, base + 7000);
+  await applyBatch(other.deps, [hb], []);
+  t.equal(ms((await instance('hs-3')).last_heartbeat_at), hb.at, 'unknown ids: written');
+  const next = report('hs-3', 'heartbeat', { version: '2' }, base + 8000);
+  await applyBatch(other.deps, [next], []);
+  t.equal(ms((await instance('hs-3')).last_heartbeat_at), hb.at, 'then known: skipped');
+});
+
+t.test('the flusher writes the newest waiting heartbeat one interval after the last write; machines too', async (t) => {
+  const { deps, flusher, state } = worker(300);
+  const ids = await applyBatch(deps, [report('hs-4', 'heartbeat', { version: '1', uptime_seconds: 1 }, Date.now() - 100)], []);
+  const id = ids.values().next().value!;
+  const last = report('hs-4', 'heartbeat', { version: '1', uptime_seconds: 2, ts: new Date().toISOString() });
+  await applyBatch(deps, [report('hs-4', 'heartbeat', { version: '1', uptime_seconds: 1 }, last.at - 50), last], []);
+  t.equal(state.intervalMs, 300);
+  t.not(ms((await instance('hs-4')).last_heartbeat_at), last.at, 'not written yet');
+  await eventually(async () => (await flusher.flushDue(), ms((await instance('hs-4')).last_heartbeat_at) === last.at), 5000, 'flushed');
+  const row = await instance('hs-4');
+  t.equal(row.uptime_seconds, 2, 'with its fields');
+  t.equal(ms(row.agent_ts), Date.parse((last.b as { ts: string }).ts), 'and its agent time');
+  t.equal(ms(row.last_seen_at), last.at);
+  t.ok(ms(row.machine_seen)! >= last.at, "the machine's last_seen_at too");
+  t.equal(await due(id.instanceId), null, 'nothing due any more');
+  t.equal(Number((await hash(id.instanceId)).pg), last.at);
+  t.equal(await flusher.flushDue(), 0, 'a second run finds nothing');
+});
+
+t.test('repair writes a waiting heartbeat at once (before the sweep or the expiry listener judges)', async (t) => {
+  const { deps, flusher } = worker();
+  const ids = await applyBatch(deps, [report('hs-5', 'heartbeat', {}, Date.now() - 1000)], []);
+  const id = ids.values().next().value!;
+  const hb = report('hs-5', 'heartbeat', {});
+  await applyBatch(deps, [hb], []);
+  t.not(ms((await instance('hs-5')).last_heartbeat_at), hb.at);
+  t.equal(await flusher.repair([id.instanceId, randomUUID()]), 1, 'one instance had something waiting');
+  t.equal(ms((await instance('hs-5')).last_heartbeat_at), hb.at);
+  t.equal(await flusher.repair([id.instanceId]), 0, 'nothing left');
+});
+
+t.test('a skipped newer heartbeat and a written older one with other fields: Postgres ends with the newest', async (t) => {
+  const a = worker();
+  const b = worker();
+  const base = Date.now() - 10_000;
+  await applyBatch(a.deps, [report('hs-6', 'heartbeat', { version: 'A' }, base)], []);
+  await applyBatch(b.deps, [report('hs-6', 'heartbeat', { version: 'A' }, base + 1)], []); // b learns the ids
+  // Worker b skips the newest heartbeat (fields A, as Postgres holds) ...
+  await applyBatch(b.deps, [report('hs-6', 'heartbeat', { version: 'A' }, base + 3000)], []);
+  // ... while worker a writes an older one with other fields (B) to Postgres.
+  await applyBatch(a.deps, [report('hs-6', 'heartbeat', { version: 'B' }, base + 2000)], []);
+  const row = await instance('hs-6');
+  t.equal(row.version, 'B', 'for a moment Postgres holds the older fields');
+  const id = (await s.pool.query(`SELECT id FROM instances WHERE id = $1`, [row.id])).rows[0].id as string;
+  t.ok(Number(await due(id)) <= Date.now(), 'so the newest is due at once');
+  await a.flusher.flushDue();
+  const fixed = await instance('hs-6');
+  t.equal(fixed.version, 'A', 'the newest heartbeat’s fields');
+  t.equal(ms(fixed.last_heartbeat_at), base + 3000);
+  // And the next unchanged heartbeat (A) may skip again.
+  const w = a.state.counts.skipped;
+  await applyBatch(a.deps, [report('hs-6', 'heartbeat', { version: 'A' }, base + 4000)], []);
+  t.equal(a.state.counts.skipped, w + 1);
+});
+
+t.test('an older heartbeat written while Postgres holds a newer one does not claim its fields', async (t) => {
+  const { deps } = worker();
+  const base = Date.now() - 10_000;
+  const ids = await applyBatch(deps, [report('hs-7', 'heartbeat', { version: 'new' }, base + 5000)], []);
+  const id = ids.values().next().value!;
+  await s.redis.del(`${prefix}hs:${id.instanceId}`); // state lost (Redis restarted without it)
+  await applyBatch(deps, [report('hs-7', 'heartbeat', { version: 'old' }, base)], []); // redelivered old report
+  const h = await hash(id.instanceId);
+  t.equal(Number(h.pg), base + 5000, 'Postgres holds the newer heartbeat');
+  t.equal(h.fp, '', 'its fields unknown: the next heartbeat is written');
+  const next = report('hs-7', 'heartbeat', { version: 'new' }, base + 6000);
+  await applyBatch(deps, [next], []);
+  t.equal(ms((await instance('hs-7')).last_heartbeat_at), next.at, 'written');
+});
+
+t.test('an instance Postgres no longer has: the flusher drops its keys, the next heartbeat creates it again', async (t) => {
+  const { deps, flusher } = worker();
+  const ids = await applyBatch(deps, [report('hs-8', 'heartbeat', {}, Date.now() - 1000)], []);
+  const id = ids.values().next().value!;
+  await applyBatch(deps, [report('hs-8', 'heartbeat', {})], []);
+  await s.pool.query(`DELETE FROM instances WHERE id = $1`, [id.instanceId]);
+  t.equal(await flusher.repair([id.instanceId]), 1);
+  t.equal(await s.redis.exists(`${prefix}hb:${id.instanceId}`, `${prefix}hs:${id.instanceId}`), 0, 'keys gone');
+  await applyBatch(deps, [report('hs-8', 'heartbeat', {})], []);
+  t.ok(await instance('hs-8'), 'the instance is back');
+});
+
+t.test('two customers with the same machine and software names never share state', async (t) => {
+  const other = (await s.newCustomer(`hs-other-${randomUUID().slice(0, 8)}`)).customer;
+  const { deps } = worker();
+  const at = Date.now() - 2000;
+  await applyBatch(deps, [report('hs-9', 'heartbeat', { version: 'mine' }, at), report('hs-9', 'heartbeat', { version: 'theirs' }, at, other)], []);
+  await applyBatch(deps, [report('hs-9', 'heartbeat', { version: 'mine' }, at + 1000), report('hs-9', 'heartbeat', { version: 'theirs', group: 'x' }, at + 1000, other)], []);
+  const mine = await instance('hs-9');
+  const theirs = await instance('hs-9', other);
+  t.not(mine.id, theirs.id);
+  t.equal(mine.version, 'mine');
+  t.equal(theirs.version, 'theirs');
+  t.equal(theirs.group_name, 'x', "their change written; mine skipped");
+  t.equal(ms(mine.last_heartbeat_at), at);
+  t.equal(ms(theirs.last_heartbeat_at), at + 1000);
+});
+
+t.test('skipping off (interval 0): every heartbeat is written, keys still kept', async (t) => {
+  const { deps, state } = worker(0);
+  await applyBatch(deps, [report('hs-10', 'heartbeat', {}, Date.now() - 1000)], []);
+  const hb = report('hs-10', 'heartbeat', {});
+  const ids = await applyBatch(deps, [hb], []);
+  t.equal(state.counts.skipped, 0);
+  t.equal(ms((await instance('hs-10')).last_heartbeat_at), hb.at);
+  const id = ids.values().next().value!;
+  t.ok((await s.redis.pttl(`${prefix}hb:${id.instanceId}`)) > 0, 'heartbeat key');
+});
+
+t.test('heartbeat keys: created with the customer id, extended by a newer report, never shortened, beyond one script call', async (t) => {
+  const { deps } = worker(0);
+  const now = Date.now();
+  const newer = report('hs-11', 'heartbeat', {}, now);
+  const ids = await applyBatch(deps, [newer], []);
+  const key = `${prefix}hb:${ids.values().next().value!.instanceId}`;
+  t.equal(await s.redis.get(key), s.customer.id);
+  t.equal(Number(await s.redis.call('PEXPIRETIME', key)), now + TIMEOUT_MS);
+  await applyBatch(deps, [report('hs-11', 'heartbeat', {}, now - 60_000)], []);
+  t.equal(Number(await s.redis.call('PEXPIRETIME', key)), now + TIMEOUT_MS, 'an older report left it alone');
+  const many = Array.from({ length: 2500 }, (_, i) => report(`hs-many-${i}`, 'heartbeat', {}, now + i));
+  const all = await applyBatch(deps, many, []);
+  t.equal(all.size, 2500);
+  const keys = [...all.values()].map((x) => `${prefix}hb:${x.instanceId}`);
+  t.equal(await s.redis.exists(...keys), 2500, 'every key written');
+});
+
+t.test('a worker that starts (no ids cached) reads the ids of known instances and skips Postgres for them; an unknown one is still written', async (t) => {
+  const a = worker();
+  const other = await s.newCustomer('hslookup-other');
+  const c2 = other.customer;
+  const firsts = [report('lk-1', 'heartbeat', { version: '2.0' }, Date.now() - 3000), report('lk-2', 'heartbeat', { version: '2.0' }, Date.now() - 3000), report('lk-1', 'heartbeat', { version: '2.0' }, Date.now() - 3000, c2)];
+  await applyBatch(a.deps, firsts, []);
+  const before = await s.pool.query(
+    `SELECT i.id, i.xmin::text AS x FROM instances i JOIN machines m ON m.id = i.machine_id WHERE i.customer_id IN ($1, $2) AND m.slug IN ('lk-1', 'lk-2') ORDER BY i.id`,
+    [s.customer.id, c2.id],
+  );
+  t.equal(before.rows.length, 3);
+
+  // A second worker: empty cache, ids read from Postgres.
+  const b = worker(240_000, true);
+  const next = [report('lk-1', 'heartbeat', { version: '2.0', uptime_seconds: 9 }), report('lk-2', 'heartbeat', { version: '2.0', uptime_seconds: 9 }), report('lk-1', 'heartbeat', { version: '2.0', uptime_seconds: 7 }, Date.now(), c2), report('lk-new', 'heartbeat', { version: '2.0' })];
+  const ids = await applyBatch(b.deps, next, []);
+  t.equal(b.state.counts.lookedUp, 3, 'the three known instances found by one read');
+  t.equal(b.state.counts.skipped, 3, 'and skipped');
+  t.equal(b.state.counts.written, 1, 'the new one written');
+  const after = await s.pool.query(`SELECT id, xmin::text AS x FROM instances WHERE id = ANY($1::uuid[]) ORDER BY id`, [before.rows.map((r) => r.id)]);
+  t.same(after.rows, before.rows, 'no row of a known instance rewritten');
+  // Each customer's lk-1 kept its own ids.
+  const own = ids.get(`${s.customer.id}|lk-1|agent`)!;
+  const theirs = ids.get(`${c2.id}|lk-1|agent`)!;
+  t.not(own.instanceId, theirs.instanceId);
+  t.equal((await s.pool.query('SELECT customer_id FROM instances WHERE id = $1', [theirs.instanceId])).rows[0].customer_id, c2.id);
+  t.equal(Number((await hash(theirs.instanceId)).seen), next[2]!.at, "the other customer's newest time in its own state");
+});

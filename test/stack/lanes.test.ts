@@ -1,0 +1,81 @@
+// Heartbeats have a lane of their own (lib/contract/messages.ts, docs/architecture.md "Lanes"): a backlog of
+// large reports in the main stream does not hold a heartbeat back. Before the lane, one queue:
+// every heartbeat waited behind whatever was accepted before it.
+//
+// The backlog is made with no worker running (200,000 diagnostics items queued in the main stream);
+// then a worker starts and a heartbeat is sent through the gateway. The heartbeat is applied while
+// most of the backlog is still queued (a ratio of the worker's own progress, not a clock: a slower
+// machine applies both lanes slower). Also: a gateway routes by kind, and a heartbeat queued in the
+// main stream (as a replayed dead letter would be) is applied there like any other report.
+import t from 'tap';
+import { randomUUID } from 'node:crypto';
+import { testStack, eventually, chRows, drained } from '../helpers/stack.js';
+import { storedOnce } from '../helpers/stored-once.js';
+import { subjects, encodeReport, encodeBatch, heartbeatStream } from '../../lib/contract/messages.js';
+
+const s = await testStack(t, 'lanes', { worker: false, api: false });
+const subj = subjects(s.env.SUBJECT_PREFIX!);
+const js = s.nc.jetstream();
+const jsm = await s.nc.jetstreamManager();
+const MAIN = s.env.STREAM_NAME!;
+const HB = heartbeatStream(MAIN);
+const messages = async (stream: string) => (await jsm.streams.info(stream)).state.messages;
+
+t.test('a gateway sends heartbeats to their lane and every other kind to the main stream', async (t) => {
+  const [m0, h0] = [await messages(MAIN), await messages(HB)];
+  t.equal((await s.report('route-hb', 'heartbeat', { version: 'route-hb' })).status, 200);
+  t.equal(await messages(HB), h0 + 1, 'the heartbeat in the heartbeat lane');
+  t.equal(await messages(MAIN), m0, 'nothing in the main stream');
+  t.equal((await s.report('route-st', 'status', { status: 'running', message: 'route-st' })).status, 200);
+  t.equal(await messages(MAIN), m0 + 1, 'the status report in the main stream');
+  t.equal(await messages(HB), h0 + 1, 'nothing more in the heartbeat lane');
+});
+
+t.test('a heartbeat is applied while a backlog of large reports waits in the main stream', async (t) => {
+  // 400 messages of 50 diagnostics reports of 10 items each: 200,000 ClickHouse rows, seconds of work.
+  const items = JSON.stringify({ items: Array.from({ length: 10 }, (_, i) => ({ code: i, severity: 1, message: 'backlog '.repeat(10) })) });
+  const report = (machine: string) =>
+    encodeReport({ id: randomUUID(), k: 'diagnostics', c: s.customer.id, cs: s.customer.slug, m: machine, s: 'agent', t: randomUUID(), at: Date.now() }, Buffer.from(items));
+  for (let m = 0; m < 400; m += 50) {
+    await Promise.all(Array.from({ length: 50 }, (_, j) => js.publish(subj.reports, encodeBatch(Array.from({ length: 50 }, (_, i) => report(`backlog-${(m + j) % 20}-${i % 5}`))))));
+  }
+  const backlog = await messages(MAIN);
+  t.ok(backlog >= 400, `${backlog} messages queued in the main stream`);
+
+  await s.startWorker();
+  const sent = Date.now();
+  t.equal((await s.report('quiet', 'heartbeat', { version: 'lane-quiet' })).status, 200);
+  await eventually(async () => (await storedOnce(s.ch, 'heartbeats', 'version', ['lane-quiet'])).missing.length === 0, 60_000, 'the heartbeat applied');
+  const applied = Date.now() - sent;
+  const left = await messages(MAIN);
+  t.comment(`heartbeat applied ${applied} ms after it was sent; ${left} of ${backlog} backlog messages still queued then`);
+  // In one queue the heartbeat would have been applied after the backlog ahead of it.
+  t.ok(left > backlog / 2, `most of the backlog still queued when the heartbeat was applied (${left} of ${backlog})`);
+
+  // Everything of the backlog is applied in the end, once.
+  await drained(s, 300_000);
+  const [row] = await chRows<{ n: string }>(s.ch, `SELECT count() AS n FROM diagnostics FINAL WHERE machine LIKE 'backlog-%'`);
+  t.equal(Number(row!.n), 400 * 50 * 10, 'every backlog item stored once (FINAL)');
+});
+
+t.test('a heartbeat queued in the main stream (a replayed dead letter) is applied there', async (t) => {
+  const id = randomUUID();
+  const hb = encodeReport({ id, k: 'heartbeat', c: s.customer.id, cs: s.customer.slug, m: 'in-main', s: 'agent', t: randomUUID(), at: Date.now() }, Buffer.from('{"version":"lane-in-main"}'));
+  await js.publish(subj.reports, encodeBatch([hb]));
+  await eventually(async () => (await storedOnce(s.ch, 'heartbeats', 'version', ['lane-in-main'])).missing.length === 0, 30_000, 'applied from the main stream');
+  await drained(s);
+  t.pass('applied and acked');
+});
+
+t.test('WORKER_LANES: a worker of the heartbeat lane alone leaves other reports to the workers of the main stream', async (t) => {
+  await Promise.all(s.procs.filter((p) => p.name === 'worker').map((p) => p.stop()));
+  await s.startWorker({ WORKER_LANES: 'heartbeats' });
+  t.equal((await s.report('only-st', 'status', { status: 'running', message: 'lane-only-st' })).status, 200);
+  t.equal((await s.report('only-hb', 'heartbeat', { version: 'lane-only-hb' })).status, 200);
+  await eventually(async () => (await storedOnce(s.ch, 'heartbeats', 'version', ['lane-only-hb'])).missing.length === 0, 30_000, 'the heartbeat applied');
+  t.equal(await messages(MAIN), 1, 'the status report waits in the main stream: no worker pulls it');
+  t.same((await storedOnce(s.ch, 'status_history', 'message', ['lane-only-st'])).missing, ['lane-only-st'], 'not applied');
+  await s.startWorker({ WORKER_LANES: 'reports' });
+  await eventually(async () => (await storedOnce(s.ch, 'status_history', 'message', ['lane-only-st'])).missing.length === 0, 30_000, 'applied by the worker of the main stream');
+  await drained(s);
+});

@@ -1,0 +1,131 @@
+// The sweep alone: with every expiry listener stopped (LIGHT_EXPIRY_LISTENER=0), silent instances
+// still turn red, each once; a warning that ran out turns yellow back into green; changes a worker
+// committed but did not deliver (it died) are delivered from the outbox.
+import t from 'tap';
+import { testStack, post, eventually } from '../helpers/stack.js';
+import { events, stored } from '../helpers/lights.js';
+import { Horizon, recordTransitions } from '../../workers/traffic-light.js';
+import { createLogger } from '../../lib/infra/log.js';
+import { ingestStreams } from '../../lib/contract/messages.js';
+
+const s = await testStack(t, 'sweep', {
+  env: { HEARTBEAT_TIMEOUT_S: '2', WARNING_WINDOW_S: '2', LIGHT_EXPIRY_LISTENER: '0', LIGHT_SWEEP_INTERVAL_MS: '500' },
+});
+const ingest = (m: string, kind: string) => s.ingestUrl(m, kind);
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+t.test('no expiry listener: the sweep turns every silent instance red, once', async (t) => {
+  t.ok(s.procs.find((p) => p.name === 'worker')!.lines.some((l) => /expiry listener off/.test(l.msg ?? '')), 'the worker does not listen');
+  const machines = Array.from({ length: 20 }, (_, i) => `s-${i}`);
+  const rs = await Promise.all(machines.map((m) => post(ingest(m, 'heartbeat'), s.token, {})));
+  t.same([...new Set(rs.map((r) => r.status))], [200]);
+  await eventually(async () => {
+    const r = await s.pool.query(`SELECT count(*)::int AS n FROM instances WHERE light = 'red'`);
+    return r.rows[0].n === 20;
+  }, 15_000, 'all 20 red');
+  const ev = await eventually(async () => {
+    const e = await events(s, `machine LIKE 's-%'`);
+    return e.length === 40 ? e : null;
+  }, 5000, '40 events');
+  const reds = ev.filter((e) => e.to_light === 'red');
+  t.equal(reds.length, 20, 'one red event per instance');
+  t.equal(new Set(reds.map((e) => e.instance_id)).size, 20);
+  t.ok(reds.every((e) => e.cause === 'sweep' && e.from_light === 'green' && e.seq === 2), 'all recorded by the sweep');
+  for (const m of machines.slice(0, 3)) {
+    const st = (await stored(s, m))!;
+    const e = reds.find((x) => x.machine === m)!;
+    t.equal(e.at_ms, st.last_heartbeat_ms! + 2000, `${m}: red since last heartbeat + timeout`);
+  }
+  const late = Math.max(...reds.map((e) => e.recorded_ms - e.at_ms));
+  t.ok(late < 5000, `the last one recorded ${late} ms after its timeout (sweep every 500 ms)`);
+  // A heartbeat turns them green again (reports need no listener).
+  await post(ingest('s-0', 'heartbeat'), s.token, {});
+  await eventually(async () => (await stored(s, 's-0'))?.light === 'green', 5000, 's-0 green again');
+});
+
+t.test('a warning that ran out turns yellow into green, since the end of the window', async (t) => {
+  let beating = true;
+  const beat = (async () => {
+    while (beating) {
+      await post(ingest('w1', 'heartbeat'), s.token, {});
+      await sleep(300);
+    }
+  })();
+  try {
+    await eventually(async () => (await stored(s, 'w1'))?.light === 'green', 5000, 'w1 green');
+    t.ok([200, 202].includes((await post(ingest('w1', 'diagnostics'), s.token, { items: [{ code: 1, severity: 2, message: 'bad' }] })).status), 'accepted (202: help texts missing)');
+    await eventually(async () => (await stored(s, 'w1'))?.light === 'yellow', 5000, 'w1 yellow');
+    await eventually(async () => (await stored(s, 'w1'))?.light === 'green', 8000, 'w1 green after the window');
+  } finally {
+    beating = false;
+    await beat;
+  }
+  const ev = await eventually(async () => {
+    const e = await events(s, `machine = 'w1'`);
+    return e.length === 3 ? e : null;
+  }, 5000, 'three events');
+  t.same(ev.map((e) => [e.from_light, e.to_light]), [
+    ['grey', 'green'],
+    ['green', 'yellow'],
+    ['yellow', 'green'],
+  ]);
+  // Whoever noticed first, the sweep or the next heartbeat: the same change, recorded once.
+  t.ok(['sweep', 'report'].includes(ev[2]!.cause), `recorded by ${ev[2]!.cause}`);
+  const warned = await s.pool.query(`SELECT (extract(epoch FROM last_warning_at) * 1000)::float8 AS w FROM instances WHERE id = $1`, [ev[0]!.instance_id]);
+  t.equal(ev[2]!.at_ms, Math.round(warned.rows[0].w) + 2000, 'green since the warning + window');
+});
+
+t.test('a change committed but never delivered (worker died) is delivered from the outbox', async (t) => {
+  const st = (await stored(s, 's-1'))!;
+  await s.pool.query(
+    `INSERT INTO light_outbox (instance_id, seq, customer_id, customer, machine_id, machine, software, from_light, to_light, reason, cause, at, recorded_at)
+     SELECT i.id, 99, i.customer_id, $2, i.machine_id, 's-1', i.software, 'red', 'green', 'ok', 'report', now() - interval '10 s', now() - interval '10 s'
+       FROM instances i WHERE i.id = $1`,
+    [st.id, s.customer.slug],
+  );
+  await eventually(async () => (await events(s, `instance_id = '${st.id}' AND seq = 99`)).length === 1, 10_000, 'the event in ClickHouse');
+  await eventually(async () => (await s.pool.query('SELECT count(*)::int AS n FROM light_outbox')).rows[0].n === 0, 5000, 'outbox empty');
+  t.pass('delivered and removed from the outbox');
+});
+
+t.test('a heartbeat received in time but applied late (workers down) never turns its instance red', async (t) => {
+  t.equal((await post(ingest('late', 'heartbeat'), s.token, {})).status, 200);
+  const first = await eventually(async () => {
+    const st = await stored(s, 'late');
+    return st?.light === 'green' ? st : null;
+  }, 5000, 'late green');
+  // Every worker stops; the next heartbeat waits in the stream past the first one's timeout.
+  await Promise.all(s.procs.filter((p) => p.name === 'worker').map((p) => p.stop()));
+  t.equal((await post(ingest('late', 'heartbeat'), s.token, {})).status, 200);
+  await sleep(Math.max(0, first.last_heartbeat_ms! + 2000 + 500 - Date.now()));
+
+  // By the wall clock it is silent; by the horizon (the oldest report still queued) it is not.
+  // The heartbeat waits in the heartbeat lane's stream: the horizon reads both.
+  const horizon = new Horizon(await s.nc.jetstreamManager(), ingestStreams(s.env.STREAM_NAME!), createLogger('test', 'silent'));
+  const h = await horizon.get();
+  t.ok(h < first.last_heartbeat_ms! + 2000, 'the horizon stays before the deadline while the heartbeat is queued');
+  const params = { heartbeatTimeoutS: 2, warningWindowS: 2 };
+  const c = await s.pool.connect();
+  try {
+    await c.query('BEGIN');
+    t.same(await recordTransitions(c, [first.id], 'sweep', params, h, true), [], 'no change at the horizon');
+    const wall = await recordTransitions(c, [first.id], 'sweep', params, Date.now(), true);
+    t.equal(wall[0]?.to, 'red', 'the wall clock alone would have said red');
+  } finally {
+    await c.query('ROLLBACK');
+    c.release();
+  }
+
+  // A worker comes back: its sweep runs and the queued heartbeat is applied. The instance turns red
+  // only for the silence after the second heartbeat, never for the one after the first.
+  await s.startWorker();
+  await eventually(async () => (await stored(s, 'late'))?.light === 'red', 10_000, 'red after the real silence');
+  const second = (await stored(s, 'late'))!;
+  t.ok(second.last_heartbeat_ms! > first.last_heartbeat_ms!, 'the queued heartbeat was applied');
+  const ev = await eventually(async () => {
+    const e = await events(s, `machine = 'late'`);
+    return e.length === 2 ? e : null;
+  }, 5000, 'two events');
+  t.same(ev.map((e) => [e.from_light, e.to_light]), [['grey', 'green'], ['green', 'red']]);
+  t.equal(ev[1]!.at_ms, second.last_heartbeat_ms! + 2000, 'red since the second heartbeat + timeout');
+});
