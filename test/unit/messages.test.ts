@@ -7,8 +7,8 @@ import { randomUUID } from 'node:crypto';
 
 t.test('a batch round-trips, the raw body untouched', async (t) => {
   const raw = Buffer.from('{"items":[{"code":1,"severity":0,"message":"é \\" \\n"}]}');
-  const r = encodeReport({ id: 'a', k: 'diagnostics', c: 'c', cs: 'cs', m: 'm', s: 's', t: 't', at: 5, ik: 'key "x"' }, raw);
-  const b = decodeBatch(encodeBatch([r, encodeReport({ id: 'b', k: 'heartbeat', c: 'c', cs: 'cs', m: 'm', s: 's', t: 't', at: 6 }, null)]));
+  const r = encodeReport({ id: 'a', kind: 'diagnostics', customerId: 'c', customer: 'cs', machine: 'm', software: 's', tokenId: 't', receivedAt: 5, idempotencyKey: 'key "x"' }, raw);
+  const b = decodeBatch(encodeBatch([r, encodeReport({ id: 'b', kind: 'heartbeat', customerId: 'c', customer: 'cs', machine: 'm', software: 's', tokenId: 't', receivedAt: 6 }, null)]));
   t.equal(b.r.length, 2);
   t.same(b.r[0]!.b, JSON.parse(raw.toString()));
   t.equal(b.r[0]!.ik, 'key "x"');
@@ -19,10 +19,10 @@ t.test('a batch round-trips, the raw body untouched', async (t) => {
 
 t.test('a report carries the delivered command ids and the acked command id', async (t) => {
   const ids = [randomUUID(), randomUUID()];
-  const base = { id: 'r', c: 'c', cs: 'cs', m: 'm', s: 's', t: 't', at: 1 } as const;
-  const hb = encodeReport({ ...base, k: 'heartbeat', dc: ids }, Buffer.from('{}'));
-  const plain = encodeReport({ ...base, k: 'heartbeat', dc: [] }, null);
-  const ack = encodeReport({ ...base, k: 'command_ack', ci: ids[0] }, Buffer.from('{"result":"success"}'));
+  const base = { id: 'r', customerId: 'c', customer: 'cs', machine: 'm', software: 's', tokenId: 't', receivedAt: 1 } as const;
+  const hb = encodeReport({ ...base, kind: 'heartbeat', deliveredCommands: ids }, Buffer.from('{}'));
+  const plain = encodeReport({ ...base, kind: 'heartbeat', deliveredCommands: [] }, null);
+  const ack = encodeReport({ ...base, kind: 'command_ack', commandId: ids[0] }, Buffer.from('{"result":"success"}'));
   const b = decodeBatch(encodeBatch([hb, plain, ack]));
   t.same(b.r[0]!.dc, ids);
   t.equal(b.r[1]!.dc, undefined, 'no ids, no field');
@@ -34,9 +34,9 @@ t.test('a report carries the delivered command ids and the acked command id', as
 const text = (b: Uint8Array) => Buffer.from(b).toString('utf8');
 
 t.test("reportSlices: each report's bytes as queued, whatever they hold, without a stack", async (t) => {
-  const a = encodeReport({ id: 'a', k: 'status', c: 'c', cs: 'cs', m: 'm', s: 's', t: 't', at: 5 }, Buffer.from('{"status":"running","message":"] , } [ { \\" ,"}'));
-  const deep = encodeReport({ id: 'b', k: 'command_ack', c: 'c', cs: 'cs', m: 'm', s: 's', t: 't', at: 6 }, Buffer.from(`{"result":"success","output":${'['.repeat(20_000)}${']'.repeat(20_000)}}`));
-  const c = encodeReport({ id: 'c', k: 'heartbeat', c: 'c', cs: 'cs', m: 'm', s: 's', t: 't', at: 7, ik: 'x"]}' }, null);
+  const a = encodeReport({ id: 'a', kind: 'status', customerId: 'c', customer: 'cs', machine: 'm', software: 's', tokenId: 't', receivedAt: 5 }, Buffer.from('{"status":"running","message":"] , } [ { \\" ,"}'));
+  const deep = encodeReport({ id: 'b', kind: 'command_ack', customerId: 'c', customer: 'cs', machine: 'm', software: 's', tokenId: 't', receivedAt: 6 }, Buffer.from(`{"result":"success","output":${'['.repeat(20_000)}${']'.repeat(20_000)}}`));
+  const c = encodeReport({ id: 'c', kind: 'heartbeat', customerId: 'c', customer: 'cs', machine: 'm', software: 's', tokenId: 't', receivedAt: 7, idempotencyKey: 'x"]}' }, null);
   const batch = encodeBatch([a, deep, c]);
   const slices = reportSlices(batch)!;
   t.equal(slices.length, 3);
