@@ -1,6 +1,6 @@
-// The queue's message format (lib/contract/messages.ts): reports and batches round-trip, the raw body untouched; delivered and acked command ids.
+// The queue's message format (lib/contract/messages.ts): reports and batches round-trip, the raw body untouched; delivered and acked command ids; the codec between the wire's short keys and the readable Report.
 import t from 'tap';
-import { encodeReport, encodeBatch, decodeBatch, reportSlices, DecodeError } from '../../lib/contract/messages.js';
+import { encodeReport, encodeBatch, decodeBatch, reportSlices, toReport, toWire, DecodeError, type Report } from '../../lib/contract/messages.js';
 import { envelopeRefusal, reportChecker } from '../../lib/domain/report-check.js';
 import { treeErrors, TREE_MAX_DEPTH } from '../../lib/domain/storable.js';
 import { randomUUID } from 'node:crypto';
@@ -29,6 +29,39 @@ t.test('a report carries the delivered command ids and the acked command id', as
   t.equal(b.r[2]!.k, 'command_ack');
   t.equal(b.r[2]!.ci, ids[0]);
   t.same(b.r[2]!.b, { result: 'success' });
+});
+
+t.test('the codec: encodeReport -> decodeBatch -> toReport gives the readable report back, the bytes as ever', async (t) => {
+  const full: Report = {
+    id: '0b9b3c1e-5f0a-4c4e-9a51-2d7e1c3f8a10',
+    kind: 'command_ack',
+    customerId: '7d1f2a9e-3b4c-4d5e-8f60-718293a4b5c6',
+    customer: 'acme',
+    machine: 'm-1',
+    software: 'agent',
+    tokenId: 'c3a1b2d4-e5f6-4789-a0b1-c2d3e4f5a6b7',
+    receivedAt: 1763625600000,
+    idempotencyKey: 'key "x"',
+    deliveredCommands: ['11111111-2222-4333-8444-555555555555', '66666666-7777-4888-9999-aaaaaaaaaaaa'],
+    commandId: 'bbbbbbbb-cccc-4ddd-8eee-ffffffffffff',
+    body: { result: 'success' },
+  };
+  const { body: _body, ...head } = full;
+  const bytes = encodeReport(head, Buffer.from('{"result":"success"}'));
+  // What a gateway queued before the codec, byte for byte (short keys, this order, the body spliced in last).
+  t.equal(
+    bytes.toString(),
+    '{"id":"0b9b3c1e-5f0a-4c4e-9a51-2d7e1c3f8a10","k":"command_ack","c":"7d1f2a9e-3b4c-4d5e-8f60-718293a4b5c6","cs":"acme","m":"m-1","s":"agent",' +
+      '"t":"c3a1b2d4-e5f6-4789-a0b1-c2d3e4f5a6b7","at":1763625600000,"ik":"key \\"x\\"","dc":["11111111-2222-4333-8444-555555555555","66666666-7777-4888-9999-aaaaaaaaaaaa"],' +
+      '"ci":"bbbbbbbb-cccc-4ddd-8eee-ffffffffffff","b":{"result":"success"}}',
+  );
+  const plain: Report = { id: 'a', kind: 'heartbeat', customerId: 'c', customer: 'cs', machine: 'm', software: 's', tokenId: 't', receivedAt: 5, body: {} };
+  const { body: _plainBody, ...plainHead } = plain;
+  const plainBytes = encodeReport(plainHead, null);
+  t.equal(plainBytes.toString(), '{"id":"a","k":"heartbeat","c":"c","cs":"cs","m":"m","s":"s","t":"t","at":5,"b":{}}', 'no optional keys, an empty body');
+  const wire = decodeBatch(encodeBatch([bytes, plainBytes])).r;
+  t.strictSame(wire.map(toReport), [full, plain], 'the readable reports back, no optional field made up');
+  t.strictSame(wire.map((w) => toWire(toReport(w))), wire, 'toWire undoes toReport');
 });
 
 const text = (b: Uint8Array) => Buffer.from(b).toString('utf8');
