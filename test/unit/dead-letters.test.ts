@@ -5,7 +5,7 @@ import t from 'tap';
 import { randomUUID } from 'node:crypto';
 import { headers, type StoredMsg } from 'nats';
 import { deadLetterOf, parse, parseSince, checkCustomer, customerToken, prettyJson, renderBytes, HEADERS, NO_CUSTOMER, LIMITS, DeadLetterInputError } from '../../lib/store/dead-letters.js';
-import { encodeBatch, encodeReport, type Report } from '../../lib/contract/messages.js';
+import { encodeBatch, encodeReport, toWire, type Report } from '../../lib/contract/messages.js';
 
 const report: Report = { id: randomUUID(), kind: 'status', customerId: randomUUID(), customer: 'acme', machine: 'm-1', software: 'agent', tokenId: randomUUID(), receivedAt: Date.UTC(2026, 10, 20, 8), body: { status: 'running' } };
 const source = { stream: 'INGEST', seq: 42, subject: 'ingest.reports', deliveries: 1 };
@@ -108,13 +108,13 @@ function stored(seq: number, subject: string, data: Uint8Array, h = headers()): 
 
 t.test('reading a stored dead letter: from its headers, or (older ones) from its content', async (t) => {
   const dl = deadLetterOf({ base: 'b', failure: { kind: 'data', reason: 'why' }, failureClass: 'data', source, report });
-  const data = encodeBatch([Buffer.from(JSON.stringify(report))]);
+  const data = encodeBatch([Buffer.from(JSON.stringify(toWire(report)))]);
   const p = parse(stored(7, dl.subject, data, dl.headers));
   t.match(p.summary, { seq: 7, customer: 'acme', customer_id: report.customerId, kind: 'status', machine: 'm-1', software: 'agent', reports: 1, report_ids: [report.id], failure: 'data', error: 'why', deliveries: 1, stream_seq: 42, content: 'reports', size: data.length });
   // Before the format had these headers: a batch of reports, headers with the reason only.
   const old = headers();
   old.set('Fleet-Error', 'old reason');
-  const r2 = { ...report, id: randomUUID(), m: 'm-2' };
+  const r2 = { ...report, id: randomUUID(), machine: 'm-2' };
   const o = parse(stored(8, 'b', encodeBatch([encodeReport({ ...report }, Buffer.from('{}')), encodeReport({ ...r2 }, Buffer.from('{}'))]), old));
   t.match(o.summary, { customer: 'acme', kind: 'status', machine: null, reports: 2, report_ids: [report.id, r2.id], error: 'old reason', failure: null, content: 'reports' });
   const u = parse(stored(9, `b.${NO_CUSTOMER}`, Buffer.from([0xff, 0x00])));
