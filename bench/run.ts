@@ -358,7 +358,7 @@ export async function runBench(cfg: Config, root: string, args: string[]): Promi
           const at = Date.now();
           // Steady state: the same version every time, only the uptime moves (a heartbeat that
           // changes nothing Postgres keeps).
-          reports.push(encodeReport({ id: randomUUID(), k: 'heartbeat', c: inst.c.id, cs: inst.c.slug, m: inst.m, s: 'agent', t: randomUUID(), at }, Buffer.from(`{"version":"5.10.2","uptime_seconds":${j}}`)));
+          reports.push(encodeReport({ id: randomUUID(), kind: 'heartbeat', customerId: inst.c.id, customer: inst.c.slug, machine: inst.m, software: 'agent', tokenId: randomUUID(), receivedAt: at }, Buffer.from(`{"version":"5.10.2","uptime_seconds":${j}}`)));
         }
         pending.push(js.publish(subj.reports, encodeBatch(reports)));
         if (pending.length >= 64) {

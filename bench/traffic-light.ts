@@ -153,7 +153,7 @@ async function main() {
   for (let i = 0; i < N; i += PER_MESSAGE) {
     const reports = [];
     for (let j = i; j < Math.min(N, i + PER_MESSAGE); j++) {
-      reports.push(encodeReport({ id: randomUUID(), k: 'heartbeat', c: customer.id, cs: customer.slug, m: `m-${j}`, s: 'agent', t: tokenId, at: t0 }, null));
+      reports.push(encodeReport({ id: randomUUID(), kind: 'heartbeat', customerId: customer.id, customer: customer.slug, machine: `m-${j}`, software: 'agent', tokenId, receivedAt: t0 }, null));
     }
     const p = js.publish(subject, encodeBatch(reports), { msgID: randomUUID() }).finally(() => inflight.delete(p));
     inflight.add(p);

@@ -368,7 +368,7 @@ export function artifactRoutes(k: Kit) {
     const artifactId = artifactIdOf(rec.id);
     const report: ArtifactReport = { ...rec, state: 'complete', artifact_id: artifactId, completed_ms: now };
     const msg = encodeReport(
-      { id: artifactId, k: 'artifact', c: rec.customer_id, cs: rec.customer, m: rec.machine, s: rec.software, t: tok.id, at: now },
+      { id: artifactId, kind: 'artifact', customerId: rec.customer_id, customer: rec.customer, machine: rec.machine, software: rec.software, tokenId: tok.id, receivedAt: now },
       Buffer.from(JSON.stringify(report)),
     );
     // Queue the artifact first, then mark the upload complete: a failure in between leaves it

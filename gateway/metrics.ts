@@ -113,7 +113,7 @@ export function metricsRoute(k: Kit): JsonRoute {
           todo.forEach((x, i) => parts.push(...(i > 0 ? [COMMA, bytesOf(x.index)] : [bytesOf(x.index)])));
           parts.push(ITEMS_CLOSE);
           const body = Buffer.concat(parts);
-          const report = encodeReport({ id: randomUUID(), k: 'metrics', c: tok.customerId, cs: tok.customer, m: path.machine, s: path.software, t: tok.id, at }, body);
+          const report = encodeReport({ id: randomUUID(), kind: 'metrics', customerId: tok.customerId, customer: tok.customer, machine: path.machine, software: path.software, tokenId: tok.id, receivedAt: at }, body);
           if (report.length > publisher.maxReportBytes) {
             return k.reject(ctx, KIND, new HttpError(413, `report of ${report.length} bytes is over the queue's message limit`), tok);
           }

@@ -172,7 +172,7 @@ export function registerRoutes(app: TemplatedApp, d: GatewayDeps): void {
     const offer = KINDS[kind].offersCommands ? d.commands.offer(tok.customerId, path.machine, path.software) : null;
     const id = idemKey ? idempotentReportId(tok.customerId, kind, path.machine, path.software, idemKey) : randomUUID();
     const report = encodeReport(
-      { id, k: kind as ReportKind, c: tok.customerId, cs: tok.customer, m: path.machine, s: path.software, t: tok.id, at: Date.now(), ik: idemKey || undefined, dc: offer?.ids, ci: commandId || undefined },
+      { id, kind: kind as ReportKind, customerId: tok.customerId, customer: tok.customer, machine: path.machine, software: path.software, tokenId: tok.id, receivedAt: Date.now(), idempotencyKey: idemKey || undefined, deliveredCommands: offer?.ids, commandId: commandId || undefined },
       raw,
     );
     if (report.length > d.publisher.maxReportBytes) return new HttpError(413, `report of ${report.length} bytes is over the queue's message limit`);

@@ -73,7 +73,7 @@ export type { Resolved };
 export async function applyBatch(d: ApplyDeps, all: Report[], rejections: RejectionRecord[]): Promise<Map<string, Resolved>> {
   await settleIdempotencyKeys(d, all);
   // Help uploads describe a software, not an instance: their own table (workers/help-texts.ts).
-  const reports = all.filter((r) => r.k !== 'help');
+  const reports = all.filter((r) => r.kind !== 'help');
   const suppressed: Suppression = d.whitelist ? d.whitelist.classify(reports) : new Map();
   const updates = summarise(reports, d.tsWindow, suppressed);
   // Heartbeats that change nothing: their keys are extended now, Postgres gets them later.
@@ -94,7 +94,7 @@ export async function applyBatch(d: ApplyDeps, all: Report[], rejections: Reject
   try {
     // Settled, not raced: a write still in flight when another failed could land unnoticed, and
     // its rows would be inserted again by the retry.
-    const metrics = reports.filter((r) => r.k === 'metrics' && !d.rows?.landed('host_metrics', r.id));
+    const metrics = reports.filter((r) => r.kind === 'metrics' && !d.rows?.landed('host_metrics', r.id));
     await settled([
       writeClickHouse(d, reports, rejections, ids, suppressed),
       d.heartbeats.written(toWrite.flatMap((u) => (written.has(u.key) ? [{ u, id: written.get(u.key)!, pgAt: written.get(u.key)!.pgAt }] : []))),
@@ -117,16 +117,16 @@ export async function applyBatch(d: ApplyDeps, all: Report[], rejections: Reject
  * in between still gives the retry the same receive time.
  */
 async function settleIdempotencyKeys(d: ApplyDeps, reports: Report[]): Promise<void> {
-  const keyed = reports.filter((r) => r.ik !== undefined);
+  const keyed = reports.filter((r) => r.idempotencyKey !== undefined);
   if (keyed.length === 0) return;
   const keys = redisKeys(d.redisPrefix);
   const pipe = d.redis.pipeline();
-  for (const r of keyed) pipe.set(keys.idempotency(r.id), String(r.at), 'EX', d.idempotencyTtlS, 'NX', 'GET');
+  for (const r of keyed) pipe.set(keys.idempotency(r.id), String(r.receivedAt), 'EX', d.idempotencyTtlS, 'NX', 'GET');
   const results = await pipe.exec();
   keyed.forEach((r, i) => {
     const [err, prev] = results![i]!;
     if (err) throw err;
-    if (typeof prev === 'string' && Number(prev) > 0) r.at = Number(prev);
+    if (typeof prev === 'string' && Number(prev) > 0) r.receivedAt = Number(prev);
   });
   // Two copies in this very batch: both now carry the first receive time; the rows collapse.
 }
@@ -239,21 +239,21 @@ async function writeClickHouse(d: ApplyDeps, reports: Report[], rejections: Reje
   // The reports whose rows each insert holds (for the ledger).
   const of: Record<'heartbeats' | 'diagnostics' | 'status_history', string[]> = { heartbeats: [], diagnostics: [], status_history: [] };
   for (const r of reports) {
-    if (r.k !== 'heartbeat' && r.k !== 'diagnostics' && r.k !== 'status') continue;
+    if (r.kind !== 'heartbeat' && r.kind !== 'diagnostics' && r.kind !== 'status') continue;
     const id = ids.get(instanceKey(r));
     if (!id) continue;
-    const table = r.k === 'heartbeat' ? 'heartbeats' : r.k === 'diagnostics' ? 'diagnostics' : 'status_history';
+    const table = r.kind === 'heartbeat' ? 'heartbeats' : r.kind === 'diagnostics' ? 'diagnostics' : 'status_history';
     if (d.rows?.landed(table, r.id)) continue;
     of[table].push(r.id);
-    const base = tsvRow([chTime(r.at), r.at, r.c, r.cs, id.machineId, r.m, r.s, id.instanceId, r.id]);
-    if (r.k === 'heartbeat') {
-      const b = r.b as Heartbeat;
-      const t = agentTime(b.ts, r.at, d.tsWindow);
+    const base = tsvRow([chTime(r.receivedAt), r.receivedAt, r.customerId, r.customer, id.machineId, r.machine, r.software, id.instanceId, r.id]);
+    if (r.kind === 'heartbeat') {
+      const b = r.body as Heartbeat;
+      const t = agentTime(b.ts, r.receivedAt, d.tsWindow);
       heartbeats.push(
         base +
           '\t' +
           tsvRow([
-            t.ms ?? r.at,
+            t.ms ?? r.receivedAt,
             b.version ?? '',
             b.uptime_seconds ?? null,
             b.pid ?? null,
@@ -266,14 +266,14 @@ async function writeClickHouse(d: ApplyDeps, reports: Report[], rejections: Reje
             typeof b.ts === 'string' ? b.ts : '',
           ]),
       );
-    } else if (r.k === 'diagnostics') {
+    } else if (r.kind === 'diagnostics') {
       const rules = suppressed.get(r);
-      (r.b as Diagnostics).items.forEach((it, i) => {
+      (r.body as Diagnostics).items.forEach((it, i) => {
         const rule = rules?.[i] ?? null;
-        diagnostics.push(base + '\t' + tsvRow([r.at, i, it.code, it.severity, it.message ?? '', rule ? 1 : 0, rule ?? '']));
+        diagnostics.push(base + '\t' + tsvRow([r.receivedAt, i, it.code, it.severity, it.message ?? '', rule ? 1 : 0, rule ?? '']));
       });
     } else {
-      const b = r.b as Status;
+      const b = r.body as Status;
       statuses.push(base + '\t' + tsvRow([b.status, b.message ?? '', b.snapshot === undefined ? '' : JSON.stringify(b.snapshot)]));
     }
   }

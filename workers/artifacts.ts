@@ -19,9 +19,9 @@ export async function writeArtifacts(
 ): Promise<void> {
   const rows: { a: ArtifactReport; machineId: string; instanceId: string }[] = [];
   for (const r of reports) {
-    if (r.k !== 'artifact') continue;
+    if (r.kind !== 'artifact') continue;
     const id = ids.get(instanceKey(r));
-    if (id) rows.push({ a: r.b as ArtifactReport, ...id });
+    if (id) rows.push({ a: r.body as ArtifactReport, ...id });
   }
   if (rows.length === 0) return;
   // In customer order: the trigger locks each customer's usage row, and two workers must take them in the same order.

@@ -38,24 +38,24 @@ export async function applyCommandReports(d: CommandDeps, reports: Report[]): Pr
   const deliveries = new Map<string, Delivery>();
   const acks = new Map<string, Ack>();
   for (const r of reports) {
-    const ref = { customerId: r.c, machine: r.m, software: r.s };
-    if (r.dc) {
-      for (const id of r.dc) {
+    const ref = { customerId: r.customerId, machine: r.machine, software: r.software };
+    if (r.deliveredCommands) {
+      for (const id of r.deliveredCommands) {
         if (!isUuid(id)) continue;
         const prev = deliveries.get(id);
         // The earliest delivery is the one that counts (and the latest moves last_delivered_at).
-        if (!prev) deliveries.set(id, { id, at: r.at, ref });
-        else if (r.at < prev.at) prev.at = r.at;
+        if (!prev) deliveries.set(id, { id, at: r.receivedAt, ref });
+        else if (r.receivedAt < prev.at) prev.at = r.receivedAt;
       }
     }
-    if (r.k === 'command_ack' && r.ci && isUuid(r.ci)) {
-      const prev = acks.get(r.ci);
-      if (!prev || r.at < prev.at) acks.set(r.ci, { id: r.ci, at: r.at, ref, body: r.b as CommandAck });
+    if (r.kind === 'command_ack' && r.commandId && isUuid(r.commandId)) {
+      const prev = acks.get(r.commandId);
+      if (!prev || r.receivedAt < prev.at) acks.set(r.commandId, { id: r.commandId, at: r.receivedAt, ref, body: r.body as CommandAck });
     }
   }
   if (deliveries.size === 0 && acks.size === 0) return;
   const latest = new Map<string, number>();
-  for (const r of reports) for (const id of r.dc ?? []) latest.set(id, Math.max(latest.get(id) ?? 0, r.at));
+  for (const r of reports) for (const id of r.deliveredCommands ?? []) latest.set(id, Math.max(latest.get(id) ?? 0, r.receivedAt));
 
   const changed = await withTx(d.pool, async (c) => {
     const changed: InstanceRef[] = [];

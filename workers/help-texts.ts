@@ -23,13 +23,13 @@ interface Row {
 export function helpRows(reports: Report[]): Row[] {
   const rows = new Map<string, Row>();
   for (const r of reports) {
-    if (r.k !== 'help') continue;
-    for (const it of (r.b as HelpUpload).items) {
-      const k = `${r.c}|${r.s}|${it.code}|${it.lang}`;
+    if (r.kind !== 'help') continue;
+    for (const it of (r.body as HelpUpload).items) {
+      const k = `${r.customerId}|${r.software}|${it.code}|${it.lang}`;
       const prev = rows.get(k);
       // Within one report the later item wins; across reports the newer report.
-      if (prev && (prev.at > r.at || (prev.at === r.at && prev.reportId > r.id))) continue;
-      rows.set(k, { customerId: r.c, software: r.s, code: it.code, lang: it.lang, title: pgText(it.title ?? '')!, text: pgText(it.text)!, machine: r.m, at: r.at, reportId: r.id });
+      if (prev && (prev.at > r.receivedAt || (prev.at === r.receivedAt && prev.reportId > r.id))) continue;
+      rows.set(k, { customerId: r.customerId, software: r.software, code: it.code, lang: it.lang, title: pgText(it.title ?? '')!, text: pgText(it.text)!, machine: r.machine, at: r.receivedAt, reportId: r.id });
     }
   }
   return [...rows.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([, v]) => v);

@@ -30,7 +30,7 @@ import type { Consumer, JetStreamClient, JsMsg } from 'nats';
 import { deadLetterOf } from '../lib/store/dead-letters.js';
 import type { Logger } from '../lib/infra/log.js';
 import type { Metrics } from '../lib/infra/metrics.js';
-import { decodeBatch, encodeBatch, reportSlices, DecodeError, type Report, type RejectionRecord } from '../lib/contract/messages.js';
+import { decodeBatch, encodeBatch, reportSlices, toReport, toWire, DecodeError, type Report, type RejectionRecord } from '../lib/contract/messages.js';
 import { insertRows } from '../lib/infra/clickhouse.js';
 import { isUuid, uuidFromName } from '../lib/contract/ids.js';
 import { envelopeRefusal, type ReportChecker } from '../lib/domain/report-check.js';
@@ -68,6 +68,9 @@ interface Unit {
   /** Its place among the message's reports, and how many the message holds. */
   index: number;
   total: number;
+  /** The report as decoded from the queue (from a publisher that bypassed the gateway: maybe not even an object). */
+  wire?: unknown;
+  /** The report, readable: set when `wire` is an object. What the apply gets. */
   report?: Report;
   rejection?: RejectionRecord;
 }
@@ -243,7 +246,7 @@ export class IngestConsumer {
       return [{ msg, index: 0, total: 1, rejection: rec }];
     }
     const r = decodeBatch(msg.data).r;
-    return r.map((report, index) => ({ msg, index, total: r.length, report }));
+    return r.map((wire, index) => ({ msg, index, total: r.length, wire, report: isObject(wire) ? toReport(wire) : undefined }));
   }
 
   /** How long message `m` waits before its next try: doubling with each delivery, capped. */
@@ -254,7 +257,7 @@ export class IngestConsumer {
   private key = (m: JsMsg) => `${m.info.stream}:${m.seq}`;
   /** The report's (or record's) id when it is a UUID (as every gateway writes it), else its place in the stream. */
   private idOf = (u: Unit): string => {
-    const id = isObject(u.report) ? u.report!.id : u.rejection?.id;
+    const id = u.report ? u.report.id : u.rejection?.id;
     return typeof id === 'string' && isUuid(id) ? id : `${u.msg.info.stream}-${u.msg.seq}-${u.index}`;
   };
 
@@ -310,7 +313,7 @@ export class IngestConsumer {
         // Dead-lettered before, while its message had to be retried for a neighbour: done.
         if (this.landed.size > 0 && this.landed.has(DEAD_LETTERED, this.idOf(u))) continue;
         // Not an object: nothing to apply, and nothing the apply could refuse: data at fault.
-        if (u.report !== undefined && !isObject(u.report)) {
+        if (u.wire !== undefined && !isObject(u.wire)) {
           const f = await this.deadLetterUnit(u, null, { kind: 'data', reason: 'not storable: envelope: a report must be an object', dependency: 'worker', whole: false });
           if (f) retry.set(msg, f);
           continue;
@@ -403,7 +406,8 @@ export class IngestConsumer {
   private explain(u: Unit): string | null {
     if (!u.report) return null;
     try {
-      const why = envelopeRefusal(u.report) ?? this.checker.check(u.report.k, u.report.b)?.detail ?? null;
+      // The envelope as applied: the idempotency settle may have given it the first copy's receive time.
+      const why = envelopeRefusal(toWire(u.report)) ?? this.checker.check(u.report.kind, u.report.body)?.detail ?? null;
       // At most 500 characters, keeping the end (a path 1,000 levels deep ends in what is wrong with it).
       return why === null || why.length <= 500 ? why : `${why.slice(0, 300)}…${why.slice(-199)}`;
     } catch (e) {
@@ -421,8 +425,8 @@ export class IngestConsumer {
       const r = u.report;
       if (!r) continue;
       n++;
-      byKind.set(r.k, (byKind.get(r.k) ?? 0) + 1);
-      this.m.age(r.k)(Math.max(0, committed - r.at) / 1000);
+      byKind.set(r.kind, (byKind.get(r.kind) ?? 0) + 1);
+      this.m.age(r.kind)(Math.max(0, committed - r.receivedAt) / 1000);
     }
     for (const [kind, count] of byKind) this.m.reports.labels(kind).inc(count);
     this.m.batches.observe((Date.now() - started) / 1000);
@@ -431,7 +435,7 @@ export class IngestConsumer {
 
   /** The bytes a dead letter of `u` carries: its report cut from the message as queued, or the whole message. */
   private rawOf(u: Unit): Uint8Array {
-    if (!u.report) return u.msg.data; // a rejection record: one per message
+    if (!u.wire) return u.msg.data; // a rejection record: one per message
     const slices = reportSlices(u.msg.data);
     const own = slices && slices.length === u.total ? slices[u.index] : undefined;
     // A message this cannot cut up (written by something else than a gateway) is kept whole; the
@@ -448,24 +452,24 @@ export class IngestConsumer {
     try {
       const msg = u.msg;
       const deliveries = msg.info.redeliveryCount;
-      const r = isObject(u.report) ? u.report : undefined;
+      const r = u.report;
       const id = this.idOf(u);
-      this.log.error({ err, report: id, customer: r?.c, kind: r?.k, seq: msg.seq, deliveries, failure }, 'dead-lettering a report');
+      this.log.error({ err, report: id, customer: r?.customerId, kind: r?.kind, seq: msg.seq, deliveries, failure }, 'dead-lettering a report');
       const data = this.rawOf(u);
       if (!(await this.publishDeadLetter(data, msg, failure, 'data', u))) return DLQ_REFUSED;
       this.landed.add(DEAD_LETTERED, [id]);
-      if (r && typeof r.c === 'string') {
+      if (r && typeof r.customerId === 'string') {
         const now = Date.now();
         await insertRows(this.deps.ch, 'ingest_rejections', [
           {
             received_at: chTime(now),
             received_ms: now,
             id: uuidFromName('dead-letter', id),
-            customer_id: r.c,
-            customer: String(r.cs),
-            token_id: String(r.t),
+            customer_id: r.customerId,
+            customer: String(r.customer),
+            token_id: String(r.tokenId),
             method: 'QUEUE',
-            path: `/api/ingest/${r.cs}/${r.m}/${r.s}/${r.k}`,
+            path: `/api/ingest/${r.customer}/${r.machine}/${r.software}/${r.kind}`,
             status: 500,
             detail: `dead-lettered after ${deliveries} ${deliveries === 1 ? 'delivery' : 'deliveries'}: ${failure.reason}`,
             body_size: data.length,
@@ -524,7 +528,7 @@ export class IngestConsumer {
         failureClass,
         source: { stream: msg.info.stream, seq: msg.seq, subject: msg.subject, deliveries: msg.info.redeliveryCount },
         // A report that is not even an object (a publisher that bypassed the gateway) names nothing.
-        report: u && isObject(u.report) ? u.report : undefined,
+        report: u?.report,
         rejection: u && isObject(u.rejection) ? u.rejection : undefined,
       });
       await this.js.publish(dl.subject, data, { headers: dl.headers, msgID: dl.msgID });

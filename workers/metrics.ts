@@ -14,28 +14,28 @@ export const VER_BASE = Date.parse('2100-01-01T00:00:00Z');
 export function metricRows(reports: Report[], machineIdOf: (r: Report) => string | undefined): object[] {
   const rows: object[] = [];
   for (const r of reports) {
-    if (r.k !== 'metrics') continue;
+    if (r.kind !== 'metrics') continue;
     const machineId = machineIdOf(r);
     if (!machineId) continue;
-    for (const rec of (r.b as MetricsBatch).items) {
-      const tsMs = parseTs(rec.ts) ?? r.at;
+    for (const rec of (r.body as MetricsBatch).items) {
+      const tsMs = parseTs(rec.ts) ?? r.receivedAt;
       const labels = Object.keys(rec.labels ?? {}).sort();
       for (const [name, value] of Object.entries(rec.values)) {
         rows.push({
           ts: chTime(tsMs),
           ts_ms: tsMs,
-          received_ms: r.at,
-          customer_id: r.c,
-          customer: r.cs,
+          received_ms: r.receivedAt,
+          customer_id: r.customerId,
+          customer: r.customer,
           machine_id: machineId,
-          machine: r.m,
+          machine: r.machine,
           client_metric_id: rec.client_metric_id,
           name,
           value,
           label_keys: labels,
           label_values: labels.map((k) => rec.labels![k]!),
           report_id: r.id,
-          ver: VER_BASE - r.at,
+          ver: VER_BASE - r.receivedAt,
         });
       }
     }

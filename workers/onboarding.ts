@@ -9,10 +9,10 @@ const recorded = new Set<string>();
 export async function recordMilestones(pool: Pool, reports: Report[]): Promise<void> {
   const first = new Map<string, { c: string; k: string; at: number }>();
   for (const r of reports) {
-    const key = `${r.c}|${r.k}`;
+    const key = `${r.customerId}|${r.kind}`;
     if (recorded.has(key)) continue;
     const f = first.get(key);
-    if (!f || r.at < f.at) first.set(key, { c: r.c, k: r.k, at: r.at });
+    if (!f || r.receivedAt < f.at) first.set(key, { c: r.customerId, k: r.kind, at: r.receivedAt });
   }
   if (first.size === 0) return;
   const rows = [...first.values()].sort((a, b) => (a.c + a.k < b.c + b.k ? -1 : 1));

@@ -20,7 +20,7 @@ export interface InstanceUpdate {
   onlyHeartbeats: boolean;
 }
 
-export const instanceKey = (r: Pick<Report, 'c' | 'm' | 's'>) => `${r.c}|${r.m}|${r.s}`;
+export const instanceKey = (r: Pick<Report, 'customerId' | 'machine' | 'software'>) => `${r.customerId}|${r.machine}|${r.software}`;
 export const machineKey = (customerId: string, machine: string) => `${customerId}|${machine}`;
 
 /** ISO 8601 -> ms; null when absent or unreadable (the gateway already checked the format). */
@@ -60,24 +60,24 @@ export function summarise(reports: Report[], w: TsWindow, suppressed?: Map<Repor
     const key = instanceKey(r);
     let u = out.get(key);
     if (!u) {
-      u = { key, customerId: r.c, customer: r.cs, machine: r.m, software: r.s, firstSeen: r.at, lastSeen: r.at, heartbeat: null, status: null, lastWarning: null, onlyHeartbeats: true };
+      u = { key, customerId: r.customerId, customer: r.customer, machine: r.machine, software: r.software, firstSeen: r.receivedAt, lastSeen: r.receivedAt, heartbeat: null, status: null, lastWarning: null, onlyHeartbeats: true };
       out.set(key, u);
     }
-    if (r.at < u.firstSeen) u.firstSeen = r.at;
-    if (r.at > u.lastSeen) u.lastSeen = r.at;
-    if (r.k !== 'heartbeat') u.onlyHeartbeats = false;
-    if (r.k === 'heartbeat') {
-      const b = r.b as Heartbeat;
-      if (!u.heartbeat || r.at >= u.heartbeat.at) {
-        const t = agentTime(b.ts, r.at, w);
-        u.heartbeat = { at: r.at, agentTs: t.ms, skew: t.skew, body: b };
+    if (r.receivedAt < u.firstSeen) u.firstSeen = r.receivedAt;
+    if (r.receivedAt > u.lastSeen) u.lastSeen = r.receivedAt;
+    if (r.kind !== 'heartbeat') u.onlyHeartbeats = false;
+    if (r.kind === 'heartbeat') {
+      const b = r.body as Heartbeat;
+      if (!u.heartbeat || r.receivedAt >= u.heartbeat.at) {
+        const t = agentTime(b.ts, r.receivedAt, w);
+        u.heartbeat = { at: r.receivedAt, agentTs: t.ms, skew: t.skew, body: b };
       }
-    } else if (r.k === 'status') {
-      if (!u.status || r.at >= u.status.at) u.status = { at: r.at, body: r.b as Status };
-    } else if (r.k === 'diagnostics') {
-      const items = (r.b as Diagnostics).items;
+    } else if (r.kind === 'status') {
+      if (!u.status || r.receivedAt >= u.status.at) u.status = { at: r.receivedAt, body: r.body as Status };
+    } else if (r.kind === 'diagnostics') {
+      const items = (r.body as Diagnostics).items;
       const rules = suppressed?.get(r);
-      if (items.some((it, i) => it.severity >= 1 && !rules?.[i]) && (u.lastWarning === null || r.at > u.lastWarning)) u.lastWarning = r.at;
+      if (items.some((it, i) => it.severity >= 1 && !rules?.[i]) && (u.lastWarning === null || r.receivedAt > u.lastWarning)) u.lastWarning = r.receivedAt;
     }
   }
   return out;

@@ -114,11 +114,11 @@ export class WhitelistCache extends SyncedMap<Row, Row | null> {
   classify(reports: Report[]): Suppression {
     const out: Suppression = new Map();
     for (const r of reports) {
-      if (r.k !== 'diagnostics') continue;
-      const rules = this.rulesFor(r.c);
+      if (r.kind !== 'diagnostics') continue;
+      const rules = this.rulesFor(r.customerId);
       if (!rules || rules.size === 0) continue;
-      const items = (r.b as Diagnostics).items;
-      const candidates = rules.forInstance(r.m, r.s);
+      const items = (r.body as Diagnostics).items;
+      const candidates = rules.forInstance(r.machine, r.software);
       if (candidates.length === 0) continue;
       let any = false;
       const ids = items.map((it) => {

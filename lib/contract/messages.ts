@@ -2,7 +2,7 @@
 //
 // Stream `${STREAM_NAME}` (work-queue retention, file storage) holds two subjects:
 //
-//   `${SUBJECT_PREFIX}.reports`     one message = a batch of accepted reports: {"v":1,"r":[Report, …]}.
+//   `${SUBJECT_PREFIX}.reports`     one message = a batch of accepted reports: {"v":1,"r":[WireReport, …]}.
 //                                  The gateway groups the reports that arrive together into one
 //                                  publish (one PubAck for many requests: see bench/README.md), and
 //                                  answers each request only after that PubAck. Nats-Msg-Id is the
@@ -35,37 +35,77 @@
 //   `…control.commands`  {"i":[[customer id, machine slug, software slug], …]}: the open agent
 //                        commands of these instances changed (queued, delivered, acked, cancelled,
 //                        expired, timed out); every gateway re-reads them (lib/store/commands.ts).
+//
+// The codec. One report on the wire (WireReport) has short keys, so a batch of 512 small reports
+// stays small; everything past the codec works on the readable Report. encodeReport, toReport and
+// toWire are the only code that knows the short keys, besides the envelope check (lib/domain/report-check.ts
+// envelopeRefusal, which judges what was queued). The mapping:
+//
+//   wire  Report              meaning
+//   id    id                  report id (UUID): the key that makes every write idempotent
+//   k     kind                report kind, or `command_ack`
+//   c     customerId          customer id (UUID), as authorised by the token
+//   cs    customer            customer slug
+//   m     machine             machine slug (from the path)
+//   s     software            software slug (from the path)
+//   t     tokenId             API token id (UUID)
+//   at    receivedAt          gateway receive time, ms since the epoch
+//   ik    idempotencyKey      Idempotency-Key header (absent: none sent)
+//   dc    deliveredCommands   agent command ids handed out in the answer (absent: none)
+//   ci    commandId           kind `command_ack`: the acknowledged command's id
+//   b     body                the request body exactly as the agent sent it (validated JSON)
+//
+// The keys are written in that order (encodeReport), `b` last: the gateway splices the raw body in
+// without re-serialising it. A worker decodes a message (decodeBatch: wire reports), keeps each
+// wire report for the envelope check and its bytes for a dead letter (reportSlices), and applies
+// the readable reports (toReport).
 import type { ReportKind } from './schemas/ingest.js';
 
 export const MESSAGE_VERSION = 1;
 
-/** One accepted report. `b` is the request body exactly as the agent sent it (validated JSON). */
+/** One accepted report, as the workers apply it. `body` is the request body exactly as the agent sent it (validated JSON). */
 export interface Report {
   /** Report id (UUID): the key that makes every write idempotent. Derived from Idempotency-Key when given. */
   id: string;
-  k: ReportKind | 'command_ack';
+  kind: ReportKind | 'command_ack';
   /** Customer id (UUID) and slug, as authorised by the token. */
+  customerId: string;
+  customer: string;
+  /** Machine and software slugs from the path. */
+  machine: string;
+  software: string;
+  /** API token id (UUID). */
+  tokenId: string;
+  /** Gateway receive time, ms since the epoch: the traffic light uses this, never the agent's clock. */
+  receivedAt: number;
+  /** Idempotency-Key header, when the client sent one. */
+  idempotencyKey?: string;
+  /** Agent commands the gateway handed out in the answer to this report (ids): recorded as delivered. */
+  deliveredCommands?: string[];
+  /** kind `command_ack`: the acknowledged command's id (the body is the CommandAck). */
+  commandId?: string;
+  body: unknown;
+}
+
+/** One report as queued: Report under the short keys of the header's table. Only the codec and the envelope check read it. */
+export interface WireReport {
+  id: string;
+  k: ReportKind | 'command_ack';
   c: string;
   cs: string;
-  /** Machine and software slugs from the path. */
   m: string;
   s: string;
-  /** API token id (UUID). */
   t: string;
-  /** Gateway receive time, ms since the epoch: the traffic light uses this, never the agent's clock. */
   at: number;
-  /** Idempotency-Key header, when the client sent one. */
   ik?: string;
-  /** Agent commands the gateway handed out in the answer to this report (ids): recorded as delivered. */
   dc?: string[];
-  /** kind `command_ack`: the acknowledged command's id (the body is the CommandAck). */
   ci?: string;
   b: unknown;
 }
 
 export interface ReportBatch {
   v: number;
-  r: Report[];
+  r: WireReport[];
 }
 
 export interface RejectionRecord {
@@ -114,17 +154,44 @@ const enc = new TextEncoder();
  * The bytes of one report without re-serialising the body: the gateway has the validated raw body
  * and only wraps it. Slugs and ids are validated to [a-z0-9-], so they need no escaping.
  */
-export function encodeReport(r: Omit<Report, 'b'>, rawBody: Uint8Array | null): Buffer {
+export function encodeReport(r: Omit<Report, 'body'>, rawBody: Uint8Array | null): Buffer {
   const head =
-    `{"id":"${r.id}","k":"${r.k}","c":"${r.c}","cs":"${r.cs}","m":"${r.m}","s":"${r.s}","t":"${r.t}","at":${r.at}` +
-    (r.ik === undefined ? '' : `,"ik":${JSON.stringify(r.ik)}`) +
+    `{"id":"${r.id}","k":"${r.kind}","c":"${r.customerId}","cs":"${r.customer}","m":"${r.machine}","s":"${r.software}","t":"${r.tokenId}","at":${r.receivedAt}` +
+    (r.idempotencyKey === undefined ? '' : `,"ik":${JSON.stringify(r.idempotencyKey)}`) +
     // Command ids are UUIDs (from the gateway's memory or checked on the path): no escaping needed.
-    (r.dc === undefined || r.dc.length === 0 ? '' : `,"dc":["${r.dc.join('","')}"]`) +
-    (r.ci === undefined ? '' : `,"ci":"${r.ci}"`) +
+    (r.deliveredCommands === undefined || r.deliveredCommands.length === 0 ? '' : `,"dc":["${r.deliveredCommands.join('","')}"]`) +
+    (r.commandId === undefined ? '' : `,"ci":"${r.commandId}"`) +
     ',"b":';
   if (rawBody === null || rawBody.length === 0) return Buffer.from(head + '{}}');
   return Buffer.concat([Buffer.from(head), rawBody, CLOSE]);
 }
+
+/**
+ * The readable report of a wire report (an object). Values are taken as they are: a wire report
+ * that fails envelopeRefusal maps all the same (the worker judges the wire one), and a key the wire
+ * lacks is absent (the optional ones) or undefined.
+ */
+export function toReport(w: WireReport): Report {
+  const r: Report = { id: w.id, kind: w.k, customerId: w.c, customer: w.cs, machine: w.m, software: w.s, tokenId: w.t, receivedAt: w.at, body: w.b };
+  if (w.ik !== undefined) r.idempotencyKey = w.ik;
+  if (w.dc !== undefined) r.deliveredCommands = w.dc;
+  if (w.ci !== undefined) r.commandId = w.ci;
+  return r;
+}
+
+/**
+ * The wire report of a readable one (toReport's inverse, the body left as it is): what the envelope
+ * check judges once a worker has applied a report, whose receive time the idempotency settle may
+ * have replaced with the first copy's (workers/apply-batch.ts).
+ */
+export function toWire(r: Report): WireReport {
+  const w: WireReport = { id: r.id, k: r.kind, c: r.customerId, cs: r.customer, m: r.machine, s: r.software, t: r.tokenId, at: r.receivedAt, b: r.body };
+  if (r.idempotencyKey !== undefined) w.ik = r.idempotencyKey;
+  if (r.deliveredCommands !== undefined) w.dc = r.deliveredCommands;
+  if (r.commandId !== undefined) w.ci = r.commandId;
+  return w;
+}
+
 const CLOSE = Buffer.from('}');
 const BATCH_OPEN = Buffer.from(`{"v":${MESSAGE_VERSION},"r":[`);
 const BATCH_CLOSE = Buffer.from(']}');

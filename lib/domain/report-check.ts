@@ -90,7 +90,7 @@ const AT_MIN = Date.parse('2000-01-01T00:00:00Z');
 const AT_MAX = Date.parse('2100-01-01T00:00:00Z');
 
 /**
- * Why a queued report's envelope (lib/contract/messages.ts `Report`, written by the gateway, never by the
+ * Why a queued report's envelope (lib/contract/messages.ts `WireReport`, written by the gateway, never by the
  * agent) cannot be stored, or null. A gateway never writes a bad one; a publisher that bypassed it
  * can, and the worker must then prove the report at fault (dead letter) rather than take the
  * failure it causes for an outage.

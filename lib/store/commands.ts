@@ -5,7 +5,7 @@
 // Lifecycle (docs/decisions.md "Agent commands"):
 //   queued     POST /api/instances/{id}/commands (api), expires_at = now + COMMAND_QUEUE_TTL_S
 //   delivered  the gateway handed it out in the answer to a heartbeat or status report and put its
-//              id into that report (Report.dc); the worker that applies the report records it,
+//              id into that report (Report.deliveredCommands); the worker that applies the report records it,
 //              ack_deadline = first delivery + COMMAND_ACK_TIMEOUT_S. Offered again on each
 //              contact until acked.
 //   succeeded | failed   the agent's ack (through the gateway and JetStream, applied by a worker)

@@ -22,7 +22,7 @@
 // two replays of one dead letter within the ingest stream's duplicate window (2 minutes) are one
 // message, and a replay interrupted between the PubAck and the delete can be run again at once.
 import { headers as natsHeaders, type JetStreamClient, type JetStreamManager, type MsgHdrs, type NatsConnection, type StoredMsg } from 'nats';
-import { decodeBatch, deadLetterStream, subjects, type RejectionRecord, type Report } from '../contract/messages.js';
+import { decodeBatch, deadLetterStream, subjects, toReport, type RejectionRecord, type Report } from '../contract/messages.js';
 import { isSlug } from '../contract/ids.js';
 import { JetStreamApiCodes, jsApiCode } from '../infra/jetstream-errors.js';
 import type { DeadLetterDetailT, DeadLetterListT, DeadLetterReportT, DeadLetterT, RenderedBodyT, ReplayAnswerT, ReplayItemT } from '../contract/schemas/dead-letters.js';
@@ -104,8 +104,8 @@ export interface DeadLetterPublish {
 export function deadLetterOf(d: DeadLetterInput): DeadLetterPublish {
   const r = d.report;
   const rej = d.rejection;
-  const customerId = r?.c ?? (rej?.customer_id || undefined);
-  const customer = r?.cs ?? (rej?.customer_id ? rej.customer : undefined);
+  const customerId = r?.customerId ?? (rej?.customer_id || undefined);
+  const customer = r?.customer ?? (rej?.customer_id ? rej.customer : undefined);
   const id = r?.id ?? rej?.id;
   const h = natsHeaders();
   h.set(HEADERS.error, hv(d.failure.reason, 1000));
@@ -118,9 +118,9 @@ export function deadLetterOf(d: DeadLetterInput): DeadLetterPublish {
   if (customerId) h.set(HEADERS.customerId, hv(customerId));
   if (customer) h.set(HEADERS.customer, hv(customer));
   if (r) {
-    h.set(HEADERS.kind, hv(r.k));
-    h.set(HEADERS.machine, hv(r.m));
-    h.set(HEADERS.software, hv(r.s));
+    h.set(HEADERS.kind, hv(r.kind));
+    h.set(HEADERS.machine, hv(r.machine));
+    h.set(HEADERS.software, hv(r.software));
   }
   h.set(HEADERS.at, new Date(d.now ?? Date.now()).toISOString());
   return {
@@ -292,8 +292,9 @@ function shared(reports: Report[], f: (r: Report) => unknown): string | null {
 function asReports(data: Uint8Array): Report[] | null {
   try {
     const b = decodeBatch(data);
-    const ok = b.r.every((r) => r !== null && typeof r === 'object' && !Array.isArray(r) && typeof r.id === 'string' && typeof r.k === 'string' && typeof r.c === 'string');
-    return ok ? b.r : null;
+    if (!b.r.every((r) => r !== null && typeof r === 'object' && !Array.isArray(r))) return null;
+    const reports = b.r.map(toReport);
+    return reports.every((r) => typeof r.id === 'string' && typeof r.kind === 'string' && typeof r.customerId === 'string') ? reports : null;
   } catch {
     return null;
   }
@@ -324,15 +325,15 @@ export function parse(sm: StoredMsg): Parsed {
   const hs = (k: string): string | null => (h.has(k) ? h.get(k) : null);
   const reports = asReports(data);
   const rejection = reports ? null : asRejection(data);
-  const customer = hs(HEADERS.customer) ?? (reports ? shared(reports, (r) => r.cs) : rejection?.customer_id ? rejection.customer : null);
+  const customer = hs(HEADERS.customer) ?? (reports ? shared(reports, (r) => r.customer) : rejection?.customer_id ? rejection.customer : null);
   const summary: DeadLetterT = {
     seq: sm.seq,
     dead_lettered_at: sm.time.toISOString(),
     customer,
-    customer_id: hs(HEADERS.customerId) ?? (reports ? shared(reports, (r) => r.c) : rejection?.customer_id || null),
-    kind: hs(HEADERS.kind) ?? (reports ? shared(reports, (r) => r.k) : null),
-    machine: hs(HEADERS.machine) ?? (reports ? shared(reports, (r) => r.m) : null),
-    software: hs(HEADERS.software) ?? (reports ? shared(reports, (r) => r.s) : null),
+    customer_id: hs(HEADERS.customerId) ?? (reports ? shared(reports, (r) => r.customerId) : rejection?.customer_id || null),
+    kind: hs(HEADERS.kind) ?? (reports ? shared(reports, (r) => r.kind) : null),
+    machine: hs(HEADERS.machine) ?? (reports ? shared(reports, (r) => r.machine) : null),
+    software: hs(HEADERS.software) ?? (reports ? shared(reports, (r) => r.software) : null),
     reports: reports?.length ?? 0,
     report_ids: reports ? reports.slice(0, LIMITS.summaryIds).map((r) => r.id) : rejection ? [rejection.id] : [],
     failure: hs(HEADERS.failure),
@@ -473,14 +474,14 @@ export class DeadLetters {
     for (const k of sm.header.keys()) headers[k] = sm.header.get(k);
     const reports: DeadLetterReportT[] = (p.reports ?? []).slice(0, LIMITS.showReports).map((r) => ({
       id: str(r.id),
-      kind: str(r.k),
-      customer: str(r.cs),
-      customer_id: str(r.c),
-      machine: str(r.m),
-      software: str(r.s),
-      received_at: typeof r.at === 'number' && Number.isFinite(r.at) && Math.abs(r.at) < 8.64e15 ? new Date(r.at).toISOString() : null,
-      idempotency_key: str(r.ik),
-      body: renderValue(r.b),
+      kind: str(r.kind),
+      customer: str(r.customer),
+      customer_id: str(r.customerId),
+      machine: str(r.machine),
+      software: str(r.software),
+      received_at: typeof r.receivedAt === 'number' && Number.isFinite(r.receivedAt) && Math.abs(r.receivedAt) < 8.64e15 ? new Date(r.receivedAt).toISOString() : null,
+      idempotency_key: str(r.idempotencyKey),
+      body: renderValue(r.body),
     }));
     return { dead_letter: p.summary, headers, reports, raw: p.reports ? null : renderBytes(p.data) };
   }

@@ -638,7 +638,7 @@ async function run(): Promise<void> {
     const subj = subjects(s.env.SUBJECT_PREFIX!);
     const js = s.nc.jetstream();
     const source = { stream: s.env.STREAM_NAME!, seq: 1, subject: subj.reports, deliveries: 1 };
-    const report: Report = { id: randomUUID(), k: 'heartbeat', c: B.customer.id, cs: B.customer.slug, m: 'dl-box', s: 'agent', t: randomUUID(), at: Date.now(), b: null };
+    const report: Report = { id: randomUUID(), kind: 'heartbeat', customerId: B.customer.id, customer: B.customer.slug, machine: 'dl-box', software: 'agent', tokenId: randomUUID(), receivedAt: Date.now(), body: null };
     const dl = deadLetterOf({ base: subj.deadLetter, failure: { kind: 'data', reason: 'Postgres refused a value (22003 numeric_value_out_of_range)' }, failureClass: 'data', source, report });
     await js.publish(dl.subject, encodeBatch([encodeReport(report, Buffer.from('{"version":"5.10.2","uptime_seconds":42}'))]), { headers: dl.headers, msgID: dl.msgID });
     const junk = deadLetterOf({ base: subj.deadLetter, failure: { kind: 'data', reason: 'queue message cannot be decoded' }, failureClass: 'decode', source: { ...source, seq: 2 } });

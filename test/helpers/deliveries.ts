@@ -11,7 +11,7 @@
 // this subscription matches its inbox, so the server may still deliver to it until the request
 // expires (the message is redelivered after ACK_WAIT_S). That adds deliveries, never removes one.
 import type { JetStreamManager, NatsConnection, Subscription } from 'nats';
-import { decodeBatch } from '../../lib/contract/messages.js';
+import { decodeBatch, toReport } from '../../lib/contract/messages.js';
 import { JetStreamApiCodes, isNotFound, jsApiCode } from '../../lib/infra/jetstream-errors.js';
 
 /**
@@ -87,9 +87,9 @@ export async function watchDeliveries(nc: NatsConnection, streams: string | stri
       let reports: string[] = [];
       let machines: string[] = [];
       try {
-        const r = decodeBatch(m.data).r;
+        const r = decodeBatch(m.data).r.map((x) => (x !== null && typeof x === 'object' ? toReport(x) : undefined));
         reports = r.map((x) => String(x?.id));
-        machines = r.map((x) => String(x?.m));
+        machines = r.map((x) => String(x?.machine));
       } catch {
         /* not a report batch (a rejection record, or bytes a test published): no reports */
       }

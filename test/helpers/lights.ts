@@ -144,7 +144,7 @@ export async function publishHeartbeats(s: TestStack, machines: string[], at: nu
   const tokenId = randomUUID();
   for (let i = 0; i < machines.length; i += perMessage) {
     const reports = machines.slice(i, i + perMessage).map((m) =>
-      encodeReport({ id: randomUUID(), k: 'heartbeat', c: s.customer.id, cs: s.customer.slug, m, s: 'agent', t: tokenId, at }, null),
+      encodeReport({ id: randomUUID(), kind: 'heartbeat', customerId: s.customer.id, customer: s.customer.slug, machine: m, software: 'agent', tokenId, receivedAt: at }, null),
     );
     await js.publish(subject, encodeBatch(reports), { msgID: randomUUID() });
   }

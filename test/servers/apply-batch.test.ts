@@ -25,8 +25,8 @@ const deps: ApplyDeps = {
   tsWindow: { pastMs: 30 * 86_400_000, futureMs: 86_400_000 },
   ackTimeoutS: 3600,
 };
-const report = (machine: string, k: Report['k'], b: unknown, at = Date.now(), c = s.customer): Report => ({
-  id: randomUUID(), k, c: c.id, cs: c.slug, m: machine, s: 'agent', t: randomUUID(), at, b,
+const report = (machine: string, kind: Report['kind'], body: unknown, receivedAt = Date.now(), c = s.customer): Report => ({
+  id: randomUUID(), kind, customerId: c.id, customer: c.slug, machine, software: 'agent', tokenId: randomUUID(), receivedAt, body,
 });
 const instance = async (machine: string) =>
   (await s.pool.query(`SELECT i.* FROM instances i JOIN machines m ON m.id = i.machine_id WHERE m.slug = $1`, [machine])).rows[0];
@@ -38,7 +38,7 @@ t.test('a first heartbeat makes the machine, the instance, its row and its key; 
   const row = await instance('ab-1');
   t.equal(row.id, id.instanceId);
   t.equal(row.version, '1.0');
-  t.ok(Math.abs(Number(row.last_heartbeat_at) - r.at) <= 1, 'last heartbeat: the receive time');
+  t.ok(Math.abs(Number(row.last_heartbeat_at) - r.receivedAt) <= 1, 'last heartbeat: the receive time');
   const ttl = await s.redis.pttl(`${deps.redisPrefix}hb:${id.instanceId}`);
   t.ok(ttl > 295_000 && ttl <= 300_000, `key expires at receive time + timeout (${ttl} ms)`);
   await applyBatch(deps, [r], []);
@@ -66,7 +66,7 @@ t.test("an agent clock outside the window: kept, flagged, its time not believed"
   t.equal(row.clock_skew, true);
   t.equal(row.agent_ts, null);
   const ch = await chRows<{ ts_ms: string; received_ms: string; clock_skew: number; agent_ts: string }>(s.ch, `SELECT ts_ms, received_ms, clock_skew, agent_ts FROM heartbeats FINAL WHERE report_id = '${r.id}'`);
-  t.same(ch[0], { ts_ms: String(r.at), received_ms: String(r.at), clock_skew: 1, agent_ts: '1970-01-01T00:00:00Z' });
+  t.same(ch[0], { ts_ms: String(r.receivedAt), received_ms: String(r.receivedAt), clock_skew: 1, agent_ts: '1970-01-01T00:00:00Z' });
   const fine = report('ab-3', 'heartbeat', { ts: new Date().toISOString() });
   await applyBatch(deps, [fine], []);
   t.equal((await instance('ab-3')).clock_skew, false, 'a plausible clock clears the flag');

@@ -33,8 +33,8 @@ function worker(intervalMs = 240_000, lookup = false): { deps: ApplyDeps; state:
   return { deps, state, flusher: new HeartbeatFlusher(s.pool, state, undefined, log) };
 }
 
-const report = (machine: string, k: Report['k'], b: unknown, at = Date.now(), c = s.customer): Report => ({
-  id: randomUUID(), k, c: c.id, cs: c.slug, m: machine, s: 'agent', t: randomUUID(), at, b,
+const report = (machine: string, kind: Report['kind'], body: unknown, receivedAt = Date.now(), c = s.customer): Report => ({
+  id: randomUUID(), kind, customerId: c.id, customer: c.slug, machine, software: 'agent', tokenId: randomUUID(), receivedAt, body,
 });
 const instance = async (machine: string, c = s.customer) =>
   (
@@ -61,7 +61,7 @@ t.test('an unchanged heartbeat skips Postgres; its time, uptime and ClickHouse r
   const ids = await applyBatch(deps, [first], []);
   const id = ids.values().next().value!;
   const before = await instance('hs-1');
-  t.equal(ms(before.last_heartbeat_at), first.at);
+  t.equal(ms(before.last_heartbeat_at), first.receivedAt);
 
   const second = report('hs-1', 'heartbeat', { version: '1.0', uptime_seconds: 15, ip_addresses: ['10.0.0.1'] });
   const skippedBefore = state.counts.skipped;
@@ -69,13 +69,13 @@ t.test('an unchanged heartbeat skips Postgres; its time, uptime and ClickHouse r
   t.same(ids2.get(`${s.customer.id}|hs-1|agent`), id, 'the same ids, from the cache');
   t.equal(state.counts.skipped, skippedBefore + 1, 'counted as skipped');
   const after = await instance('hs-1');
-  t.equal(ms(after.last_heartbeat_at), first.at, 'Postgres still holds the first heartbeat');
+  t.equal(ms(after.last_heartbeat_at), first.receivedAt, 'Postgres still holds the first heartbeat');
   t.equal(after.uptime_seconds, 10);
 
   const h = await hash(id.instanceId);
-  t.equal(Number(h.seen), second.at, 'Redis holds the newest receive time');
-  t.equal(Number(h.pg), first.at, '… and what Postgres holds');
-  t.equal(Number(await due(id.instanceId)), first.at + state.intervalMs, 'due in Postgres one interval after its last write');
+  t.equal(Number(h.seen), second.receivedAt, 'Redis holds the newest receive time');
+  t.equal(Number(h.pg), first.receivedAt, '… and what Postgres holds');
+  t.equal(Number(await due(id.instanceId)), first.receivedAt + state.intervalMs, 'due in Postgres one interval after its last write');
   const pttl = await s.redis.pttl(`${prefix}hb:${id.instanceId}`);
   t.ok(pttl > TIMEOUT_MS - 5000 && pttl <= TIMEOUT_MS, `heartbeat key extended to the newest + timeout (${pttl} ms)`);
 
@@ -88,8 +88,8 @@ t.test('an unchanged heartbeat skips Postgres; its time, uptime and ClickHouse r
   t.equal(rows[0]!.machine_id, id.machineId);
 
   const [merged] = await mergeLatest(s.redis, prefix, [{ ...after } as InstanceTimes]);
-  t.equal(ms(merged!.last_heartbeat_at as Date), second.at, 'the api shows the newest heartbeat');
-  t.equal(ms(merged!.last_seen_at as Date), second.at);
+  t.equal(ms(merged!.last_heartbeat_at as Date), second.receivedAt, 'the api shows the newest heartbeat');
+  t.equal(ms(merged!.last_seen_at as Date), second.receivedAt);
   t.equal(merged!.uptime_seconds, 15, 'and its uptime');
   t.same(merged!.ip_addresses, ['10.0.0.1']);
 });
@@ -121,7 +121,7 @@ t.test('what goes to Postgres at once: changed fields, status, warnings, other k
   ];
   for (const [what, batch] of cases) {
     await applyBatch(deps, batch, []);
-    t.equal(ms((await instance('hs-3')).last_heartbeat_at), batch[0]!.at, `${what}: written`);
+    t.equal(ms((await instance('hs-3')).last_heartbeat_at), batch[0]!.receivedAt, `${what}: written`);
   }
   t.equal((await instance('hs-3')).group_name, 'b', 'a field left out kept its value');
 
@@ -129,16 +129,16 @@ t.test('what goes to Postgres at once: changed fields, status, warnings, other k
   await s.redis.del(`${prefix}hb:${id.instanceId}`);
   const back = report('hs-3', 'heartbeat', { version: '2' }, base + 6000);
   await applyBatch(deps, [back], []);
-  t.equal(ms((await instance('hs-3')).last_heartbeat_at), back.at, 'a silent instance coming back: written');
+  t.equal(ms((await instance('hs-3')).last_heartbeat_at), back.receivedAt, 'a silent instance coming back: written');
 
   // Another worker, which has never seen this instance: written (and its ids learnt).
   const other = worker();
   const hb = report('hs-3', 'heartbeat', { version: '2' }, base + 7000);
   await applyBatch(other.deps, [hb], []);
-  t.equal(ms((await instance('hs-3')).last_heartbeat_at), hb.at, 'unknown ids: written');
+  t.equal(ms((await instance('hs-3')).last_heartbeat_at), hb.receivedAt, 'unknown ids: written');
   const next = report('hs-3', 'heartbeat', { version: '2' }, base + 8000);
   await applyBatch(other.deps, [next], []);
-  t.equal(ms((await instance('hs-3')).last_heartbeat_at), hb.at, 'then known: skipped');
+  t.equal(ms((await instance('hs-3')).last_heartbeat_at), hb.receivedAt, 'then known: skipped');
 });
 
 t.test('the flusher writes the newest waiting heartbeat one interval after the last write; machines too', async (t) => {
@@ -146,17 +146,17 @@ t.test('the flusher writes the newest waiting heartbeat one interval after the l
   const ids = await applyBatch(deps, [report('hs-4', 'heartbeat', { version: '1', uptime_seconds: 1 }, Date.now() - 100)], []);
   const id = ids.values().next().value!;
   const last = report('hs-4', 'heartbeat', { version: '1', uptime_seconds: 2, ts: new Date().toISOString() });
-  await applyBatch(deps, [report('hs-4', 'heartbeat', { version: '1', uptime_seconds: 1 }, last.at - 50), last], []);
+  await applyBatch(deps, [report('hs-4', 'heartbeat', { version: '1', uptime_seconds: 1 }, last.receivedAt - 50), last], []);
   t.equal(state.intervalMs, 300);
-  t.not(ms((await instance('hs-4')).last_heartbeat_at), last.at, 'not written yet');
-  await eventually(async () => (await flusher.flushDue(), ms((await instance('hs-4')).last_heartbeat_at) === last.at), 5000, 'flushed');
+  t.not(ms((await instance('hs-4')).last_heartbeat_at), last.receivedAt, 'not written yet');
+  await eventually(async () => (await flusher.flushDue(), ms((await instance('hs-4')).last_heartbeat_at) === last.receivedAt), 5000, 'flushed');
   const row = await instance('hs-4');
   t.equal(row.uptime_seconds, 2, 'with its fields');
-  t.equal(ms(row.agent_ts), Date.parse((last.b as { ts: string }).ts), 'and its agent time');
-  t.equal(ms(row.last_seen_at), last.at);
-  t.ok(ms(row.machine_seen)! >= last.at, "the machine's last_seen_at too");
+  t.equal(ms(row.agent_ts), Date.parse((last.body as { ts: string }).ts), 'and its agent time');
+  t.equal(ms(row.last_seen_at), last.receivedAt);
+  t.ok(ms(row.machine_seen)! >= last.receivedAt, "the machine's last_seen_at too");
   t.equal(await due(id.instanceId), null, 'nothing due any more');
-  t.equal(Number((await hash(id.instanceId)).pg), last.at);
+  t.equal(Number((await hash(id.instanceId)).pg), last.receivedAt);
   t.equal(await flusher.flushDue(), 0, 'a second run finds nothing');
 });
 
@@ -166,9 +166,9 @@ t.test('repair writes a waiting heartbeat at once (before the sweep or the expir
   const id = ids.values().next().value!;
   const hb = report('hs-5', 'heartbeat', {});
   await applyBatch(deps, [hb], []);
-  t.not(ms((await instance('hs-5')).last_heartbeat_at), hb.at);
+  t.not(ms((await instance('hs-5')).last_heartbeat_at), hb.receivedAt);
   t.equal(await flusher.repair([id.instanceId, randomUUID()]), 1, 'one instance had something waiting');
-  t.equal(ms((await instance('hs-5')).last_heartbeat_at), hb.at);
+  t.equal(ms((await instance('hs-5')).last_heartbeat_at), hb.receivedAt);
   t.equal(await flusher.repair([id.instanceId]), 0, 'nothing left');
 });
 
@@ -208,7 +208,7 @@ t.test('an older heartbeat written while Postgres holds a newer one does not cla
   t.equal(h.fp, '', 'its fields unknown: the next heartbeat is written');
   const next = report('hs-7', 'heartbeat', { version: 'new' }, base + 6000);
   await applyBatch(deps, [next], []);
-  t.equal(ms((await instance('hs-7')).last_heartbeat_at), next.at, 'written');
+  t.equal(ms((await instance('hs-7')).last_heartbeat_at), next.receivedAt, 'written');
 });
 
 t.test('an instance Postgres no longer has: the flusher drops its keys, the next heartbeat creates it again', async (t) => {
@@ -245,7 +245,7 @@ t.test('skipping off (interval 0): every heartbeat is written, keys still kept',
   const hb = report('hs-10', 'heartbeat', {});
   const ids = await applyBatch(deps, [hb], []);
   t.equal(state.counts.skipped, 0);
-  t.equal(ms((await instance('hs-10')).last_heartbeat_at), hb.at);
+  t.equal(ms((await instance('hs-10')).last_heartbeat_at), hb.receivedAt);
   const id = ids.values().next().value!;
   t.ok((await s.redis.pttl(`${prefix}hb:${id.instanceId}`)) > 0, 'heartbeat key');
 });
@@ -293,5 +293,5 @@ t.test('a worker that starts (no ids cached) reads the ids of known instances an
   const theirs = ids.get(`${c2.id}|lk-1|agent`)!;
   t.not(own.instanceId, theirs.instanceId);
   t.equal((await s.pool.query('SELECT customer_id FROM instances WHERE id = $1', [theirs.instanceId])).rows[0].customer_id, c2.id);
-  t.equal(Number((await hash(theirs.instanceId)).seen), next[2]!.at, "the other customer's newest time in its own state");
+  t.equal(Number((await hash(theirs.instanceId)).seen), next[2]!.receivedAt, "the other customer's newest time in its own state");
 });

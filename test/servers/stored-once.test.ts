@@ -54,7 +54,7 @@ t.test('the record of deliveries counts a redelivery, and a message delivered on
   const watch = await watchDeliveries(s.nc, stream);
   t.teardown(() => watch.stop());
   const js = s.nc.jetstream();
-  const report = (m: string) => encodeBatch([encodeReport({ id: randomUUID(), k: 'heartbeat', c: s.customer.id, cs: s.customer.slug, m, s: 'agent', t: randomUUID(), at: Date.now() }, null)]);
+  const report = (m: string) => encodeBatch([encodeReport({ id: randomUUID(), kind: 'heartbeat', customerId: s.customer.id, customer: s.customer.slug, machine: m, software: 'agent', tokenId: randomUUID(), receivedAt: Date.now() }, null)]);
   const once = await js.publish(subjects(s.env.SUBJECT_PREFIX!).reports, report('dl-once'));
   const again = await js.publish(subjects(s.env.SUBJECT_PREFIX!).reports, report('dl-again'));
   const consumer = await js.consumers.get(stream, 'workers');

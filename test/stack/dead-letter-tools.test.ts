@@ -43,7 +43,7 @@ async function gauge(): Promise<Map<string, number>> {
 // A customer Postgres does not know yet: the worker's instance upsert fails on the foreign key, so
 // its reports are dead-lettered the way a real refusal is; creating the customer fixes the cause.
 const late = { id: randomUUID(), slug: `late-${s.id}` };
-const reportOf = (machine: string, id = randomUUID()): Report => ({ id, k: 'heartbeat', c: late.id, cs: late.slug, m: machine, s: 'agent', t: randomUUID(), at: Date.now(), b: null });
+const reportOf = (machine: string, id = randomUUID()): Report => ({ id, kind: 'heartbeat', customerId: late.id, customer: late.slug, machine, software: 'agent', tokenId: randomUUID(), receivedAt: Date.now(), body: null });
 const body = Buffer.from('{"version":"5.1.0","uptime_seconds":60}');
 const refused = [0, 1, 2].map((i) => reportOf(`m-${i}`));
 await js.publish(subj.reports, encodeBatch(refused.map((r) => encodeReport(r, body))));
@@ -56,7 +56,7 @@ oldHeaders.set('Fleet-Error', 'Postgres refused a value (23503 foreign_key_viola
 oldHeaders.set('Fleet-Error-Kind', 'data');
 await js.publish(subj.deadLetter, encodeBatch([encodeReport(older, body)]), { headers: oldHeaders });
 // A body nested 5,000 deep, dead-lettered through the same function the worker uses.
-const deep: Report = { id: randomUUID(), k: 'status', c: randomUUID(), cs: `deep-${s.id}`, m: 'deep', s: 'agent', t: randomUUID(), at: Date.now(), b: null };
+const deep: Report = { id: randomUUID(), kind: 'status', customerId: randomUUID(), customer: `deep-${s.id}`, machine: 'deep', software: 'agent', tokenId: randomUUID(), receivedAt: Date.now(), body: null };
 const deepDl = deadLetterOf({
   base: subj.deadLetter,
   failure: { kind: 'data', reason: 'not storable: schema violation: /snapshot nested too deep' },

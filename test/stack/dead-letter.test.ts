@@ -28,10 +28,10 @@ const deliveries = await watchDeliveries(s.nc, ingestStreams(s.env.STREAM_NAME!)
 t.teardown(() => deliveries.stop());
 
 /** A report as a gateway queues it, for this stack's customer unless told. */
-const queued = (machine: string, kind: string, body: string, o: { c?: string; cs?: string; ci?: string; s?: string } = {}) => {
+const queued = (machine: string, kind: string, body: string, o: { customerId?: string; customer?: string; commandId?: string; software?: string } = {}) => {
   const id = randomUUID();
   const bytes = encodeReport(
-    { id, k: kind as never, c: o.c ?? s.customer.id, cs: o.cs ?? s.customer.slug, m: machine, s: o.s ?? 'agent', t: randomUUID(), at: Date.now(), ci: o.ci },
+    { id, kind: kind as never, customerId: o.customerId ?? s.customer.id, customer: o.customer ?? s.customer.slug, machine, software: o.software ?? 'agent', tokenId: randomUUID(), receivedAt: Date.now(), commandId: o.commandId },
     Buffer.from(body),
   );
   return { id, bytes };
@@ -80,7 +80,7 @@ t.test('an undecodable message is dead-lettered at once; later reports flow', as
 t.test('a report the database refuses for its data is dead-lettered at once, and logged for its customer without the database text', async (t) => {
   // A customer id that does not exist: the instance upsert fails on the foreign key every time.
   const ghost = randomUUID();
-  const report = encodeReport({ id: randomUUID(), k: 'heartbeat', c: ghost, cs: 'ghost', m: 'm', s: 'x', t: randomUUID(), at: Date.now() }, Buffer.from('{}'));
+  const report = encodeReport({ id: randomUUID(), kind: 'heartbeat', customerId: ghost, customer: 'ghost', machine: 'm', software: 'x', tokenId: randomUUID(), receivedAt: Date.now() }, Buffer.from('{}'));
   await js.publish(subj.reports, encodeBatch([report]));
   t.equal((await post(`${s.gatewayUrl}/api/ingest/${s.customer.slug}/after2/agent/heartbeat`, s.token, { version: 'after2' })).status, 200);
   await eventually(async () => (await storedOnce(s.ch, 'heartbeats', 'version', ['after2'])).missing.length === 0, 10_000, 'later report applied');
@@ -132,7 +132,7 @@ t.test('a report that fails for a reason nothing names (a bug) waits like an out
 t.test('a dead letter the dead-letter stream refuses waits (an outage of nats); its neighbours are stored once; it is dead-lettered once the stream takes it', async (t) => {
   await jsm.streams.delete(dlqName);
   const ghost = randomUUID();
-  const bad = queued('dlqdown-bad', 'heartbeat', '{"version":"dlqdown-bad"}', { c: ghost, cs: 'ghost', s: 'x' });
+  const bad = queued('dlqdown-bad', 'heartbeat', '{"version":"dlqdown-bad"}', { customerId: ghost, customer: 'ghost', software: 'x' });
   const neighbour = queued('dlqdown-1', 'heartbeat', '{"version":"dlqdown-1"}');
   await js.publish(subj.reports, encodeBatch([bad.bytes, neighbour.bytes]));
   t.equal((await s.report('dlqdown-2', 'heartbeat', { version: 'dlqdown-2' })).status, 200, 'acknowledged');
@@ -166,7 +166,7 @@ t.test('a dead letter the dead-letter stream refuses waits (an outage of nats); 
 t.test('a command ack whose output is nested 20,000 deep, queued past the gateway: dead-lettered alone with its own bytes, at once; its neighbours stored once', async (t) => {
   const before = await deadLetterCount(s);
   const output = `${'['.repeat(20_000)}${']'.repeat(20_000)}`;
-  const deep = queued('deep-1', 'command_ack', `{"result":"success","output":${output}}`, { ci: randomUUID() });
+  const deep = queued('deep-1', 'command_ack', `{"result":"success","output":${output}}`, { commandId: randomUUID() });
   const neighbour = queued('deep-1', 'heartbeat', '{"version":"deep-1"}');
   await js.publish(subj.reports, encodeBatch([neighbour.bytes, deep.bytes]));
   t.equal((await s.report('deep-2', 'heartbeat', { version: 'deep-2' })).status, 200, 'acknowledged');

@@ -35,7 +35,7 @@ t.test('a heartbeat is applied while a backlog of large reports waits in the mai
   // 400 messages of 50 diagnostics reports of 10 items each: 200,000 ClickHouse rows, seconds of work.
   const items = JSON.stringify({ items: Array.from({ length: 10 }, (_, i) => ({ code: i, severity: 1, message: 'backlog '.repeat(10) })) });
   const report = (machine: string) =>
-    encodeReport({ id: randomUUID(), k: 'diagnostics', c: s.customer.id, cs: s.customer.slug, m: machine, s: 'agent', t: randomUUID(), at: Date.now() }, Buffer.from(items));
+    encodeReport({ id: randomUUID(), kind: 'diagnostics', customerId: s.customer.id, customer: s.customer.slug, machine, software: 'agent', tokenId: randomUUID(), receivedAt: Date.now() }, Buffer.from(items));
   for (let m = 0; m < 400; m += 50) {
     await Promise.all(Array.from({ length: 50 }, (_, j) => js.publish(subj.reports, encodeBatch(Array.from({ length: 50 }, (_, i) => report(`backlog-${(m + j) % 20}-${i % 5}`))))));
   }
@@ -60,7 +60,7 @@ t.test('a heartbeat is applied while a backlog of large reports waits in the mai
 
 t.test('a heartbeat queued in the main stream (a replayed dead letter) is applied there', async (t) => {
   const id = randomUUID();
-  const hb = encodeReport({ id, k: 'heartbeat', c: s.customer.id, cs: s.customer.slug, m: 'in-main', s: 'agent', t: randomUUID(), at: Date.now() }, Buffer.from('{"version":"lane-in-main"}'));
+  const hb = encodeReport({ id, kind: 'heartbeat', customerId: s.customer.id, customer: s.customer.slug, machine: 'in-main', software: 'agent', tokenId: randomUUID(), receivedAt: Date.now() }, Buffer.from('{"version":"lane-in-main"}'));
   await js.publish(subj.reports, encodeBatch([hb]));
   await eventually(async () => (await storedOnce(s.ch, 'heartbeats', 'version', ['lane-in-main'])).missing.length === 0, 30_000, 'applied from the main stream');
   await drained(s);

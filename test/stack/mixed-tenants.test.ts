@@ -9,7 +9,7 @@
 import t from 'tap';
 import { randomUUID } from 'node:crypto';
 import { testStack, post, get, eventually, chRows } from '../helpers/stack.js';
-import { subjects, encodeReport, encodeBatch, deadLetterStream } from '../../lib/contract/messages.js';
+import { subjects, encodeReport, encodeBatch, decodeBatch, deadLetterStream, toReport } from '../../lib/contract/messages.js';
 import { watchDeliveries, gone } from '../helpers/deliveries.js';
 
 const s = await testStack(t, 'tenants');
@@ -78,7 +78,7 @@ t.test('reports storage refuses, in the same queue messages as B\'s: B applied a
   const subj = subjects(s.env.SUBJECT_PREFIX!);
   const js = s.nc.jetstream();
   const rep = (c: { id: string; slug: string }, m: string, body: string, k = 'heartbeat') =>
-    encodeReport({ id: randomUUID(), k: k as 'heartbeat', c: c.id, cs: c.slug, m, s: 'agent', t: randomUUID(), at: Date.now() }, Buffer.from(body));
+    encodeReport({ id: randomUUID(), kind: k as 'heartbeat', customerId: c.id, customer: c.slug, machine: m, software: 'agent', tokenId: randomUUID(), receivedAt: Date.now() }, Buffer.from(body));
   const good = (i: number) => rep(B.customer, `bq-${i % 10}`, JSON.stringify({ version: `bq-${i}` }));
   const bad = [
     // Found by the worker's own check of the schema (a gateway of another version let it through).
@@ -108,11 +108,11 @@ t.test('reports storage refuses, in the same queue messages as B\'s: B applied a
   const ids = new Set<string>();
   for (let seq = dlq.state.first_seq; seq <= dlq.state.last_seq; seq++) {
     const m = await jsm.streams.getMessage(deadLetterStream(s.env.STREAM_NAME!), { seq });
-    const body = JSON.parse(new TextDecoder().decode(m.data));
-    t.equal(body.r.length, 1, 'each holds one report');
-    t.notOk(body.r.some((r: { cs: string }) => r.cs === B.customer.slug), "none of B's");
+    const reports = decodeBatch(m.data).r.map(toReport);
+    t.equal(reports.length, 1, 'each holds one report');
+    t.notOk(reports.some((r) => r.customer === B.customer.slug), "none of B's");
     t.equal(m.header.get('Fleet-Error-Kind'), 'data');
-    ids.add(body.r[0].id);
+    ids.add(reports[0]!.id);
   }
   t.equal(ids.size, 3);
   const rows = await chRows<{ customer_id: string; detail: string }>(s.ch, `SELECT customer_id, detail FROM ingest_rejections FINAL WHERE method = 'QUEUE' ORDER BY detail`);

@@ -185,7 +185,7 @@ t.test('after traffic, every process exports its metrics, and everything the rul
   t.ok(workerProc.output.includes('"host":"0.0.0.0"'), 'on every address (WORKER_HTTP_HOST)');
   // A dead letter waiting, written as a worker writes one (the worker's dead-letter counter stays at 0).
   const subj = subjects(s.env.SUBJECT_PREFIX!);
-  const report = { id: randomUUID(), k: 'heartbeat' as const, c: s.customer.id, cs: s.customer.slug, m: 'obs-dl', s: 'agent', t: randomUUID(), at: Date.now(), b: null };
+  const report = { id: randomUUID(), kind: 'heartbeat' as const, customerId: s.customer.id, customer: s.customer.slug, machine: 'obs-dl', software: 'agent', tokenId: randomUUID(), receivedAt: Date.now(), body: null };
   const dl = deadLetterOf({ base: subj.deadLetter, failure: { kind: 'data', reason: 'test' }, failureClass: 'data', source: { stream: s.env.STREAM_NAME!, seq: 1, subject: subj.reports, deliveries: 1 }, report });
   await s.nc.jetstream().publish(dl.subject, encodeBatch([encodeReport(report, Buffer.from('{}'))]), { headers: dl.headers, msgID: dl.msgID });
 

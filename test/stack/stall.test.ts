@@ -64,7 +64,7 @@ t.test('straight into JetStream: 3,000 messages of 400 B, one of 200 KB, then sm
   const subj = subjects(s.env.SUBJECT_PREFIX!);
   const js = s.nc.jetstream();
   const report = (machine: string, pad: number) =>
-    encodeReport({ id: randomUUID(), k: 'heartbeat', c: s.customer.id, cs: s.customer.slug, m: machine, s: 'agent', t: randomUUID(), at: Date.now() }, Buffer.from(JSON.stringify({ version: 'p'.repeat(pad) })));
+    encodeReport({ id: randomUUID(), kind: 'heartbeat', customerId: s.customer.id, customer: s.customer.slug, machine, software: 'agent', tokenId: randomUUID(), receivedAt: Date.now() }, Buffer.from(JSON.stringify({ version: 'p'.repeat(pad) })));
   const one = report('js-small', 150);
   t.ok(encodeBatch([one]).length >= 380 && encodeBatch([one]).length <= 420, `a small message is about 400 B (${encodeBatch([one]).length})`);
   for (let i = 0; i < 3000; i += 200) await Promise.all(Array.from({ length: 200 }, () => js.publish(subj.reports, encodeBatch([report('js-small', 150)]))));
@@ -98,7 +98,7 @@ t.test('a pull that stops delivering is found by the watchdog, logged, shown as 
     fetch: (opts: Parameters<Consumer['fetch']>[0]) => (++pulls <= 3 ? real.consume({ max_bytes: 1024 }) : real.fetch(opts)),
   });
   const report = encodeReport(
-    { id: randomUUID(), k: 'heartbeat', c: w.customer.id, cs: w.customer.slug, m: 'stuck', s: 'agent', t: randomUUID(), at: Date.now() },
+    { id: randomUUID(), kind: 'heartbeat', customerId: w.customer.id, customer: w.customer.slug, machine: 'stuck', software: 'agent', tokenId: randomUUID(), receivedAt: Date.now() },
     Buffer.from(JSON.stringify({ version: 'v'.repeat(200), ip_addresses: Array.from({ length: 150 }, () => '10.0.0.1') })),
   );
   await js.publish(subj.reports, encodeBatch([report]));
@@ -165,7 +165,7 @@ t.test('a consumer at its max_ack_pending delivers nothing to anyone: not ready 
   await jsm.consumers.add(w.env.STREAM_NAME!, { durable_name: 'workers', ack_policy: AckPolicy.Explicit, ack_wait: nanos(120_000), max_deliver: -1, max_ack_pending: 2 });
   const real = await js.consumers.get(w.env.STREAM_NAME!, 'workers');
   const hb = (machine: string) =>
-    encodeBatch([encodeReport({ id: randomUUID(), k: 'heartbeat', c: w.customer.id, cs: w.customer.slug, m: machine, s: 'agent', t: randomUUID(), at: Date.now() }, Buffer.from(`{"version":"${machine}"}`))]);
+    encodeBatch([encodeReport({ id: randomUUID(), kind: 'heartbeat', customerId: w.customer.id, customer: w.customer.slug, machine, software: 'agent', tokenId: randomUUID(), receivedAt: Date.now() }, Buffer.from(`{"version":"${machine}"}`))]);
   for (const m of ['sat-held-1', 'sat-held-2', 'sat-next-1', 'sat-next-2']) await js.publish(subj.reports, hb(m));
   // Another worker holds two messages and does not ack them (one stuck in a long outage, say).
   const held: JsMsg[] = [];

@@ -5,9 +5,9 @@ import t from 'tap';
 import { randomUUID } from 'node:crypto';
 import { headers, type StoredMsg } from 'nats';
 import { deadLetterOf, parse, parseSince, checkCustomer, customerToken, prettyJson, renderBytes, HEADERS, NO_CUSTOMER, LIMITS, DeadLetterInputError } from '../../lib/store/dead-letters.js';
-import { encodeBatch, encodeReport, type Report } from '../../lib/contract/messages.js';
+import { encodeBatch, encodeReport, toWire, type Report } from '../../lib/contract/messages.js';
 
-const report: Report = { id: randomUUID(), k: 'status', c: randomUUID(), cs: 'acme', m: 'm-1', s: 'agent', t: randomUUID(), at: Date.UTC(2026, 10, 20, 8), b: { status: 'running' } };
+const report: Report = { id: randomUUID(), kind: 'status', customerId: randomUUID(), customer: 'acme', machine: 'm-1', software: 'agent', tokenId: randomUUID(), receivedAt: Date.UTC(2026, 10, 20, 8), body: { status: 'running' } };
 const source = { stream: 'INGEST', seq: 42, subject: 'ingest.reports', deliveries: 1 };
 
 t.test("a report's dead letter: on its customer's subject, every header filtering needs", async (t) => {
@@ -16,7 +16,7 @@ t.test("a report's dead letter: on its customer's subject, every header filterin
   t.equal(dl.subject, 'ingest-dlq.reports.acme');
   const h = dl.headers;
   t.equal(h.get(HEADERS.customer), 'acme');
-  t.equal(h.get(HEADERS.customerId), report.c);
+  t.equal(h.get(HEADERS.customerId), report.customerId);
   t.equal(h.get(HEADERS.kind), 'status');
   t.equal(h.get(HEADERS.machine), 'm-1');
   t.equal(h.get(HEADERS.software), 'agent');
@@ -38,7 +38,7 @@ t.test('no customer known, or not a slug: the _none subject', async (t) => {
   t.equal(undecodable.subject, `b.${NO_CUSTOMER}`);
   t.notOk(undecodable.headers.has(HEADERS.customer));
   t.equal(undecodable.msgID, 'dlq-INGEST-42');
-  const odd = deadLetterOf({ base: 'b', failure: { kind: 'unknown', reason: 'x' }, failureClass: 'unknown', source, report: { ...report, cs: 'Not.A slug>' } });
+  const odd = deadLetterOf({ base: 'b', failure: { kind: 'unknown', reason: 'x' }, failureClass: 'unknown', source, report: { ...report, customer: 'Not.A slug>' } });
   t.equal(odd.subject, `b.${NO_CUSTOMER}`, 'a subject token cannot be made of it');
   t.equal(customerToken('acme-2'), 'acme-2');
   t.equal(customerToken(''), NO_CUSTOMER);
@@ -108,20 +108,20 @@ function stored(seq: number, subject: string, data: Uint8Array, h = headers()): 
 
 t.test('reading a stored dead letter: from its headers, or (older ones) from its content', async (t) => {
   const dl = deadLetterOf({ base: 'b', failure: { kind: 'data', reason: 'why' }, failureClass: 'data', source, report });
-  const data = encodeBatch([Buffer.from(JSON.stringify(report))]);
+  const data = encodeBatch([Buffer.from(JSON.stringify(toWire(report)))]);
   const p = parse(stored(7, dl.subject, data, dl.headers));
-  t.match(p.summary, { seq: 7, customer: 'acme', customer_id: report.c, kind: 'status', machine: 'm-1', software: 'agent', reports: 1, report_ids: [report.id], failure: 'data', error: 'why', deliveries: 1, stream_seq: 42, content: 'reports', size: data.length });
+  t.match(p.summary, { seq: 7, customer: 'acme', customer_id: report.customerId, kind: 'status', machine: 'm-1', software: 'agent', reports: 1, report_ids: [report.id], failure: 'data', error: 'why', deliveries: 1, stream_seq: 42, content: 'reports', size: data.length });
   // Before the format had these headers: a batch of reports, headers with the reason only.
   const old = headers();
   old.set('Fleet-Error', 'old reason');
-  const r2 = { ...report, id: randomUUID(), m: 'm-2' };
+  const r2 = { ...report, id: randomUUID(), machine: 'm-2' };
   const o = parse(stored(8, 'b', encodeBatch([encodeReport({ ...report }, Buffer.from('{}')), encodeReport({ ...r2 }, Buffer.from('{}'))]), old));
   t.match(o.summary, { customer: 'acme', kind: 'status', machine: null, reports: 2, report_ids: [report.id, r2.id], error: 'old reason', failure: null, content: 'reports' });
   const u = parse(stored(9, `b.${NO_CUSTOMER}`, Buffer.from([0xff, 0x00])));
   t.match(u.summary, { customer: null, reports: 0, report_ids: [], content: 'undecodable' });
-  const rec = { id: randomUUID(), at: 1, customer_id: report.c, customer: 'acme', token_id: '', method: 'POST', path: '/api/ingest/acme/m/s/heartbeat', status: 429, detail: 'd', body_size: 0, remote: '', dropped: 0 };
+  const rec = { id: randomUUID(), at: 1, customer_id: report.customerId, customer: 'acme', token_id: '', method: 'POST', path: '/api/ingest/acme/m/s/heartbeat', status: 429, detail: 'd', body_size: 0, remote: '', dropped: 0 };
   const rej = parse(stored(11, 'b.acme', Buffer.from(JSON.stringify(rec))));
-  t.match(rej.summary, { content: 'rejection', customer: 'acme', customer_id: report.c, report_ids: [rec.id], reports: 0 }, 'a rejection-log record: replayable to its own subject');
+  t.match(rej.summary, { content: 'rejection', customer: 'acme', customer_id: report.customerId, report_ids: [rec.id], reports: 0 }, 'a rejection-log record: replayable to its own subject');
   const notReports = parse(stored(10, 'b', Buffer.from('{"v":1,"r":[1,2]}')));
   t.equal(notReports.summary.content, 'undecodable', 'a batch whose entries are not reports is not replayable');
 });

@@ -1,14 +1,14 @@
-// The queue's message format (lib/contract/messages.ts): reports and batches round-trip, the raw body untouched; delivered and acked command ids.
+// The queue's message format (lib/contract/messages.ts): reports and batches round-trip, the raw body untouched; delivered and acked command ids; the codec between the wire's short keys and the readable Report.
 import t from 'tap';
-import { encodeReport, encodeBatch, decodeBatch, reportSlices, DecodeError } from '../../lib/contract/messages.js';
+import { encodeReport, encodeBatch, decodeBatch, reportSlices, toReport, toWire, DecodeError, type Report } from '../../lib/contract/messages.js';
 import { envelopeRefusal, reportChecker } from '../../lib/domain/report-check.js';
 import { treeErrors, TREE_MAX_DEPTH } from '../../lib/domain/storable.js';
 import { randomUUID } from 'node:crypto';
 
 t.test('a batch round-trips, the raw body untouched', async (t) => {
   const raw = Buffer.from('{"items":[{"code":1,"severity":0,"message":"é \\" \\n"}]}');
-  const r = encodeReport({ id: 'a', k: 'diagnostics', c: 'c', cs: 'cs', m: 'm', s: 's', t: 't', at: 5, ik: 'key "x"' }, raw);
-  const b = decodeBatch(encodeBatch([r, encodeReport({ id: 'b', k: 'heartbeat', c: 'c', cs: 'cs', m: 'm', s: 's', t: 't', at: 6 }, null)]));
+  const r = encodeReport({ id: 'a', kind: 'diagnostics', customerId: 'c', customer: 'cs', machine: 'm', software: 's', tokenId: 't', receivedAt: 5, idempotencyKey: 'key "x"' }, raw);
+  const b = decodeBatch(encodeBatch([r, encodeReport({ id: 'b', kind: 'heartbeat', customerId: 'c', customer: 'cs', machine: 'm', software: 's', tokenId: 't', receivedAt: 6 }, null)]));
   t.equal(b.r.length, 2);
   t.same(b.r[0]!.b, JSON.parse(raw.toString()));
   t.equal(b.r[0]!.ik, 'key "x"');
@@ -19,10 +19,10 @@ t.test('a batch round-trips, the raw body untouched', async (t) => {
 
 t.test('a report carries the delivered command ids and the acked command id', async (t) => {
   const ids = [randomUUID(), randomUUID()];
-  const base = { id: 'r', c: 'c', cs: 'cs', m: 'm', s: 's', t: 't', at: 1 } as const;
-  const hb = encodeReport({ ...base, k: 'heartbeat', dc: ids }, Buffer.from('{}'));
-  const plain = encodeReport({ ...base, k: 'heartbeat', dc: [] }, null);
-  const ack = encodeReport({ ...base, k: 'command_ack', ci: ids[0] }, Buffer.from('{"result":"success"}'));
+  const base = { id: 'r', customerId: 'c', customer: 'cs', machine: 'm', software: 's', tokenId: 't', receivedAt: 1 } as const;
+  const hb = encodeReport({ ...base, kind: 'heartbeat', deliveredCommands: ids }, Buffer.from('{}'));
+  const plain = encodeReport({ ...base, kind: 'heartbeat', deliveredCommands: [] }, null);
+  const ack = encodeReport({ ...base, kind: 'command_ack', commandId: ids[0] }, Buffer.from('{"result":"success"}'));
   const b = decodeBatch(encodeBatch([hb, plain, ack]));
   t.same(b.r[0]!.dc, ids);
   t.equal(b.r[1]!.dc, undefined, 'no ids, no field');
@@ -31,12 +31,45 @@ t.test('a report carries the delivered command ids and the acked command id', as
   t.same(b.r[2]!.b, { result: 'success' });
 });
 
+t.test('the codec: encodeReport -> decodeBatch -> toReport gives the readable report back, the bytes as ever', async (t) => {
+  const full: Report = {
+    id: '0b9b3c1e-5f0a-4c4e-9a51-2d7e1c3f8a10',
+    kind: 'command_ack',
+    customerId: '7d1f2a9e-3b4c-4d5e-8f60-718293a4b5c6',
+    customer: 'acme',
+    machine: 'm-1',
+    software: 'agent',
+    tokenId: 'c3a1b2d4-e5f6-4789-a0b1-c2d3e4f5a6b7',
+    receivedAt: 1763625600000,
+    idempotencyKey: 'key "x"',
+    deliveredCommands: ['11111111-2222-4333-8444-555555555555', '66666666-7777-4888-9999-aaaaaaaaaaaa'],
+    commandId: 'bbbbbbbb-cccc-4ddd-8eee-ffffffffffff',
+    body: { result: 'success' },
+  };
+  const { body: _body, ...head } = full;
+  const bytes = encodeReport(head, Buffer.from('{"result":"success"}'));
+  // What a gateway queued before the codec, byte for byte (short keys, this order, the body spliced in last).
+  t.equal(
+    bytes.toString(),
+    '{"id":"0b9b3c1e-5f0a-4c4e-9a51-2d7e1c3f8a10","k":"command_ack","c":"7d1f2a9e-3b4c-4d5e-8f60-718293a4b5c6","cs":"acme","m":"m-1","s":"agent",' +
+      '"t":"c3a1b2d4-e5f6-4789-a0b1-c2d3e4f5a6b7","at":1763625600000,"ik":"key \\"x\\"","dc":["11111111-2222-4333-8444-555555555555","66666666-7777-4888-9999-aaaaaaaaaaaa"],' +
+      '"ci":"bbbbbbbb-cccc-4ddd-8eee-ffffffffffff","b":{"result":"success"}}',
+  );
+  const plain: Report = { id: 'a', kind: 'heartbeat', customerId: 'c', customer: 'cs', machine: 'm', software: 's', tokenId: 't', receivedAt: 5, body: {} };
+  const { body: _plainBody, ...plainHead } = plain;
+  const plainBytes = encodeReport(plainHead, null);
+  t.equal(plainBytes.toString(), '{"id":"a","k":"heartbeat","c":"c","cs":"cs","m":"m","s":"s","t":"t","at":5,"b":{}}', 'no optional keys, an empty body');
+  const wire = decodeBatch(encodeBatch([bytes, plainBytes])).r;
+  t.strictSame(wire.map(toReport), [full, plain], 'the readable reports back, no optional field made up');
+  t.strictSame(wire.map((w) => toWire(toReport(w))), wire, 'toWire undoes toReport');
+});
+
 const text = (b: Uint8Array) => Buffer.from(b).toString('utf8');
 
 t.test("reportSlices: each report's bytes as queued, whatever they hold, without a stack", async (t) => {
-  const a = encodeReport({ id: 'a', k: 'status', c: 'c', cs: 'cs', m: 'm', s: 's', t: 't', at: 5 }, Buffer.from('{"status":"running","message":"] , } [ { \\" ,"}'));
-  const deep = encodeReport({ id: 'b', k: 'command_ack', c: 'c', cs: 'cs', m: 'm', s: 's', t: 't', at: 6 }, Buffer.from(`{"result":"success","output":${'['.repeat(20_000)}${']'.repeat(20_000)}}`));
-  const c = encodeReport({ id: 'c', k: 'heartbeat', c: 'c', cs: 'cs', m: 'm', s: 's', t: 't', at: 7, ik: 'x"]}' }, null);
+  const a = encodeReport({ id: 'a', kind: 'status', customerId: 'c', customer: 'cs', machine: 'm', software: 's', tokenId: 't', receivedAt: 5 }, Buffer.from('{"status":"running","message":"] , } [ { \\" ,"}'));
+  const deep = encodeReport({ id: 'b', kind: 'command_ack', customerId: 'c', customer: 'cs', machine: 'm', software: 's', tokenId: 't', receivedAt: 6 }, Buffer.from(`{"result":"success","output":${'['.repeat(20_000)}${']'.repeat(20_000)}}`));
+  const c = encodeReport({ id: 'c', kind: 'heartbeat', customerId: 'c', customer: 'cs', machine: 'm', software: 's', tokenId: 't', receivedAt: 7, idempotencyKey: 'x"]}' }, null);
   const batch = encodeBatch([a, deep, c]);
   const slices = reportSlices(batch)!;
   t.equal(slices.length, 3);

@@ -21,12 +21,12 @@ t.test('metric steps', async (t) => {
 });
 
 t.test('metric rows: one per value, receive time when no ts, the first copy has the highest version', async (t) => {
-  const r = (at: number, b: unknown): Report => ({ id: 'r', k: 'metrics', c: 'c', cs: 'cs', m: 'm', s: 'logcollector', t: 't', at, b });
+  const r = (receivedAt: number, body: unknown): Report => ({ id: 'r', kind: 'metrics', customerId: 'c', customer: 'cs', machine: 'm', software: 'logcollector', tokenId: 't', receivedAt, body });
   const rows = metricRows(
     [
       r(1000, { items: [{ client_metric_id: 'a', values: { y: 2, x: 1 }, labels: { z: '1', a: '2' } }] }),
       r(2000, { items: [{ client_metric_id: 'a', ts: '2026-01-01T00:00:00Z', values: { x: 1 } }] }),
-      { ...r(3000, {}), k: 'heartbeat' },
+      { ...r(3000, {}), kind: 'heartbeat' },
     ],
     () => 'mid',
   ) as Record<string, unknown>[];
