@@ -49,6 +49,7 @@ export const Settings = Type.Object({
   SUBJECT_PREFIX: Str('ingest', 'NATS subject prefix', { pattern: '^[A-Za-z0-9_-]+(\\.[A-Za-z0-9_-]+)*$', allowed: 'NATS subject tokens (letters, digits, _ and -) joined by dots' }),
   REDIS_PREFIX: Str('fleet:', 'Redis key prefix', { minLength: 1 }),
   STREAM_MAX_BYTES: Pos(8 * 1024 ** 3, 'stream size; when full, ingest answers 503'),
+  STREAM_HEARTBEAT_MAX_BYTES: Pos(2 * 1024 ** 3, "the heartbeat lane's stream size; when full, heartbeats are answered 503"),
   STREAM_REPLICAS: Int(1, 1, 5, 'JetStream replicas (3 on a NATS cluster)'),
 
   GATEWAY_HOST: Str('127.0.0.1', 'gateway listen address', HOST),
@@ -307,6 +308,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env) {
     subjectPrefix: s.SUBJECT_PREFIX,
     redisPrefix: s.REDIS_PREFIX,
     streamMaxBytes: s.STREAM_MAX_BYTES,
+    // The heartbeat lane (docs/architecture.md "Lanes"): heartbeats are small; JetStream reserves
+    // a stream's max_bytes on its servers' disks, so the lane does not ask for the main stream's.
+    heartbeatStreamMaxBytes: s.STREAM_HEARTBEAT_MAX_BYTES,
     streamReplicas: s.STREAM_REPLICAS,
     // Behind proxies: which hops to trust for the client address (lib/infra/client-address.ts); the
     // same rule in the gateway and the api.

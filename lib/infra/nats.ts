@@ -33,6 +33,8 @@ export interface StreamSettings {
   streamName: string;
   subjectPrefix: string;
   streamMaxBytes: number;
+  /** The heartbeat lane's limit; the main stream's when not given. */
+  heartbeatStreamMaxBytes?: number;
   streamReplicas: number;
 }
 
@@ -53,7 +55,7 @@ async function upsertStream(jsm: JetStreamManager, cfg: Partial<StreamConfig> & 
  */
 export async function ensureStreams(jsm: JetStreamManager, s: StreamSettings): Promise<void> {
   const subj = subjects(s.subjectPrefix);
-  const workQueue = (name: string, streamSubjects: string[]) =>
+  const workQueue = (name: string, streamSubjects: string[], maxBytes: number) =>
     upsertStream(jsm, {
       name,
       subjects: streamSubjects,
@@ -62,12 +64,12 @@ export async function ensureStreams(jsm: JetStreamManager, s: StreamSettings): P
       storage: StorageType.File,
       // Full stream: refuse new reports (the gateway answers 503) rather than drop accepted ones.
       discard: DiscardPolicy.New,
-      max_bytes: s.streamMaxBytes,
+      max_bytes: maxBytes,
       num_replicas: s.streamReplicas,
       duplicate_window: nanos(120_000),
     });
-  await workQueue(s.streamName, [subj.reports, subj.rejections]);
-  await workQueue(heartbeatStream(s.streamName), [subj.heartbeats]);
+  await workQueue(s.streamName, [subj.reports, subj.rejections], s.streamMaxBytes);
+  await workQueue(heartbeatStream(s.streamName), [subj.heartbeats], s.heartbeatStreamMaxBytes ?? s.streamMaxBytes);
   await upsertStream(jsm, {
     name: deadLetterStream(s.streamName),
     // Per customer: `<deadLetter>.<customer slug>` (lib/store/dead-letters.ts); the bare subject holds dead

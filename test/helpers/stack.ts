@@ -116,6 +116,11 @@ export async function testStack(t: Test, name: string, opts: StackOptions = {}):
     // the files that test them set their own (hostile-requests, noisy-neighbour).
     QUOTA_INGEST_REQUESTS_PER_S: '1000000',
     QUOTA_INGEST_BYTES_PER_S: String(1024 ** 3),
+    // JetStream reserves each stream's max_bytes on the test nats-server's disk (64 GB for all the
+    // stacks alive at once): the processes' own ensureStreams must not raise them to the shipped
+    // 8 GiB + 2 GiB. Files that fill a stream set their own.
+    STREAM_MAX_BYTES: String(1024 ** 3),
+    STREAM_HEARTBEAT_MAX_BYTES: String(256 * 1024 ** 2),
     ...opts.env,
   };
   await adminQuery(`CREATE DATABASE "t_${id}"`, pgServer);
@@ -128,7 +133,8 @@ export async function testStack(t: Test, name: string, opts: StackOptions = {}):
   await ensureStreams(await nc.jetstreamManager({ timeout: 20_000 }), {
     streamName: env.STREAM_NAME!,
     subjectPrefix: env.SUBJECT_PREFIX!,
-    streamMaxBytes: Number(env.STREAM_MAX_BYTES ?? 1024 ** 3),
+    streamMaxBytes: Number(env.STREAM_MAX_BYTES),
+    heartbeatStreamMaxBytes: Number(env.STREAM_HEARTBEAT_MAX_BYTES),
     streamReplicas: 1,
   });
   const customer = await createCustomer(pool, `c-${id}`);

@@ -22,6 +22,10 @@ const HB = heartbeatStream(MAIN);
 const messages = async (stream: string) => (await jsm.streams.info(stream)).state.messages;
 
 t.test('a gateway sends heartbeats to their lane and every other kind to the main stream', async (t) => {
+  // Each stream its own limit (STREAM_MAX_BYTES, STREAM_HEARTBEAT_MAX_BYTES: the test stack's).
+  t.equal((await jsm.streams.info(MAIN)).config.max_bytes, Number(s.env.STREAM_MAX_BYTES));
+  t.equal((await jsm.streams.info(HB)).config.max_bytes, Number(s.env.STREAM_HEARTBEAT_MAX_BYTES));
+  t.not(Number(s.env.STREAM_MAX_BYTES), Number(s.env.STREAM_HEARTBEAT_MAX_BYTES), 'two different limits');
   const [m0, h0] = [await messages(MAIN), await messages(HB)];
   t.equal((await s.report('route-hb', 'heartbeat', { version: 'route-hb' })).status, 200);
   t.equal(await messages(HB), h0 + 1, 'the heartbeat in the heartbeat lane');
