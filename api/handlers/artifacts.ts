@@ -7,7 +7,7 @@ import type { ApiDeps, HandlersOf } from '../types.js';
 import { principal } from '../auth.js';
 import { HttpError, notFound } from '../../lib/contract/errors.js';
 import { parseRange, contentDisposition, type ArtifactStore, type UploadRecord } from '../../lib/store/artifacts.js';
-import { ownedMachine } from '../ownership.js';
+import { ownedMachine } from '../../lib/store/machines.js';
 
 /** A stored artifact: the upload it was (lib/store/artifacts.ts) and where it came from. */
 interface Row extends Pick<UploadRecord, 'software' | 'filename' | 'size' | 'sha256' | 'content_type' | 'chunk_size' | 'chunks'> {
