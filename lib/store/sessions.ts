@@ -79,3 +79,9 @@ export async function openSessionsOfMembers(pool: Pool, pairs: { sessionId: stri
   );
   return r.rows.map((row) => ({ sessionId: row.sid, customerId: row.cust }));
 }
+
+/** When an open (not revoked) session expires; null when it was revoked or never existed. */
+export async function sessionExpiry(pool: Pool, sessionId: string): Promise<Date | null> {
+  const r = await pool.query<{ expires_at: Date }>('SELECT expires_at FROM sessions WHERE id = $1 AND revoked_at IS NULL', [sessionId]);
+  return r.rows[0]?.expires_at ?? null;
+}
