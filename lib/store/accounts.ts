@@ -279,3 +279,26 @@ export async function findUserByEmail(pool: Pool, email: string): Promise<{ id: 
 export async function setPasswordHash(db: Pool | PoolClient, userId: string, hash: string): Promise<void> {
   await db.query('UPDATE users SET password_hash = $1, password_changed_at = now() WHERE id = $2', [hash, userId]);
 }
+
+/** Whether the address (normalised, lower case) belongs to a member of the customer. */
+export async function isMemberEmail(pool: Pool, customerId: string, email: string): Promise<boolean> {
+  const r = await pool.query('SELECT 1 FROM memberships m JOIN users u ON u.id = m.user_id WHERE m.customer_id = $1 AND lower(u.email) = $2', [customerId, email]);
+  return !!r.rowCount;
+}
+
+/** Whether an account has this address (normalised, lower case). */
+export async function emailHasAccount(pool: Pool, email: string): Promise<boolean> {
+  const r = await pool.query('SELECT 1 FROM users WHERE lower(email) = $1', [email]);
+  return (r.rowCount ?? 0) > 0;
+}
+
+/** The user of this address (normalised, lower case); null when none has it. */
+export async function userByEmail(pool: Pool, email: string): Promise<User | null> {
+  const r = await pool.query<User>('SELECT id, email, username, is_system_admin FROM users WHERE lower(email) = $1', [email]);
+  return r.rows[0] ?? null;
+}
+
+/** The user's role in the customer (the membership must exist). */
+export async function memberRole(pool: Pool, userId: string, customerId: string): Promise<Role> {
+  return (await pool.query<{ role: Role }>('SELECT role FROM memberships WHERE user_id = $1 AND customer_id = $2', [userId, customerId])).rows[0]!.role;
+}
