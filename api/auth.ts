@@ -11,6 +11,8 @@ import type { Pool } from '../lib/infra/postgres.js';
 import { HttpError, forbidden } from '../lib/contract/errors.js';
 import { hashToken } from '../lib/contract/ids.js';
 import { ROLE_RANK, type Role } from '../lib/store/accounts.js';
+import { sessionPrincipal } from '../lib/store/sessions.js';
+import { findTokenByHash } from '../lib/store/tokens.js';
 import type { Auth } from '../lib/contract/routes.js';
 import { SESSION_COOKIE, type Sessions } from './session.js';
 
@@ -52,17 +54,7 @@ export async function resolvePrincipal(req: FastifyRequest, pool: Pool, sessions
   if (!claims) throw unauthenticated('session invalid or expired: log in again');
   // One query: the user, their role in the active customer, and whether the session row still
   // holds (a primary-key lookup in the same round trip: revocation costs requests nothing extra).
-  const r = await pool.query<{ email: string; is_system_admin: boolean; role: Role | null; slug: string | null; cust: string | null; open: boolean }>(
-    `SELECT u.email, u.is_system_admin, m.role, c.slug, c.id AS cust,
-            (s.id IS NOT NULL AND s.revoked_at IS NULL AND s.expires_at > now()) AS open
-       FROM users u
-       LEFT JOIN customers c ON c.id = $2::uuid
-       LEFT JOIN memberships m ON m.user_id = u.id AND m.customer_id = c.id
-       LEFT JOIN sessions s ON s.id = $3::uuid AND s.user_id = u.id
-      WHERE u.id = $1`,
-    [claims.sub, claims.cid, claims.sid],
-  );
-  const u = r.rows[0];
+  const u = await sessionPrincipal(pool, claims.sub, claims.cid, claims.sid);
   if (!u) throw unauthenticated('the account of this session no longer exists');
   if (!u.open) throw unauthenticated('session ended (logged out, password changed, or signed out): log in again');
   let role = u.role;
@@ -81,12 +73,7 @@ export async function resolvePrincipal(req: FastifyRequest, pool: Pool, sessions
 }
 
 async function tokenPrincipal(pool: Pool, token: string): Promise<Principal> {
-  const r = await pool.query<{ id: string; customer_id: string; customer: string; scopes: string[]; revoked_at: Date | null; expires_at: Date | null }>(
-    `SELECT t.id, t.customer_id, c.slug AS customer, t.scopes, t.revoked_at, t.expires_at
-       FROM api_tokens t JOIN customers c ON c.id = t.customer_id WHERE t.token_hash = $1`,
-    [hashToken(token)],
-  );
-  const row = r.rows[0];
+  const row = await findTokenByHash(pool, hashToken(token));
   if (!row) throw unauthenticated('invalid token');
   if (row.revoked_at) throw unauthenticated('token revoked');
   if (row.expires_at && row.expires_at.getTime() <= Date.now()) throw forbidden(`token expired at ${row.expires_at.toISOString()}`);

@@ -7,30 +7,12 @@
 // Bounded: at most 10,000 entries per api process, least recently used first out.
 import { LRUCache } from 'lru-cache';
 import type { ApiDeps } from './types.js';
-import { lightSql } from '../lib/domain/traffic-light.js';
+import { countLights, type InstanceFilter, type LightCountsValue } from '../lib/store/instances.js';
 
-export type LightCountsValue = { green: number; yellow: number; red: number; grey: number };
+export type { LightCountsValue };
 
 /** The list's filters other than the colour (a count serves every colour of a filter). */
-export interface CountFilter {
-  machine?: string;
-  software?: string;
-  group?: string;
-  location?: string;
-  q?: string;
-}
-
-/** WHERE conditions over `instances i` for these filters; `param` adds a value, returns its placeholder. */
-export function filterSql(customerParam: string, f: CountFilter, param: (v: unknown) => string): string[] {
-  const where = [`i.customer_id = ${customerParam}`];
-  if (f.machine !== undefined) where.push(`i.machine = ${param(f.machine)}`);
-  if (f.software !== undefined) where.push(`i.software = ${param(f.software)}`);
-  if (f.group !== undefined) where.push(`i.group_name = ${param(f.group)}`);
-  if (f.location !== undefined) where.push(`i.location = ${param(f.location)}`);
-  // Substring of the machine's name, any case; LIKE's own characters match themselves.
-  if (f.q) where.push(`i.machine ILIKE ${param(`%${f.q.replace(/[\\%_]/g, (c) => `\\${c}`)}%`)}`);
-  return where;
-}
+export type CountFilter = InstanceFilter;
 
 export class LightCounts {
   private readonly cache: LRUCache<string, LightCountsValue, { customerId: string; filter: CountFilter }> | null;
@@ -57,16 +39,8 @@ export class LightCounts {
     return v!;
   }
 
-  private async query(customerId: string, filter: CountFilter): Promise<LightCountsValue> {
-    const params: unknown[] = [customerId, this.d.cfg.heartbeatTimeoutS, this.d.cfg.warningWindowS];
-    const where = filterSql('$1', filter, (v) => `$${params.push(v)}`);
-    const r = await this.d.pool.query<{ light: keyof LightCountsValue; n: number }>(
-      `SELECT light, count(*)::int AS n FROM (SELECT ${lightSql('i', '$2::float8', '$3::float8')} AS light FROM instances i WHERE ${where.join(' AND ')}) x GROUP BY light`,
-      params,
-    );
-    const out: LightCountsValue = { green: 0, yellow: 0, red: 0, grey: 0 };
-    for (const row of r.rows) out[row.light] = row.n;
-    return out;
+  private query(customerId: string, filter: CountFilter): Promise<LightCountsValue> {
+    return countLights(this.d.pool, customerId, { timeoutS: this.d.cfg.heartbeatTimeoutS, windowS: this.d.cfg.warningWindowS }, filter);
   }
 }
 

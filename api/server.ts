@@ -33,6 +33,7 @@ import { invitationHandlers } from './handlers/invitations.js';
 import { sessionHandlers } from './handlers/sessions.js';
 import { Mailer } from './mail.js';
 import { streamAuthStillValid } from './stream-auth.js';
+import { ping } from '../lib/infra/postgres.js';
 import type { ApiDeps, ApiHandlers } from './types.js';
 import { routeTimer, type RouteTimer } from '../lib/infra/metrics.js';
 
@@ -149,7 +150,7 @@ export async function buildApi(d: ApiDeps): Promise<FastifyInstance> {
     api_healthz: () => ({ ok: true }),
     api_readyz: async (_req, reply) => {
       try {
-        await d.pool.query('SELECT 1');
+        await ping(d.pool);
         return { ok: true };
       } catch {
         return reply.code(503).send({ detail: 'not ready: Postgres unreachable' });

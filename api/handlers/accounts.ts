@@ -4,7 +4,8 @@ import { createHash } from 'node:crypto';
 import type { ApiDeps, HandlersOf } from '../types.js';
 import { anyPrincipal, principal, type Principal } from '../auth.js';
 import { HttpError, badRequest, forbidden, notFound } from '../../lib/contract/errors.js';
-import { normaliseEmail, setMembership, MembershipError, type Role } from '../../lib/store/accounts.js';
+import { normaliseEmail, setMembership, MembershipError, getUser, customersOfUser, customerWithRole, listMembers, getMember, type CustomerOfUser, type Role } from '../../lib/store/accounts.js';
+import { ackConversions, pendingConversions } from '../../lib/store/conversions.js';
 import { revokeUserSessions } from '../session.js';
 import { reissueSession } from './sessions.js';
 import { isoTime as iso } from '../../lib/infra/postgres.js';
@@ -13,38 +14,20 @@ const conflict = (detail: string) => new HttpError(409, detail);
 
 export const emailSha256 = (email: string) => createHash('sha256').update(normaliseEmail(email)).digest('hex');
 
-interface CustomerRef {
-  id: string;
-  slug: string;
-  name: string;
-  role: Role;
-  member: boolean;
-}
+type CustomerRef = CustomerOfUser;
 
 export function accountHandlers(d: ApiDeps): HandlersOf<'auth_conversions_ack' | 'auth_me' | 'list_members' | 'my_customers' | 'remove_member' | 'switch_customer' | 'update_member'> {
   const { pool } = d;
 
   async function user(id: string) {
-    const r = await pool.query<{ id: string; email: string; username: string | null; is_system_admin: boolean }>(
-      'SELECT id, email, username, is_system_admin FROM users WHERE id = $1',
-      [id],
-    );
-    if (!r.rows[0]) throw new HttpError(401, 'the account of this session no longer exists');
-    return r.rows[0];
+    const u = await getUser(pool, id);
+    if (!u) throw new HttpError(401, 'the account of this session no longer exists');
+    return u;
   }
 
   /** Memberships; for a system administrator also every other customer (owner rights, member false). */
   async function customersOf(userId: string, isSystemAdmin: boolean): Promise<CustomerRef[]> {
-    const r = await pool.query<CustomerRef>(
-      `SELECT c.id, c.slug, c.name, m.role, true AS member
-         FROM memberships m JOIN customers c ON c.id = m.customer_id WHERE m.user_id = $1
-       UNION ALL
-       SELECT c.id, c.slug, c.name, 'owner', false FROM customers c
-        WHERE $2 AND NOT EXISTS (SELECT 1 FROM memberships m WHERE m.user_id = $1 AND m.customer_id = c.id)
-       ORDER BY 2`,
-      [userId, isSystemAdmin],
-    );
-    return r.rows;
+    return customersOfUser(pool, userId, isSystemAdmin);
   }
 
   function activeOf(p: Principal, list: CustomerRef[]): CustomerRef | null {
@@ -57,21 +40,14 @@ export function accountHandlers(d: ApiDeps): HandlersOf<'auth_conversions_ack' |
       const p = anyPrincipal(req);
       const u = await user(p.userId!);
       const customers = await customersOf(u.id, u.is_system_admin);
-      const conv = await pool.query<{ id: string; kind: string; customer_id: string | null; customer: string | null; created_at: Date; value: Record<string, unknown> }>(
-        `SELECT v.id, v.kind, v.customer_id, c.slug AS customer, v.created_at, v.value
-           FROM conversions v LEFT JOIN customers c ON c.id = v.customer_id
-          WHERE v.acked_at IS NULL
-            AND (v.user_id = $1 OR v.customer_id IN (SELECT customer_id FROM memberships WHERE user_id = $1))
-          ORDER BY v.created_at, v.id`,
-        [u.id],
-      );
+      const conv = await pendingConversions(pool, u.id);
       return {
         user: u,
         email_sha256: emailSha256(u.email),
         is_system_admin: u.is_system_admin,
         customers: customers.filter((c) => c.member),
         active_customer: activeOf(p, customers),
-        pending_conversions: conv.rows.map((r) => ({ ...r, created_at: r.created_at.toISOString() })),
+        pending_conversions: conv.map((r) => ({ ...r, created_at: r.created_at.toISOString() })),
       };
     },
 
@@ -79,13 +55,7 @@ export function accountHandlers(d: ApiDeps): HandlersOf<'auth_conversions_ack' |
       const p = anyPrincipal(req);
       const { ids } = req.body;
       // Only the user's own events and those of their customers; others (and repeats) are ignored.
-      const r = await pool.query(
-        `UPDATE conversions SET acked_at = now(), acked_by = $1
-          WHERE id = ANY($2::uuid[]) AND acked_at IS NULL
-            AND (user_id = $1 OR customer_id IN (SELECT customer_id FROM memberships WHERE user_id = $1))`,
-        [p.userId, ids],
-      );
-      return { ok: true, acked: r.rowCount ?? 0 };
+      return { ok: true, acked: await ackConversions(pool, p.userId, ids) };
     },
 
     async my_customers(req) {
@@ -99,12 +69,7 @@ export function accountHandlers(d: ApiDeps): HandlersOf<'auth_conversions_ack' |
       const b = req.body;
       if (!b.customer_id && !b.customer) throw badRequest('send customer_id or customer (slug)');
       const u = await user(p.userId!);
-      const r = await pool.query<{ id: string; slug: string; role: Role | null }>(
-        `SELECT c.id, c.slug, m.role FROM customers c LEFT JOIN memberships m ON m.customer_id = c.id AND m.user_id = $1
-          WHERE ${b.customer_id ? 'c.id = $2::uuid' : 'c.slug = $2'}`,
-        [u.id, b.customer_id ?? b.customer],
-      );
-      const c = r.rows[0];
+      const c = await customerWithRole(pool, u.id, b.customer_id ? { id: b.customer_id } : { slug: (b.customer_id ?? b.customer)! });
       const refused = forbidden('you are not a member of that customer');
       if (!c) throw u.is_system_admin ? notFound('no such customer') : refused;
       const role: Role | null = c.role ?? (u.is_system_admin ? 'owner' : null);
@@ -115,13 +80,8 @@ export function accountHandlers(d: ApiDeps): HandlersOf<'auth_conversions_ack' |
 
     async list_members(req) {
       const p = principal(req);
-      const r = await pool.query(
-        `SELECT u.id AS user_id, u.email, u.username, m.role, m.created_at
-           FROM memberships m JOIN users u ON u.id = m.user_id
-          WHERE m.customer_id = $1 ORDER BY m.created_at, u.email`,
-        [p.customerId],
-      );
-      return { items: r.rows.map((m) => ({ ...m, created_at: iso(m.created_at) })) };
+      const members = await listMembers(pool, p.customerId);
+      return { items: members.map((m) => ({ ...m, created_at: iso(m.created_at) })) };
     },
 
     async update_member(req) {
@@ -153,12 +113,8 @@ export function accountHandlers(d: ApiDeps): HandlersOf<'auth_conversions_ack' |
   }
 
   async function member(customerId: string, userId: string) {
-    const r = await pool.query(
-      `SELECT u.id AS user_id, u.email, u.username, m.role, m.created_at
-         FROM memberships m JOIN users u ON u.id = m.user_id WHERE m.customer_id = $1 AND m.user_id = $2`,
-      [customerId, userId],
-    );
-    if (!r.rows[0]) throw notFound('no such member');
-    return { ...r.rows[0], created_at: iso(r.rows[0].created_at) };
+    const m = await getMember(pool, customerId, userId);
+    if (!m) throw notFound('no such member');
+    return { ...m, created_at: iso(m.created_at) };
   }
 }

@@ -6,22 +6,10 @@ import { Readable } from 'node:stream';
 import type { ApiDeps, HandlersOf } from '../types.js';
 import { principal } from '../auth.js';
 import { HttpError, notFound } from '../../lib/contract/errors.js';
-import { parseRange, contentDisposition, type ArtifactStore, type UploadRecord } from '../../lib/store/artifacts.js';
-import { ownedMachine } from '../ownership.js';
+import { parseRange, contentDisposition, getArtifact, listMachineArtifacts, type ArtifactStore, type ArtifactRow } from '../../lib/store/artifacts.js';
+import { ownedMachine } from '../../lib/store/machines.js';
 
-/** A stored artifact: the upload it was (lib/store/artifacts.ts) and where it came from. */
-interface Row extends Pick<UploadRecord, 'software' | 'filename' | 'size' | 'sha256' | 'content_type' | 'chunk_size' | 'chunks'> {
-  id: string;
-  machine_id: string;
-  machine: string;
-  instance_id: string;
-  upload_id: string;
-  uploaded_at: Date;
-}
-
-const SELECT = `SELECT a.id, a.machine_id, m.slug AS machine, a.instance_id, a.software, a.upload_id, a.filename, a.size, a.sha256,
-                       a.content_type, a.chunk_size, a.chunks, a.uploaded_at
-                  FROM artifacts a JOIN machines m ON m.id = a.machine_id`;
+type Row = ArtifactRow;
 
 const toArtifact = (r: Row) => ({
   id: r.id,
@@ -75,22 +63,14 @@ export function artifactHandlers(d: ApiDeps): HandlersOf<'download_artifact' | '
       const { id } = req.params;
       const q = req.query;
       await ownedMachine(d.pool, p.customerId, id);
-      const where = ['a.customer_id = $1', 'a.machine_id = $2'];
-      const params: unknown[] = [p.customerId, id];
-      if (q.software) where.push(`a.software = $${params.push(q.software)}`);
-      const total = await d.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM artifacts a WHERE ${where.join(' AND ')}`, params);
-      const rows = await d.pool.query<Row>(
-        `${SELECT} WHERE ${where.join(' AND ')} ORDER BY a.uploaded_at DESC, a.id LIMIT $${params.push(q.limit ?? 100)} OFFSET $${params.push(q.offset ?? 0)}`,
-        params,
-      );
-      return { items: rows.rows.map(toArtifact), total: total.rows[0]!.n };
+      const { rows, total } = await listMachineArtifacts(d.pool, p.customerId, id, { software: q.software, limit: q.limit ?? 100, offset: q.offset ?? 0 });
+      return { items: rows.map(toArtifact), total };
     },
 
     async download_artifact(req, reply) {
       const p = principal(req);
       const { id } = req.params;
-      const r = await d.pool.query<Row>(`${SELECT} WHERE a.customer_id = $1 AND a.id = $2`, [p.customerId, id]);
-      const a = r.rows[0];
+      const a = await getArtifact(d.pool, p.customerId, id);
       if (!a) throw notFound('no such artifact');
       const store = d.artifacts();
       if (!store) throw new HttpError(503, 'the artifact store (NATS) is not reachable yet; retry', { retryAfterS: 2 });

@@ -4,12 +4,12 @@
 import type { ApiDeps, HandlersOf } from '../types.js';
 import { principal } from '../auth.js';
 import { advertisedCommands, cancelCommand, queueCommand, readCommands } from '../../lib/store/commands.js';
-import { ownedInstance } from '../ownership.js';
+import { ownedInstance, ownedInstanceSnapshot } from '../../lib/store/instances.js';
 
 export function commandHandlers(d: ApiDeps): HandlersOf<'cancel_command' | 'list_available_commands' | 'list_instance_commands' | 'queue_command'> {
   const cfg = d.cfg.commands;
 
-  const instanceSnapshot = async (customerId: string, id: string) => (await ownedInstance<{ snapshot: unknown }>(d.pool, customerId, id, 'snapshot')).snapshot;
+  const instanceSnapshot = async (customerId: string, id: string) => (await ownedInstanceSnapshot(d.pool, customerId, id)).snapshot;
 
   return {
     async list_available_commands(req) {

@@ -3,7 +3,8 @@
 import type { FastifyReply } from 'fastify';
 import type { ApiDeps, HandlersOf, RequestOf, ApiRoutes } from '../types.js';
 import { principal } from '../auth.js';
-import { ownedInstance } from '../ownership.js';
+import { ownedInstanceSoftware } from '../../lib/store/instances.js';
+import { listHelpTexts } from '../../lib/store/help-texts.js';
 
 export function helpHandlers(d: ApiDeps): HandlersOf<'get_instance_help' | 'get_instance_help_short'> {
   async function getHelp(req: RequestOf<ApiRoutes['get_instance_help']>, reply: FastifyReply) {
@@ -11,14 +12,11 @@ export function helpHandlers(d: ApiDeps): HandlersOf<'get_instance_help' | 'get_
     const { id } = req.params;
     const q = req.query;
     const lang = q.lang.toLowerCase();
-    const { software } = await ownedInstance<{ software: string }>(d.pool, p.customerId, id, 'software');
-    const r = await d.pool.query<{ lang: 'de' | 'en'; title: string; text: string; updated_at: Date }>(
-      `SELECT lang, title, text, updated_at FROM help_texts WHERE customer_id = $1 AND software = $2 AND code = $3 ORDER BY lang`,
-      [p.customerId, software, q.code],
-    );
-    const hit = r.rows.find((x) => x.lang === lang);
+    const { software } = await ownedInstanceSoftware(d.pool, p.customerId, id);
+    const texts = await listHelpTexts(d.pool, p.customerId, software, q.code);
+    const hit = texts.find((x) => x.lang === lang);
     if (!hit) {
-      const available = r.rows.map((x) => x.lang);
+      const available = texts.map((x) => x.lang);
       return reply.code(404).send({
         detail: available.length
           ? `no ${lang} help text for code ${q.code} of ${software}; available: ${available.join(', ')}`

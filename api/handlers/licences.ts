@@ -5,22 +5,21 @@ import { principal } from '../auth.js';
 import { badRequest, notFound } from '../../lib/contract/errors.js';
 import { withTx, type Pool } from '../../lib/infra/postgres.js';
 import { getLicence, deviceCount, licenceView, setLicence, type LicenceChange, type LicenceRow } from '../../lib/store/licences.js';
+import { listFlaggedMachines } from '../../lib/store/machines.js';
+import { customerExists } from '../../lib/store/customers.js';
+import { helpTextsUploaded, onboardingFacts } from '../../lib/store/onboarding.js';
 import { isoTime as iso } from '../../lib/infra/postgres.js';
 
 
 async function licenceKey(pool: Pool, l: LicenceRow) {
   const [count, flagged] = await Promise.all([
     deviceCount(pool, l.customer_id),
-    pool.query<{ slug: string; first_seen_at: Date; last_seen_at: Date; over_limit_at: Date }>(
-      `SELECT slug, first_seen_at, last_seen_at, over_limit_at FROM machines
-        WHERE customer_id = $1 AND over_limit_at IS NOT NULL ORDER BY over_limit_at DESC, slug LIMIT 100`,
-      [l.customer_id],
-    ),
+    listFlaggedMachines(pool, l.customer_id),
   ]);
   return {
     license_key: l.licence_key,
     ...licenceView(l, count),
-    flagged_machines: flagged.rows.map((m) => ({
+    flagged_machines: flagged.map((m) => ({
       machine: m.slug,
       first_seen_at: m.first_seen_at.toISOString(),
       last_seen_at: m.last_seen_at.toISOString(),
@@ -54,32 +53,6 @@ export function licenceHandlers(d: ApiDeps): HandlersOf<'license_key' | 'license
     return l;
   }
 
-  /**
-   * When help texts were first uploaded: the `help` report milestone, or the help-text table when it
-   * exists (it belongs to the diagnostics suite; this works with and without it, and whatever its
-   * time column is called).
-   */
-  async function helpTextsAt(customerId: string, milestone: Date | null): Promise<{ done: boolean; at: Date | null }> {
-    const cols = await pool.query<{ column_name: string }>(
-      `SELECT column_name FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = 'help_texts'`,
-    );
-    const names = new Set(cols.rows.map((c) => c.column_name));
-    if (!names.has('customer_id')) return { done: milestone !== null, at: milestone };
-    const timeCol = ['created_at', 'updated_at', 'stored_at', 'received_at'].find((c) => names.has(c));
-    try {
-      const r = await pool.query<{ n: number; at: Date | null }>(
-        `SELECT count(*)::int AS n, ${timeCol ? `min(${timeCol})` : 'NULL::timestamptz'} AS at FROM (SELECT * FROM help_texts WHERE customer_id = $1 LIMIT 100000) h`,
-        [customerId],
-      );
-      const row = r.rows[0]!;
-      if (row.n === 0) return { done: milestone !== null, at: milestone };
-      const at = [row.at, milestone].filter((x): x is Date => x instanceof Date).sort((a, b) => a.getTime() - b.getTime())[0] ?? null;
-      return { done: true, at };
-    } catch {
-      return { done: milestone !== null, at: milestone };
-    }
-  }
-
   return {
     async license_status(req) {
       const p = principal(req);
@@ -95,8 +68,7 @@ export function licenceHandlers(d: ApiDeps): HandlersOf<'license_key' | 'license
     async set_license(req) {
       const { id } = req.params;
       const body: LicenceChange = req.body;
-      const exists = await pool.query('SELECT 1 FROM customers WHERE id = $1', [id]);
-      if (!exists.rowCount) throw notFound('no such customer');
+      if (!(await customerExists(pool, id))) throw notFound('no such customer');
       let l: LicenceRow;
       try {
         l = await withTx(pool, (c) => setLicence(c, id, body));
@@ -110,28 +82,16 @@ export function licenceHandlers(d: ApiDeps): HandlersOf<'license_key' | 'license
 
     async onboarding_status(req) {
       const p = principal(req);
-      const [tok, ms, mates] = await Promise.all([
-        pool.query<{ at: Date | null }>('SELECT min(created_at) AS at FROM api_tokens WHERE customer_id = $1', [p.customerId]),
-        pool.query<{ step: string; done_at: Date }>('SELECT step, done_at FROM onboarding_milestones WHERE customer_id = $1', [p.customerId]),
-        // A teammate: an invitation sent (whatever became of it), or any membership after the customer's first one.
-        pool.query<{ at: Date }>(
-          `SELECT min(at) AS at FROM (
-             SELECT min(created_at) AS at FROM invitations WHERE customer_id = $1
-             UNION ALL
-             (SELECT created_at FROM memberships WHERE customer_id = $1 ORDER BY created_at, user_id OFFSET 1 LIMIT 1)
-           ) x HAVING min(at) IS NOT NULL`,
-          [p.customerId],
-        ),
-      ]);
-      const milestone = new Map(ms.rows.map((r) => [r.step, r.done_at]));
-      const help = await helpTextsAt(p.customerId, milestone.get('help') ?? null);
+      const f = await onboardingFacts(pool, p.customerId);
+      const milestone = f.milestones;
+      const help = await helpTextsUploaded(pool, p.customerId, milestone.get('help') ?? null);
       const at: Record<(typeof STEPS)[number]['key'], { done: boolean; at: Date | null }> = {
-        token_created: { done: tok.rows[0]!.at !== null, at: tok.rows[0]!.at },
+        token_created: { done: f.firstTokenAt !== null, at: f.firstTokenAt },
         first_heartbeat: { done: milestone.has('heartbeat'), at: milestone.get('heartbeat') ?? null },
         first_diagnostics: { done: milestone.has('diagnostics'), at: milestone.get('diagnostics') ?? null },
         first_status: { done: milestone.has('status'), at: milestone.get('status') ?? null },
         help_texts: help,
-        teammate_invited: { done: mates.rows.length > 0, at: mates.rows[0]?.at ?? null },
+        teammate_invited: { done: f.teammate, at: f.teammateAt },
       };
       const steps = STEPS.map((s) => ({ ...s, done: at[s.key].done, done_at: iso(at[s.key].at) }));
       const done = steps.filter((s) => s.done).length;

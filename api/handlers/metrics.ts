@@ -5,9 +5,8 @@
 import type { ApiDeps, HandlersOf } from '../types.js';
 import { principal } from '../auth.js';
 import { HttpError } from '../../lib/contract/errors.js';
-import { queryRows } from '../../lib/infra/clickhouse.js';
-import { chStr, chInt } from '../../lib/infra/clickhouse-sql.js';
-import { ownedMachine } from '../ownership.js';
+import { ownedMachine } from '../../lib/store/machines.js';
+import { listMetricNames, metricSeries } from '../../lib/store/history.js';
 
 const UNIT_MS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
 const NICE_STEPS_S = [1, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10_800, 21_600, 43_200, 86_400, 604_800];
@@ -39,25 +38,10 @@ export function metricHandlers(d: ApiDeps): HandlersOf<'get_machine_metrics'> {
       const to = q.to ? Date.parse(q.to) : Date.now();
       const from = q.from ? Date.parse(q.from) : to - 86_400_000;
       if (!(from < to)) throw new HttpError(400, '`from` must be before `to`');
-      const cond = [
-        `customer_id = ${chStr(p.customerId)}`,
-        `machine_id = ${chStr(id)}`,
-        // The partition key is the month of ts: these two let ClickHouse skip other months (a day
-        // wider than the range, in case the server's time zone is not UTC; ts_ms is exact).
-        `ts >= toDateTime(${chInt(Math.max(0, Math.floor(from / 1000) - 86_400))})`,
-        `ts <= toDateTime(${chInt(Math.min(4_294_967_295, Math.ceil(to / 1000) + 86_400))})`,
-        `ts_ms >= ${chInt(Math.max(0, from))}`,
-        `ts_ms < ${chInt(Math.max(0, to))}`,
-      ];
       const range = { from: new Date(from).toISOString(), to: new Date(to).toISOString() };
 
       if (!q.name) {
-        const rows = await queryRows<{ name: string; points: string; first: string; last: string }>(
-          d.ch,
-          `SELECT name, uniqExact(client_metric_id) AS points, min(ts_ms) AS first, max(ts_ms) AS last
-             FROM host_metrics WHERE ${cond.join(' AND ')}
-            GROUP BY name ORDER BY name LIMIT 10000`,
-        );
+        const rows = await listMetricNames(d.ch, p.customerId, id, from, to);
         return {
           machine_id: id,
           ...range,
@@ -68,16 +52,7 @@ export function metricHandlers(d: ApiDeps): HandlersOf<'get_machine_metrics'> {
       const stepMs = q.step ? parseStep(q.step) : autoStep(to - from);
       if (stepMs === null) throw new HttpError(400, `invalid step ${JSON.stringify(q.step)}: a number of seconds, or a number with ms, s, m, h or d`);
       if ((to - from) / stepMs > MAX_BUCKETS) throw new HttpError(400, `step too small: at most ${MAX_BUCKETS} buckets per query`);
-      const step = chInt(stepMs);
-      const rows = await queryRows<{ t: string; avg: number; min: number; max: number; n: string }>(
-        d.ch,
-        `SELECT intDiv(t0, ${step}) * ${step} AS t, avg(v) AS avg, min(v) AS min, max(v) AS max, count() AS n
-           FROM (SELECT client_metric_id, argMax(ts_ms, ver) AS t0, argMax(value, ver) AS v
-                   FROM host_metrics
-                  WHERE ${cond.join(' AND ')} AND name = ${chStr(q.name)}
-                  GROUP BY client_metric_id)
-          GROUP BY t ORDER BY t`,
-      );
+      const rows = await metricSeries(d.ch, p.customerId, id, from, to, q.name, stepMs);
       return {
         machine_id: id,
         name: q.name,

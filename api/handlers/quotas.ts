@@ -4,7 +4,7 @@
 import type { ApiDeps, HandlersOf } from '../types.js';
 import { principal } from '../auth.js';
 import { HttpError } from '../../lib/contract/errors.js';
-import { loadArtifactStored, loadOverrides, quotaDefaults, quotaView } from '../../lib/store/quotas.js';
+import { loadArtifactStored, loadOverrides, quotaDefaults, quotaView, countQuotaUse } from '../../lib/store/quotas.js';
 import { ArtifactUsage } from '../../lib/store/artifact-usage.js';
 
 export function quotaHandlers(d: ApiDeps): HandlersOf<'list_quotas'> {
@@ -17,11 +17,7 @@ export function quotaHandlers(d: ApiDeps): HandlersOf<'list_quotas'> {
       const [overrides, stored, counts] = await Promise.all([
         loadOverrides(d.pool, id),
         loadArtifactStored(d.pool, id),
-        d.pool.query<{ webhooks: number; rules: number }>(
-          `SELECT (SELECT count(*)::int FROM webhooks WHERE customer_id = $1) AS webhooks,
-                  (SELECT count(*)::int FROM whitelist_rules WHERE customer_id = $1 AND deleted_at IS NULL) AS rules`,
-          [id],
-        ),
+        countQuotaUse(d.pool, id),
       ]);
       const reserved = await usage.reserved(id, stored.seq).catch((e: unknown) => {
         req.log.warn({ err: e }, 'reading artifact reservations failed');
@@ -42,8 +38,8 @@ export function quotaHandlers(d: ApiDeps): HandlersOf<'list_quotas'> {
           },
           artifact_max_bytes: scoped('artifact_max_bytes', 'artifact'),
           stream_connections: { ...scoped('stream_connections', 'api_replica'), used: d.lights.countOf(id) },
-          webhooks: { ...scoped('webhooks', 'customer'), used: counts.rows[0]!.webhooks },
-          whitelist_rules: { ...scoped('whitelist_rules', 'customer'), used: counts.rows[0]!.rules },
+          webhooks: { ...scoped('webhooks', 'customer'), used: counts.webhooks },
+          whitelist_rules: { ...scoped('whitelist_rules', 'customer'), used: counts.rules },
           ingest_requests_per_s: scoped('ingest_requests_per_s', 'customer'),
           ingest_bytes_per_s: scoped('ingest_bytes_per_s', 'customer'),
         },

@@ -5,8 +5,7 @@
 import type { ApiDeps, HandlersOf } from '../types.js';
 import { principal } from '../auth.js';
 import { badRequest } from '../../lib/contract/errors.js';
-import { queryRows } from '../../lib/infra/clickhouse.js';
-import { chStr, chInt } from '../../lib/infra/clickhouse-sql.js';
+import { listRejections } from '../../lib/store/rejections.js';
 
 interface Query {
   from?: string;
@@ -18,20 +17,10 @@ interface Query {
 
 export function rejectionHandlers(d: ApiDeps): HandlersOf<'list_ingest_rejections' | 'list_unattributed_ingest_rejections'> {
   async function list(customerId: string, q: Query) {
-    const cond = [`customer_id = ${chStr(customerId)}`];
     const from = q.from ? Date.parse(q.from) : null;
     const to = q.to ? Date.parse(q.to) : null;
     if (from !== null && to !== null && from > to) throw badRequest('from is after to');
-    if (from !== null) cond.push(`received_ms >= ${chInt(Math.max(0, from))}`);
-    if (to !== null) cond.push(`received_ms <= ${chInt(Math.max(0, to))}`);
-    if (q.status !== undefined) cond.push(`status = ${chInt(q.status)}`);
-    if (q.customer) cond.push(`customer = ${chStr(q.customer)}`);
-    const rows = await queryRows<Record<string, string | number>>(
-      d.ch,
-      `SELECT id, received_ms, customer, token_id, method, path, status, detail, body_size, remote, dropped
-         FROM ingest_rejections FINAL WHERE ${cond.join(' AND ')}
-        ORDER BY received_ms DESC, id LIMIT ${chInt(q.limit ?? 500)}`,
-    );
+    const rows = await listRejections(d.ch, customerId, { fromMs: from, toMs: to, status: q.status, customer: q.customer, limit: q.limit ?? 500 });
     return {
       items: rows.map((r) => ({
         id: String(r.id),

@@ -13,10 +13,11 @@ import type { ApiDeps, HandlersOf } from '../types.js';
 import { anyPrincipal } from '../auth.js';
 import { HttpError, badRequest, notFound } from '../../lib/contract/errors.js';
 import { hashToken } from '../../lib/contract/ids.js';
-import { hashPassword, verifyPassword, normaliseEmail, DUMMY_HASH } from '../../lib/store/accounts.js';
+import { hashPassword, verifyPassword, normaliseEmail, DUMMY_HASH, userExists, userPasswordHash, findUserByEmail, setPasswordHash } from '../../lib/store/accounts.js';
+import { createPasswordReset, findOpenPasswordReset, usePasswordReset } from '../../lib/store/password-resets.js';
+import { sessionExpiry } from '../../lib/store/sessions.js';
 import { passwordProblem } from '../../lib/domain/passwords.js';
 import { langOf, messages, type Mailer } from '../mail.js';
-import { withTx } from '../../lib/infra/postgres.js';
 import { SESSION_COOKIE, createSession, revokeUserSessions, setSessionCookie } from '../session.js';
 
 /** A single-use link token: `<prefix>_` and 32 random bytes; only its SHA-256 is stored. */
@@ -47,9 +48,9 @@ export async function reissueSession(
   customerId: string | null,
   sessionId: string,
 ): Promise<{ token: string; expiresAt: Date }> {
-  const r = await d.pool.query<{ expires_at: Date }>('SELECT expires_at FROM sessions WHERE id = $1 AND revoked_at IS NULL', [sessionId]);
-  if (!r.rows[0]) throw new HttpError(401, 'session ended: log in again');
-  const out = await d.sessions.issue({ sub: user.id, email: user.email, is_system_admin: user.is_system_admin, cid: customerId, sid: sessionId }, r.rows[0].expires_at);
+  const expiresAt = await sessionExpiry(d.pool, sessionId);
+  if (!expiresAt) throw new HttpError(401, 'session ended: log in again');
+  const out = await d.sessions.issue({ sub: user.id, email: user.email, is_system_admin: user.is_system_admin, cid: customerId, sid: sessionId }, expiresAt);
   setSessionCookie(reply, out.token, Math.max(1, Math.round((out.expiresAt.getTime() - Date.now()) / 1000)), d.cfg.api.cookieSecure);
   return out;
 }
@@ -89,8 +90,7 @@ export function sessionHandlers(
 
     async admin_sign_out_user(req) {
       const { user_id } = req.params;
-      const u = await d.pool.query('SELECT 1 FROM users WHERE id = $1', [user_id]);
-      if (!u.rowCount) throw notFound('no such user');
+      if (!(await userExists(d.pool, user_id))) throw notFound('no such user');
       const n = await revokeUserSessions(d.pool, user_id, 'signed_out_by_admin');
       d.log.info({ userId: user_id, by: anyPrincipal(req).userId, sessions: n }, 'user signed out everywhere by a system administrator');
       return { ok: true as const, sessions_ended: n };
@@ -99,8 +99,7 @@ export function sessionHandlers(
     async auth_change_password(req) {
       const p = anyPrincipal(req);
       const b = req.body;
-      const r = await d.pool.query<{ email: string; password_hash: string }>('SELECT email, password_hash FROM users WHERE id = $1', [p.userId]);
-      const u = r.rows[0];
+      const u = await userPasswordHash(d.pool, p.userId!);
       if (!u) throw new HttpError(401, 'the account of this session no longer exists');
       // Wrong current passwords are counted per user (a stolen session must not become a way to
       // guess the password): LOGIN_MAX_FAILURES_PER_ACCOUNT within LOGIN_WINDOW_S, then 429.
@@ -119,7 +118,7 @@ export function sessionHandlers(
       if (problem) throw badRequest(problem);
       if (b.new_password === b.current_password) throw badRequest('the new password is the current one');
       const hash = await hashPassword(b.new_password);
-      await d.pool.query('UPDATE users SET password_hash = $1, password_changed_at = now() WHERE id = $2', [hash, p.userId]);
+      await setPasswordHash(d.pool, p.userId!, hash);
       // Every other session ends; this one stays (whoever changed it is still here).
       const n = await revokeUserSessions(d.pool, p.userId!, 'password_changed', p.sessionId ?? null);
       d.log.info({ userId: p.userId, sessions: n }, 'password changed; other sessions ended');
@@ -131,8 +130,7 @@ export function sessionHandlers(
       const lang = langOf(req.body.lang ?? req.headers['accept-language']);
       reply.code(202);
       const answer = { ok: true as const, detail: 'if an account has this address, an e-mail with a link to choose a new password is on its way' };
-      const r = await d.pool.query<{ id: string; email: string }>('SELECT id, email FROM users WHERE lower(email) = $1', [email]);
-      const u = r.rows[0];
+      const u = await findUserByEmail(d.pool, email);
       // The per-address count is kept whether or not the account exists (the same work either way).
       const key = `${d.cfg.redisPrefix}pwreset:${hashToken(email)}`;
       const count = Number((await d.redis.multi().incr(key).expire(key, 3600, 'NX').exec())?.[0]?.[1] ?? 0);
@@ -142,12 +140,9 @@ export function sessionHandlers(
         return answer;
       }
       const token = newLinkToken('rst');
-      const ins = await d.pool.query<{ expires_at: Date }>(
-        `INSERT INTO password_resets (user_id, token_hash, expires_at) VALUES ($1, $2, now() + make_interval(secs => $3)) RETURNING expires_at`,
-        [u.id, hashToken(token), cfg.passwordResetTtlS],
-      );
+      const expiresAt = await createPasswordReset(d.pool, u.id, hashToken(token), cfg.passwordResetTtlS);
       const link = `${cfg.publicDashboardUrl}/reset-password#token=${token}`;
-      sendLater(mailer, d, messages.passwordReset(lang, { to: u.email, link, expiresAt: ins.rows[0]!.expires_at }), 'password reset');
+      sendLater(mailer, d, messages.passwordReset(lang, { to: u.email, link, expiresAt }), 'password reset');
       return answer;
     },
 
@@ -156,13 +151,7 @@ export function sessionHandlers(
       const invalid = () => badRequest('this reset link is invalid, already used or expired: ask for a new one');
       if (!wellFormedLinkToken(b.token, 'rst')) throw invalid();
       // Verify the new password's rules before the link is used up.
-      const row = (
-        await d.pool.query<{ id: string; user_id: string; email: string }>(
-          `SELECT r.id, r.user_id, u.email FROM password_resets r JOIN users u ON u.id = r.user_id
-            WHERE r.token_hash = $1 AND r.used_at IS NULL AND r.expires_at > now()`,
-          [hashToken(b.token)],
-        )
-      ).rows[0];
+      const row = await findOpenPasswordReset(d.pool, hashToken(b.token));
       if (!row) {
         await verifyPassword(b.new_password, DUMMY_HASH); // the same cost as the real path
         throw invalid();
@@ -170,15 +159,7 @@ export function sessionHandlers(
       const problem = passwordProblem(b.new_password, rules(row.email));
       if (problem) throw badRequest(problem);
       const hash = await hashPassword(b.new_password);
-      const ended = await withTx(d.pool, async (c) => {
-        const used = await c.query(`UPDATE password_resets SET used_at = now() WHERE id = $1 AND used_at IS NULL AND expires_at > now()`, [row.id]);
-        if (!used.rowCount) return null;
-        // Every other link of this user is void now too.
-        await c.query(`UPDATE password_resets SET used_at = now() WHERE user_id = $1 AND used_at IS NULL`, [row.user_id]);
-        await c.query('UPDATE users SET password_hash = $1, password_changed_at = now() WHERE id = $2', [hash, row.user_id]);
-        const r = await c.query(`UPDATE sessions SET revoked_at = now(), revoked_why = 'password_reset' WHERE user_id = $1 AND revoked_at IS NULL`, [row.user_id]);
-        return r.rowCount ?? 0;
-      });
+      const ended = await usePasswordReset(d.pool, row, hash);
       if (ended === null) throw invalid();
       d.log.info({ userId: row.user_id, sessions: ended }, 'password reset through an e-mailed link; every session ended');
       return { ok: true as const, sessions_ended: ended };

@@ -6,25 +6,11 @@
 import type { ApiDeps, HandlersOf } from '../types.js';
 import { principal } from '../auth.js';
 import { badRequest, notFound } from '../../lib/contract/errors.js';
-import { createToken, revokeToken, TokenError, type Scope } from '../../lib/store/customers.js';
+import { createToken, revokeToken, TokenError } from '../../lib/store/customers.js';
+import { getCustomerToken, listCustomerTokens, type CustomerTokenRow } from '../../lib/store/tokens.js';
 
-interface Row {
-  id: string;
-  name: string;
-  prefix: string;
-  scopes: Scope[];
-  machine: string | null;
-  created_at: Date;
-  created_by_id: string | null;
-  created_by_email: string | null;
-  expires_at: Date | null;
-  last_used_at: Date | null;
-  revoked_at: Date | null;
-}
+type Row = CustomerTokenRow;
 
-const SELECT = `SELECT t.id, t.name, t.prefix, t.scopes, t.machine, t.created_at, t.created_by AS created_by_id, u.email AS created_by_email,
-                       t.expires_at, t.last_used_at, t.revoked_at
-                  FROM api_tokens t LEFT JOIN users u ON u.id = t.created_by`;
 const iso = (d: Date | null) => (d ? d.toISOString() : null);
 const view = ({ created_by_id, created_by_email, ...r }: Row) => ({
   id: r.id,
@@ -41,16 +27,15 @@ const view = ({ created_by_id, created_by_email, ...r }: Row) => ({
 
 export function tokenHandlers(d: ApiDeps): HandlersOf<'create_token' | 'list_tokens' | 'revoke_token'> {
   async function one(customerId: string, id: string): Promise<Row> {
-    const r = await d.pool.query<Row>(`${SELECT} WHERE t.customer_id = $1 AND t.id = $2`, [customerId, id]);
-    if (!r.rows[0]) throw notFound('no such token');
-    return r.rows[0];
+    const row = await getCustomerToken(d.pool, customerId, id);
+    if (!row) throw notFound('no such token');
+    return row;
   }
 
   return {
     async list_tokens(req) {
       const p = principal(req);
-      const r = await d.pool.query<Row>(`${SELECT} WHERE t.customer_id = $1 ORDER BY t.created_at DESC, t.id`, [p.customerId]);
-      return { items: r.rows.map(view) };
+      return { items: (await listCustomerTokens(d.pool, p.customerId)).map(view) };
     },
 
     async create_token(req, reply) {

@@ -4,9 +4,8 @@ import type { ApiDeps, HandlersOf } from '../types.js';
 import { principal } from '../auth.js';
 import { HttpError } from '../../lib/contract/errors.js';
 import { lightCounts } from '../light-counts.js';
-import { queryRows } from '../../lib/infra/clickhouse.js';
-import { chInt } from '../../lib/infra/clickhouse-sql.js';
-import { ownedInstanceRows } from '../ownership.js';
+import { ownedInstance } from '../../lib/store/instances.js';
+import { listLightEvents } from '../../lib/store/history.js';
 import { describeQuota, loadQuotas } from '../../lib/store/quotas.js';
 
 const iso = (ms: number | string) => new Date(Number(ms)).toISOString();
@@ -29,15 +28,12 @@ export function trafficLightHandlers(d: ApiDeps): HandlersOf<'fleet_light_stream
     async list_instance_light_events(req) {
       const p = principal(req);
       const q = req.query;
-      const cond = await ownedInstanceRows(d.pool, p.customerId, req.params.id);
-      if (q.from) cond.push(`at_ms >= ${chInt(Date.parse(q.from))}`);
-      if (q.to) cond.push(`at_ms <= ${chInt(Date.parse(q.to))}`);
-      const rows = await queryRows<Record<string, string | number>>(
-        d.ch,
-        `SELECT instance_id, machine_id, machine, software, seq, from_light, to_light, reason, cause, at_ms, recorded_ms
-           FROM light_events FINAL WHERE ${cond.join(' AND ')}
-          ORDER BY seq DESC LIMIT ${chInt(q.limit ?? 500)}`,
-      );
+      await ownedInstance(d.pool, p.customerId, req.params.id);
+      const rows = await listLightEvents(d.ch, p.customerId, req.params.id, {
+        fromMs: q.from ? Date.parse(q.from) : undefined,
+        toMs: q.to ? Date.parse(q.to) : undefined,
+        limit: q.limit ?? 500,
+      });
       return {
         items: rows.map((r) => ({
           id: `${r.instance_id}.${r.seq}`,

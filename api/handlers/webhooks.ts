@@ -5,14 +5,13 @@
 import type { ApiDeps, HandlersOf } from '../types.js';
 import { principal } from '../auth.js';
 import { HttpError, badRequest, notFound } from '../../lib/contract/errors.js';
-import { withTx } from '../../lib/infra/postgres.js';
 import { newWebhookSecret, secretProblem } from '../../lib/domain/webhook-signature.js';
 import { EgressPolicy, EgressRefused, EgressUrlError, NOT_ALLOWED } from '../../lib/infra/egress.js';
 import { apiRow, isoTime as iso } from '../../lib/infra/postgres.js';
-import { describeQuota, loadQuotas } from '../../lib/store/quotas.js';
+import { describeQuota } from '../../lib/store/quotas.js';
+import { createWebhook, deleteWebhook, listWebhookDeliveries, listWebhooks, webhookExists } from '../../lib/store/webhooks.js';
 
-// The webhook as the api answers it (never its secret): the SELECT names the fields.
-const COLUMNS = 'id, url, description, created_at, last_success_at, last_failure_at, last_error, consecutive_failures';
+// The webhook as the api answers it (never its secret): the store's SELECT names the fields.
 const toWebhook = apiRow;
 
 export function webhookHandlers(d: ApiDeps): HandlersOf<'create_webhook' | 'delete_webhook' | 'list_webhook_deliveries' | 'list_webhooks'> {
@@ -46,15 +45,13 @@ export function webhookHandlers(d: ApiDeps): HandlersOf<'create_webhook' | 'dele
   }
 
   async function own(customerId: string, id: string): Promise<void> {
-    const r = await d.pool.query('SELECT 1 FROM webhooks WHERE customer_id = $1 AND id = $2', [customerId, id]);
-    if (!r.rows[0]) throw notFound('no such webhook');
+    if (!(await webhookExists(d.pool, customerId, id))) throw notFound('no such webhook');
   }
 
   return {
     async list_webhooks(req) {
       const p = principal(req);
-      const r = await d.pool.query(`SELECT ${COLUMNS} FROM webhooks WHERE customer_id = $1 ORDER BY created_at, id`, [p.customerId]);
-      return { items: r.rows.map(toWebhook) };
+      return { items: (await listWebhooks(d.pool, p.customerId)).map(toWebhook) };
     },
 
     async create_webhook(req, reply) {
@@ -66,29 +63,20 @@ export function webhookHandlers(d: ApiDeps): HandlersOf<'create_webhook' | 'dele
       }
       const url = await checkUrl(b.url, p.customerId);
       const secret = b.secret ?? newWebhookSecret();
-      const row = await withTx(d.pool, async (c) => {
-        // One creation at a time per customer, so the limit holds under concurrent requests.
-        await c.query('SELECT 1 FROM customers WHERE id = $1 FOR UPDATE', [p.customerId]);
-        const max = (await loadQuotas(c, d.cfg, p.customerId)).webhooks;
-        const n = (await c.query<{ n: number }>('SELECT count(*)::int AS n FROM webhooks WHERE customer_id = $1', [p.customerId])).rows[0]!.n;
-        if (n >= max) {
-          quotaRefusals.labels('webhooks').inc();
-          throw new HttpError(409, `${p.customer} has ${n} webhooks, its quota (${describeQuota('webhooks', max)}); delete one first, or ask the operator to raise the quota`);
-        }
-        const r = await c.query(
-          `INSERT INTO webhooks (customer_id, url, secret, description, created_by) VALUES ($1, $2, $3, $4, $5) RETURNING ${COLUMNS}`,
-          [p.customerId, url, secret, b.description ?? '', p.userId ?? null],
-        );
-        return r.rows[0];
-      });
+      const made = await createWebhook(d.pool, d.cfg, p.customerId, { url, secret, description: b.description ?? '', createdBy: p.userId ?? null });
+      if ('full' in made) {
+        const { count: n, max } = made.full;
+        quotaRefusals.labels('webhooks').inc();
+        throw new HttpError(409, `${p.customer} has ${n} webhooks, its quota (${describeQuota('webhooks', max)}); delete one first, or ask the operator to raise the quota`);
+      }
+      const row = made.created;
       return reply.code(201).send({ ...toWebhook(row), secret });
     },
 
     async delete_webhook(req, reply) {
       const p = principal(req);
       const { id } = req.params;
-      const r = await d.pool.query('DELETE FROM webhooks WHERE customer_id = $1 AND id = $2', [p.customerId, id]);
-      if (r.rowCount === 0) throw notFound('no such webhook');
+      if (!(await deleteWebhook(d.pool, p.customerId, id))) throw notFound('no such webhook');
       return reply.code(204).send();
     },
 
@@ -97,16 +85,9 @@ export function webhookHandlers(d: ApiDeps): HandlersOf<'create_webhook' | 'dele
       const { id } = req.params;
       await own(p.customerId, id);
       const q = req.query;
-      const params: unknown[] = [p.customerId, id];
-      const r = await d.pool.query(
-        `SELECT event_id, instance_id, from_light, to_light, event_at, state, attempts, last_status, last_error,
-                first_attempt_at, last_attempt_at, next_attempt_at, delivered_at
-           FROM webhook_deliveries WHERE customer_id = $1 AND webhook_id = $2 ${q.state ? `AND state = $${params.push(q.state)}` : ''}
-          ORDER BY last_attempt_at DESC, event_id LIMIT $${params.push(q.limit ?? 100)}`,
-        params,
-      );
+      const rows = await listWebhookDeliveries(d.pool, p.customerId, id, { state: q.state, limit: q.limit ?? 100 });
       return {
-        items: r.rows.map((x) => ({
+        items: rows.map((x) => ({
           event_id: x.event_id,
           instance_id: x.instance_id,
           from: x.from_light,

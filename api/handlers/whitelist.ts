@@ -8,27 +8,24 @@ import type { WhitelistRuleInput } from '../../lib/contract/schemas/whitelist.js
 import { apiRow } from '../../lib/infra/postgres.js';
 import { describeQuota, loadQuotas } from '../../lib/store/quotas.js';
 import { SUFFIX_CHAIN_MAX, messagePatternProblem, type RuleRow } from '../../lib/domain/whitelist.js';
+import {
+  createWhitelistRule,
+  deleteWhitelistRule,
+  enabledMessageRules,
+  getWhitelistRule,
+  listWhitelistRules,
+  updateWhitelistRule,
+  type WhitelistRuleFields,
+  type WhitelistRuleRow,
+} from '../../lib/store/whitelist.js';
 
-interface Row {
-  id: string;
-  machine: string | null;
-  software: string | null;
-  code_from: number;
-  code_to: number;
-  message: string | null;
-  note: string;
-  enabled: boolean;
-  created_at: Date;
-  updated_at: Date;
-}
+type Row = WhitelistRuleRow;
 
-// The rule as the api answers it: the SELECT names the fields, apiRow turns the times to ISO strings.
-const COLS = `id, machine_pattern AS machine, software_pattern AS software, code_from, code_to, message_pattern AS message, note, enabled,
-              created_at, updated_at`;
+// The rule as the api answers it: the store's SELECT names the fields, apiRow turns the times to ISO strings.
 const toRule = (r: Row) => apiRow(r);
 
-/** The rule's columns from a request body, or 400 (also for a message pattern over a per-pattern limit). */
-function columns(b: WhitelistRuleInput): unknown[] {
+/** The rule's fields from a request body, or 400 (also for a message pattern over a per-pattern limit). */
+function columns(b: WhitelistRuleInput): WhitelistRuleFields {
   const single = b.code !== undefined;
   const range = b.code_from !== undefined || b.code_to !== undefined;
   if (single && range) throw badRequest('give either code, or code_from and code_to, not both');
@@ -40,7 +37,7 @@ function columns(b: WhitelistRuleInput): unknown[] {
   // Limits that keep matching linear (lib/domain/whitelist.ts, docs/api.md "Diagnostics whitelist").
   const problem = b.message ? messagePatternProblem(b.message) : null;
   if (problem) throw badRequest(problem);
-  return [b.machine ?? null, b.software ?? null, from, to, b.message ?? null, b.note ?? '', b.enabled ?? true];
+  return { machine: b.machine ?? null, software: b.software ?? null, codeFrom: from, codeTo: to, message: b.message ?? null, note: b.note ?? '', enabled: b.enabled ?? true };
 }
 
 export function whitelistHandlers(d: ApiDeps): HandlersOf<'create_whitelist_rule' | 'delete_whitelist_rule' | 'get_whitelist_rule' | 'list_whitelist_rules' | 'update_whitelist_rule'> {
@@ -53,18 +50,13 @@ export function whitelistHandlers(d: ApiDeps): HandlersOf<'create_whitelist_rule
    * Two concurrent writes may pass together; the limit bounds matching work and the workers match
    * any set exactly.
    */
-  async function checkSet(customerId: string, id: string | null, cols: unknown[]): Promise<void> {
-    const message = cols[4] as string | null;
-    const enabled = cols[6] as boolean;
+  async function checkSet(customerId: string, id: string | null, cols: WhitelistRuleFields): Promise<void> {
+    const { message, enabled } = cols;
     if (!message || !enabled) return;
-    const r = await d.pool.query<RuleRow>(
-      `SELECT id, customer_id, machine_pattern, software_pattern, code_from, code_to, message_pattern, enabled, created_at
-         FROM whitelist_rules WHERE customer_id = $1 AND deleted_at IS NULL AND enabled AND message_pattern IS NOT NULL`,
-      [customerId],
-    );
+    const rows = await enabledMessageRules(d.pool, customerId);
     const rule: RuleRow = { id: id ?? '', customer_id: customerId, machine_pattern: null, software_pattern: null, code_from: 0, code_to: 0, message_pattern: message, enabled, created_at: new Date() };
     // Compiled off the event loop (api/whitelist-check.ts): a large set costs a fraction of a second.
-    const after = await d.whitelistChecks.check(customerId, r.rows, rule, id);
+    const after = await d.whitelistChecks.check(customerId, rows, rule, id);
     if (after.after <= SUFFIX_CHAIN_MAX || after.after <= after.before) return;
     const { chain } = after;
     const shown = chain.slice(0, 6).map((x) => JSON.stringify(x.length > 40 ? `${x.slice(0, 40)}…` : x));
@@ -76,16 +68,15 @@ export function whitelistHandlers(d: ApiDeps): HandlersOf<'create_whitelist_rule
   }
 
   async function one(customerId: string, id: string): Promise<Row> {
-    const r = await d.pool.query<Row>(`SELECT ${COLS} FROM whitelist_rules WHERE customer_id = $1 AND id = $2 AND deleted_at IS NULL`, [customerId, id]);
-    if (!r.rows[0]) throw notFound('no such whitelist rule');
-    return r.rows[0];
+    const row = await getWhitelistRule(d.pool, customerId, id);
+    if (!row) throw notFound('no such whitelist rule');
+    return row;
   }
 
   return {
     async list_whitelist_rules(req) {
       const p = principal(req);
-      const r = await d.pool.query<Row>(`SELECT ${COLS} FROM whitelist_rules WHERE customer_id = $1 AND deleted_at IS NULL ORDER BY created_at, id`, [p.customerId]);
-      return { items: r.rows.map(toRule) };
+      return { items: (await listWhitelistRules(d.pool, p.customerId)).map(toRule) };
     },
 
     async create_whitelist_rule(req, reply) {
@@ -93,20 +84,13 @@ export function whitelistHandlers(d: ApiDeps): HandlersOf<'create_whitelist_rule
       const cols = columns(req.body as WhitelistRuleInput);
       const max = (await loadQuotas(d.pool, d.cfg, p.customerId)).whitelist_rules;
       await checkSet(p.customerId, null, cols);
-      // The count and the insert in one statement: concurrent creates cannot pass the limit by much
-      // (the limit bounds matching work, it is not a billing quota).
-      const r = await d.pool.query<Row>(
-        `INSERT INTO whitelist_rules (customer_id, machine_pattern, software_pattern, code_from, code_to, message_pattern, note, enabled, created_by)
-         SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9
-          WHERE (SELECT count(*) FROM whitelist_rules WHERE customer_id = $1 AND deleted_at IS NULL) < $10
-         RETURNING ${COLS}`,
-        [p.customerId, ...cols, p.userId ?? null, max],
-      );
-      if (!r.rows[0]) {
+      // The count and the insert in one statement: concurrent creates cannot pass the limit by much.
+      const row = await createWhitelistRule(d.pool, p.customerId, cols, p.userId ?? null, max);
+      if (!row) {
         quotaRefusals.labels('whitelist_rules').inc();
         throw new HttpError(409, `${p.customer} has reached its quota of whitelist rules (${describeQuota('whitelist_rules', max)}); delete one first, or ask the operator to raise the quota`);
       }
-      return reply.code(201).send(toRule(r.rows[0]));
+      return reply.code(201).send(toRule(row));
     },
 
     async get_whitelist_rule(req) {
@@ -118,24 +102,14 @@ export function whitelistHandlers(d: ApiDeps): HandlersOf<'create_whitelist_rule
       const p = principal(req);
       const cols = columns(req.body as WhitelistRuleInput);
       await checkSet(p.customerId, req.params.id, cols);
-      const r = await d.pool.query<Row>(
-        `UPDATE whitelist_rules
-            SET machine_pattern = $3, software_pattern = $4, code_from = $5, code_to = $6, message_pattern = $7, note = $8, enabled = $9
-          WHERE customer_id = $1 AND id = $2 AND deleted_at IS NULL
-         RETURNING ${COLS}`,
-        [p.customerId, req.params.id, ...cols],
-      );
-      if (!r.rows[0]) throw notFound('no such whitelist rule');
-      return toRule(r.rows[0]);
+      const row = await updateWhitelistRule(d.pool, p.customerId, req.params.id, cols);
+      if (!row) throw notFound('no such whitelist rule');
+      return toRule(row);
     },
 
     async delete_whitelist_rule(req, reply) {
       const p = principal(req);
-      const r = await d.pool.query(`UPDATE whitelist_rules SET deleted_at = now() WHERE customer_id = $1 AND id = $2 AND deleted_at IS NULL`, [
-        p.customerId,
-        req.params.id,
-      ]);
-      if (!r.rowCount) throw notFound('no such whitelist rule');
+      if (!(await deleteWhitelistRule(d.pool, p.customerId, req.params.id))) throw notFound('no such whitelist rule');
       return reply.code(204).send();
     },
   };

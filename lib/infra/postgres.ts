@@ -28,6 +28,13 @@ export function apiRow<R extends object>(r: R): { [K in keyof R]: R[K] extends D
   return out as never;
 }
 
+/** A health probe (readiness): resolves when Postgres answers a trivial query. */
+export async function ping(pool: Pool): Promise<void> {
+  // No aggregate's SQL: the probe belongs with the client (docs/architecture.md "Floor plan").
+  // eslint-disable-next-line no-restricted-syntax
+  await pool.query('SELECT 1');
+}
+
 export async function withTx<T>(pool: Pool, fn: (c: PoolClient) => Promise<T>): Promise<T> {
   const client = await pool.connect().catch((e: unknown) => {
     throw asUnavailable('postgres', e);

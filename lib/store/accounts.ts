@@ -186,3 +186,119 @@ export async function defaultCustomer(pool: Pool, userId: string): Promise<{ id:
   );
   return r.rows[0] ?? null;
 }
+
+/** A user by id; null when there is none. */
+export async function getUser(pool: Pool, userId: string): Promise<User | null> {
+  const r = await pool.query<User>('SELECT id, email, username, is_system_admin FROM users WHERE id = $1', [userId]);
+  return r.rows[0] ?? null;
+}
+
+/** A customer as a user's list shows it: their role in it, and whether they are a member. */
+export interface CustomerOfUser {
+  id: string;
+  slug: string;
+  name: string;
+  role: Role;
+  member: boolean;
+}
+
+/** The user's memberships; for a system administrator also every other customer (owner rights, member false). By slug. */
+export async function customersOfUser(pool: Pool, userId: string, isSystemAdmin: boolean): Promise<CustomerOfUser[]> {
+  const r = await pool.query<CustomerOfUser>(
+    `SELECT c.id, c.slug, c.name, m.role, true AS member
+         FROM memberships m JOIN customers c ON c.id = m.customer_id WHERE m.user_id = $1
+       UNION ALL
+       SELECT c.id, c.slug, c.name, 'owner', false FROM customers c
+        WHERE $2 AND NOT EXISTS (SELECT 1 FROM memberships m WHERE m.user_id = $1 AND m.customer_id = c.id)
+       ORDER BY 2`,
+    [userId, isSystemAdmin],
+  );
+  return r.rows;
+}
+
+/** A customer by id or slug with the user's role in it (null: not a member); null when no such customer. */
+export async function customerWithRole(pool: Pool, userId: string, customer: { id: string } | { slug: string }): Promise<{ id: string; slug: string; role: Role | null } | null> {
+  const byId = 'id' in customer;
+  const r = await pool.query<{ id: string; slug: string; role: Role | null }>(
+    `SELECT c.id, c.slug, m.role FROM customers c LEFT JOIN memberships m ON m.customer_id = c.id AND m.user_id = $1
+          WHERE ${byId ? 'c.id = $2::uuid' : 'c.slug = $2'}`,
+    [userId, byId ? customer.id : customer.slug],
+  );
+  return r.rows[0] ?? null;
+}
+
+/** A member of a customer as its list shows them. */
+export interface Member {
+  user_id: string;
+  email: string;
+  username: string | null;
+  role: Role;
+  created_at: Date;
+}
+
+/** The customer's members, oldest membership first. */
+export async function listMembers(pool: Pool, customerId: string): Promise<Member[]> {
+  const r = await pool.query<Member>(
+    `SELECT u.id AS user_id, u.email, u.username, m.role, m.created_at
+           FROM memberships m JOIN users u ON u.id = m.user_id
+          WHERE m.customer_id = $1 ORDER BY m.created_at, u.email`,
+    [customerId],
+  );
+  return r.rows;
+}
+
+/** One member of the customer; null when the user is none. */
+export async function getMember(pool: Pool, customerId: string, userId: string): Promise<Member | null> {
+  const r = await pool.query<Member>(
+    `SELECT u.id AS user_id, u.email, u.username, m.role, m.created_at
+         FROM memberships m JOIN users u ON u.id = m.user_id WHERE m.customer_id = $1 AND m.user_id = $2`,
+    [customerId, userId],
+  );
+  return r.rows[0] ?? null;
+}
+
+/** Whether a user of this id exists. */
+export async function userExists(pool: Pool, userId: string): Promise<boolean> {
+  const r = await pool.query('SELECT 1 FROM users WHERE id = $1', [userId]);
+  return !!r.rowCount;
+}
+
+/** A user's address and password hash (to check the current password); null when there is no such user. */
+export async function userPasswordHash(pool: Pool, userId: string): Promise<{ email: string; password_hash: string } | null> {
+  const r = await pool.query<{ email: string; password_hash: string }>('SELECT email, password_hash FROM users WHERE id = $1', [userId]);
+  return r.rows[0] ?? null;
+}
+
+/** A user by e-mail address (`email`: normalised, lower case); null when none has it. */
+export async function findUserByEmail(pool: Pool, email: string): Promise<{ id: string; email: string } | null> {
+  const r = await pool.query<{ id: string; email: string }>('SELECT id, email FROM users WHERE lower(email) = $1', [email]);
+  return r.rows[0] ?? null;
+}
+
+/** Sets a user's password hash (hashPassword) and notes when it changed. */
+export async function setPasswordHash(db: Pool | PoolClient, userId: string, hash: string): Promise<void> {
+  await db.query('UPDATE users SET password_hash = $1, password_changed_at = now() WHERE id = $2', [hash, userId]);
+}
+
+/** Whether the address (normalised, lower case) belongs to a member of the customer. */
+export async function isMemberEmail(pool: Pool, customerId: string, email: string): Promise<boolean> {
+  const r = await pool.query('SELECT 1 FROM memberships m JOIN users u ON u.id = m.user_id WHERE m.customer_id = $1 AND lower(u.email) = $2', [customerId, email]);
+  return !!r.rowCount;
+}
+
+/** Whether an account has this address (normalised, lower case). */
+export async function emailHasAccount(pool: Pool, email: string): Promise<boolean> {
+  const r = await pool.query('SELECT 1 FROM users WHERE lower(email) = $1', [email]);
+  return (r.rowCount ?? 0) > 0;
+}
+
+/** The user of this address (normalised, lower case); null when none has it. */
+export async function userByEmail(pool: Pool, email: string): Promise<User | null> {
+  const r = await pool.query<User>('SELECT id, email, username, is_system_admin FROM users WHERE lower(email) = $1', [email]);
+  return r.rows[0] ?? null;
+}
+
+/** The user's role in the customer (the membership must exist). */
+export async function memberRole(pool: Pool, userId: string, customerId: string): Promise<Role> {
+  return (await pool.query<{ role: Role }>('SELECT role FROM memberships WHERE user_id = $1 AND customer_id = $2', [userId, customerId])).rows[0]!.role;
+}

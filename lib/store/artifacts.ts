@@ -18,6 +18,7 @@
 import { createHash } from 'node:crypto';
 import { StorageType, headers, nuid, type NatsConnection, type JetStreamManager, type KV, type ObjectStore, type ObjectInfo, type StoredMsg } from 'nats';
 import { JetStreamApiCodes, jsApiCode } from '../infra/jetstream-errors.js';
+import type { Pool } from '../infra/postgres.js';
 
 /** JetStream direct get (nats.js has it on the manager, its typings do not declare it). */
 type DirectGet = { direct: { getMessage(stream: string, q: { seq: number; next_by_subj: string }): Promise<StoredMsg> } };
@@ -314,4 +315,45 @@ export function contentDisposition(filename: string): string {
   const base = filename.split(/[\\/]/).pop() || 'artifact';
   const ascii = base.replace(/[^\x20-\x7e]|["\\%]/g, '_');
   return `attachment; filename="${ascii}"; filename*=UTF-8''${encodeURIComponent(base).replace(/['()*]/g, (c) => '%' + c.charCodeAt(0).toString(16).toUpperCase())}`;
+}
+
+// The artifact rows in Postgres (`artifacts`, written by a worker once an upload is complete), as
+// the api reads them: a machine's artifacts, one artifact; always scoped to the customer.
+
+/** A stored artifact: the upload it was and where it came from. */
+export interface ArtifactRow extends Pick<UploadRecord, 'software' | 'filename' | 'size' | 'sha256' | 'content_type' | 'chunk_size' | 'chunks'> {
+  id: string;
+  machine_id: string;
+  machine: string;
+  instance_id: string;
+  upload_id: string;
+  uploaded_at: Date;
+}
+
+const ARTIFACT_SELECT = `SELECT a.id, a.machine_id, m.slug AS machine, a.instance_id, a.software, a.upload_id, a.filename, a.size, a.sha256,
+                       a.content_type, a.chunk_size, a.chunks, a.uploaded_at
+                  FROM artifacts a JOIN machines m ON m.id = a.machine_id`;
+
+/** A page of a machine's artifacts (of one software, or all), newest first, and how many there are in all. */
+export async function listMachineArtifacts(
+  pool: Pool,
+  customerId: string,
+  machineId: string,
+  q: { software?: string; limit: number; offset: number },
+): Promise<{ rows: ArtifactRow[]; total: number }> {
+  const where = ['a.customer_id = $1', 'a.machine_id = $2'];
+  const params: unknown[] = [customerId, machineId];
+  if (q.software) where.push(`a.software = $${params.push(q.software)}`);
+  const total = await pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM artifacts a WHERE ${where.join(' AND ')}`, params);
+  const rows = await pool.query<ArtifactRow>(
+    `${ARTIFACT_SELECT} WHERE ${where.join(' AND ')} ORDER BY a.uploaded_at DESC, a.id LIMIT $${params.push(q.limit)} OFFSET $${params.push(q.offset)}`,
+    params,
+  );
+  return { rows: rows.rows, total: total.rows[0]!.n };
+}
+
+/** One of the customer's artifacts; null when it has none of that id. */
+export async function getArtifact(pool: Pool, customerId: string, id: string): Promise<ArtifactRow | null> {
+  const r = await pool.query<ArtifactRow>(`${ARTIFACT_SELECT} WHERE a.customer_id = $1 AND a.id = $2`, [customerId, id]);
+  return r.rows[0] ?? null;
 }

@@ -127,3 +127,9 @@ export async function revokeToken(pool: Pool, tokenId: string, customerId?: stri
   );
   return (r.rowCount ?? 0) > 0;
 }
+
+/** Whether a customer of this id exists. */
+export async function customerExists(pool: Pool, customerId: string): Promise<boolean> {
+  const r = await pool.query('SELECT 1 FROM customers WHERE id = $1', [customerId]);
+  return !!r.rowCount;
+}

@@ -222,6 +222,16 @@ export async function loadArtifactStored(pool: Pool, customerId: string): Promis
  * `artifactStored()` answer synchronously; `ageMs` says how old the copy is (a copy that could not be
  * refreshed for long must not decide: lib/store/artifact-usage.ts).
  */
+/** What a customer holds of the quotas counted in Postgres: webhooks, and whitelist rules not deleted. */
+export async function countQuotaUse(pool: Pool, customerId: string): Promise<{ webhooks: number; rules: number }> {
+  const r = await pool.query<{ webhooks: number; rules: number }>(
+    `SELECT (SELECT count(*)::int FROM webhooks WHERE customer_id = $1) AS webhooks,
+                  (SELECT count(*)::int FROM whitelist_rules WHERE customer_id = $1 AND deleted_at IS NULL) AS rules`,
+    [customerId],
+  );
+  return r.rows[0]!;
+}
+
 export class QuotaCache {
   private readonly defaults: Quotas;
   private readonly overrides: SyncedMap<OverrideRow, QuotaOverrides>;

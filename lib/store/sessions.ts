@@ -2,6 +2,7 @@
 // change or reset, the removal of a membership, "sign out everywhere" and `fleet sessions revoke`.
 // The JWT that names a row is the api's (api/session.ts); the api and the CLI both end sessions here.
 import type { Pool } from '../infra/postgres.js';
+import type { Role } from './accounts.js';
 
 /** Why a session ended (sessions.revoked_why; the log and docs name them). */
 export type RevokeReason = 'logout' | 'password_changed' | 'password_reset' | 'membership_removed' | 'signed_out_by_admin' | 'signed_out_everywhere';
@@ -33,3 +34,54 @@ export async function revokeUserSessions(pool: Pool, userId: string, why: Revoke
   return r.rowCount ?? 0;
 }
 
+
+/** A dashboard user as a request's session names them: their role in the active customer, and whether the session row still holds. */
+export interface SessionPrincipal {
+  email: string;
+  is_system_admin: boolean;
+  role: Role | null;
+  slug: string | null;
+  cust: string | null;
+  open: boolean;
+}
+
+/**
+ * One query: the user, their role in the active customer, and whether the session row still holds
+ * (a primary-key lookup in the same round trip: revocation costs requests nothing extra). Null when
+ * the user no longer exists.
+ */
+export async function sessionPrincipal(pool: Pool, userId: string, customerId: string | null, sessionId: string): Promise<SessionPrincipal | null> {
+  const r = await pool.query<SessionPrincipal>(
+    `SELECT u.email, u.is_system_admin, m.role, c.slug, c.id AS cust,
+            (s.id IS NOT NULL AND s.revoked_at IS NULL AND s.expires_at > now()) AS open
+       FROM users u
+       LEFT JOIN customers c ON c.id = $2::uuid
+       LEFT JOIN memberships m ON m.user_id = u.id AND m.customer_id = c.id
+       LEFT JOIN sessions s ON s.id = $3::uuid AND s.user_id = u.id
+      WHERE u.id = $1`,
+    [userId, customerId, sessionId],
+  );
+  return r.rows[0] ?? null;
+}
+
+/**
+ * Of these (session, customer) pairs of open live streams, those whose session is open and whose
+ * user is still a member of the customer (or a system administrator): one query for all of them.
+ */
+export async function openSessionsOfMembers(pool: Pool, pairs: { sessionId: string; customerId: string }[]): Promise<{ sessionId: string; customerId: string }[]> {
+  const r = await pool.query<{ sid: string; cust: string }>(
+    `SELECT x.sid::text AS sid, x.cust::text AS cust
+         FROM unnest($1::uuid[], $2::uuid[]) AS x(sid, cust)
+         JOIN sessions s ON s.id = x.sid AND s.revoked_at IS NULL AND s.expires_at > now()
+         JOIN users u ON u.id = s.user_id
+        WHERE u.is_system_admin OR EXISTS (SELECT 1 FROM memberships m WHERE m.user_id = u.id AND m.customer_id = x.cust)`,
+    [pairs.map((p) => p.sessionId), pairs.map((p) => p.customerId)],
+  );
+  return r.rows.map((row) => ({ sessionId: row.sid, customerId: row.cust }));
+}
+
+/** When an open (not revoked) session expires; null when it was revoked or never existed. */
+export async function sessionExpiry(pool: Pool, sessionId: string): Promise<Date | null> {
+  const r = await pool.query<{ expires_at: Date }>('SELECT expires_at FROM sessions WHERE id = $1 AND revoked_at IS NULL', [sessionId]);
+  return r.rows[0]?.expires_at ?? null;
+}

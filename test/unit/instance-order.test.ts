@@ -1,6 +1,6 @@
-// Sorting and grouping instances (api/instance-order.ts).
+// Sorting and grouping instances (lib/store/instance-order.ts).
 import t from 'tap';
-import { instanceOrderBy, groupInstances } from '../../api/instance-order.js';
+import { instanceOrderBy, groupInstances } from '../../lib/store/instance-order.js';
 
 t.test('instance order: known keys only, descending, group first', async (t) => {
   // machine and software are never null: no NULLS clause, so the (customer, machine, software, id) index serves it.

@@ -46,7 +46,7 @@ export const InstanceDetail = Type.Composite([Instance, Type.Object({ snapshot: 
   $id: 'InstanceDetail',
 });
 
-/** Keys `GET /api/instances?sort=` understands (api/instance-order.ts); `-key` sorts descending. */
+/** Keys `GET /api/instances?sort=` understands (lib/store/instance-order.ts); `-key` sorts descending. */
 export const INSTANCE_SORT_KEYS = ['group', 'group_priority', 'sort_priority', 'location', 'machine', 'software', 'light', 'status', 'last_seen', 'first_seen'] as const;
 export const INSTANCE_GROUP_KEYS = ['group', 'location', 'machine', 'software'] as const;
 const sortKey = `-?(${INSTANCE_SORT_KEYS.join('|')})`;

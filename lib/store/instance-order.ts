@@ -6,12 +6,12 @@
 //   group     groups by their lowest group_priority (missing last), then by name; no group last
 //   location  by name; no location last
 //   machine, software   by name
-import { type INSTANCE_SORT_KEYS, type INSTANCE_GROUP_KEYS } from '../lib/contract/schemas/api.js';
+import { type INSTANCE_SORT_KEYS, type INSTANCE_GROUP_KEYS } from '../contract/schemas/api.js';
 
 type SortKey = (typeof INSTANCE_SORT_KEYS)[number];
 export type GroupKey = (typeof INSTANCE_GROUP_KEYS)[number];
 
-/** What a sort key orders by: an SQL expression over the row alias `x` (api/handlers/instances.ts),
+/** What a sort key orders by: an SQL expression over the row alias `x` (lib/store/instances.ts),
  * its type (for the cursor's parameters) and whether it can be null. Only these reach the SQL. */
 interface KeyExpr {
   sql: string;

@@ -1,0 +1,37 @@
+// Conversion events (Postgres `conversions`: signup, first device, licence activated; written by a
+// trigger, the workers and licence changes) as the api reads and acknowledges them: a user's own and
+// those of the customers they belong to.
+import type { Pool } from '../infra/postgres.js';
+
+export interface PendingConversion {
+  id: string;
+  kind: string;
+  customer_id: string | null;
+  customer: string | null;
+  created_at: Date;
+  value: Record<string, unknown>;
+}
+
+/** The user's events and their customers' not acknowledged yet, oldest first. */
+export async function pendingConversions(pool: Pool, userId: string): Promise<PendingConversion[]> {
+  const r = await pool.query<PendingConversion>(
+    `SELECT v.id, v.kind, v.customer_id, c.slug AS customer, v.created_at, v.value
+           FROM conversions v LEFT JOIN customers c ON c.id = v.customer_id
+          WHERE v.acked_at IS NULL
+            AND (v.user_id = $1 OR v.customer_id IN (SELECT customer_id FROM memberships WHERE user_id = $1))
+          ORDER BY v.created_at, v.id`,
+    [userId],
+  );
+  return r.rows;
+}
+
+/** Acknowledges these events, of the user's own and their customers' only (others and repeats are ignored); returns how many. */
+export async function ackConversions(pool: Pool, userId: string | undefined, ids: string[]): Promise<number> {
+  const r = await pool.query(
+    `UPDATE conversions SET acked_at = now(), acked_by = $1
+          WHERE id = ANY($2::uuid[]) AND acked_at IS NULL
+            AND (user_id = $1 OR customer_id IN (SELECT customer_id FROM memberships WHERE user_id = $1))`,
+    [userId, ids],
+  );
+  return r.rowCount ?? 0;
+}

@@ -1,0 +1,131 @@
+// Instances as the api reads them (Postgres `instances`), scoped to a customer: ownership ("does
+// this instance belong to this customer", a 404 otherwise, never a 403 that would tell the id
+// exists), the list with its filters, order and keyset paging (lib/store/instance-order.ts), one
+// instance, and the counts per traffic-light colour. The colour is derived at read time from the
+// rule of lib/domain/traffic-light.ts, here always with the timeout and warning window as $2 and $3.
+import type { Pool, PoolClient } from '../infra/postgres.js';
+import { notFound } from '../contract/errors.js';
+import { lightSql, lightReasonSql, lightSinceSql, lightCandidateSql, type LightColour } from '../domain/traffic-light.js';
+import { instanceOrderBy, cursorColumns, afterSql, type OrderKey, type GroupKey } from './instance-order.js';
+import type { InstanceTimes } from './live-heartbeats.js';
+
+type Db = Pool | PoolClient;
+
+/** The instance's columns when it is the customer's; 404 otherwise. */
+async function ownedColumns<T extends object>(db: Db, customerId: string, id: string, columns: string): Promise<T> {
+  const r = await db.query<T>(`SELECT ${columns} FROM instances WHERE customer_id = $1 AND id = $2`, [customerId, id]);
+  if (!r.rows[0]) throw notFound('no such instance');
+  return r.rows[0];
+}
+
+/** 404 unless the instance is the customer's. */
+export const ownedInstance = (db: Db, customerId: string, id: string) => ownedColumns<{ id: string }>(db, customerId, id, 'id');
+
+/** The software of the customer's instance (404 otherwise). */
+export const ownedInstanceSoftware = (db: Db, customerId: string, id: string) => ownedColumns<{ software: string }>(db, customerId, id, 'software');
+
+/** The latest snapshot of the customer's instance (404 otherwise). */
+export const ownedInstanceSnapshot = (db: Db, customerId: string, id: string) => ownedColumns<{ snapshot: unknown }>(db, customerId, id, 'snapshot');
+
+/** The latest status of the customer's instance (404 otherwise). */
+export const ownedInstanceStatus = (db: Db, customerId: string, id: string) =>
+  ownedColumns<{ status: string | null; status_message: string | null; status_at: Date | null; snapshot: unknown }>(db, customerId, id, 'status, status_message, status_at, snapshot');
+
+/** The thresholds of the traffic light (HEARTBEAT_TIMEOUT_S, WARNING_WINDOW_S). */
+export interface LightParams {
+  timeoutS: number;
+  windowS: number;
+}
+
+/** The colour of `instances i`, with the timeout and window as $2 and $3 (every query here). */
+const LIGHT = lightSql('i', '$2::float8', '$3::float8');
+
+/** The list's filters other than the colour (a count serves every colour of a filter). */
+export interface InstanceFilter {
+  machine?: string;
+  software?: string;
+  group?: string;
+  location?: string;
+  q?: string;
+}
+
+/** WHERE conditions over `instances i` for these filters; `param` adds a value, returns its placeholder. */
+function filterSql(customerParam: string, f: InstanceFilter, param: (v: unknown) => string): string[] {
+  const where = [`i.customer_id = ${customerParam}`];
+  if (f.machine !== undefined) where.push(`i.machine = ${param(f.machine)}`);
+  if (f.software !== undefined) where.push(`i.software = ${param(f.software)}`);
+  if (f.group !== undefined) where.push(`i.group_name = ${param(f.group)}`);
+  if (f.location !== undefined) where.push(`i.location = ${param(f.location)}`);
+  // Substring of the machine's name, any case; LIKE's own characters match themselves.
+  if (f.q) where.push(`i.machine ILIKE ${param(`%${f.q.replace(/[\\%_]/g, (c) => `\\${c}`)}%`)}`);
+  return where;
+}
+
+export type LightCountsValue = Record<LightColour, number>;
+
+/** Counts per colour of the customer's instances matching the filter (every matching row is read). */
+export async function countLights(pool: Pool, customerId: string, light: LightParams, filter: InstanceFilter): Promise<LightCountsValue> {
+  const params: unknown[] = [customerId, light.timeoutS, light.windowS];
+  const where = filterSql('$1', filter, (v) => `$${params.push(v)}`);
+  const r = await pool.query<{ light: LightColour; n: number }>(
+    `SELECT light, count(*)::int AS n FROM (SELECT ${LIGHT} AS light FROM instances i WHERE ${where.join(' AND ')}) x GROUP BY light`,
+    params,
+  );
+  const out: LightCountsValue = { green: 0, yellow: 0, red: 0, grey: 0 };
+  for (const row of r.rows) out[row.light] = row.n;
+  return out;
+}
+
+function instanceSelect(extra = ''): string {
+  return `SELECT i.id, i.machine_id, i.machine, i.software,
+                 ${LIGHT} AS light,
+                 ${lightReasonSql('i', '$2::float8', '$3::float8')} AS light_reason,
+                 ${lightSinceSql('i', '$2::float8', '$3::float8')} AS light_since,
+                 i.first_seen_at, i.last_seen_at, i.last_heartbeat_at, i.version, i.uptime_seconds, i.pid,
+                 COALESCE(i.ip_addresses, '{}') AS ip_addresses, i.group_name, i.location, i.group_priority, i.sort_priority,
+                 i.status, i.status_message, i.status_at, i.agent_ts, i.clock_skew ${extra}
+            FROM instances i`;
+}
+
+/** An instance row as the api answers it (the column group_name is the field `group`). */
+export type InstanceRow = InstanceTimes & Record<string, unknown>;
+
+/** The customer's instance with its snapshot; 404 otherwise. */
+export async function getInstance(pool: Pool, customerId: string, light: LightParams, id: string): Promise<InstanceRow> {
+  const r = await pool.query<InstanceRow>(`${instanceSelect(', i.snapshot')} WHERE i.customer_id = $1 AND i.id = $4`, [customerId, light.timeoutS, light.windowS, id]);
+  if (!r.rows[0]) throw notFound('no such instance');
+  return r.rows[0];
+}
+
+export interface InstancePage {
+  filter: InstanceFilter;
+  light?: LightColour;
+  /** The validated `sort` (lib/store/instance-order.ts) and its keys (orderKeys). */
+  sort: string | undefined;
+  keys: OrderKey[];
+  groupBy?: GroupKey;
+  /** The order's values of the previous page's last row (checked with cursorFits). */
+  after?: (string | null)[];
+  /** Rows to read (the page plus one, to tell whether there is a next page). */
+  limit: number;
+  offset: number;
+}
+
+/** A page of the customer's instances; each row also has the order's values as `_c0`, `_c1`, … (the cursor). */
+export async function listInstances(pool: Pool, customerId: string, light: LightParams, page: InstancePage): Promise<InstanceRow[]> {
+  const params: unknown[] = [customerId, light.timeoutS, light.windowS];
+  const param = (v: unknown) => `$${params.push(v)}`;
+  const where = filterSql('$1', page.filter, param);
+  const outer: string[] = [];
+  if (page.light) {
+    outer.push(`x.light = ${param(page.light)}`);
+    const candidates = lightCandidateSql('i', page.light, '$2::float8', '$3::float8');
+    if (candidates) where.push(candidates);
+  }
+  // Keyset paging: the rows after the previous page's last row (an index walk from there).
+  if (page.after !== undefined) outer.push(afterSql(page.keys, page.after, param));
+  const sql = `SELECT x.*, ${cursorColumns(page.keys)} FROM (${instanceSelect()} WHERE ${where.join(' AND ')}) x
+                    ${outer.length ? `WHERE ${outer.join(' AND ')}` : ''}
+                    ${instanceOrderBy(page.sort, page.groupBy)} LIMIT ${param(page.limit)} OFFSET ${param(page.offset)}`;
+  return (await pool.query<InstanceRow>(sql, params)).rows;
+}

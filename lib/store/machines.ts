@@ -1,0 +1,29 @@
+// Machines (Postgres `machines`) as the api asks about them: "does this machine belong to this
+// customer", a 404 otherwise (never a 403, which would tell that the id exists); the machines the
+// licence flagged over its device limit.
+import type { Pool, PoolClient } from '../infra/postgres.js';
+import { notFound } from '../contract/errors.js';
+
+/** 404 unless the machine is the customer's. */
+export async function ownedMachine(db: Pool | PoolClient, customerId: string, id: string): Promise<void> {
+  const r = await db.query('SELECT 1 FROM machines WHERE customer_id = $1 AND id = $2', [customerId, id]);
+  if (!r.rowCount) throw notFound('no such machine');
+}
+
+/** A machine the licence flagged: first seen while the customer was over its device limit. */
+export interface FlaggedMachine {
+  slug: string;
+  first_seen_at: Date;
+  last_seen_at: Date;
+  over_limit_at: Date;
+}
+
+/** The customer's machines flagged over the licence's limit, newest flag first (at most 100). */
+export async function listFlaggedMachines(pool: Pool, customerId: string): Promise<FlaggedMachine[]> {
+  const r = await pool.query<FlaggedMachine>(
+    `SELECT slug, first_seen_at, last_seen_at, over_limit_at FROM machines
+        WHERE customer_id = $1 AND over_limit_at IS NOT NULL ORDER BY over_limit_at DESC, slug LIMIT 100`,
+    [customerId],
+  );
+  return r.rows;
+}
