@@ -35,9 +35,6 @@ export interface RuleRow {
 
 export type Matcher = (value: string) => boolean;
 
-// Machine and software patterns: slug characters plus the two wildcards (part of the contract:
-// the rule's schema checks it).
-export { SLUG_PATTERN_RE } from '../contract/schemas/common.js';
 export const MESSAGE_PATTERN_MAX = 512;
 /** Runs of `*`/`?` in one message pattern (`a*b?c*` has three). */
 export const WILDCARD_GROUPS_MAX = 16;

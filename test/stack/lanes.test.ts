@@ -83,3 +83,26 @@ t.test('WORKER_LANES: a worker of the heartbeat lane alone leaves other reports 
   await eventually(async () => (await storedOnce(s.ch, 'status_history', 'message', ['lane-only-st'])).missing.length === 0, 30_000, 'applied by the worker of the main stream');
   await drained(s);
 });
+
+t.test('a full heartbeat lane answers heartbeats 503 and costs the main stream nothing; what it took is stored', async (t) => {
+  const small = await testStack(t, 'lanefull', { worker: false, api: false, env: { STREAM_HEARTBEAT_MAX_BYTES: '20000' } });
+  let accepted = 0;
+  let full: Awaited<ReturnType<typeof small.report>> | null = null;
+  for (let i = 0; i < 400 && !full; i++) {
+    const r = await small.report(`hb-${i % 5}`, 'heartbeat', { version: `full-${i}`.padEnd(200, 'x') });
+    if (r.status === 200) accepted++;
+    else full = r;
+  }
+  t.ok(full, 'refused once the lane is full');
+  t.equal(full!.status, 503);
+  t.match(full!.body.detail, /queue full/);
+  t.ok(accepted > 0, `${accepted} heartbeats accepted before it filled up`);
+  t.equal((await small.report('st', 'status', { status: 'running', message: 'lane-full-st' })).status, 200, 'a status report still accepted: its stream is not full');
+  await small.startWorker();
+  await eventually(async () => {
+    const [r] = await chRows<{ n: string }>(small.ch, `SELECT count() AS n FROM heartbeats FINAL WHERE version LIKE 'full-%'`);
+    return Number(r!.n) === accepted;
+  }, 30_000, 'every accepted heartbeat stored once a worker runs');
+  await eventually(async () => (await storedOnce(small.ch, 'status_history', 'message', ['lane-full-st'])).missing.length === 0, 30_000, 'the status report stored');
+  await eventually(async () => (await small.report('hb-0', 'heartbeat', { version: 'after-full' })).status === 200, 10_000, 'heartbeats accepted again once drained');
+});
