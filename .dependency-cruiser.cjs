@@ -2,6 +2,7 @@
 // Checked by `npm test` (test/unit/structure.test.ts); by hand: `npx depcruise --config .dependency-cruiser.cjs gateway workers api cli deploy bench lib`.
 //
 //   processes   gateway/ workers/ api/ cli/   each its own entry; none imports another
+//               (gateway/http/ is the gateway's transport: its core, gateway/*.ts, does not import it)
 //   harness     deploy/ (starts servers and processes), bench/, test/: may import the processes
 //   lib/store/     the only place with SQL and Redis keys of an aggregate (docs/architecture.md)
 //   lib/domain/    rules more than one process uses
@@ -34,6 +35,13 @@ module.exports = {
       severity: 'error',
       from: { path: '^deploy/' },
       to: { path: '^(bench|test)/' },
+    },
+    {
+      name: 'gateway-core-knows-no-transport',
+      comment: 'The gateway\'s ingest core (gateway/*.ts) does not import its HTTP transport (gateway/http/, uWS): a test or another transport calls the core alike. Only the entry (gateway/main.ts) wires the two.',
+      severity: 'error',
+      from: { path: '^gateway/[^/]+\\.ts$', pathNot: '^gateway/main\\.ts$' },
+      to: { path: '^gateway/http/' },
     },
     {
       name: 'lib-serves-the-processes',

@@ -1,14 +1,14 @@
 // The gateway's ingest decisions, apart from the transport: what each kind of report is allowed
 // and needs, and which refusal a request earns at each step. Pure functions over what
-// gateway/request.ts copied out of the request, so they are tested without uWS
-// (test/unit/admission.test.ts); gateway/server.ts runs them in order and does the I/O.
+// gateway/http/request.ts copied out of the request, so they are tested without uWS
+// (test/unit/admission.test.ts); gateway/ingest.ts runs them in order; gateway/http/ does the I/O.
 import { isUtf8 } from 'node:buffer';
 import { HttpError, badRequest, forbidden, unprocessable } from '../lib/contract/errors.js';
 import { isSlug, isUuid } from '../lib/contract/ids.js';
 import { SNAPSHOT_MAX_BYTES, BatchKinds, type BatchKind } from '../lib/contract/schemas/ingest.js';
 import type { ReportChecker, CheckedKind } from '../lib/domain/report-check.js';
 import type { Validator } from '../lib/contract/validation.js';
-import type { RequestHead } from './request.js';
+import type { RequestHead } from './types.js';
 import type { TokenInfo } from './token-cache.js';
 import type { IngestPath } from './types.js';
 import { scanJson, isOverLimit, type JsonLimits, type JsonOverLimit } from './json-scan.js';

@@ -4,8 +4,8 @@
 // The request is checked as every ingest request is (framing, slug, token, Content-Type, size,
 // JSON), except that the rate is only looked at before the body (one token must be left) and
 // taken after it, one token per entry. Then each entry goes through the steps of the single route
-// of its kind, in the same order and with the same code (gateway/admission.ts, and the shared
-// `reports` steps of gateway/server.ts: schema, report-check, licence, commands, help coverage,
+// of its kind, in the same order and with the same code (gateway/admission.ts, and the steps of
+// the ingest core, gateway/ingest.ts: schema, report-check, licence, commands, help coverage,
 // message format): its slugs (400), the rate (429), its Idempotency-Key (400), its body (422), its
 // size (413, BODY_LIMIT_BYTES as a single request), schema and storability (422/413), licence (403),
 // the queue's message limit (413). Each accepted entry becomes its own report on the queue, exactly
@@ -15,25 +15,27 @@
 // with one result per entry, in order; an entry whose publish failed is 503 in its result and is
 // never reported accepted. When every entry failed alike on the way to the queue (all 503, or all
 // over the rate: 429), the whole request is answered that way, with Retry-After.
+//
+// Transport-free, as the core is: gateway/http/routes.ts reads the request and writes the answer
+// and the rejection-log rows of the refused entries.
 import { HttpError } from '../lib/contract/errors.js';
 import { compile } from '../lib/contract/validation.js';
 import { batchEnvelopeSchema } from '../lib/contract/schemas/ingest.js';
-import { Ctx, readBody } from './request.js';
 import type { TokenInfo } from './token-cache.js';
-import { batchHeadRefusal, batchJsonLimits, entryBodyRefusal, entryHeadRefusal, entryJsonRefusal, machineRefusal, parseJsonObject, sizeRefusal, schemaRefusal, type EntryHead } from './admission.js';
-import type { Handler, Kit, PreparedReport } from './types.js';
+import { batchJsonLimits, entryBodyRefusal, entryHeadRefusal, entryJsonRefusal, machineRefusal, parseJsonObject, sizeRefusal, schemaRefusal, type EntryHead } from './admission.js';
+import type { Call, Outcome, PreparedReport } from './types.js';
 import type { BatchKind } from '../lib/contract/schemas/ingest.js';
+import type { Ingest } from './ingest.js';
 import { keyReused, keyRegisterUnavailable } from './idempotency.js';
 import { laneOf } from './publisher.js';
 
-const KIND = 'batch';
 const ENTRY_BODIES = ['entries', '*', 'body'];
 const EMPTY = Buffer.alloc(0);
 
-interface Refused {
+/** An entry refused: its index, the refusal, and `kind machine/software` when it got that far (the rejection log's detail). */
+export interface RefusedEntry {
   index: number;
   err: HttpError;
-  /** `kind machine/software` when the entry got that far (the rejection log's detail). */
   what: string;
   bodySize: number;
 }
@@ -50,204 +52,161 @@ function refusedResult(err: HttpError): string {
   return JSON.stringify({ status: err.status, detail: err.detail, ...(err.errors ? { errors: err.errors } : {}), ...(err.retryAfterS ? { retry_after: err.retryAfterS } : {}) });
 }
 
-export function batchRoute(k: Kit): Handler {
-  const { d } = k;
-  const { cfg } = d;
-  const envelope = compile(batchEnvelopeSchema(cfg.gateway.maxItems));
-  const entries = d.metrics.counter('fleet_gateway_batch_entries_total');
-  const limits = batchJsonLimits(cfg.gateway.json, cfg.gateway.batchBodyLimit, cfg.gateway.bodyLimit);
+export class BatchIngest {
+  private readonly envelope;
+  private readonly entries;
+  private readonly limits;
 
-  return (res, req) => {
-    const ctx = Ctx.of(res, req, cfg.trustProxy, 1, 'POST');
-    const [customer = ''] = ctx.head.params;
-    const gate = k.begin(ctx, KIND, { customer }, 'has');
-    if (gate === null) return;
-    const { bearer, known } = gate;
-    const early = batchHeadRefusal(ctx.head, cfg.gateway.batchBodyLimit) ?? k.rate.announcedOverBytes(known, ctx.head.contentLength);
-    if (early) return k.reject(ctx, KIND, early, known, customer);
+  constructor(private readonly core: Ingest) {
+    const { cfg, metrics } = core.d;
+    this.envelope = compile(batchEnvelopeSchema(cfg.gateway.maxItems));
+    this.entries = metrics.counter('fleet_gateway_batch_entries_total');
+    this.limits = batchJsonLimits(cfg.gateway.json, cfg.gateway.batchBodyLimit, cfg.gateway.bodyLimit);
+  }
 
-    // The token is usually known; when it is not, look it up while the body arrives.
-    let token: TokenInfo | null = known ?? null;
-    let body: Buffer | null = null;
-    if (known === undefined) {
-      k.resolveToken(ctx, KIND, bearer, { customer }, 'has')
-        .then((t) => {
-          if (t === null) return;
-          token = t;
-          if (body !== null) accept(t, body);
-        })
-        .catch(ctx.fail);
+  /**
+   * A batch's body from a token allowed for `customer`: `done` runs once, with the answer (or the
+   * refusal of the whole request) and the entries refused, in order.
+   */
+  ingest(call: Call, tok: TokenInfo, customer: string, raw: Buffer, done: (o: Outcome, refused: RefusedEntry[]) => void): void {
+    const { core } = this;
+    // A refusal of the whole request after its body costs one rate token, as a refused single request does.
+    const refuse = (err: HttpError) => {
+      core.rates.takeUpTo(tok, 1);
+      done(err, []);
+    };
+    const bytes = core.rates.overBytes(tok, raw.length);
+    if (bytes) return refuse(bytes);
+    const parsed = parseJsonObject(raw, this.limits, ENTRY_BODIES);
+    if (parsed instanceof HttpError) return refuse(parsed);
+    const bad = schemaRefusal(this.envelope, parsed.data);
+    if (bad) return refuse(bad);
+    this.run(call, tok, customer, parsed.data.entries as unknown[], raw, parsed.spans, done);
+  }
+
+  /** `spans`: where each entry's body stands in `request` (it is queued as those bytes). */
+  private run(call: Call, tok: TokenInfo, customer: string, list: unknown[], request: Buffer, spans: Map<number, [number, number]>, done: (o: Outcome, refused: RefusedEntry[]) => void): void {
+    const { core } = this;
+    const { d } = core;
+    const { cfg } = d;
+    const entries = this.entries;
+    const n = list.length;
+    const results: string[] = new Array<string>(n);
+    const refused: RefusedEntry[] = [];
+    let accepted = 0;
+    let pending = 0;
+    let queued = false;
+
+    const keyed: { i: number; kind: BatchKind; p: PreparedReport; what: string; raw: Buffer; body: unknown }[] = [];
+    const refuseEntry = (index: number, err: HttpError, what = '', bodySize = 0) => {
+      results[index] = refusedResult(err);
+      refused.push({ index, err, what, bodySize });
+    };
+
+    // Before the rate, as on the single route: the entry's shape, its path and the token's machine
+    // binding (no token spent).
+    const heads = list.map((e) => {
+      const h = entryHeadRefusal(e, customer);
+      return h instanceof HttpError ? h : (machineRefusal(tok, h.path.machine) ?? h);
+    });
+    // One rate token per entry that got past its path; those beyond the budget are 429 alone. A
+    // batch costs at least one token, whatever its entries.
+    const wanted = heads.filter((h) => !(h instanceof HttpError)).length;
+    let budget = core.rates.takeUpTo(tok, Math.max(1, wanted));
+
+    for (let i = 0; i < n; i++) {
+      const head = heads[i]!;
+      if (head instanceof HttpError) {
+        refuseEntry(i, head);
+        continue;
+      }
+      const what = `${head.kind} ${head.path.machine}/${head.path.software}`;
+      if (budget === 0) {
+        refuseEntry(i, core.rates.overRate(), what);
+        continue;
+      }
+      budget--;
+      queue(i, head, what);
     }
-    const limit = cfg.gateway.batchBodyLimit;
-    ctx.bodyDeadline = Date.now() + cfg.gateway.bodyTimeoutMs;
-    k.pendingBodies.add(ctx);
-    readBody(
-      ctx,
-      limit,
-      (b) => {
-        k.pendingBodies.delete(ctx);
-        body = b;
-        if (token) accept(token, body);
-      },
-      () => {
-        k.pendingBodies.delete(ctx);
-        k.reject(ctx, KIND, new HttpError(413, `body over the limit of ${limit} bytes`), token ?? undefined, customer);
-      },
-    );
+    claimKeys();
+    queued = true;
+    if (pending === 0) finish();
 
-    /** A refusal of the whole request after its body: it costs one rate token, as a refused single request does. */
-    function refuse(tok: TokenInfo, err: HttpError): void {
-      k.rate.takeUpTo(tok, 1);
-      k.reject(ctx, KIND, err, tok);
-    }
-
-    function accept(tok: TokenInfo, raw: Buffer): void {
-      if (ctx.done) return;
-      const bytes = k.rate.overBytes(tok, raw.length);
-      if (bytes) return refuse(tok, bytes);
-      const parsed = parseJsonObject(raw, limits, ENTRY_BODIES);
-      if (parsed instanceof HttpError) return refuse(tok, parsed);
-      const bad = schemaRefusal(envelope, parsed.data);
-      if (bad) return refuse(tok, bad);
-      run(tok, parsed.data.entries as unknown[], raw, parsed.spans);
-    }
-
-    /** `spans`: where each entry's body stands in `request` (it is queued as those bytes). */
-    function run(tok: TokenInfo, list: unknown[], request: Buffer, spans: Map<number, [number, number]>): void {
-      const n = list.length;
-      const results: string[] = new Array<string>(n);
-      const refused: Refused[] = [];
-      let accepted = 0;
-      let pending = 0;
-      let queued = false;
-
-      const keyed: { i: number; kind: BatchKind; p: PreparedReport; what: string; raw: Buffer; body: unknown }[] = [];
-      const refuseEntry = (index: number, err: HttpError, what = '', bodySize = 0) => {
-        results[index] = refusedResult(err);
-        refused.push({ index, err, what, bodySize });
+    /** The entries with an idempotency key: one round trip claims every key for its body, then they are queued (gateway/idempotency.ts). */
+    function claimKeys(): void {
+      if (keyed.length === 0) return;
+      const held = keyed.splice(0);
+      pending += held.length; // held until the register answers
+      const settle = () => {
+        if (--pending === 0 && queued) finish();
       };
-
-      // Before the rate, as on the single route: the entry's shape, its path and the token's machine
-      // binding (no token spent).
-      const heads = list.map((e) => {
-        const h = entryHeadRefusal(e, customer);
-        return h instanceof HttpError ? h : (machineRefusal(tok, h.path.machine) ?? h);
-      });
-      // One rate token per entry that got past its path; those beyond the budget are 429 alone. A
-      // batch costs at least one token, whatever its entries.
-      const wanted = heads.filter((h) => !(h instanceof HttpError)).length;
-      let budget = k.rate.takeUpTo(tok, Math.max(1, wanted));
-
-      for (let i = 0; i < n; i++) {
-        const head = heads[i]!;
-        if (head instanceof HttpError) {
-          refuseEntry(i, head);
-          continue;
-        }
-        const what = `${head.kind} ${head.path.machine}/${head.path.software}`;
-        if (budget === 0) {
-          refuseEntry(i, k.rate.overRate(), what);
-          continue;
-        }
-        budget--;
-        queue(i, head, what);
-      }
-      claimKeys();
-      queued = true;
-      if (pending === 0) finish();
-
-      /** The entries with an idempotency key: one round trip claims every key for its body, then they are queued (gateway/idempotency.ts). */
-      function claimKeys(): void {
-        if (keyed.length === 0) return;
-        const held = keyed.splice(0);
-        pending += held.length; // held until the register answers
-        const settle = () => {
-          if (--pending === 0 && queued) finish();
-        };
-        d.idempotency
-          .claim(held.map((e) => ({ id: e.p.id, body: e.body })))
-          .then(
-            (claims) =>
-              held.forEach((e, j) => {
-                if (claims[j] === 'different') refuseEntry(e.i, keyReused(), e.what, e.raw.length);
-                else send(e.i, e.kind, e.p, e.what, e.raw.length);
-                settle();
-              }),
-            (err) => {
-              d.log.warn({ err }, 'Idempotency-Key register (Redis) unavailable');
-              held.forEach((e) => {
-                refuseEntry(e.i, keyRegisterUnavailable(), e.what, e.raw.length);
-                settle();
-              });
-            },
-          )
-          .catch(ctx.fail);
-      }
-
-      function queue(i: number, head: EntryHead, what: string): void {
-        const { kind, path } = head;
-        const b = entryBodyRefusal(list[i] as Record<string, unknown>);
-        if (b instanceof HttpError) return refuseEntry(i, b, what);
-        // The body as it will be queued: the bytes the client sent for it (no body: `{}`), held
-        // to a single request's limits, so that nothing grows on its way to the queue.
-        const span = spans.get(i);
-        const raw = span ? request.subarray(span[0], span[1]) : EMPTY;
-        const refusal =
-          sizeRefusal(raw.length, cfg.gateway.bodyLimit) ??
-          entryJsonRefusal(raw, cfg.gateway.json) ??
-          k.reports.bodyRefusal(kind, k.reports.validatorOf(kind), tok, path.machine, b.body, raw.length);
-        if (refusal) return refuseEntry(i, refusal, what, raw.length);
-        const p = k.reports.prepare(kind, tok, path, raw, b.body, b.idemKey);
-        if (p instanceof HttpError) return refuseEntry(i, p, what, raw.length);
-        if (b.idemKey) keyed.push({ i, kind, p, what, raw, body: b.body });
-        else send(i, kind, p, what, raw.length);
-      }
-
-      function send(i: number, kind: BatchKind, p: PreparedReport, what: string, size: number): void {
-        pending++;
-        d.publisher.add(p.report, ctx.guard((err: HttpError | null) => {
-          // Not acknowledged by JetStream: never reported accepted.
-          if (err) refuseEntry(i, err, what, size);
-          else {
-            accepted++;
-            results[i] = acceptedResult(p.answer.status, p.id, p.answer.body);
-            entries.labels(kind, String(p.answer.status)).inc();
-          }
-          if (--pending === 0 && queued) finish();
-        }), laneOf(kind));
-      }
-
-      function finish(): void {
-        for (const r of refused) entries.labels(r.what.split(' ')[0] || 'invalid', String(r.err.status)).inc();
-        // One rejection-log row per refused entry, attributed to this request's customer and token.
-        refused.sort((a, b) => a.index - b.index);
-        let retryAfter = 0;
-        for (const r of refused) {
-          retryAfter = Math.max(retryAfter, r.err.retryAfterS ?? 0);
-          d.rejections.record({
-            at: Date.now(),
-            customer_id: tok.customerId,
-            customer: tok.customer,
-            token_id: tok.id,
-            method: ctx.method,
-            path: `${ctx.path}#/entries/${r.index}`,
-            status: r.err.status,
-            detail: r.what ? `${r.what}: ${r.err.detail}` : r.err.detail,
-            body_size: r.bodySize,
-            remote: ctx.remote(),
-          });
-        }
-        // Everything failed the same way on its way to the queue: the request is answered so (its
-        // entries are logged above, one row each).
-        for (const status of [503, 429]) {
-          if (refused.length === n && refused.every((r) => r.err.status === status)) {
-            k.answered(KIND, status);
-            return ctx.sendError(new HttpError(status, `no entry accepted: ${refused[0]!.err.detail}`, { retryAfterS: Math.max(...refused.map((r) => r.err.retryAfterS ?? 1)) }));
-          }
-        }
-        k.answered(KIND, 200);
-        ctx.send(200, `{"ok":true,"accepted":${accepted},"rejected":${n - accepted},"results":[${results.join(',')}]}`, retryAfter ? { 'Retry-After': String(retryAfter) } : undefined);
-      }
+      d.idempotency
+        .claim(held.map((e) => ({ id: e.p.id, body: e.body })))
+        .then(
+          (claims) =>
+            held.forEach((e, j) => {
+              if (claims[j] === 'different') refuseEntry(e.i, keyReused(), e.what, e.raw.length);
+              else send(e.i, e.kind, e.p, e.what, e.raw.length);
+              settle();
+            }),
+          (err) => {
+            d.log.warn({ err }, 'Idempotency-Key register (Redis) unavailable');
+            held.forEach((e) => {
+              refuseEntry(e.i, keyRegisterUnavailable(), e.what, e.raw.length);
+              settle();
+            });
+          },
+        )
+        .catch(call.fail);
     }
-  };
+
+    function queue(i: number, head: EntryHead, what: string): void {
+      const { kind, path } = head;
+      const b = entryBodyRefusal(list[i] as Record<string, unknown>);
+      if (b instanceof HttpError) return refuseEntry(i, b, what);
+      // The body as it will be queued: the bytes the client sent for it (no body: `{}`), held
+      // to a single request's limits, so that nothing grows on its way to the queue.
+      const span = spans.get(i);
+      const raw = span ? request.subarray(span[0], span[1]) : EMPTY;
+      const refusal =
+        sizeRefusal(raw.length, cfg.gateway.bodyLimit) ??
+        entryJsonRefusal(raw, cfg.gateway.json) ??
+        core.check(kind, core.validatorOf(kind), tok, path.machine, b.body, raw.length);
+      if (refusal) return refuseEntry(i, refusal, what, raw.length);
+      const p = core.prepare(kind, tok, path, raw, b.body, b.idemKey);
+      if (p instanceof HttpError) return refuseEntry(i, p, what, raw.length);
+      if (b.idemKey) keyed.push({ i, kind, p, what, raw, body: b.body });
+      else send(i, kind, p, what, raw.length);
+    }
+
+    function send(i: number, kind: BatchKind, p: PreparedReport, what: string, size: number): void {
+      pending++;
+      d.publisher.add(p.report, call.guard((err: HttpError | null) => {
+        // Not acknowledged by JetStream: never reported accepted.
+        if (err) refuseEntry(i, err, what, size);
+        else {
+          accepted++;
+          results[i] = acceptedResult(p.answer.status, p.id, p.answer.body);
+          entries.labels(kind, String(p.answer.status)).inc();
+        }
+        if (--pending === 0 && queued) finish();
+      }), laneOf(kind));
+    }
+
+    function finish(): void {
+      for (const r of refused) entries.labels(r.what.split(' ')[0] || 'invalid', String(r.err.status)).inc();
+      refused.sort((a, b) => a.index - b.index);
+      // Everything failed the same way on its way to the queue: the request is answered so (its
+      // entries are logged, one row each, by the route).
+      for (const status of [503, 429]) {
+        if (refused.length === n && refused.every((r) => r.err.status === status)) {
+          const retryAfterS = Math.max(...refused.map((r) => r.err.retryAfterS ?? 1));
+          const all = new HttpError(status, `no entry accepted: ${refused[0]!.err.detail}`, { retryAfterS });
+          return done({ status, body: all.body(), headers: { 'Retry-After': String(retryAfterS) } }, refused);
+        }
+      }
+      const retryAfter = refused.reduce((m, r) => Math.max(m, r.err.retryAfterS ?? 0), 0);
+      done({ status: 200, body: `{"ok":true,"accepted":${accepted},"rejected":${n - accepted},"results":[${results.join(',')}]}`, headers: retryAfter ? { 'Retry-After': String(retryAfter) } : undefined }, refused);
+    }
+  }
 }

@@ -9,13 +9,13 @@ import { createMetrics } from '../lib/infra/metrics.js';
 import { createPool } from '../lib/infra/postgres.js';
 import { connectNats, ensureStreams, warnDurability } from '../lib/infra/nats.js';
 import { subjects, heartbeatStream } from '../lib/contract/messages.js';
-import { loadUws, UwsFallbackError, type us_listen_socket } from './uws.js';
+import { loadUws, UwsFallbackError, type us_listen_socket } from './http/uws.js';
 import { TokenCache } from './token-cache.js';
 import { TokenUsage } from '../lib/store/token-usage.js';
 import { LicenceGate } from './licence-gate.js';
 import { BatchPublisher, LanePublisher } from './publisher.js';
 import { RejectionLog } from './rejection-log.js';
-import { registerRoutes } from './server.js';
+import { registerRoutes } from './http/routes.js';
 import { HelpCoverage } from './help-coverage.js';
 import { createRedis } from '../lib/infra/redis.js';
 import { ArtifactStore } from '../lib/store/artifacts.js';
@@ -41,7 +41,7 @@ const { uws, native } = uwsLoaded;
 if (!native) log.warn('running on the pure-JS uWS fallback (UWS_ALLOW_FALLBACK=1): expect a fraction of the native throughput');
 
 const metrics = createMetrics('gateway');
-// The last net under the routes' error boundaries (gateway/request.ts `guarded`): an error no
+// The last net under the routes' error boundaries (gateway/http/request.ts `guarded`): an error no
 // route caught is logged and counted, and the gateway keeps serving every other request rather
 // than ending them all. Each one is a bug (fleet_gateway_internal_errors_total{route="process"}).
 const internalErrors = metrics.counter('fleet_gateway_internal_errors_total');

@@ -16,7 +16,8 @@
 // The register is written only AFTER the PubAck: an id marked before a failed publish would turn
 // the agent's retry into a "duplicate" that was never stored. Redis unreachable: 503, retry.
 import { randomUUID } from 'node:crypto';
-import type { JsonRoute, Kit } from './types.js';
+import type { JsonRoute } from './types.js';
+import type { Ingest } from './ingest.js';
 import type { Validator } from '../lib/contract/validation.js';
 import { compile } from '../lib/contract/validation.js';
 import { MetricRecord, metricsBatchSchema } from '../lib/contract/schemas/metrics.js';
@@ -26,7 +27,6 @@ import { HttpError, unprocessable } from '../lib/contract/errors.js';
 import { uuidFromName } from '../lib/contract/ids.js';
 import { markNew } from './metric-register.js';
 
-const KIND = 'metrics';
 const RECORDS = ['items', '*'];
 const ITEMS_OPEN = Buffer.from('{"items":[');
 const ITEMS_CLOSE = Buffer.from(']}');
@@ -50,8 +50,8 @@ function withTimeout<T>(p: Promise<T>, ms: number): Promise<T> {
   ]);
 }
 
-export function metricsRoute(k: Kit): JsonRoute {
-  const { cfg, redis, publisher, metrics, log } = k.d;
+export function metricsRoute(core: Ingest): JsonRoute {
+  const { cfg, redis, publisher, metrics, log } = core.d;
   const ttl = cfg.metricDedupTtlS;
   const records = metrics.counter('fleet_gateway_host_metric_records_total');
   const acceptedRecords = records.labels('accepted');
@@ -69,10 +69,10 @@ export function metricsRoute(k: Kit): JsonRoute {
     software: 'logcollector',
     validate,
     spanPath: RECORDS,
-    finish(ctx, tok, raw, data, path, _idemKey, spans) {
+    finish(call, tok, raw, data, path, _idemKey, spans, done) {
       const list = (isBatch(data) ? data.items : [data]) as MetricRecord[];
       const late = metricTimes(list, isBatch(data) ? (i) => `/items/${i}` : () => '');
-      if (late) return k.reject(ctx, KIND, unprocessable(late.detail, late.errors), tok);
+      if (late) return done(unprocessable(late.detail, late.errors));
 
       let duplicates = 0;
       const seen = new Set<string>();
@@ -97,8 +97,7 @@ export function metricsRoute(k: Kit): JsonRoute {
       const answer = (accepted: number) => {
         acceptedRecords.inc(accepted);
         duplicateRecords.inc(duplicates);
-        k.answered(KIND, 200);
-        ctx.send(200, `{"ok":true,"accepted":${accepted},"duplicates":${duplicates}}`);
+        done({ status: 200, body: `{"ok":true,"accepted":${accepted},"duplicates":${duplicates}}` });
       };
 
       withTimeout(redis.mget(fresh.map((f) => f.key)), REDIS_TIMEOUT_MS).then(
@@ -106,7 +105,7 @@ export function metricsRoute(k: Kit): JsonRoute {
           const todo = fresh.filter((_, i) => known[i] === null);
           duplicates += fresh.length - todo.length;
           if (todo.length === 0) return answer(0);
-          if (ctx.aborted) return;
+          if (call.aborted) return;
           // The new records, queued as the bytes the agent sent (never re-serialised: that would
           // grow numbers such as 9e20 to 21 digits, and the report past the body limit).
           const parts: Buffer[] = [ITEMS_OPEN];
@@ -115,10 +114,10 @@ export function metricsRoute(k: Kit): JsonRoute {
           const body = Buffer.concat(parts);
           const report = encodeReport({ id: randomUUID(), kind: 'metrics', customerId: tok.customerId, customer: tok.customer, machine: path.machine, software: path.software, tokenId: tok.id, receivedAt: at }, body);
           if (report.length > publisher.maxReportBytes) {
-            return k.reject(ctx, KIND, new HttpError(413, `report of ${report.length} bytes is over the queue's message limit`), tok);
+            return done(new HttpError(413, `report of ${report.length} bytes is over the queue's message limit`));
           }
-          publisher.add(report, ctx.guard((err: HttpError | null) => {
-            if (err) return k.reject(ctx, KIND, err, tok);
+          publisher.add(report, call.guard((err: HttpError | null) => {
+            if (err) return done(err);
             withTimeout(markNew(redis, todo.map((x) => x.key), String(at), ttl), REDIS_TIMEOUT_MS).then(
               (accepted) => {
                 duplicates += todo.length - accepted;
@@ -126,15 +125,15 @@ export function metricsRoute(k: Kit): JsonRoute {
               },
             ).catch((e) => {
               log.warn({ err: e }, 'metric id register (Redis) failed after the records were queued');
-              k.reject(ctx, KIND, unavailable('the records are queued, but the duplicate register (Redis) did not answer'), tok);
+              done(unavailable('the records are queued, but the duplicate register (Redis) did not answer'));
             });
           }));
         },
         (e) => {
           log.warn({ err: e }, 'metric id register (Redis) unavailable');
-          k.reject(ctx, KIND, unavailable('the duplicate register (Redis) is unavailable'), tok);
+          done(unavailable('the duplicate register (Redis) is unavailable'));
         },
-      ).catch(ctx.fail);
+      ).catch(call.fail);
     },
   };
 }

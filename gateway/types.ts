@@ -1,7 +1,6 @@
-// What the gateway's modules share: its dependencies, the shape of a route handler and of the
-// JSON ingest routes, and the kit the metrics and artifact routes use (gateway/server.ts builds it).
-// Types only: importing this file creates no cycle between the route modules.
-import type { HttpResponse, HttpRequest } from './uws.js';
+// What the gateway's modules share: its dependencies, what the ingest core needs of a request
+// (whatever transport carries it), and the shapes of its answers. Types only: importing this file
+// creates no cycle, and nothing here knows uWS (gateway/http/ is the transport).
 import type { Config } from '../lib/infra/config.js';
 import type { Logger } from '../lib/infra/log.js';
 import type { Metrics } from '../lib/infra/metrics.js';
@@ -11,7 +10,6 @@ import type { Redis } from '../lib/infra/redis.js';
 import type { ArtifactStore } from '../lib/store/artifacts.js';
 import type { QuotaCache } from '../lib/store/quotas.js';
 import type { ArtifactUsage } from '../lib/store/artifact-usage.js';
-import type { Ctx } from './request.js';
 import type { TokenCache, TokenInfo } from './token-cache.js';
 import type { LanePublisher } from './publisher.js';
 import type { RejectionLog } from './rejection-log.js';
@@ -19,7 +17,6 @@ import type { LicenceGate } from './licence-gate.js';
 import type { HelpCoverage } from './help-coverage.js';
 import type { PendingCommands } from './pending-commands.js';
 import type { IdempotencyRegister } from './idempotency.js';
-import type { CheckedKind } from '../lib/domain/report-check.js';
 
 export interface GatewayDeps {
   cfg: Config;
@@ -49,7 +46,20 @@ export interface GatewayDeps {
 /** The kinds that arrive as a JSON body on the ingest path (their policies: gateway/admission.ts `KINDS`). */
 export type JsonKind = 'heartbeat' | 'diagnostics' | 'status' | 'help' | 'metrics' | 'artifact-init' | 'command_ack';
 
-export type Handler = (res: HttpResponse, req: HttpRequest) => void;
+/** What the gateway reads of a request, copied out of uWS's request object (valid only until the handler returns). */
+export interface RequestHead {
+  /** Path parameters, in the order of the route's placeholders. */
+  params: string[];
+  authorization: string;
+  contentType: string;
+  contentLength: string;
+  idempotencyKey: string;
+  /** Why the body's framing cannot be trusted (conflicting Content-Length headers), or null. */
+  framing: string | null;
+  /** `X-Fleet-Fault` when GATEWAY_FAULT_INJECTION is on (tests of the error boundary), else ''. */
+  fault: string;
+}
+
 
 export interface IngestPath {
   customer: string;
@@ -57,8 +67,48 @@ export interface IngestPath {
   software: string;
 }
 
-/** What a route on the JSON ingest path does with a validated body instead of queueing one report. */
-export type Finish = (ctx: Ctx, tok: TokenInfo, raw: Buffer, data: Record<string, unknown>, path: IngestPath, idemKey: string, spans: Map<number, [number, number]>) => void;
+/**
+ * What the ingest core needs of the request it serves, whatever carries it: gateway/http/request.ts
+ * `Ctx` is one; a test or another transport passes a plain object.
+ */
+export interface Call {
+  /** The client went away: work not yet begun for it is skipped. */
+  readonly aborted: boolean;
+  /** The report id once one is made (logged with a failure). */
+  reportId: string;
+  /** `fn`, with an exception in it handed to this request's error boundary (callbacks run later). */
+  guard<A extends unknown[]>(fn: (...args: A) => void): (...args: A) => void;
+  /** This request's error boundary. */
+  readonly fail: (e: unknown) => void;
+}
+
+/** An answer the core gives: status, body and headers (a refusal is an HttpError instead). */
+export interface Answer {
+  status: number;
+  body: string | Uint8Array;
+  headers?: Record<string, string>;
+}
+
+/** What became of a request: its answer, or the refusal (answered `{"detail"}` and logged). */
+export type Outcome = Answer | HttpError;
+export type Done = (o: Outcome) => void;
+
+/** A refusal before the body, with whom it is counted against in the rejection log. */
+export interface Refusal {
+  refused: HttpError;
+  token?: TokenInfo;
+  /** The customer of the path, '' when its slug is not valid. */
+  customer: string;
+}
+
+/** A request past its checks before the body: its bearer, and the token when this gateway's copy knows it. */
+export interface Gate {
+  bearer: string;
+  known: TokenInfo | undefined;
+}
+
+/** What a route on the JSON ingest path does with a validated body instead of queueing one report (host metrics, artifact-init). */
+export type Finish = (call: Call, tok: TokenInfo, raw: Buffer, data: Record<string, unknown>, path: IngestPath, idemKey: string, spans: Map<number, [number, number]>, done: Done) => void;
 
 export interface JsonRoute {
   /** Fixed software: the metrics path has the literal segment `logcollector` there. */
@@ -78,35 +128,3 @@ export interface PreparedReport {
 
 /** `take`: the request takes one rate token before its body; `has`: one must be left (a batch takes one per entry after reading them). */
 export type RateMode = 'take' | 'has';
-
-/** What the handlers in gateway/metrics.ts, gateway/artifacts.ts and gateway/batch.ts share with gateway/server.ts. */
-export interface Kit {
-  d: GatewayDeps;
-  reject(ctx: Ctx, kind: string, err: HttpError, token?: TokenInfo, customer?: string): void;
-  /** 503 / 400 / 403 / 429 checks before the body; null when already answered. A batch's path has only the customer. */
-  begin(ctx: Ctx, kind: string, path: Pick<IngestPath, 'customer'> & Partial<IngestPath>, rate?: RateMode): { bearer: string; known: TokenInfo | undefined } | null;
-  /** The token for a bearer the in-memory copy did not know; null when refused (answered). */
-  resolveToken(ctx: Ctx, kind: string, bearer: string, path: Pick<IngestPath, 'customer'> & Partial<IngestPath>, rate?: RateMode): Promise<TokenInfo | null>;
-  pendingBodies: Set<Ctx>;
-  /** Counts an answer in fleet_gateway_responses_total (reject counts its own). */
-  answered(kind: string, status: number): void;
-  /** The steps of a report after its body is parsed, one copy for the single routes and the batch. */
-  reports: {
-    validatorOf(kind: CheckedKind): Validator<unknown>;
-    /** Schema (422), beyond it (413/422), licence (403); null: storable and allowed. */
-    bodyRefusal(kind: JsonKind, validate: Validator<unknown>, tok: TokenInfo, machine: string, data: Record<string, unknown>, rawSize: number): HttpError | null;
-    /** The report to queue and its answer, or 413 (over the queue's message limit). */
-    prepare(kind: JsonKind, tok: TokenInfo, path: IngestPath, raw: Buffer, data: unknown, idemKey: string, commandId?: string): HttpError | PreparedReport;
-  };
-  /** The per-token and per-customer rates: a batch takes one of each per entry. */
-  rate: {
-    /** Takes up to n requests of this token's and its customer's buckets: how many both allow. */
-    takeUpTo(tok: TokenInfo, n: number): number;
-    /** The 429 of a request (or entry) over the rate, with Retry-After. */
-    overRate(): HttpError;
-    /** The customer's byte rate for a body of `size` bytes: null, or the 429. */
-    overBytes(tok: TokenInfo, size: number): HttpError | null;
-    /** Before the body: its Content-Length over what the customer's byte rate has now: the 429 (closing the connection). */
-    announcedOverBytes(tok: TokenInfo | undefined, contentLength: string): HttpError | null;
-  };
-}

@@ -1,6 +1,6 @@
 // The ceiling: a bare uWebSockets.js server that reads each POST body and answers {"ok":true},
 // doing nothing else. Same library and build as the gateway, same requests.
-import { loadUws } from '../../gateway/uws.js';
+import { loadUws } from '../../gateway/http/uws.js';
 
 const { uws, native } = loadUws(false);
 const port = Number(process.env.PORT ?? 0);

@@ -74,7 +74,7 @@ export interface RawRequest {
 /**
  * Sends `requests` on one connection in one write (HTTP/1.1 pipelining) and resolves with their
  * answers, in order. They reach the server in one read, which uWS parses and dispatches request by
- * request in one synchronous pass (gateway/request.ts, "quarantine"): nothing else runs in between,
+ * request in one synchronous pass (gateway/http/request.ts, "quarantine"): nothing else runs in between,
  * so their clock readings differ by microseconds, however loaded the machine. uWS serves pipelined
  * requests only while each is answered before the next is parsed (a refusal); a request that waits
  * for JetStream makes it close the connection, which rejects here.

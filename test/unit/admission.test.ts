@@ -4,7 +4,7 @@ import t from 'tap';
 import { KINDS, pathRefusal, parseBearer, authorise, machineRefusal, isJson, headRefusal, parseJsonObject, deepRefusal, batchHeadRefusal, entryHeadRefusal, entryBodyRefusal, sizeRefusal } from '../../gateway/admission.js';
 import { reportChecker } from '../../lib/domain/report-check.js';
 import { HttpError } from '../../lib/contract/errors.js';
-import type { RequestHead } from '../../gateway/request.js';
+import type { RequestHead } from '../../gateway/types.js';
 import type { TokenInfo } from '../../gateway/token-cache.js';
 import { compilePattern } from '../../lib/domain/whitelist.js';
 

@@ -1,7 +1,8 @@
-// Artifact uploads, the pure pieces (lib/store/artifacts.ts, gateway/artifacts.ts): Range, Content-Disposition, the chunk bitmap and sizes, the byte budget.
+// Artifact uploads, the pure pieces (lib/store/artifacts.ts, gateway/artifacts.ts, gateway/http/artifact-routes.ts): Range, Content-Disposition, the chunk bitmap and sizes, the byte budget.
 import t from 'tap';
 import { parseRange, contentDisposition, bitmapNew, bitmapSet, bitmapHas, bitmapList, chunkCount, chunkLength, mapLimit } from '../../lib/store/artifacts.js';
-import { ByteBudget, artifactIdOf } from '../../gateway/artifacts.js';
+import { artifactIdOf } from '../../gateway/artifacts.js';
+import { ByteBudget } from '../../gateway/http/artifact-routes.js';
 
 t.test('Range: one range served, several or garbage ignored, past the end unsatisfiable', async (t) => {
   t.same(parseRange('bytes=0-99', 1000), { start: 0, end: 99 });

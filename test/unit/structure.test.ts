@@ -41,6 +41,9 @@ t.test('the floor plan rules catch what they forbid (a tree written for it)', as
   const files: Record<string, string> = {
     'gateway/a.ts': "import { b } from '../workers/b.js';\nexport const a = b;\n",
     'workers/b.ts': 'export const b = 1;\n',
+    'gateway/core.ts': "import { e } from './http/edge.js';\nexport const core = e;\n",
+    'gateway/http/edge.ts': 'export const e = 1;\n',
+    'gateway/main.ts': "import { e } from './http/edge.js';\nexport const main = e;\n",
     'lib/contract/c.ts': "import { d } from '../store/d.js';\nexport const c = d;\n",
     'lib/store/d.ts': 'export const d = 1;\n',
     'lib/domain/x.ts': "import type { Y } from './y.js';\nexport interface X { y?: Y }\n",
@@ -62,6 +65,8 @@ t.test('the floor plan rules catch what they forbid (a tree written for it)', as
   }
   const names = new Set((out.output as ICruiseResult).summary.violations.map((v) => v.rule.name));
   t.ok(names.has('gateway-is-a-process'), 'a process importing another');
+  const transport = (out.output as ICruiseResult).summary.violations.filter((v) => v.rule.name === 'gateway-core-knows-no-transport').map((v) => v.from);
+  t.same(transport, ['gateway/core.ts'], "the gateway's core importing its transport (its entry may)");
   t.ok(names.has('contract-is-the-ground'), 'the contract importing the store');
   t.ok(names.has('no-cycles'), 'a cycle of type-only imports');
 });

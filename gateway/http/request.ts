@@ -2,9 +2,13 @@
 // copied before any await (uWS reuses it), onData chunks are copied before being kept, onAborted is
 // always registered and nothing is written after an abort, and every write happens inside cork().
 import type { HttpResponse, HttpRequest } from './uws.js';
-import { type HttpError, statusLine } from '../lib/contract/errors.js';
-import { clientAddress, type TrustProxy } from '../lib/infra/client-address.js';
-import type { RouteTimer } from '../lib/infra/metrics.js';
+import { type HttpError, statusLine } from '../../lib/contract/errors.js';
+import { clientAddress, type TrustProxy } from '../../lib/infra/client-address.js';
+import type { RouteTimer } from '../../lib/infra/metrics.js';
+import type { RequestHead } from '../types.js';
+
+/** A uWS route handler. */
+export type Handler = (res: HttpResponse, req: HttpRequest) => void;
 
 /**
  * Strings handed to uWS are converted to bytes on every call; pre-encoded bytes are not. Measured
@@ -39,20 +43,6 @@ export const H = {
   forwardedFor: bytes('x-forwarded-for'),
   fault: bytes('x-fleet-fault'),
 };
-
-/** What the gateway reads of a request, copied out of uWS's request object (valid only until the handler returns). */
-export interface RequestHead {
-  /** Path parameters, in the order of the route's placeholders. */
-  params: string[];
-  authorization: string;
-  contentType: string;
-  contentLength: string;
-  idempotencyKey: string;
-  /** Why the body's framing cannot be trusted (conflicting Content-Length headers), or null. */
-  framing: string | null;
-  /** `X-Fleet-Fault` when GATEWAY_FAULT_INJECTION is on (tests of the error boundary), else ''. */
-  fault: string;
-}
 
 const NO_HEAD: RequestHead = { params: [], authorization: '', contentType: '', contentLength: '', idempotencyKey: '', framing: null, fault: '' };
 
@@ -177,7 +167,7 @@ export class Ctx {
     });
   }
 
-  /** This request's error boundary (gateway/server.ts answers 500, logs and counts). */
+  /** This request's error boundary (gateway/http/edge.ts `failed` answers 500, logs and counts). */
   readonly fail = (e: unknown): void => {
     const f = Ctx.onFail;
     if (f) f(this, e);
