@@ -11,11 +11,6 @@ const SQL = '^\\s*(SELECT|INSERT INTO|UPDATE \\w+ SET|DELETE FROM|WITH \\w+ AS|C
 const SQL_NOT_YET_IN_STORE = [
   'cli/fleet.ts',
   'deploy/local-servers.ts',
-  'gateway/help-coverage.ts',
-  'gateway/licence-gate.ts',
-  'gateway/pending-commands.ts',
-  'gateway/token-cache.ts',
-  'lib/infra/synced-map.ts',
   'workers/apply-batch.ts',
   'workers/artifact-expiry.ts',
   'workers/artifacts.ts',
@@ -31,7 +26,6 @@ const SQL_NOT_YET_IN_STORE = [
   'workers/onboarding.ts',
   'workers/traffic-light.ts',
   'workers/webhooks.ts',
-  'workers/whitelist-cache.ts',
 ];
 
 export default tseslint.config(

@@ -1,6 +1,7 @@
 // Agent commands, the parts every process shares: what a snapshot advertises, queueing and
-// cancelling (api, bench), reading a command with its history, and the NATS hint that tells every
-// gateway to re-read the open commands of some instances.
+// cancelling (api, bench), reading a command with its history, the NATS hint that tells every
+// gateway to re-read the open commands of some instances, and what the gateways read: the open
+// commands (all, or of some instances) and whose a command is (gateway/pending-commands.ts).
 //
 // Lifecycle (docs/decisions.md "Agent commands"):
 //   queued     POST /api/instances/{id}/commands (api), expires_at = now + COMMAND_QUEUE_TTL_S
@@ -270,4 +271,51 @@ export class CommandHints {
       this.onError(e);
     }
   }
+}
+
+// ---- what the gateways read (gateway/pending-commands.ts) -------------------------------------
+
+/** An open command (queued or delivered) as the gateways hand it out. */
+export interface OpenCommandRow {
+  id: string;
+  customer_id: string;
+  machine: string;
+  software: string;
+  module: string;
+  command: string;
+  args: unknown;
+  /** Queued: its expiry; delivered: its ack deadline. */
+  deadline: Date | null;
+}
+
+const OPEN = `SELECT c.id, c.customer_id, m.slug AS machine, i.software, c.module, c.command, c.args,
+                       CASE WHEN c.state = 'queued' THEN c.expires_at ELSE c.ack_deadline END AS deadline
+                  FROM commands c JOIN instances i ON i.id = c.instance_id JOIN machines m ON m.id = i.machine_id
+                 WHERE c.state IN (${OpenStates.map((x) => `'${x}'`).join(', ')})`;
+
+/** Every open command, oldest first. */
+export async function listOpenCommands(pool: Pool): Promise<OpenCommandRow[]> {
+  return (await pool.query<OpenCommandRow>(`${OPEN} ORDER BY c.created_at, c.id`)).rows;
+}
+
+/** The open commands of these instances, oldest first. */
+export async function listOpenCommandsOf(pool: Pool, refs: InstanceRef[]): Promise<OpenCommandRow[]> {
+  const r = await pool.query<OpenCommandRow>(
+    `${OPEN} AND (c.customer_id, m.slug, i.software) IN (SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[]))
+                ORDER BY c.created_at, c.id`,
+    [refs.map((x) => x.customerId), refs.map((x) => x.machine), refs.map((x) => x.software)],
+  );
+  return r.rows;
+}
+
+/** The instance a command belongs to, whatever its state; null when there is no such command. */
+export async function commandInstance(pool: Pool, id: string): Promise<InstanceRef | null> {
+  const r = await pool.query<{ customer_id: string; machine: string; software: string }>(
+    `SELECT c.customer_id, m.slug AS machine, i.software
+           FROM commands c JOIN instances i ON i.id = c.instance_id JOIN machines m ON m.id = i.machine_id
+          WHERE c.id = $1`,
+    [id],
+  );
+  const row = r.rows[0];
+  return row ? { customerId: row.customer_id, machine: row.machine, software: row.software } : null;
 }

@@ -2,8 +2,10 @@
 // (machines seen in the last 30 days), the limit status, and a grace period that starts the first
 // time the count goes over the limit. After the grace period gateways refuse machines that are new
 // to the customer (gateway/licence-gate.ts); known machines keep reporting, and nothing already
-// accepted is dropped. Used by the api, the workers and the CLI.
+// accepted is dropped. Used by the api, the workers, the CLI, and the gateway (`licenceCopy`).
 import { withTx, type Pool, type PoolClient } from '../infra/postgres.js';
+import type { SyncedSource } from '../infra/synced-map.js';
+import { databaseNow } from './clock.js';
 
 export type Tier = 'free' | 'paid';
 export const TIERS: Tier[] = ['free', 'paid'];
@@ -160,3 +162,27 @@ export async function reconcileLicences(pool: Pool): Promise<number> {
   }
   return changed;
 }
+
+// ---- the gateway's copy of every licence (gateway/licence-gate.ts) ---------------------------
+
+/** What the gateway's licence gate needs of a licence. */
+export interface LicenceCopyRow {
+  customer_id: string;
+  device_limit: number;
+  grace_days: number;
+  over_limit_since: Date | null;
+  updated_at: Date;
+}
+
+const COPY = `SELECT customer_id, device_limit, grace_days, over_limit_since, updated_at FROM licences`;
+
+export async function allLicenceCopyRows(pool: Pool): Promise<LicenceCopyRow[]> {
+  return (await pool.query<LicenceCopyRow>(COPY)).rows;
+}
+
+export async function licenceCopyRowsChangedSince(pool: Pool, since: Date): Promise<LicenceCopyRow[]> {
+  return (await pool.query<LicenceCopyRow>(`${COPY} WHERE updated_at > $1`, [since])).rows;
+}
+
+/** What the gateway's SyncedMap of licences reads. */
+export const licenceCopy: SyncedSource<LicenceCopyRow> = { now: databaseNow, all: allLicenceCopyRows, changedSince: licenceCopyRowsChangedSince };

@@ -1,6 +1,7 @@
 // Machines (Postgres `machines`) as the api asks about them: "does this machine belong to this
 // customer", a 404 otherwise (never a 403, which would tell that the id exists); the machines the
-// licence flagged over its device limit.
+// licence flagged over its device limit. And as the gateway's licence gate knows them
+// (gateway/licence-gate.ts): the slugs of customers past their grace period.
 import type { Pool, PoolClient } from '../infra/postgres.js';
 import { notFound } from '../contract/errors.js';
 
@@ -26,4 +27,20 @@ export async function listFlaggedMachines(pool: Pool, customerId: string): Promi
     [customerId],
   );
   return r.rows;
+}
+
+/** A machine's slug with its customer. */
+export interface MachineSlug {
+  customer_id: string;
+  slug: string;
+}
+
+/** Every machine of these customers. */
+export async function machineSlugsOf(pool: Pool, customerIds: string[]): Promise<MachineSlug[]> {
+  return (await pool.query<MachineSlug>('SELECT customer_id, slug FROM machines WHERE customer_id = ANY($1::uuid[])', [customerIds])).rows;
+}
+
+/** The machines of these customers created after `since` (by `created_at`). */
+export async function machineSlugsCreatedSince(pool: Pool, customerIds: string[], since: Date): Promise<MachineSlug[]> {
+  return (await pool.query<MachineSlug>('SELECT customer_id, slug FROM machines WHERE customer_id = ANY($1::uuid[]) AND created_at > $2', [customerIds, since])).rows;
 }
