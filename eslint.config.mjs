@@ -17,8 +17,6 @@ const SQL_NOT_YET_IN_STORE = [
   'gateway/token-cache.ts',
   'lib/infra/synced-map.ts',
   'workers/apply-batch.ts',
-  'workers/command-expiry.ts',
-  'workers/commands.ts',
   'workers/health.ts',
   'workers/heartbeat-state.ts',
   'workers/help-texts.ts',
