@@ -19,7 +19,6 @@ const SQL_NOT_YET_IN_STORE = [
   'workers/apply-batch.ts',
   'workers/health.ts',
   'workers/heartbeat-state.ts',
-  'workers/licences.ts',
   'workers/light-census.ts',
   'workers/light-expiry.ts',
   'workers/light-sweep.ts',

@@ -1,6 +1,6 @@
 // Machines (Postgres `machines`) as the api asks about them: "does this machine belong to this
 // customer", a 404 otherwise (never a 403, which would tell that the id exists); the machines the
-// licence flagged over its device limit.
+// licence flagged over its device limit, and the flagging (workers/licences.ts).
 import type { Pool, PoolClient } from '../infra/postgres.js';
 import { notFound } from '../contract/errors.js';
 
@@ -26,4 +26,16 @@ export async function listFlaggedMachines(pool: Pool, customerId: string): Promi
     [customerId],
   );
   return r.rows;
+}
+
+/**
+ * Flags the `n` newest (first seen, then slug) of these machines as over the licence's device limit
+ * (`over_limit_at` = now), in the caller's transaction (under the customer's licence lock).
+ */
+export async function flagOverLimit(db: Pool | PoolClient, machineIds: string[], n: number): Promise<void> {
+  await db.query(
+    `UPDATE machines SET over_limit_at = now()
+      WHERE id IN (SELECT id FROM machines WHERE id = ANY($1::uuid[]) ORDER BY first_seen_at DESC, slug DESC LIMIT $2)`,
+    [machineIds, n],
+  );
 }
