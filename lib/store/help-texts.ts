@@ -1,7 +1,8 @@
-// Help texts per customer, software and diagnostic code (Postgres `help_texts`), as the api reads
-// them; and which languages each code has, as the gateway's in-memory copy reads it
-// (`helpCoverageCopy`, for gateway/help-coverage.ts).
-import type { Pool } from '../infra/postgres.js';
+// Help texts per customer, software and diagnostic code (Postgres `help_texts`): the api reads them,
+// a worker stores the uploads (workers/help-texts.ts picks the newest text per key), and the
+// gateway's in-memory copy reads which languages each code has (`helpCoverageCopy`, for
+// gateway/help-coverage.ts).
+import type { Pool, PoolClient } from '../infra/postgres.js';
 import type { SyncedSource } from '../infra/synced-map.js';
 import { databaseNow } from './clock.js';
 
@@ -56,3 +57,47 @@ export async function helpCoverageRowsChangedSince(pool: Pool, since: Date): Pro
 
 /** What the gateway's SyncedMap of help-text coverage reads. */
 export const helpCoverageCopy: SyncedSource<HelpCoverageRow> = { now: databaseNow, all: allHelpCoverageRows, changedSince: helpCoverageRowsChangedSince };
+/** One uploaded text (report kind `help`), its title and text through pgText. */
+export interface HelpTextUpload {
+  customerId: string;
+  software: string;
+  code: number;
+  lang: string;
+  title: string;
+  text: string;
+  /** The machine that uploaded it. */
+  machine: string;
+  /** Receive time of its report (ms since the epoch). */
+  at: number;
+  reportId: string;
+}
+
+/**
+ * Stores uploaded texts, one row per customer, software, code and language: the newest by (receive
+ * time, report id) wins, so a redelivered upload changes nothing and an older one applied late never
+ * overwrites a newer text. Give at most one row per key, in key order (the lock order across workers).
+ */
+export async function upsertHelpTexts(db: Pool | PoolClient, rows: HelpTextUpload[]): Promise<void> {
+  const col = <T>(f: (r: HelpTextUpload) => T) => rows.map(f);
+  await db.query(
+    `INSERT INTO help_texts (customer_id, software, code, lang, title, text, machine, received_at, report_id)
+     SELECT c, s, code, lang, title, text, machine, to_timestamp(at / 1000.0), rid
+       FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::text[], $6::text[], $7::text[], $8::float8[], $9::uuid[])
+            AS t(c, s, code, lang, title, text, machine, at, rid)
+     ON CONFLICT (customer_id, software, code, lang) DO UPDATE
+        SET title = EXCLUDED.title, text = EXCLUDED.text, machine = EXCLUDED.machine,
+            received_at = EXCLUDED.received_at, report_id = EXCLUDED.report_id
+      WHERE (EXCLUDED.received_at, EXCLUDED.report_id) > (help_texts.received_at, help_texts.report_id)`,
+    [
+      col((r) => r.customerId),
+      col((r) => r.software),
+      col((r) => r.code),
+      col((r) => r.lang),
+      col((r) => r.title),
+      col((r) => r.text),
+      col((r) => r.machine),
+      col((r) => r.at),
+      col((r) => r.reportId),
+    ],
+  );
+}

@@ -1,7 +1,8 @@
 // Machines (Postgres `machines`) as the api asks about them: "does this machine belong to this
 // customer", a 404 otherwise (never a 403, which would tell that the id exists); the machines the
-// licence flagged over its device limit. And as the gateway's licence gate knows them
-// (gateway/licence-gate.ts): the slugs of customers past their grace period.
+// licence flagged over its device limit, and the flagging (workers/licences.ts). And as the
+// gateway's licence gate knows them (gateway/licence-gate.ts): the slugs of customers past their
+// grace period.
 import type { Pool, PoolClient } from '../infra/postgres.js';
 import { notFound } from '../contract/errors.js';
 
@@ -43,4 +44,16 @@ export async function machineSlugsOf(pool: Pool, customerIds: string[]): Promise
 /** The machines of these customers created after `since` (by `created_at`). */
 export async function machineSlugsCreatedSince(pool: Pool, customerIds: string[], since: Date): Promise<MachineSlug[]> {
   return (await pool.query<MachineSlug>('SELECT customer_id, slug FROM machines WHERE customer_id = ANY($1::uuid[]) AND created_at > $2', [customerIds, since])).rows;
+}
+
+/**
+ * Flags the `n` newest (first seen, then slug) of these machines as over the licence's device limit
+ * (`over_limit_at` = now), in the caller's transaction (under the customer's licence lock).
+ */
+export async function flagOverLimit(db: Pool | PoolClient, machineIds: string[], n: number): Promise<void> {
+  await db.query(
+    `UPDATE machines SET over_limit_at = now()
+      WHERE id IN (SELECT id FROM machines WHERE id = ANY($1::uuid[]) ORDER BY first_seen_at DESC, slug DESC LIMIT $2)`,
+    [machineIds, n],
+  );
 }

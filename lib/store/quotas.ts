@@ -367,3 +367,13 @@ export function describeQuota(name: QuotaName, value: number): string {
   if (unit === 'per_s') return `${name} = ${value}/s`;
   return `${name} = ${value}`;
 }
+
+/**
+ * The `artifact_usage.seq` of these customers (those without a row are left out): from that seq on
+ * their stored bytes count the artifacts written before the read, which is when a reservation is
+ * settled (lib/store/artifact-usage.ts).
+ */
+export async function artifactUsageSeqs(db: Pool | PoolClient, customerIds: string[]): Promise<Map<string, number>> {
+  const r = await db.query<{ customer_id: string; seq: number }>('SELECT customer_id, seq FROM artifact_usage WHERE customer_id = ANY($1::uuid[])', [customerIds]);
+  return new Map(r.rows.map((x) => [x.customer_id, x.seq]));
+}
