@@ -21,7 +21,6 @@ const SQL_NOT_YET_IN_STORE = [
   'workers/artifacts.ts',
   'workers/command-expiry.ts',
   'workers/commands.ts',
-  'workers/health.ts',
   'workers/heartbeat-state.ts',
   'workers/help-texts.ts',
   'workers/licences.ts',
