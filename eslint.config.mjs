@@ -24,7 +24,6 @@ const SQL_NOT_YET_IN_STORE = [
   'workers/heartbeat-state.ts',
   'workers/help-texts.ts',
   'workers/licences.ts',
-  'workers/light-census.ts',
   'workers/light-expiry.ts',
   'workers/light-sweep.ts',
   'workers/onboarding.ts',

@@ -129,3 +129,11 @@ export async function listInstances(pool: Pool, customerId: string, light: Light
                     ${instanceOrderBy(page.sort, page.groupBy)} LIMIT ${param(page.limit)} OFFSET ${param(page.offset)}`;
   return (await pool.query<InstanceRow>(sql, params)).rows;
 }
+
+// ---- the workers' side: the stored colour (`light`, recorded by workers/traffic-light.ts) -----
+
+/** Instances per stored colour, all customers (`n`: a bigint count, as text): one scan of the table. */
+export async function countStoredLights(db: Db): Promise<{ light: string; n: string }[]> {
+  const r = await db.query<{ light: string; n: string }>(`SELECT light, count(*) AS n FROM instances GROUP BY light`);
+  return r.rows;
+}
