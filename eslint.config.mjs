@@ -27,7 +27,6 @@ const SQL_NOT_YET_IN_STORE = [
   'workers/light-expiry.ts',
   'workers/light-sweep.ts',
   'workers/onboarding.ts',
-  'workers/traffic-light.ts',
   'workers/webhooks.ts',
   'workers/whitelist-cache.ts',
 ];

@@ -137,3 +137,11 @@ export async function countStoredLights(db: Db): Promise<{ light: string; n: str
   const r = await db.query<{ light: string; n: string }>(`SELECT light, count(*) AS n FROM instances GROUP BY light`);
   return r.rows;
 }
+
+/**
+ * Locks these instances' rows in the transaction of `c`, in the order the ingest upsert takes
+ * them (machine, software), so that whoever else writes them first cannot deadlock with it.
+ */
+export async function lockInstances(c: PoolClient, instanceIds: string[]): Promise<void> {
+  await c.query(`SELECT 1 FROM instances WHERE id = ANY($1::uuid[]) ORDER BY machine_id, software COLLATE "C" FOR UPDATE`, [instanceIds]);
+}
