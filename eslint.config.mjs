@@ -24,8 +24,6 @@ const SQL_NOT_YET_IN_STORE = [
   'workers/heartbeat-state.ts',
   'workers/help-texts.ts',
   'workers/licences.ts',
-  'workers/light-expiry.ts',
-  'workers/light-sweep.ts',
   'workers/onboarding.ts',
   'workers/webhooks.ts',
   'workers/whitelist-cache.ts',

@@ -5,7 +5,7 @@
 // rule of lib/domain/traffic-light.ts, here always with the timeout and warning window as $2 and $3.
 import type { Pool, PoolClient } from '../infra/postgres.js';
 import { notFound } from '../contract/errors.js';
-import { lightSql, lightReasonSql, lightSinceSql, lightCandidateSql, type LightColour } from '../domain/traffic-light.js';
+import { lightSql, lightReasonSql, lightSinceSql, lightCandidateSql, silentSql, type LightColour } from '../domain/traffic-light.js';
 import { instanceOrderBy, cursorColumns, afterSql, type OrderKey, type GroupKey } from './instance-order.js';
 import type { InstanceTimes } from './live-heartbeats.js';
 
@@ -144,4 +144,40 @@ export async function countStoredLights(db: Db): Promise<{ light: string; n: str
  */
 export async function lockInstances(c: PoolClient, instanceIds: string[]): Promise<void> {
   await c.query(`SELECT 1 FROM instances WHERE id = ANY($1::uuid[]) ORDER BY machine_id, software COLLATE "C" FOR UPDATE`, [instanceIds]);
+}
+
+const SWEEP_SQL = `WITH h AS (SELECT LEAST(now(), to_timestamp($4::float8 / 1000)) AS t)
+       (SELECT id FROM instances i, h
+         WHERE light IN ('green', 'yellow') AND ${silentSql('i', '$1::float8', 'h.t')}
+         ORDER BY last_heartbeat_at LIMIT $3)
+       UNION
+       (SELECT id FROM instances, h
+         WHERE light = 'yellow' AND status IS DISTINCT FROM 'degraded'
+           AND (last_warning_at IS NULL OR last_warning_at <= h.t - make_interval(secs => $2::float8))
+         LIMIT $3)`;
+
+/**
+ * The sweep's candidates (workers/light-sweep.ts), judged at the horizon (`horizonMs`, never after
+ * now), at most `limit` of each kind: instances stored green or yellow that are silent (the red
+ * rule's silentSql; oldest heartbeat first), and instances stored yellow, not degraded, whose last
+ * warning ran out. The partial indexes instances_light_silent and instances_light_yellow serve
+ * the two.
+ */
+export async function instancesDueForSweep(db: Db, heartbeatTimeoutS: number, warningWindowS: number, limit: number, horizonMs: number): Promise<string[]> {
+  const r = await db.query<{ id: string }>(SWEEP_SQL, [heartbeatTimeoutS, warningWindowS, limit, horizonMs]);
+  return r.rows.map((x) => x.id);
+}
+
+/**
+ * Of these instances, those stored green or yellow that are silent by the wall clock (silentSql
+ * at now()), with when they fell silent (`due`: last heartbeat + timeout, ms since the epoch).
+ */
+export async function silentButLit(db: Db, instanceIds: string[], heartbeatTimeoutS: number): Promise<{ id: string; due: number }[]> {
+  const r = await db.query<{ id: string; due: number }>(
+    `SELECT id, (extract(epoch FROM last_heartbeat_at) * 1000)::float8 + $2::float8 * 1000 AS due
+         FROM instances i WHERE id = ANY($1::uuid[]) AND light IN ('green', 'yellow')
+          AND ${silentSql('i', '$2::float8')}`,
+    [instanceIds, heartbeatTimeoutS],
+  );
+  return r.rows;
 }
