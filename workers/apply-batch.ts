@@ -29,7 +29,9 @@ import { heartbeatFields } from '../lib/store/live-heartbeats.js';
 import { applyHelpTexts } from './help-texts.js';
 import type { WhitelistCache, Suppression } from './whitelist-cache.js';
 import { noteNewMachines } from './licences.js';
-import { newest, HEARTBEAT_FIELD_COLUMNS, PG_MS, type HeartbeatState, type Resolved } from './heartbeat-state.js';
+import type { HeartbeatState, Resolved } from './heartbeat-state.js';
+import { upsertMachines, type MachineSeen } from '../lib/store/machines.js';
+import { upsertInstances } from '../lib/store/instances.js';
 import { recordMilestones } from './onboarding.js';
 
 export interface ApplyDeps extends CommandDeps {
@@ -83,7 +85,7 @@ export async function applyBatch(d: ApplyDeps, all: Report[], rejections: Reject
   const written =
     toWrite.length > 0
       ? await withTx(d.pool, async (c) => {
-          const w = await upsertInstances(c, toWrite);
+          const w = await upsertMachinesAndInstances(c, toWrite);
           if (d.lights) lightEvents = await d.lights.inTransaction(c, [...w.values()].map((x) => x.instanceId));
           return w;
         })
@@ -134,8 +136,8 @@ async function settleIdempotencyKeys(d: ApplyDeps, reports: Report[]): Promise<v
 const ms = (v: number | null | undefined) => (v === null || v === undefined ? null : v);
 
 /** Machines then instances, in key order (consistent lock order across concurrent workers). */
-async function upsertInstances(c: PoolClient, updates: InstanceUpdate[]): Promise<Map<string, Resolved & { pgAt: number | null }>> {
-  const machines = new Map<string, { customerId: string; slug: string; first: number; last: number }>();
+async function upsertMachinesAndInstances(c: PoolClient, updates: InstanceUpdate[]): Promise<Map<string, Resolved & { pgAt: number | null }>> {
+  const machines = new Map<string, MachineSeen>();
   for (const u of updates) {
     const k = machineKey(u.customerId, u.machine);
     const m = machines.get(k);
@@ -146,19 +148,10 @@ async function upsertInstances(c: PoolClient, updates: InstanceUpdate[]): Promis
     }
   }
   const ms_ = [...machines.values()].sort((a, b) => (a.customerId + a.slug < b.customerId + b.slug ? -1 : 1));
-  const mres = await c.query<{ id: string; customer_id: string; slug: string; inserted: boolean }>(
-    `INSERT INTO machines (customer_id, slug, first_seen_at, last_seen_at)
-     SELECT c, s, to_timestamp(f / 1000.0), to_timestamp(l / 1000.0)
-       FROM unnest($1::uuid[], $2::text[], $3::float8[], $4::float8[]) WITH ORDINALITY AS t(c, s, f, l, n) ORDER BY n
-     ON CONFLICT (customer_id, slug) DO UPDATE
-        SET first_seen_at = LEAST(machines.first_seen_at, EXCLUDED.first_seen_at),
-            last_seen_at = GREATEST(machines.last_seen_at, EXCLUDED.last_seen_at)
-     RETURNING id, customer_id, slug, (xmax = 0) AS inserted`,
-    [ms_.map((m) => m.customerId), ms_.map((m) => m.slug), ms_.map((m) => m.first), ms_.map((m) => m.last)],
-  );
+  const mrows = await upsertMachines(c, ms_);
   // Licence limits, grace period and first-device conversions (workers/licences.ts).
-  await noteNewMachines(c, mres.rows.filter((r) => r.inserted));
-  const machineIds = new Map(mres.rows.map((r) => [machineKey(r.customer_id, r.slug), r.id]));
+  await noteNewMachines(c, mrows.filter((r) => r.inserted));
+  const machineIds = new Map(mrows.map((r) => [machineKey(r.customer_id, r.slug), r.id]));
 
   const rows = updates
     .map((u) => ({ u, machineId: machineIds.get(machineKey(u.customerId, u.machine))! }))
@@ -167,59 +160,33 @@ async function upsertInstances(c: PoolClient, updates: InstanceUpdate[]): Promis
   const hbf = new Map(updates.flatMap((u) => (u.heartbeat ? [[u, heartbeatFields(u.heartbeat.at, u.heartbeat.agentTs, u.heartbeat.skew, u.heartbeat.body as Heartbeat)] as const] : [])));
   const hb = (u: InstanceUpdate) => hbf.get(u);
   const st = (u: InstanceUpdate) => u.status?.body as Status | undefined;
-  const ires = await c.query<{ id: string; machine_id: string; software: string; pg_ms: number | null }>(
-    `INSERT INTO instances (customer_id, machine_id, software, first_seen_at, last_seen_at, last_heartbeat_at, agent_ts,
-                            version, uptime_seconds, pid, ip_addresses, group_name, location, group_priority, sort_priority,
-                            status, status_message, status_at, snapshot, last_warning_at, clock_skew, machine)
-     SELECT customer_id, machine_id, software, to_timestamp(first_ms / 1000.0), to_timestamp(last_ms / 1000.0),
-            to_timestamp(hb_ms / 1000.0), to_timestamp(agent_ms / 1000.0),
-            version, uptime_seconds, pid, (SELECT array_agg(x) FROM jsonb_array_elements_text(ips::jsonb) x),
-            group_name, location, group_priority, sort_priority,
-            status, status_message, to_timestamp(status_ms / 1000.0), snapshot::jsonb, to_timestamp(warn_ms / 1000.0), COALESCE(skew, false), machine
-       FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::float8[], $5::float8[], $6::float8[], $7::float8[],
-                   $8::text[], $9::bigint[], $10::bigint[], $11::text[], $12::text[], $13::text[], $14::bigint[], $15::bigint[],
-                   $16::text[], $17::text[], $18::float8[], $19::text[], $20::float8[], $21::bool[], $22::text[]) WITH ORDINALITY
-            AS t(customer_id, machine_id, software, first_ms, last_ms, hb_ms, agent_ms, version, uptime_seconds, pid, ips,
-                 group_name, location, group_priority, sort_priority, status, status_message, status_ms, snapshot, warn_ms, skew, machine, n)
-      ORDER BY n
-     ON CONFLICT (machine_id, software) DO UPDATE SET
-        first_seen_at = LEAST(instances.first_seen_at, EXCLUDED.first_seen_at),
-        last_seen_at = GREATEST(instances.last_seen_at, EXCLUDED.last_seen_at),
-        last_heartbeat_at = GREATEST(instances.last_heartbeat_at, EXCLUDED.last_heartbeat_at),
-        ${newest('last_heartbeat_at', HEARTBEAT_FIELD_COLUMNS)},
-        ${newest('last_heartbeat_at', ['clock_skew'], false)},
-        status_at = GREATEST(instances.status_at, EXCLUDED.status_at),
-        ${newest('status_at', ['status', 'status_message', 'snapshot'], false)},
-        last_warning_at = GREATEST(instances.last_warning_at, EXCLUDED.last_warning_at)
-     RETURNING id, machine_id, software, ${PG_MS('instances.last_heartbeat_at')} AS pg_ms`,
-    [
-      col((u) => u.customerId),
-      rows.map((r) => r.machineId),
-      col((u) => u.software),
-      col((u) => u.firstSeen),
-      col((u) => u.lastSeen),
-      col((u) => ms(u.heartbeat?.at)),
-      col((u) => ms(u.heartbeat?.agentTs)),
-      col((u) => hb(u)?.version ?? null),
-      col((u) => hb(u)?.uptime ?? null),
-      col((u) => hb(u)?.pid ?? null),
-      col((u) => hb(u)?.ips ?? null),
-      col((u) => hb(u)?.group ?? null),
-      col((u) => hb(u)?.location ?? null),
-      col((u) => hb(u)?.groupPriority ?? null),
-      col((u) => hb(u)?.sortPriority ?? null),
-      col((u) => st(u)?.status ?? null),
-      col((u) => (u.status ? pgText(st(u)!.message ?? '') : null)),
-      col((u) => ms(u.status?.at)),
-      col((u) => (st(u)?.snapshot !== undefined ? pgJson(st(u)!.snapshot) : null)),
-      col((u) => u.lastWarning),
-      col((u) => u.heartbeat?.skew ?? null),
-      col((u) => u.machine),
-    ],
-  );
+  const irows = await upsertInstances(c, [
+    col((u) => u.customerId),
+    rows.map((r) => r.machineId),
+    col((u) => u.software),
+    col((u) => u.firstSeen),
+    col((u) => u.lastSeen),
+    col((u) => ms(u.heartbeat?.at)),
+    col((u) => ms(u.heartbeat?.agentTs)),
+    col((u) => hb(u)?.version ?? null),
+    col((u) => hb(u)?.uptime ?? null),
+    col((u) => hb(u)?.pid ?? null),
+    col((u) => hb(u)?.ips ?? null),
+    col((u) => hb(u)?.group ?? null),
+    col((u) => hb(u)?.location ?? null),
+    col((u) => hb(u)?.groupPriority ?? null),
+    col((u) => hb(u)?.sortPriority ?? null),
+    col((u) => st(u)?.status ?? null),
+    col((u) => (u.status ? pgText(st(u)!.message ?? '') : null)),
+    col((u) => ms(u.status?.at)),
+    col((u) => (st(u)?.snapshot !== undefined ? pgJson(st(u)!.snapshot) : null)),
+    col((u) => u.lastWarning),
+    col((u) => u.heartbeat?.skew ?? null),
+    col((u) => u.machine),
+  ]);
   const out = new Map<string, Resolved & { pgAt: number | null }>();
   const byMachine = new Map(rows.map((r) => [`${r.machineId}|${r.u.software}`, r.u.key]));
-  for (const r of ires.rows) {
+  for (const r of irows) {
     out.set(byMachine.get(`${r.machine_id}|${r.software}`)!, { machineId: r.machine_id, instanceId: r.id, pgAt: r.pg_ms === null ? null : Number(r.pg_ms) });
   }
   return out;
