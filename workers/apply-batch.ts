@@ -9,11 +9,12 @@
 // A batch that fails half-way is applied again later: every write is waited for (settled) before
 // the failure is thrown, and the ClickHouse rows that did land are told to `rows` (RowLedger),
 // which the next apply asks, so each report's rows are inserted once (workers/outages.ts).
+// The statements and the ClickHouse rows' layouts are the store's: lib/store/machines.ts,
+// instances.ts (upserts), history.ts (heartbeats, diagnostics, status_history), rejections.ts.
 import type { Report, RejectionRecord } from '../lib/contract/messages.js';
 import type { Pool, PoolClient } from '../lib/infra/postgres.js';
 import { withTx, pgText, pgJson } from '../lib/infra/postgres.js';
 import type { ClickHouseClient } from '../lib/infra/clickhouse.js';
-import { insertTsv, tsvRow } from '../lib/infra/clickhouse.js';
 import type { Redis } from '../lib/infra/redis.js';
 import { redisKeys } from '../lib/infra/redis.js';
 import type { Heartbeat, Diagnostics, Status } from '../lib/contract/schemas/ingest.js';
@@ -24,7 +25,7 @@ import type { Logger } from '../lib/infra/log.js';
 import type { LightEvent } from '../lib/domain/traffic-light.js';
 import type { ReportLights } from './traffic-light.js';
 import { applyCommandReports, type CommandDeps } from './commands.js';
-import { summarise, agentTime, instanceKey, machineKey, chTime, toInt, type InstanceUpdate, type TsWindow } from './reports.js';
+import { summarise, agentTime, instanceKey, machineKey, chTime, type InstanceUpdate, type TsWindow } from './reports.js';
 import { heartbeatFields } from '../lib/store/live-heartbeats.js';
 import { applyHelpTexts } from './help-texts.js';
 import type { WhitelistCache, Suppression } from './whitelist-cache.js';
@@ -32,6 +33,8 @@ import { noteNewMachines } from './licences.js';
 import type { HeartbeatState, Resolved } from './heartbeat-state.js';
 import { upsertMachines, type MachineSeen } from '../lib/store/machines.js';
 import { upsertInstances } from '../lib/store/instances.js';
+import { reportRowStart, heartbeatRow, diagnosticRow, statusRow, insertReportRows, type ReportTable } from '../lib/store/history.js';
+import { rejectionRow, insertRejectionRows } from '../lib/store/rejections.js';
 import { recordMilestones } from './onboarding.js';
 
 export interface ApplyDeps extends CommandDeps {
@@ -192,19 +195,12 @@ async function upsertMachinesAndInstances(c: PoolClient, updates: InstanceUpdate
   return out;
 }
 
-/** Column order of the rows writeClickHouse builds (TabSeparated, lib/infra/clickhouse.ts). */
-const BASE_COLS = ['received_at', 'received_ms', 'customer_id', 'customer', 'machine_id', 'machine', 'software', 'instance_id', 'report_id'];
-const HEARTBEAT_COLS = [...BASE_COLS, 'ts_ms', 'version', 'uptime_seconds', 'pid', 'ip_addresses', 'group_name', 'location', 'group_priority', 'sort_priority', 'clock_skew', 'agent_ts'];
-const DIAGNOSTIC_COLS = [...BASE_COLS, 'ts_ms', 'item', 'code', 'severity', 'message', 'suppressed', 'rule_id'];
-const STATUS_COLS = [...BASE_COLS, 'status', 'message', 'snapshot'];
-const REJECTION_COLS = ['received_at', 'received_ms', 'id', 'customer_id', 'customer', 'token_id', 'method', 'path', 'status', 'detail', 'body_size', 'remote', 'dropped'];
-
 async function writeClickHouse(d: ApplyDeps, reports: Report[], rejections: RejectionRecord[], ids: Map<string, Resolved>, suppressed: Suppression): Promise<void> {
   const heartbeats: string[] = [];
   const diagnostics: string[] = [];
   const statuses: string[] = [];
   // The reports whose rows each insert holds (for the ledger).
-  const of: Record<'heartbeats' | 'diagnostics' | 'status_history', string[]> = { heartbeats: [], diagnostics: [], status_history: [] };
+  const of: Record<ReportTable, string[]> = { heartbeats: [], diagnostics: [], status_history: [] };
   for (const r of reports) {
     if (r.kind !== 'heartbeat' && r.kind !== 'diagnostics' && r.kind !== 'status') continue;
     const id = ids.get(instanceKey(r));
@@ -212,51 +208,31 @@ async function writeClickHouse(d: ApplyDeps, reports: Report[], rejections: Reje
     const table = r.kind === 'heartbeat' ? 'heartbeats' : r.kind === 'diagnostics' ? 'diagnostics' : 'status_history';
     if (d.rows?.landed(table, r.id)) continue;
     of[table].push(r.id);
-    const base = tsvRow([chTime(r.receivedAt), r.receivedAt, r.customerId, r.customer, id.machineId, r.machine, r.software, id.instanceId, r.id]);
+    const start = reportRowStart(chTime(r.receivedAt), r, id.machineId, id.instanceId);
     if (r.kind === 'heartbeat') {
       const b = r.body as Heartbeat;
       const t = agentTime(b.ts, r.receivedAt, d.tsWindow);
-      heartbeats.push(
-        base +
-          '\t' +
-          tsvRow([
-            t.ms ?? r.receivedAt,
-            b.version ?? '',
-            b.uptime_seconds ?? null,
-            b.pid ?? null,
-            b.ip_addresses ?? [],
-            b.group ?? '',
-            b.location ?? '',
-            toInt(b.group_priority),
-            toInt(b.sort_priority),
-            t.skew ? 1 : 0,
-            typeof b.ts === 'string' ? b.ts : '',
-          ]),
-      );
+      heartbeats.push(heartbeatRow(start, b, t.ms ?? r.receivedAt, t.skew));
     } else if (r.kind === 'diagnostics') {
       const rules = suppressed.get(r);
       (r.body as Diagnostics).items.forEach((it, i) => {
-        const rule = rules?.[i] ?? null;
-        diagnostics.push(base + '\t' + tsvRow([r.receivedAt, i, it.code, it.severity, it.message ?? '', rule ? 1 : 0, rule ?? '']));
+        diagnostics.push(diagnosticRow(start, r.receivedAt, i, it, rules?.[i] ?? null));
       });
     } else {
-      const b = r.body as Status;
-      statuses.push(base + '\t' + tsvRow([b.status, b.message ?? '', b.snapshot === undefined ? '' : JSON.stringify(b.snapshot)]));
+      statuses.push(statusRow(start, r.body as Status));
     }
   }
   const rejected = rejections.filter((x) => !d.rows?.landed('ingest_rejections', x.id));
-  const rej = rejected.map((x) =>
-    tsvRow([chTime(x.at), x.at, x.id, x.customer_id, x.customer, x.token_id, x.method, x.path, x.status, x.detail, x.body_size, x.remote, x.dropped]),
-  );
-  const insert = async (table: string, columns: readonly string[], rows: string[], reportIds: readonly string[]) => {
+  const rej = rejected.map((x) => rejectionRow(chTime(x.at), x));
+  const insert = async (table: ReportTable, rows: string[], reportIds: readonly string[]) => {
     if (rows.length === 0) return;
-    await insertTsv(d.ch, table, columns, rows);
+    await insertReportRows(d.ch, table, rows);
     d.rows?.inserted(table, reportIds);
   };
   await settled([
-    insert('heartbeats', HEARTBEAT_COLS, heartbeats, of.heartbeats),
-    insert('diagnostics', DIAGNOSTIC_COLS, diagnostics, of.diagnostics),
-    insert('status_history', STATUS_COLS, statuses, of.status_history),
-    insert('ingest_rejections', REJECTION_COLS, rej, rejected.map((x) => x.id)),
+    insert('heartbeats', heartbeats, of.heartbeats),
+    insert('diagnostics', diagnostics, of.diagnostics),
+    insert('status_history', statuses, of.status_history),
+    rej.length > 0 ? insertRejectionRows(d.ch, rej).then(() => d.rows?.inserted('ingest_rejections', rejected.map((x) => x.id))) : null,
   ]);
 }
