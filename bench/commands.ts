@@ -23,7 +23,7 @@
 //   4. prints ONE JSON object on stdout: both rates, their ratio, and whether it is within 10 %.
 // Progress goes to stderr.
 import { LIFTED_CUSTOMER_RATES } from './fixtures.js';
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, tmpdir } from 'node:os';
@@ -38,8 +38,8 @@ import { connectNats, ensureStreams } from '../lib/infra/nats.js';
 import { subjects, deadLetterStream, heartbeatStream, ingestStreams } from '../lib/contract/messages.js';
 import { createCustomer, createToken } from '../lib/store/customers.js';
 import { CommandHints, queueCommand, type InstanceRef } from '../lib/store/commands.js';
+import { Proc } from '../deploy/service-process.js';
 
-const ROOT = join(import.meta.dirname, '..', '..');
 const INSTANCES = Number(process.env.BENCH_INSTANCES ?? 10_000);
 const PENDING_EVERY = 100; // 1 %
 const DURATION_S = Number(process.env.BENCH_DURATION_S ?? 8);
@@ -55,57 +55,17 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 // ---- service processes -----------------------------------------------------------------------
 
-interface Service {
-  child: ChildProcess;
-  output: string;
-  port?: number;
-  stop(): Promise<void>;
-}
-
-function startService(name: string, script: string, env: Record<string, string>, ready: (l: Record<string, unknown>) => boolean): Promise<Service> {
-  const child = spawn(process.execPath, [join(ROOT, 'dist', script)], { cwd: ROOT, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
-  const svc: Service = {
-    child,
-    output: '',
-    stop: async () => {
-      if (child.exitCode !== null || child.signalCode !== null) return;
-      const exited = new Promise((r) => child.once('exit', r));
-      child.kill('SIGTERM');
-      const t = setTimeout(() => child.kill('SIGKILL'), 15_000);
-      await exited;
-      clearTimeout(t);
-    },
-  };
-  return new Promise((resolve, reject) => {
-    let buf = '';
-    let done = false;
-    const onData = (d: Buffer) => {
-      svc.output = (svc.output + d.toString()).slice(-8000);
-      buf += d.toString();
-      let i: number;
-      while ((i = buf.indexOf('\n')) >= 0) {
-        const line = buf.slice(0, i);
-        buf = buf.slice(i + 1);
-        let l: Record<string, unknown>;
-        try {
-          l = JSON.parse(line);
-        } catch {
-          continue;
-        }
-        if (!done && ready(l)) {
-          done = true;
-          if (typeof l.port === 'number') svc.port = l.port;
-          resolve(svc);
-        }
-      }
-    };
-    child.stdout!.on('data', onData);
-    child.stderr!.on('data', onData);
-    child.once('exit', (code) => {
-      if (!done) reject(new Error(`${name} exited (${code}) before it was ready:\n${svc.output}`));
-    });
-    setTimeout(() => !done && reject(new Error(`${name} not ready in 60 s:\n${svc.output}`)), 60_000).unref();
-  });
+/**
+ * Starts a gateway or worker from dist/ (deploy/service-process.ts), kept in `services` from the
+ * start so that one that fails to start is stopped too, and waits up to 60 s for its log line
+ * `ready` (whose `port` is the one it listens on). On Node's own flags, not `nodeFlags()`: this
+ * bench has always run its services so, and its figures stay comparable.
+ */
+async function startService(services: Proc[], name: string, script: string, env: Record<string, string>, ready: string): Promise<{ proc: Proc; port?: number }> {
+  const proc = new Proc(name, script, env, { flags: [] });
+  services.push(proc);
+  const line = await proc.waitFor((l) => l.msg === ready, 60_000);
+  return { proc, port: typeof line.port === 'number' ? line.port : undefined };
 }
 
 /**
@@ -232,7 +192,7 @@ async function main(): Promise<void> {
     LOG_LEVEL: 'info',
   };
   const tmp = mkdtempSync(join(tmpdir(), 'bench-commands-'));
-  const services: Service[] = [];
+  const services: Proc[] = [];
   let pool: Pool | null = null;
   const admin = async (sql: string) => {
     const c = new pg.Client({ connectionString: adminUrl.toString() });
@@ -255,10 +215,8 @@ async function main(): Promise<void> {
     const hints = new CommandHints(subjects(id).control('commands'));
     hints.attach(nc);
 
-    const gateway = await startService('gateway', 'gateway/main.js', env, (l) => l.msg === 'listening');
-    services.push(gateway);
-    const worker = await startService('worker', 'workers/main.js', env, (l) => l.msg === 'consuming');
-    services.push(worker);
+    const gateway = await startService(services, 'gateway', 'gateway/main.js', env, 'listening');
+    const worker = await startService(services, 'worker', 'workers/main.js', env, 'consuming');
     const base = `http://127.0.0.1:${gateway.port}`;
     const machines = Array.from({ length: INSTANCES }, (_, i) => `m${String(i).padStart(5, '0')}`);
     const path = (m: string, kind: string) => `/api/ingest/${customer.slug}/${m}/agent/${kind}`;
@@ -283,7 +241,7 @@ async function main(): Promise<void> {
     const refs: InstanceRef[] = pendingMachines.map((m) => ({ customerId: customer.id, machine: m, software: 'agent' }));
 
     if (!WITH_WORKER) {
-      await worker.stop();
+      await worker.proc.stop();
       say('worker stopped for the measured runs (BENCH_WITH_WORKER=1 keeps it running)');
     }
 
@@ -338,9 +296,9 @@ async function main(): Promise<void> {
     const measure = async (pending: boolean) => {
       await purge();
       await sleep(500);
-      const cpu0 = cpuSeconds(gateway.child.pid!);
+      const cpu0 = cpuSeconds(gateway.proc.child.pid!);
       const result = await runWrk(url, DURATION_S, script, pathsFile, token);
-      const cpu = cpuSeconds(gateway.child.pid!) - cpu0;
+      const cpu = cpuSeconds(gateway.proc.child.pid!) - cpu0;
       const rate = result.requests / (result.duration_us / 1e6);
       const perCpu = result.requests / cpu;
       runs.push({ pending, result, rate, perCpu });

@@ -20,7 +20,7 @@
 // {instances, readers, duration_s, endpoints: {name: {requests, p50_ms, p99_ms, max_ms, errors}},
 // ingest_rate, ...}. Progress goes to stderr.
 import { LIFTED_CUSTOMER_RATES } from './fixtures.js';
-import { fork, spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { fork, spawnSync, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, tmpdir } from 'node:os';
@@ -28,8 +28,8 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { Pool as HttpPool } from 'undici';
+import type { Proc } from '../deploy/service-process.js';
 
-const ROOT = join(import.meta.dirname, '..', '..');
 const SELF = fileURLToPath(import.meta.url);
 const say = (msg: string) => process.stderr.write(`[bench:read-path] ${msg}\n`);
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -88,59 +88,21 @@ async function ingestChild(origin: string, pathsFile: string, token: string, rat
 
 // ---- service processes ----------------------------------------------------------------------
 
-interface Service {
-  child: ChildProcess;
-  output: string;
-  port?: number;
-  stop(): Promise<void>;
-}
-
-function startService(name: string, script: string, env: Record<string, string>, ready: (l: Record<string, unknown>) => boolean): Promise<Service> {
+/**
+ * Starts a gateway, worker or api from dist/ (deploy/service-process.ts), kept in `services` from
+ * the start so that one that fails to start is stopped too, and waits up to 60 s for its log line
+ * `ready` (whose `port` is the one it listens on). On Node's own flags, not `nodeFlags()`: this
+ * bench has always run its services so, and its figures stay comparable.
+ */
+async function startService(services: Proc[], name: string, script: string, env: Record<string, string>, ready: string): Promise<{ proc: Proc; port?: number }> {
   // BENCH_API_PROFILE=<dir>: the api writes a CPU profile there when it stops (node --cpu-prof).
-  const prof = name === 'api' && process.env.BENCH_API_PROFILE ? ['--cpu-prof', '--cpu-prof-dir', process.env.BENCH_API_PROFILE] : [];
-  const child = spawn(process.execPath, [...prof, join(ROOT, 'dist', script)], { cwd: ROOT, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
-  const svc: Service = {
-    child,
-    output: '',
-    stop: async () => {
-      if (child.exitCode !== null || child.signalCode !== null) return;
-      const exited = new Promise((r) => child.once('exit', r));
-      child.kill('SIGTERM');
-      const t = setTimeout(() => child.kill('SIGKILL'), 15_000);
-      await exited;
-      clearTimeout(t);
-    },
-  };
-  return new Promise((resolve, reject) => {
-    let buf = '';
-    let done = false;
-    const onData = (d: Buffer) => {
-      svc.output = (svc.output + d.toString()).slice(-8000);
-      buf += d.toString();
-      let i: number;
-      while ((i = buf.indexOf('\n')) >= 0) {
-        const line = buf.slice(0, i);
-        buf = buf.slice(i + 1);
-        let l: Record<string, unknown>;
-        try {
-          l = JSON.parse(line);
-        } catch {
-          continue;
-        }
-        if (!done && ready(l)) {
-          done = true;
-          if (typeof l.port === 'number') svc.port = l.port;
-          resolve(svc);
-        }
-      }
-    };
-    child.stdout!.on('data', onData);
-    child.stderr!.on('data', onData);
-    child.once('exit', (code) => {
-      if (!done) reject(new Error(`${name} exited (${code}) before it was ready:\n${svc.output}`));
-    });
-    setTimeout(() => !done && reject(new Error(`${name} not ready in 60 s:\n${svc.output}`)), 60_000).unref();
-  });
+  const flags = name === 'api' && process.env.BENCH_API_PROFILE ? ['--cpu-prof', '--cpu-prof-dir', process.env.BENCH_API_PROFILE] : [];
+  // Loaded here, as main() loads lib/: the ingest child (this same file) needs none of it.
+  const { Proc } = await import('../deploy/service-process.js');
+  const proc = new Proc(name, script, env, { flags });
+  services.push(proc);
+  const line = await proc.waitFor((l) => l.msg === ready, 60_000);
+  return { proc, port: typeof line.port === 'number' ? line.port : undefined };
 }
 
 const CLK_TCK = Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout.trim()) || 100;
@@ -248,7 +210,7 @@ async function main(): Promise<void> {
     }
   };
   const tmp = mkdtempSync(join(tmpdir(), 'bench-read-path-'));
-  const services: Service[] = [];
+  const services: Proc[] = [];
   let ingest: ChildProcess | null = null;
   const nc = await connectNats(cfg.natsUrl, `bench-${id}`);
   const pool = createPool(dbUrl.toString(), 4, 'fleet-bench');
@@ -301,12 +263,9 @@ async function main(): Promise<void> {
     const count = (await pool.query<{ n: number }>('SELECT count(*)::int AS n FROM instances WHERE customer_id = $1', [customer.id])).rows[0]!.n;
     say(`seeded ${count} instances on ${machines} machines in ${Date.now() - t0} ms`);
 
-    const gateway = await startService('gateway', 'gateway/main.js', env, (l) => l.msg === 'listening');
-    services.push(gateway);
-    const worker = await startService('worker', 'workers/main.js', env, (l) => l.msg === 'consuming');
-    services.push(worker);
-    const api = await startService('api', 'api/main.js', env, (l) => l.msg === 'listening');
-    services.push(api);
+    const gateway = await startService(services, 'gateway', 'gateway/main.js', env, 'listening');
+    await startService(services, 'worker', 'workers/main.js', env, 'consuming');
+    const api = await startService(services, 'api', 'api/main.js', env, 'listening');
 
     // The ingest: every green or yellow instance (those a heartbeat keeps as they are), round robin.
     const live = await pool.query<{ machine: string; software: string }>(
@@ -399,10 +358,10 @@ async function main(): Promise<void> {
     for (const [name, op] of Object.entries(endpoints)) {
       if (ONLY && !ONLY.has(name)) continue;
       cursors.clear();
-      const cpu0 = cpuMs(api.child.pid!);
+      const cpu0 = cpuMs(api.proc.child.pid!);
       results[name] = await measure(READERS, DURATION_S, op);
       const s = results[name];
-      s.api_cpu_ms_per_request = round((cpuMs(api.child.pid!) - cpu0) / Math.max(1, s.requests));
+      s.api_cpu_ms_per_request = round((cpuMs(api.proc.child.pid!) - cpu0) / Math.max(1, s.requests));
       say(`${name}: ${s.requests} requests, p50 ${s.p50_ms} ms, p99 ${s.p99_ms} ms, max ${s.max_ms} ms, api CPU ${s.api_cpu_ms_per_request} ms/request, errors ${s.errors}${s.first_error ? ` (${s.first_error})` : ''}`);
     }
     ingest.send({ type: 'stop' });

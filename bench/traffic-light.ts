@@ -13,9 +13,7 @@
 // timeout. The heartbeats are published straight onto the stream (as a gateway would: one receive
 // time for all), so the gateway is not what is measured. Afterwards it removes the customer, its
 // ClickHouse rows, the stream and its Redis keys.
-import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes, randomUUID } from 'node:crypto';
-import { fileURLToPath } from 'node:url';
 import { loadConfig } from '../lib/infra/config.js';
 import { createPool } from '../lib/infra/postgres.js';
 import { createClickHouse, queryRows } from '../lib/infra/clickhouse.js';
@@ -25,6 +23,7 @@ import { connectNats, ensureStreams } from '../lib/infra/nats.js';
 import { migrate } from '../lib/store/migrate.js';
 import { createCustomer } from '../lib/store/customers.js';
 import { encodeBatch, encodeReport, subjects, deadLetterStream, heartbeatStream } from '../lib/contract/messages.js';
+import { Proc } from '../deploy/service-process.js';
 
 function arg(name: string, fallback: number): number {
   const i = process.argv.indexOf(`--${name}`);
@@ -52,7 +51,7 @@ const pool = createPool(base.databaseUrl, 4, 'fleet-bench');
 const ch = createClickHouse({ url: base.clickhouseUrl, database: base.clickhouseDatabase, user: base.clickhouseUser, password: base.clickhousePassword });
 const redis = createRedis(base.redisUrl);
 const nc = await connectNats(base.natsUrl, 'bench-traffic-light');
-const workers: ChildProcess[] = [];
+const workers: Proc[] = [];
 let customerId = '';
 
 async function usedMemory(): Promise<number> {
@@ -76,45 +75,20 @@ async function countLight(light: string): Promise<number> {
   return r.rows[0]!.n;
 }
 
-async function startWorker(i: number): Promise<ChildProcess> {
-  const script = fileURLToPath(new URL('../workers/main.js', import.meta.url));
-  const child = spawn(process.execPath, [script], {
-    env: { ...process.env, ...names, HEARTBEAT_TIMEOUT_S: String(TIMEOUT_S), WORKER_HTTP_PORT: '0', LOG_LEVEL: process.env.BENCH_WORKER_LOG_LEVEL ?? 'info' },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let out = '';
-  await new Promise<void>((resolve, reject) => {
-    const onData = (d: Buffer) => {
-      out += d.toString();
-      if (out.includes('"msg":"consuming"')) resolve();
-    };
-    child.stdout!.on('data', onData);
-    child.stderr!.on('data', onData);
-    child.on('exit', (code) => reject(new Error(`worker ${i} exited (${code}):\n${out.slice(-3000)}`)));
-  });
-  // BENCH_WORKER_LOG=1: the workers' logs go to stderr (for looking into a run).
-  if (process.env.BENCH_WORKER_LOG === '1') {
-    child.stdout!.pipe(process.stderr);
-    child.stderr!.pipe(process.stderr);
-  } else {
-    child.stdout!.resume();
-    child.stderr!.resume();
-  }
-  return child;
+/**
+ * A worker from dist/ (deploy/service-process.ts) with this bench's names and timeout, ready once it
+ * consumes. On Node's own flags, not `nodeFlags()`: this bench has always run its workers so, and its
+ * figures stay comparable. BENCH_WORKER_LOG=1: their logs go to stderr (for looking into a run).
+ */
+async function startWorker(i: number): Promise<void> {
+  const env = { ...names, HEARTBEAT_TIMEOUT_S: String(TIMEOUT_S), WORKER_HTTP_PORT: '0', LOG_LEVEL: process.env.BENCH_WORKER_LOG_LEVEL ?? 'info' };
+  const worker = new Proc(`worker ${i}`, 'workers/main.js', env, { flags: [], echo: process.env.BENCH_WORKER_LOG === '1' });
+  workers.push(worker);
+  await worker.waitFor((l) => l.msg === 'consuming', 60_000);
 }
 
 async function cleanup(): Promise<void> {
-  await Promise.all(
-    workers.map(
-      (w) =>
-        new Promise<void>((r) => {
-          if (w.exitCode !== null) return r();
-          w.once('exit', () => r());
-          w.kill('SIGTERM');
-          setTimeout(() => w.kill('SIGKILL'), 15_000).unref();
-        }),
-    ),
-  );
+  await Promise.all(workers.map((w) => w.stop()));
   const jsm = await nc.jetstreamManager();
   await jsm.streams.delete(names.STREAM_NAME).catch(() => {});
   await jsm.streams.delete(deadLetterStream(names.STREAM_NAME)).catch(() => {});
@@ -140,7 +114,7 @@ async function main() {
   const customer = await createCustomer(pool, `lightbench-${randomBytes(4).toString('hex')}`);
   customerId = customer.id;
   log(`${N} instances, ${WORKERS} worker(s), timeout ${TIMEOUT_S} s, customer ${customer.slug}`);
-  for (let i = 0; i < WORKERS; i++) workers.push(await startWorker(i));
+  for (let i = 0; i < WORKERS; i++) await startWorker(i);
   const memBefore = await usedMemory();
 
   // Every instance heartbeats once, with one receive time: they all fall silent together.

@@ -8,7 +8,7 @@ import { createCustomer, createToken, findCustomer, listTokens, parseExpiry, rev
 import { createUser, setMembership, MembershipError, findUserByLogin, newPassword, ROLES, type Role } from '../lib/store/accounts.js';
 import { withTx } from '../lib/infra/postgres.js';
 import { getLicence, deviceCount, licenceView, setLicence, TIERS, type LicenceChange, type Tier } from '../lib/store/licences.js';
-import { QUOTAS, QuotaError, loadArtifactStored, loadOverrides, parseBytes, quotaDefaults, quotaView, setOverrides, type QuotaName, type QuotaOverrides } from '../lib/store/quotas.js';
+import { QUOTAS, QuotaError, countQuotaUse, loadArtifactStored, loadOverrides, parseBytes, quotaDefaults, quotaView, setOverrides, type QuotaName, type QuotaOverrides } from '../lib/store/quotas.js';
 import { ArtifactUsage } from '../lib/store/artifact-usage.js';
 import { createRedis } from '../lib/infra/redis.js';
 import { upload, UploadError } from './upload.js';
@@ -213,11 +213,7 @@ async function quotaReport(slug: string) {
     const [overrides, stored, counts] = await Promise.all([
       loadOverrides(p, c.id),
       loadArtifactStored(p, c.id),
-      p.query<{ webhooks: number; rules: number }>(
-        `SELECT (SELECT count(*)::int FROM webhooks WHERE customer_id = $1) AS webhooks,
-                (SELECT count(*)::int FROM whitelist_rules WHERE customer_id = $1 AND deleted_at IS NULL) AS rules`,
-        [c.id],
-      ),
+      countQuotaUse(p, c.id),
     ]);
     // Uploads in progress are reserved in Redis (lib/store/artifact-usage.ts).
     const redis = createRedis(cfg.redisUrl, { lazyConnect: true });
@@ -233,8 +229,8 @@ async function quotaReport(slug: string) {
         artifact_bytes_reserved: reserved?.bytes ?? null,
         artifacts: stored.artifacts,
         uploads_in_progress: reserved?.uploads ?? null,
-        webhooks: counts.rows[0]!.webhooks,
-        whitelist_rules: counts.rows[0]!.rules,
+        webhooks: counts.webhooks,
+        whitelist_rules: counts.rules,
       },
     };
   });

@@ -8,6 +8,7 @@ import { existsSync, mkdirSync, openSync, readFileSync, readlinkSync, rmSync, wr
 import { connect as netConnect } from 'node:net';
 import { dirname, join } from 'node:path';
 import { configOrExit, type Config } from '../lib/infra/config.js';
+import { createDatabaseIfMissing } from '../lib/store/admin.js';
 
 export interface LocalServer {
   name: string;
@@ -342,7 +343,7 @@ export async function startPostgres(cfg: Config, log: Log, opts: { fast?: boolea
   await ensureOurs('postgres', child, [[cfg.ports.postgres, 'PG_PORT']], stop);
   // The application database.
   const dbName = new URL(cfg.databaseUrl).pathname.slice(1) || 'fleet';
-  await createDatabaseIfMissing(cfg.ports.postgres, dbName);
+  await createAppDatabase(cfg.ports.postgres, dbName);
   log(`postgres ready on 127.0.0.1:${cfg.ports.postgres} (data ${data})`);
   return { name: 'postgres', stop };
 }
@@ -352,13 +353,13 @@ async function pgReady(bin: string, port: number): Promise<boolean> {
   return r.status === 0;
 }
 
-async function createDatabaseIfMissing(port: number, name: string): Promise<void> {
+/** The application database, made on the maintenance database as the superuser (lib/store/admin.ts). */
+async function createAppDatabase(port: number, name: string): Promise<void> {
   const { default: pg } = await import('pg');
   const c = new pg.Client({ connectionString: `postgres://postgres@127.0.0.1:${port}/postgres` });
   await c.connect();
   try {
-    const r = await c.query('SELECT 1 FROM pg_database WHERE datname = $1', [name]);
-    if (r.rowCount === 0) await c.query(`CREATE DATABASE "${name.replace(/"/g, '')}"`);
+    await createDatabaseIfMissing(c, name);
   } finally {
     await c.end();
   }

@@ -61,10 +61,14 @@ export class Proc {
     readonly name: string,
     script: string,
     env: Record<string, string>,
-    /** `echo`: copy its output to stderr, each chunk prefixed with the name and pid (`npm run cluster`). */
-    opts: { echo?: boolean } = {},
+    /**
+     * `echo`: copy its output to stderr, each chunk prefixed with the name and pid (`npm run cluster`).
+     * `flags`: Node's flags in place of `nodeFlags(script)` (the bench scripts that have always run
+     * their services on Node's defaults, with a CPU profile of one where asked).
+     */
+    opts: { echo?: boolean; flags?: string[] } = {},
   ) {
-    this.child = spawn(process.execPath, [...nodeFlags(script), join(ROOT, 'dist', script)], {
+    this.child = spawn(process.execPath, [...(opts.flags ?? nodeFlags(script)), join(ROOT, 'dist', script)], {
       cwd: ROOT,
       env: { ...process.env, LOG_LEVEL: 'info', ...env },
       stdio: ['ignore', 'pipe', 'pipe'],

@@ -3,27 +3,16 @@
 // (customer, software, code) with a bit per language (1 = de, 2 = en), kept by lib/infra/synced-map.ts:
 // the codes whose texts changed since the last poll every CACHE_REFRESH_MS, everything every
 // HELP_FULL_REFRESH_MS. A help text stored by a worker is therefore honoured by every gateway
-// replica within CACHE_REFRESH_MS (1 s by default) plus one poll.
+// replica within CACHE_REFRESH_MS (1 s by default) plus one poll. The reads: lib/store/help-texts.ts.
 import type { Pool } from '../lib/infra/postgres.js';
 import { SyncedMap } from '../lib/infra/synced-map.js';
 import type { DiagnosticItem, HelpItem } from '../lib/contract/schemas/ingest.js';
+import { helpCoverageCopy, type HelpCoverageRow } from '../lib/store/help-texts.js';
 
 export const LANGS = ['de', 'en'] as const;
 export type Lang = (typeof LANGS)[number];
 const BIT: Record<Lang, number> = { de: 1, en: 2 };
 const ALL = 3;
-
-interface Row {
-  customer_id: string;
-  software: string;
-  code: number;
-  mask: number;
-  updated_at: Date;
-}
-
-const GROUPED = `SELECT customer_id, software, code,
-                        bit_or(CASE lang WHEN 'de' THEN 1 ELSE 2 END)::int AS mask, max(updated_at) AS updated_at
-                   FROM help_texts`;
 
 const key = (customerId: string, software: string, code: number) => `${customerId}|${software}|${code}`;
 
@@ -32,16 +21,12 @@ export interface MissingHelp {
   langs: Lang[];
 }
 
-export class HelpCoverage extends SyncedMap<Row, number> {
+export class HelpCoverage extends SyncedMap<HelpCoverageRow, number> {
 
   constructor(pool: Pool, intervalMs: number, onError: (e: unknown) => void, fullEveryMs = 600_000) {
     super({
       pool,
-      fullQuery: `${GROUPED} GROUP BY customer_id, software, code`,
-      // Every language of the codes that changed, so the mask is whole again.
-      deltaQuery: `${GROUPED} WHERE (customer_id, software, code) IN
-                     (SELECT customer_id, software, code FROM help_texts WHERE updated_at > $1)
-                   GROUP BY customer_id, software, code`,
+      source: helpCoverageCopy,
       key: (r) => key(r.customer_id, r.software, r.code),
       value: (r) => r.mask,
       intervalMs,

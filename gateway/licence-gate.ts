@@ -7,18 +7,14 @@
 // A report for a machine that is not in the set of a customer past its grace period is refused
 // with 403. Everyone else passes: known machines keep reporting, customers within their limit or
 // their grace period are not affected. Workers start the grace period (workers/licences.ts); the
-// licence sweep and licence changes end it (lib/store/licences.ts).
+// licence sweep and licence changes end it (lib/store/licences.ts). The reads: lib/store/licences.ts
+// (`licenceCopy`), lib/store/machines.ts (the slugs), lib/store/clock.ts.
 import type { Pool } from '../lib/infra/postgres.js';
 import { SyncedMap } from '../lib/infra/synced-map.js';
 import { forbidden, type HttpError } from '../lib/contract/errors.js';
-
-interface Row {
-  customer_id: string;
-  device_limit: number;
-  grace_days: number;
-  over_limit_since: Date | null;
-  updated_at: Date;
-}
+import { databaseNow } from '../lib/store/clock.js';
+import { licenceCopy, type LicenceCopyRow } from '../lib/store/licences.js';
+import { machineSlugsCreatedSince, machineSlugsOf } from '../lib/store/machines.js';
 
 interface Licence {
   customerId: string;
@@ -34,12 +30,11 @@ interface Enforced {
   known: Set<string>;
 }
 
-const SELECT = `SELECT customer_id, device_limit, grace_days, over_limit_since, updated_at FROM licences`;
 const DAY_MS = 86_400_000;
 const OVERLAP_MS = 10_000;
 
 export class LicenceGate {
-  private readonly licences: SyncedMap<Row, Licence>;
+  private readonly licences: SyncedMap<LicenceCopyRow, Licence>;
   private enforced = new Map<string, Enforced>();
   private machinesSince: Date | null = null;
   private timer: NodeJS.Timeout | null = null;
@@ -50,10 +45,9 @@ export class LicenceGate {
     private readonly intervalMs: number,
     private readonly onError: (e: unknown) => void,
   ) {
-    this.licences = new SyncedMap<Row, Licence>({
+    this.licences = new SyncedMap<LicenceCopyRow, Licence>({
       pool,
-      fullQuery: SELECT,
-      deltaQuery: `${SELECT} WHERE updated_at > $1`,
+      source: licenceCopy,
       key: (r) => r.customer_id,
       value: (r) => ({
         customerId: r.customer_id,
@@ -109,7 +103,7 @@ export class LicenceGate {
       const next = new Map<string, Enforced>();
       const keep = [...due.keys()].filter((id) => this.enforced.has(id));
       const fresh = [...due.keys()].filter((id) => !this.enforced.has(id));
-      const dbNow = (await this.pool.query<{ now: Date }>('SELECT clock_timestamp() AS now')).rows[0]!.now;
+      const dbNow = await databaseNow(this.pool);
       const entry = (l: Licence, known: Set<string>): Enforced => ({
         limit: l.limit,
         overSince: l.overSince!,
@@ -120,16 +114,12 @@ export class LicenceGate {
       if (keep.length && this.machinesSince) {
         // Machines created since the last look (accepted before this gateway's copy knew, or by
         // another replica a moment before the grace period ended): they are known now.
-        const r = await this.pool.query<{ customer_id: string; slug: string }>(
-          'SELECT customer_id, slug FROM machines WHERE customer_id = ANY($1::uuid[]) AND created_at > $2',
-          [keep, new Date(this.machinesSince.getTime() - OVERLAP_MS)],
-        );
-        for (const m of r.rows) next.get(m.customer_id)?.known.add(m.slug);
+        const rows = await machineSlugsCreatedSince(this.pool, keep, new Date(this.machinesSince.getTime() - OVERLAP_MS));
+        for (const m of rows) next.get(m.customer_id)?.known.add(m.slug);
       }
       if (fresh.length) {
         const sets = new Map(fresh.map((id) => [id, new Set<string>()]));
-        const r = await this.pool.query<{ customer_id: string; slug: string }>('SELECT customer_id, slug FROM machines WHERE customer_id = ANY($1::uuid[])', [fresh]);
-        for (const m of r.rows) sets.get(m.customer_id)!.add(m.slug);
+        for (const m of await machineSlugsOf(this.pool, fresh)) sets.get(m.customer_id)!.add(m.slug);
         for (const id of fresh) next.set(id, entry(due.get(id)!, sets.get(id)!));
       }
       this.enforced = next;

@@ -16,14 +16,13 @@
 //
 // Acks: the command must belong to the acking instance (else 404). Open commands and recently
 // finished ones are checked in memory; an id unknown to the memory costs one read, within a global
-// budget, so random ids cannot flood Postgres.
+// budget, so random ids cannot flood Postgres. The reads: lib/store/commands.ts.
 import { Events, type NatsConnection, type Subscription } from 'nats';
 import type { Pool } from '../lib/infra/postgres.js';
 import type { Metrics } from '../lib/infra/metrics.js';
 import { HttpError, notFound } from '../lib/contract/errors.js';
-import { decodeHint, instanceKeyOf } from '../lib/store/commands.js';
+import { commandInstance, decodeHint, instanceKeyOf, listOpenCommands, listOpenCommandsOf, type OpenCommandRow } from '../lib/store/commands.js';
 import { RateLimiter } from './rate-limiter.js';
-import { OpenStates } from '../lib/contract/schemas/commands.js';
 
 interface Cmd {
   id: string;
@@ -34,27 +33,11 @@ interface Cmd {
   json: string;
 }
 
-interface Row {
-  id: string;
-  customer_id: string;
-  machine: string;
-  software: string;
-  module: string;
-  command: string;
-  args: unknown;
-  deadline: Date | null;
-}
-
 export interface Offer {
   ids: string[];
   /** The whole answer: `{"ok":true,"commands":[…]}`. */
   body: string;
 }
-
-const SELECT = `SELECT c.id, c.customer_id, m.slug AS machine, i.software, c.module, c.command, c.args,
-                       CASE WHEN c.state = 'queued' THEN c.expires_at ELSE c.ack_deadline END AS deadline
-                  FROM commands c JOIN instances i ON i.id = c.instance_id JOIN machines m ON m.id = i.machine_id
-                 WHERE c.state IN (${OpenStates.map((x) => `'${x}'`).join(', ')})`;
 
 const RECENT_MAX = 100_000;
 
@@ -155,26 +138,18 @@ export class PendingCommands {
     const owner = this.byId.get(commandId)?.key ?? this.recent.get(commandId);
     if (owner !== undefined) return owner === key ? null : notFound('no such command for this instance');
     if (!this.lookupBudget.take('all')) return new HttpError(503, 'too many acks for unknown commands; retry', { retryAfterS: 1 });
-    return this.o.pool
-      .query<{ customer_id: string; machine: string; software: string }>(
-        `SELECT c.customer_id, m.slug AS machine, i.software
-           FROM commands c JOIN instances i ON i.id = c.instance_id JOIN machines m ON m.id = i.machine_id
-          WHERE c.id = $1`,
-        [commandId],
-      )
-      .then(
-        (r) => {
-          const row = r.rows[0];
-          if (!row) return notFound('no such command for this instance');
-          const k = instanceKeyOf(row.customer_id, row.machine, row.software);
-          this.remember(commandId, k);
-          return k === key ? null : notFound('no such command for this instance');
-        },
-        (e) => {
-          this.o.onError?.(e);
-          return new HttpError(503, 'command check unavailable; retry', { retryAfterS: 2 });
-        },
-      );
+    return commandInstance(this.o.pool, commandId).then(
+      (ref) => {
+        if (!ref) return notFound('no such command for this instance');
+        const k = instanceKeyOf(ref.customerId, ref.machine, ref.software);
+        this.remember(commandId, k);
+        return k === key ? null : notFound('no such command for this instance');
+      },
+      (e) => {
+        this.o.onError?.(e);
+        return new HttpError(503, 'command check unavailable; retry', { retryAfterS: 2 });
+      },
+    );
   }
 
   // ---- keeping the copy current ----
@@ -195,21 +170,16 @@ export class PendingCommands {
           // Everything hinted so far is covered by this read; what is hinted while it runs is not.
           this.fullDue = false;
           this.dirty.clear();
-          const rows = (await this.o.pool.query<Row>(`${SELECT} ORDER BY c.created_at, c.id`)).rows;
-          this.applyFull(rows);
+          this.applyFull(await listOpenCommands(this.o.pool));
           this.lastFullSync = Date.now();
         } else {
           keys = [...this.dirty];
           this.dirty.clear();
-          const parts = keys.map((k) => k.split('|'));
-          const rows = (
-            await this.o.pool.query<Row>(
-              `${SELECT} AND (c.customer_id, m.slug, i.software) IN (SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[]))
-                ORDER BY c.created_at, c.id`,
-              [parts.map((p) => p[0]), parts.map((p) => p[1]), parts.map((p) => p[2])],
-            )
-          ).rows;
-          this.applyKeys(keys, rows);
+          const refs = keys.map((k) => {
+            const [customerId, machine, software] = k.split('|') as [string, string, string];
+            return { customerId, machine, software };
+          });
+          this.applyKeys(keys, await listOpenCommandsOf(this.o.pool, refs));
         }
         this.openGauge?.set(this.byId.size);
       } catch (e) {
@@ -229,7 +199,7 @@ export class PendingCommands {
     }
   }
 
-  private toCmd(r: Row): Cmd {
+  private toCmd(r: OpenCommandRow): Cmd {
     return {
       id: r.id,
       key: instanceKeyOf(r.customer_id, r.machine, r.software),
@@ -238,7 +208,7 @@ export class PendingCommands {
     };
   }
 
-  private applyFull(rows: Row[]): void {
+  private applyFull(rows: OpenCommandRow[]): void {
     const byKey = new Map<string, Cmd[]>();
     const byId = new Map<string, Cmd>();
     for (const r of rows) {
@@ -263,7 +233,7 @@ export class PendingCommands {
     this.index = index;
   }
 
-  private applyKeys(keys: string[], rows: Row[]): void {
+  private applyKeys(keys: string[], rows: OpenCommandRow[]): void {
     const fresh = new Map<string, Cmd[]>();
     for (const r of rows) {
       const c = this.toCmd(r);

@@ -4,11 +4,13 @@
 // time, and each request compares it with the clock). A token unknown to the copy (created a moment
 // ago on another replica) is looked up once, under a global budget, so a flood of random tokens
 // cannot reach Postgres. Uses are noted in memory and written in the background (lib/store/token-usage.ts).
+// The reads (the copy's and the lookup): lib/store/tokens.ts.
 import { hashToken } from '../lib/contract/ids.js';
 import type { Pool } from '../lib/infra/postgres.js';
 import { SyncedMap } from '../lib/infra/synced-map.js';
 import { compilePattern, type Matcher } from '../lib/domain/whitelist.js';
 import type { TokenUsage } from '../lib/store/token-usage.js';
+import { tokenCopy, tokenCopyRowByHash, type TokenCopyRow } from '../lib/store/tokens.js';
 import { RateLimiter } from './rate-limiter.js';
 
 export interface TokenInfo {
@@ -27,23 +29,7 @@ export interface TokenInfo {
   usedAt: number;
 }
 
-interface Row {
-  id: string;
-  customer_id: string;
-  customer: string;
-  token_hash: string;
-  scopes: string[];
-  revoked_at: Date | null;
-  expires_at: Date | null;
-  machine: string | null;
-  updated_at: Date;
-}
-
-const SELECT = `SELECT t.id, t.customer_id, c.slug AS customer, t.token_hash, t.scopes, t.revoked_at, t.expires_at, t.machine,
-                       GREATEST(t.updated_at, c.updated_at) AS updated_at
-                  FROM api_tokens t JOIN customers c ON c.id = t.customer_id`;
-
-export class TokenCache extends SyncedMap<Row, TokenInfo> {
+export class TokenCache extends SyncedMap<TokenCopyRow, TokenInfo> {
   /** Bearer string -> hash, so the hot path hashes each distinct token once. */
   private hashes = new Map<string, string>();
   private misses = new Map<string, number>();
@@ -57,8 +43,7 @@ export class TokenCache extends SyncedMap<Row, TokenInfo> {
   ) {
     super({
       pool,
-      fullQuery: SELECT,
-      deltaQuery: `${SELECT} WHERE t.updated_at > $1 OR c.updated_at > $1`,
+      source: tokenCopy,
       key: (r) => r.token_hash,
       value: toInfo,
       intervalMs,
@@ -97,8 +82,7 @@ export class TokenCache extends SyncedMap<Row, TokenInfo> {
     const missedAt = this.misses.get(hash);
     if (missedAt !== undefined && now - missedAt < 2000) return undefined;
     if (!this.missBudget.take('all', now)) return undefined;
-    const r = await this.pool.query<Row>(`${SELECT} WHERE t.token_hash = $1`, [hash]);
-    const row = r.rows[0];
+    const row = await tokenCopyRowByHash(this.pool, hash);
     if (!row) {
       if (this.misses.size > 10_000) this.misses.clear();
       this.misses.set(hash, now);
@@ -110,7 +94,7 @@ export class TokenCache extends SyncedMap<Row, TokenInfo> {
   }
 }
 
-function toInfo(r: Row): TokenInfo {
+function toInfo(r: TokenCopyRow): TokenInfo {
   return {
     id: r.id,
     customerId: r.customer_id,

@@ -9,11 +9,12 @@
 // A batch that fails half-way is applied again later: every write is waited for (settled) before
 // the failure is thrown, and the ClickHouse rows that did land are told to `rows` (RowLedger),
 // which the next apply asks, so each report's rows are inserted once (workers/outages.ts).
+// The statements and the ClickHouse rows' layouts are the store's: lib/store/machines.ts,
+// instances.ts (upserts), history.ts (heartbeats, diagnostics, status_history), rejections.ts.
 import type { Report, RejectionRecord } from '../lib/contract/messages.js';
 import type { Pool, PoolClient } from '../lib/infra/postgres.js';
 import { withTx, pgText, pgJson } from '../lib/infra/postgres.js';
 import type { ClickHouseClient } from '../lib/infra/clickhouse.js';
-import { insertTsv, tsvRow } from '../lib/infra/clickhouse.js';
 import type { Redis } from '../lib/infra/redis.js';
 import { redisKeys } from '../lib/infra/redis.js';
 import type { Heartbeat, Diagnostics, Status } from '../lib/contract/schemas/ingest.js';
@@ -24,12 +25,16 @@ import type { Logger } from '../lib/infra/log.js';
 import type { LightEvent } from '../lib/domain/traffic-light.js';
 import type { ReportLights } from './traffic-light.js';
 import { applyCommandReports, type CommandDeps } from './commands.js';
-import { summarise, agentTime, instanceKey, machineKey, chTime, toInt, type InstanceUpdate, type TsWindow } from './reports.js';
+import { summarise, agentTime, instanceKey, machineKey, chTime, type InstanceUpdate, type TsWindow } from './reports.js';
 import { heartbeatFields } from '../lib/store/live-heartbeats.js';
 import { applyHelpTexts } from './help-texts.js';
 import type { WhitelistCache, Suppression } from './whitelist-cache.js';
 import { noteNewMachines } from './licences.js';
-import { newest, HEARTBEAT_FIELD_COLUMNS, PG_MS, type HeartbeatState, type Resolved } from './heartbeat-state.js';
+import type { HeartbeatState, Resolved } from './heartbeat-state.js';
+import { upsertMachines, type MachineSeen } from '../lib/store/machines.js';
+import { upsertInstances } from '../lib/store/instances.js';
+import { reportRowStart, heartbeatRow, diagnosticRow, statusRow, insertReportRows, type ReportTable } from '../lib/store/history.js';
+import { rejectionRow, insertRejectionRows } from '../lib/store/rejections.js';
 import { recordMilestones } from './onboarding.js';
 
 export interface ApplyDeps extends CommandDeps {
@@ -83,7 +88,7 @@ export async function applyBatch(d: ApplyDeps, all: Report[], rejections: Reject
   const written =
     toWrite.length > 0
       ? await withTx(d.pool, async (c) => {
-          const w = await upsertInstances(c, toWrite);
+          const w = await upsertMachinesAndInstances(c, toWrite);
           if (d.lights) lightEvents = await d.lights.inTransaction(c, [...w.values()].map((x) => x.instanceId));
           return w;
         })
@@ -134,8 +139,8 @@ async function settleIdempotencyKeys(d: ApplyDeps, reports: Report[]): Promise<v
 const ms = (v: number | null | undefined) => (v === null || v === undefined ? null : v);
 
 /** Machines then instances, in key order (consistent lock order across concurrent workers). */
-async function upsertInstances(c: PoolClient, updates: InstanceUpdate[]): Promise<Map<string, Resolved & { pgAt: number | null }>> {
-  const machines = new Map<string, { customerId: string; slug: string; first: number; last: number }>();
+async function upsertMachinesAndInstances(c: PoolClient, updates: InstanceUpdate[]): Promise<Map<string, Resolved & { pgAt: number | null }>> {
+  const machines = new Map<string, MachineSeen>();
   for (const u of updates) {
     const k = machineKey(u.customerId, u.machine);
     const m = machines.get(k);
@@ -146,19 +151,10 @@ async function upsertInstances(c: PoolClient, updates: InstanceUpdate[]): Promis
     }
   }
   const ms_ = [...machines.values()].sort((a, b) => (a.customerId + a.slug < b.customerId + b.slug ? -1 : 1));
-  const mres = await c.query<{ id: string; customer_id: string; slug: string; inserted: boolean }>(
-    `INSERT INTO machines (customer_id, slug, first_seen_at, last_seen_at)
-     SELECT c, s, to_timestamp(f / 1000.0), to_timestamp(l / 1000.0)
-       FROM unnest($1::uuid[], $2::text[], $3::float8[], $4::float8[]) WITH ORDINALITY AS t(c, s, f, l, n) ORDER BY n
-     ON CONFLICT (customer_id, slug) DO UPDATE
-        SET first_seen_at = LEAST(machines.first_seen_at, EXCLUDED.first_seen_at),
-            last_seen_at = GREATEST(machines.last_seen_at, EXCLUDED.last_seen_at)
-     RETURNING id, customer_id, slug, (xmax = 0) AS inserted`,
-    [ms_.map((m) => m.customerId), ms_.map((m) => m.slug), ms_.map((m) => m.first), ms_.map((m) => m.last)],
-  );
+  const mrows = await upsertMachines(c, ms_);
   // Licence limits, grace period and first-device conversions (workers/licences.ts).
-  await noteNewMachines(c, mres.rows.filter((r) => r.inserted));
-  const machineIds = new Map(mres.rows.map((r) => [machineKey(r.customer_id, r.slug), r.id]));
+  await noteNewMachines(c, mrows.filter((r) => r.inserted));
+  const machineIds = new Map(mrows.map((r) => [machineKey(r.customer_id, r.slug), r.id]));
 
   const rows = updates
     .map((u) => ({ u, machineId: machineIds.get(machineKey(u.customerId, u.machine))! }))
@@ -167,77 +163,44 @@ async function upsertInstances(c: PoolClient, updates: InstanceUpdate[]): Promis
   const hbf = new Map(updates.flatMap((u) => (u.heartbeat ? [[u, heartbeatFields(u.heartbeat.at, u.heartbeat.agentTs, u.heartbeat.skew, u.heartbeat.body as Heartbeat)] as const] : [])));
   const hb = (u: InstanceUpdate) => hbf.get(u);
   const st = (u: InstanceUpdate) => u.status?.body as Status | undefined;
-  const ires = await c.query<{ id: string; machine_id: string; software: string; pg_ms: number | null }>(
-    `INSERT INTO instances (customer_id, machine_id, software, first_seen_at, last_seen_at, last_heartbeat_at, agent_ts,
-                            version, uptime_seconds, pid, ip_addresses, group_name, location, group_priority, sort_priority,
-                            status, status_message, status_at, snapshot, last_warning_at, clock_skew, machine)
-     SELECT customer_id, machine_id, software, to_timestamp(first_ms / 1000.0), to_timestamp(last_ms / 1000.0),
-            to_timestamp(hb_ms / 1000.0), to_timestamp(agent_ms / 1000.0),
-            version, uptime_seconds, pid, (SELECT array_agg(x) FROM jsonb_array_elements_text(ips::jsonb) x),
-            group_name, location, group_priority, sort_priority,
-            status, status_message, to_timestamp(status_ms / 1000.0), snapshot::jsonb, to_timestamp(warn_ms / 1000.0), COALESCE(skew, false), machine
-       FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::float8[], $5::float8[], $6::float8[], $7::float8[],
-                   $8::text[], $9::bigint[], $10::bigint[], $11::text[], $12::text[], $13::text[], $14::bigint[], $15::bigint[],
-                   $16::text[], $17::text[], $18::float8[], $19::text[], $20::float8[], $21::bool[], $22::text[]) WITH ORDINALITY
-            AS t(customer_id, machine_id, software, first_ms, last_ms, hb_ms, agent_ms, version, uptime_seconds, pid, ips,
-                 group_name, location, group_priority, sort_priority, status, status_message, status_ms, snapshot, warn_ms, skew, machine, n)
-      ORDER BY n
-     ON CONFLICT (machine_id, software) DO UPDATE SET
-        first_seen_at = LEAST(instances.first_seen_at, EXCLUDED.first_seen_at),
-        last_seen_at = GREATEST(instances.last_seen_at, EXCLUDED.last_seen_at),
-        last_heartbeat_at = GREATEST(instances.last_heartbeat_at, EXCLUDED.last_heartbeat_at),
-        ${newest('last_heartbeat_at', HEARTBEAT_FIELD_COLUMNS)},
-        ${newest('last_heartbeat_at', ['clock_skew'], false)},
-        status_at = GREATEST(instances.status_at, EXCLUDED.status_at),
-        ${newest('status_at', ['status', 'status_message', 'snapshot'], false)},
-        last_warning_at = GREATEST(instances.last_warning_at, EXCLUDED.last_warning_at)
-     RETURNING id, machine_id, software, ${PG_MS('instances.last_heartbeat_at')} AS pg_ms`,
-    [
-      col((u) => u.customerId),
-      rows.map((r) => r.machineId),
-      col((u) => u.software),
-      col((u) => u.firstSeen),
-      col((u) => u.lastSeen),
-      col((u) => ms(u.heartbeat?.at)),
-      col((u) => ms(u.heartbeat?.agentTs)),
-      col((u) => hb(u)?.version ?? null),
-      col((u) => hb(u)?.uptime ?? null),
-      col((u) => hb(u)?.pid ?? null),
-      col((u) => hb(u)?.ips ?? null),
-      col((u) => hb(u)?.group ?? null),
-      col((u) => hb(u)?.location ?? null),
-      col((u) => hb(u)?.groupPriority ?? null),
-      col((u) => hb(u)?.sortPriority ?? null),
-      col((u) => st(u)?.status ?? null),
-      col((u) => (u.status ? pgText(st(u)!.message ?? '') : null)),
-      col((u) => ms(u.status?.at)),
-      col((u) => (st(u)?.snapshot !== undefined ? pgJson(st(u)!.snapshot) : null)),
-      col((u) => u.lastWarning),
-      col((u) => u.heartbeat?.skew ?? null),
-      col((u) => u.machine),
-    ],
-  );
+  const irows = await upsertInstances(c, [
+    col((u) => u.customerId),
+    rows.map((r) => r.machineId),
+    col((u) => u.software),
+    col((u) => u.firstSeen),
+    col((u) => u.lastSeen),
+    col((u) => ms(u.heartbeat?.at)),
+    col((u) => ms(u.heartbeat?.agentTs)),
+    col((u) => hb(u)?.version ?? null),
+    col((u) => hb(u)?.uptime ?? null),
+    col((u) => hb(u)?.pid ?? null),
+    col((u) => hb(u)?.ips ?? null),
+    col((u) => hb(u)?.group ?? null),
+    col((u) => hb(u)?.location ?? null),
+    col((u) => hb(u)?.groupPriority ?? null),
+    col((u) => hb(u)?.sortPriority ?? null),
+    col((u) => st(u)?.status ?? null),
+    col((u) => (u.status ? pgText(st(u)!.message ?? '') : null)),
+    col((u) => ms(u.status?.at)),
+    col((u) => (st(u)?.snapshot !== undefined ? pgJson(st(u)!.snapshot) : null)),
+    col((u) => u.lastWarning),
+    col((u) => u.heartbeat?.skew ?? null),
+    col((u) => u.machine),
+  ]);
   const out = new Map<string, Resolved & { pgAt: number | null }>();
   const byMachine = new Map(rows.map((r) => [`${r.machineId}|${r.u.software}`, r.u.key]));
-  for (const r of ires.rows) {
+  for (const r of irows) {
     out.set(byMachine.get(`${r.machine_id}|${r.software}`)!, { machineId: r.machine_id, instanceId: r.id, pgAt: r.pg_ms === null ? null : Number(r.pg_ms) });
   }
   return out;
 }
-
-/** Column order of the rows writeClickHouse builds (TabSeparated, lib/infra/clickhouse.ts). */
-const BASE_COLS = ['received_at', 'received_ms', 'customer_id', 'customer', 'machine_id', 'machine', 'software', 'instance_id', 'report_id'];
-const HEARTBEAT_COLS = [...BASE_COLS, 'ts_ms', 'version', 'uptime_seconds', 'pid', 'ip_addresses', 'group_name', 'location', 'group_priority', 'sort_priority', 'clock_skew', 'agent_ts'];
-const DIAGNOSTIC_COLS = [...BASE_COLS, 'ts_ms', 'item', 'code', 'severity', 'message', 'suppressed', 'rule_id'];
-const STATUS_COLS = [...BASE_COLS, 'status', 'message', 'snapshot'];
-const REJECTION_COLS = ['received_at', 'received_ms', 'id', 'customer_id', 'customer', 'token_id', 'method', 'path', 'status', 'detail', 'body_size', 'remote', 'dropped'];
 
 async function writeClickHouse(d: ApplyDeps, reports: Report[], rejections: RejectionRecord[], ids: Map<string, Resolved>, suppressed: Suppression): Promise<void> {
   const heartbeats: string[] = [];
   const diagnostics: string[] = [];
   const statuses: string[] = [];
   // The reports whose rows each insert holds (for the ledger).
-  const of: Record<'heartbeats' | 'diagnostics' | 'status_history', string[]> = { heartbeats: [], diagnostics: [], status_history: [] };
+  const of: Record<ReportTable, string[]> = { heartbeats: [], diagnostics: [], status_history: [] };
   for (const r of reports) {
     if (r.kind !== 'heartbeat' && r.kind !== 'diagnostics' && r.kind !== 'status') continue;
     const id = ids.get(instanceKey(r));
@@ -245,51 +208,31 @@ async function writeClickHouse(d: ApplyDeps, reports: Report[], rejections: Reje
     const table = r.kind === 'heartbeat' ? 'heartbeats' : r.kind === 'diagnostics' ? 'diagnostics' : 'status_history';
     if (d.rows?.landed(table, r.id)) continue;
     of[table].push(r.id);
-    const base = tsvRow([chTime(r.receivedAt), r.receivedAt, r.customerId, r.customer, id.machineId, r.machine, r.software, id.instanceId, r.id]);
+    const start = reportRowStart(chTime(r.receivedAt), r, id.machineId, id.instanceId);
     if (r.kind === 'heartbeat') {
       const b = r.body as Heartbeat;
       const t = agentTime(b.ts, r.receivedAt, d.tsWindow);
-      heartbeats.push(
-        base +
-          '\t' +
-          tsvRow([
-            t.ms ?? r.receivedAt,
-            b.version ?? '',
-            b.uptime_seconds ?? null,
-            b.pid ?? null,
-            b.ip_addresses ?? [],
-            b.group ?? '',
-            b.location ?? '',
-            toInt(b.group_priority),
-            toInt(b.sort_priority),
-            t.skew ? 1 : 0,
-            typeof b.ts === 'string' ? b.ts : '',
-          ]),
-      );
+      heartbeats.push(heartbeatRow(start, b, t.ms ?? r.receivedAt, t.skew));
     } else if (r.kind === 'diagnostics') {
       const rules = suppressed.get(r);
       (r.body as Diagnostics).items.forEach((it, i) => {
-        const rule = rules?.[i] ?? null;
-        diagnostics.push(base + '\t' + tsvRow([r.receivedAt, i, it.code, it.severity, it.message ?? '', rule ? 1 : 0, rule ?? '']));
+        diagnostics.push(diagnosticRow(start, r.receivedAt, i, it, rules?.[i] ?? null));
       });
     } else {
-      const b = r.body as Status;
-      statuses.push(base + '\t' + tsvRow([b.status, b.message ?? '', b.snapshot === undefined ? '' : JSON.stringify(b.snapshot)]));
+      statuses.push(statusRow(start, r.body as Status));
     }
   }
   const rejected = rejections.filter((x) => !d.rows?.landed('ingest_rejections', x.id));
-  const rej = rejected.map((x) =>
-    tsvRow([chTime(x.at), x.at, x.id, x.customer_id, x.customer, x.token_id, x.method, x.path, x.status, x.detail, x.body_size, x.remote, x.dropped]),
-  );
-  const insert = async (table: string, columns: readonly string[], rows: string[], reportIds: readonly string[]) => {
+  const rej = rejected.map((x) => rejectionRow(chTime(x.at), x));
+  const insert = async (table: ReportTable, rows: string[], reportIds: readonly string[]) => {
     if (rows.length === 0) return;
-    await insertTsv(d.ch, table, columns, rows);
+    await insertReportRows(d.ch, table, rows);
     d.rows?.inserted(table, reportIds);
   };
   await settled([
-    insert('heartbeats', HEARTBEAT_COLS, heartbeats, of.heartbeats),
-    insert('diagnostics', DIAGNOSTIC_COLS, diagnostics, of.diagnostics),
-    insert('status_history', STATUS_COLS, statuses, of.status_history),
-    insert('ingest_rejections', REJECTION_COLS, rej, rejected.map((x) => x.id)),
+    insert('heartbeats', heartbeats, of.heartbeats),
+    insert('diagnostics', diagnostics, of.diagnostics),
+    insert('status_history', statuses, of.status_history),
+    rej.length > 0 ? insertRejectionRows(d.ch, rej).then(() => d.rows?.inserted('ingest_rejections', rejected.map((x) => x.id))) : null,
   ]);
 }

@@ -11,7 +11,8 @@
 // every gateway counts them as stored, and entries whose upload is gone are removed.
 import type { Pool } from '../lib/infra/postgres.js';
 import type { Logger } from '../lib/infra/log.js';
-import { mapLimit, type ArtifactStore, type UploadRecord } from '../lib/store/artifacts.js';
+import { mapLimit, uploadsWithArtifact, type ArtifactStore, type UploadRecord } from '../lib/store/artifacts.js';
+import { artifactUsageSeqs } from '../lib/store/quotas.js';
 import { ORPHAN_AFTER_MS, SETTLED_KEEP_MS, type ArtifactUsage } from '../lib/store/artifact-usage.js';
 import type { RunResult } from './jobs.js';
 
@@ -46,7 +47,7 @@ export async function sweepUploads(store: ArtifactStore, pool: Pool, o: SweepOpt
     } else if (rec.state === 'complete') complete.push(rec);
     else live.set(id, rec);
   }
-  const stored = await storedUploads(pool, complete.map((r) => r.id));
+  const stored = await uploadsWithArtifact(pool, complete.map((r) => r.id));
   for (const rec of complete) {
     if (stored.has(rec.id) && o.now > (rec.completed_ms ?? rec.created_ms) + o.keepCompletedMs) {
       await store.deleteUpload(rec.id);
@@ -59,13 +60,6 @@ export async function sweepUploads(store: ArtifactStore, pool: Pool, o: SweepOpt
   return out;
 }
 
-/** The upload ids among `ids` whose artifact row is in Postgres. */
-async function storedUploads(pool: Pool, ids: string[]): Promise<Set<string>> {
-  if (ids.length === 0) return new Set();
-  const r = await pool.query<{ upload_id: string }>('SELECT upload_id FROM artifacts WHERE upload_id = ANY($1::uuid[])', [ids]);
-  return new Set(r.rows.map((x) => x.upload_id));
-}
-
 async function reconcile(usage: ArtifactUsage, pool: Pool, live: Map<string, UploadRecord>, stored: Set<string>, now: number, out: Record<string, number>): Promise<void> {
   // Uploads that hold (or will hold) bytes not counted as stored yet: their entry must exist.
   for (const rec of live.values()) {
@@ -74,8 +68,7 @@ async function reconcile(usage: ArtifactUsage, pool: Pool, live: Map<string, Upl
   }
   const customers = [...new Set([...(await usage.customers()), ...[...live.values()].map((r) => r.customer_id)])];
   if (customers.length === 0) return;
-  const seqs = await pool.query<{ customer_id: string; seq: number }>('SELECT customer_id, seq FROM artifact_usage WHERE customer_id = ANY($1::uuid[])', [customers]);
-  const seqOf = new Map(seqs.rows.map((x) => [x.customer_id, x.seq]));
+  const seqOf = await artifactUsageSeqs(pool, customers);
   for (const customerId of customers) {
     const entries = await usage.entries(customerId);
     const remove: string[] = [];
@@ -94,7 +87,7 @@ async function reconcile(usage: ArtifactUsage, pool: Pool, live: Map<string, Upl
       // listed yet).
       else if (!rec && now - r.reservedMs > ORPHAN_AFTER_MS) orphans.push(id);
     }
-    const orphanStored = await storedUploads(pool, orphans);
+    const orphanStored = await uploadsWithArtifact(pool, orphans);
     for (const id of orphans) (orphanStored.has(id) ? settle : remove).push(id);
     const seq = seqOf.get(customerId);
     for (const id of settle) if (seq !== undefined && (await usage.settle(customerId, id, seq))) out.settled!++;

@@ -2,7 +2,7 @@
 // answers, the consumer delivers) and /metrics, on WORKER_HTTP_HOST:WORKER_HTTP_PORT. A worker
 // never exits because a server went away; it says so here and waits.
 import { createServer, type Server } from 'node:http';
-import type { Pool } from '../lib/infra/postgres.js';
+import { ping, type Pool } from '../lib/infra/postgres.js';
 import type { ClickHouseClient } from '../lib/infra/clickhouse.js';
 import type { Redis } from '../lib/infra/redis.js';
 import type { Logger } from '../lib/infra/log.js';
@@ -35,7 +35,7 @@ function within<T>(p: Promise<T>, ms: number): Promise<T> {
 /** Asks Postgres, ClickHouse and Redis every `everyMs` whether they answer; returns a stop function. */
 export function probeDependencies(r: Readiness, deps: { pool: Pool; ch: ClickHouseClient; redis: Redis }, everyMs: number, log: Logger): () => void {
   const probes: [string, () => Promise<unknown>][] = [
-    ['postgres', () => deps.pool.query('SELECT 1')],
+    ['postgres', () => ping(deps.pool)],
     ['clickhouse', async () => {
       const p = await deps.ch.ping();
       if (!p.success) throw p.error;

@@ -21,7 +21,7 @@
 //
 // The flusher (every worker, HeartbeatFlusher) writes what is due: the newest heartbeat of each
 // instance at most `interval` after the previous Postgres write, with the same newest-wins rules as
-// the ingest upsert. So Postgres's last_heartbeat_at is never more than interval + one flush tick
+// the ingest upsert (both statements in lib/store/instances.ts). So Postgres's last_heartbeat_at is never more than interval + one flush tick
 // behind, and the interval is below the heartbeat timeout: a silence Postgres sees is real, and the
 // traffic-light SQL (lib/domain/traffic-light.ts) keeps judging from Postgres alone. The api merges the
 // hash into what it shows (lib/store/live-heartbeats.ts): times exact to the millisecond.
@@ -33,6 +33,8 @@ import { luaCommand, redisKeys, type Redis } from '../lib/infra/redis.js';
 import { withTx, type Pool } from '../lib/infra/postgres.js';
 import type { Logger } from '../lib/infra/log.js';
 import { heartbeatFields, fingerprint, encodeFields, decodeFields, type HeartbeatFields } from '../lib/store/live-heartbeats.js';
+import { findInstanceIds, lockInstances, writeHeartbeats } from '../lib/store/instances.js';
+import { advanceMachinesLastSeen } from '../lib/store/machines.js';
 import type { InstanceUpdate } from './reports.js';
 import type { ReportLights } from './traffic-light.js';
 import type { LightEvent } from '../lib/domain/traffic-light.js';
@@ -225,14 +227,13 @@ export function lookupIdsIn(pool: Pool): (updates: InstanceUpdate[]) => Promise<
   return async (updates) => {
     const out = new Map<string, Resolved>();
     if (updates.length === 0) return out;
-    const r = await pool.query<{ customer_id: string; slug: string; software: string; machine_id: string; instance_id: string }>(
-      `SELECT m.customer_id, m.slug, i.software, m.id AS machine_id, i.id AS instance_id
-         FROM unnest($1::uuid[], $2::text[], $3::text[]) AS k(customer_id, slug, software)
-         JOIN machines m ON m.customer_id = k.customer_id AND m.slug = k.slug
-         JOIN instances i ON i.machine_id = m.id AND i.software = k.software`,
-      [updates.map((u) => u.customerId), updates.map((u) => u.machine), updates.map((u) => u.software)],
+    const rows = await findInstanceIds(
+      pool,
+      updates.map((u) => u.customerId),
+      updates.map((u) => u.machine),
+      updates.map((u) => u.software),
     );
-    for (const row of r.rows) out.set(`${row.customer_id}|${row.slug}|${row.software}`, { machineId: row.machine_id, instanceId: row.instance_id });
+    for (const row of rows) out.set(`${row.customer_id}|${row.slug}|${row.software}`, { machineId: row.machine_id, instanceId: row.instance_id });
     return out;
   };
 }
@@ -396,24 +397,6 @@ export interface Claimed {
 }
 
 /**
- * SET clauses for fields that belong to one kind of report: take the incoming value when that
- * report is at least as new as the stored one. `keepOld`: a field the newest report leaves out
- * keeps its stored value (heartbeat fields); otherwise the newest report replaces all (status).
- * `src`: the alias of the incoming row. Shared by the ingest upsert and the flusher.
- */
-export function newest(timeCol: string, fields: string[], keepOld = true, src = 'EXCLUDED'): string {
-  const newer = `${src}.${timeCol} IS NOT NULL AND (instances.${timeCol} IS NULL OR ${src}.${timeCol} >= instances.${timeCol})`;
-  return fields
-    .map((f) => `${f} = CASE WHEN ${newer} THEN ${keepOld ? `COALESCE(${src}.${f}, instances.${f})` : `${src}.${f}`} ELSE instances.${f} END`)
-    .join(',\n        ');
-}
-
-export const HEARTBEAT_FIELD_COLUMNS = ['agent_ts', 'version', 'uptime_seconds', 'pid', 'ip_addresses', 'group_name', 'location', 'group_priority', 'sort_priority'];
-
-/** Receive time of a row's last heartbeat in ms (exact: timestamptz keeps microseconds). */
-export const PG_MS = (col: string) => `round(extract(epoch FROM ${col}) * 1000)::float8`;
-
-/**
  * The flusher: every tick, the heartbeats due in Postgres, written with the ingest upsert's
  * newest-wins rules (and the colour judged again in the same transaction, though a flushed
  * heartbeat cannot change it: its key existed). Every worker runs one; claims are leased, so two
@@ -482,51 +465,17 @@ export class HeartbeatFlusher {
     const pgAt = await withTx(this.pool, async (c) => {
       const ids = claimed.map((x) => x.instanceId);
       // Lock order of the ingest upsert (machine, software), so the two never deadlock.
-      await c.query(`SELECT 1 FROM instances WHERE id = ANY($1::uuid[]) ORDER BY machine_id, software COLLATE "C" FOR UPDATE`, [ids]);
-      const r = await c.query<{ id: string; pg_ms: number }>(
-        `UPDATE instances SET
-            last_seen_at = GREATEST(instances.last_seen_at, d.last_heartbeat_at),
-            last_heartbeat_at = GREATEST(instances.last_heartbeat_at, d.last_heartbeat_at),
-            ${newest('last_heartbeat_at', HEARTBEAT_FIELD_COLUMNS, true, 'd')},
-            ${newest('last_heartbeat_at', ['clock_skew'], false, 'd')}
-           FROM (SELECT id, to_timestamp(hb_ms / 1000.0) AS last_heartbeat_at, to_timestamp(agent_ms / 1000.0) AS agent_ts,
-                        version, uptime_seconds, pid, (SELECT array_agg(x) FROM jsonb_array_elements_text(ips::jsonb) x) AS ip_addresses,
-                        group_name, location, group_priority, sort_priority, skew AS clock_skew
-                   FROM unnest($1::uuid[], $2::float8[], $3::float8[], $4::text[], $5::bigint[], $6::bigint[], $7::text[], $8::text[],
-                               $9::text[], $10::bigint[], $11::bigint[], $12::bool[])
-                        AS t(id, hb_ms, agent_ms, version, uptime_seconds, pid, ips, group_name, location, group_priority, sort_priority, skew)) d
-          WHERE instances.id = d.id
-          RETURNING instances.id, ${PG_MS('instances.last_heartbeat_at')} AS pg_ms`,
-        [
-          ids,
-          f.map((x) => x.at),
-          f.map((x) => x.agentTs),
-          f.map((x) => x.version),
-          f.map((x) => x.uptime),
-          f.map((x) => x.pid),
-          f.map((x) => x.ips),
-          f.map((x) => x.group),
-          f.map((x) => x.location),
-          f.map((x) => x.groupPriority),
-          f.map((x) => x.sortPriority),
-          f.map((x) => x.skew),
-        ],
-      );
+      await lockInstances(c, ids);
+      const rows = await writeHeartbeats(c, ids, f);
       if (this.lights) events = await this.lights.inTransaction(c, ids);
-      return new Map(r.rows.map((x) => [x.id, Number(x.pg_ms)]));
+      return new Map(rows.map((x) => [x.id, Number(x.pg_ms)]));
     });
     const lightsDelivered = this.lights?.afterCommit(events);
     // Machines' last_seen_at in a statement of its own (never two row locks of different tables at
     // once here), in the ingest upsert's lock order.
     const latest = new Map<string, number>();
     for (const c of claimed) latest.set(c.machineId, Math.max(latest.get(c.machineId) ?? 0, c.fields.at));
-    await this.pool.query(
-      `UPDATE machines SET last_seen_at = GREATEST(machines.last_seen_at, to_timestamp(d.ms / 1000.0))
-         FROM (SELECT m.id, t.ms FROM machines m JOIN unnest($1::uuid[], $2::float8[]) AS t(id, ms) ON m.id = t.id
-                ORDER BY m.customer_id, m.slug COLLATE "C" FOR UPDATE OF m) d
-        WHERE machines.id = d.id`,
-      [[...latest.keys()], [...latest.values()]],
-    );
+    await advanceMachinesLastSeen(this.pool, [...latest.keys()], [...latest.values()]);
     await this.state.flushed(claimed.map((c) => ({ c, pgAt: pgAt.get(c.instanceId) ?? -1 })));
     await lightsDelivered;
     this.onFlushed(claimed.length);

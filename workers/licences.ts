@@ -6,9 +6,12 @@
 // same lock the licence sweep and licence changes take): count the devices (machines seen in the
 // last 30 days); over the limit -> the grace period starts now unless it already runs, and the new
 // machines beyond the limit are flagged (machines.over_limit_at). Gateways refuse new machines only
-// after the grace period (gateway/licence-gate.ts); here nothing is ever refused or dropped.
+// after the grace period (gateway/licence-gate.ts); here nothing is ever refused or dropped. The
+// statements are lib/store/licences.ts's, conversions.ts's and machines.ts's, run in that transaction.
 import type { PoolClient } from '../lib/infra/postgres.js';
-import { DEVICE_WINDOW_DAYS } from '../lib/store/licences.js';
+import { deviceCounts, lockLicences, startGracePeriods } from '../lib/store/licences.js';
+import { recordFirstDevices } from '../lib/store/conversions.js';
+import { flagOverLimit } from '../lib/store/machines.js';
 
 export interface NewMachine {
   id: string;
@@ -26,37 +29,16 @@ export async function noteNewMachines(c: PoolClient, created: NewMachine[]): Pro
   }
   const ids = [...byCustomer.keys()].sort();
   // The customer's first machine: a conversion its dashboard reports once.
-  await c.query(
-    `INSERT INTO conversions (kind, customer_id, dedup_key, value)
-     SELECT 'first_device', cid, 'first_device:' || cid, jsonb_build_object('machine', slug)
-       FROM unnest($1::uuid[], $2::text[]) AS t(cid, slug)
-     ON CONFLICT (dedup_key) DO NOTHING`,
-    [ids, ids.map((id) => byCustomer.get(id)![0]!.slug)],
-  );
-  const lic = await c.query<{ customer_id: string; device_limit: number }>(
-    'SELECT customer_id, device_limit FROM licences WHERE customer_id = ANY($1::uuid[]) ORDER BY customer_id FOR UPDATE',
-    [ids],
-  );
-  const counts = await c.query<{ customer_id: string; n: number }>(
-    `SELECT customer_id, count(*)::int AS n FROM machines
-      WHERE customer_id = ANY($1::uuid[]) AND last_seen_at > now() - make_interval(days => ${DEVICE_WINDOW_DAYS})
-      GROUP BY customer_id`,
-    [ids],
-  );
-  const n = new Map(counts.rows.map((r) => [r.customer_id, r.n]));
+  await recordFirstDevices(c, ids.map((id) => ({ customerId: id, machine: byCustomer.get(id)![0]!.slug })));
+  const lic = await lockLicences(c, ids);
+  const n = await deviceCounts(c, ids);
   const over: string[] = [];
-  for (const l of lic.rows) {
+  for (const l of lic) {
     const excess = (n.get(l.customer_id) ?? 0) - l.device_limit;
     if (excess <= 0) continue;
     over.push(l.customer_id);
     const fresh = byCustomer.get(l.customer_id)!.map((m) => m.id);
-    await c.query(
-      `UPDATE machines SET over_limit_at = now()
-        WHERE id IN (SELECT id FROM machines WHERE id = ANY($1::uuid[]) ORDER BY first_seen_at DESC, slug DESC LIMIT $2)`,
-      [fresh, Math.min(excess, fresh.length)],
-    );
+    await flagOverLimit(c, fresh, Math.min(excess, fresh.length));
   }
-  if (over.length) {
-    await c.query('UPDATE licences SET over_limit_since = now() WHERE customer_id = ANY($1::uuid[]) AND over_limit_since IS NULL', [over]);
-  }
+  if (over.length) await startGracePeriods(c, over);
 }

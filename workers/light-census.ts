@@ -7,8 +7,9 @@
 // when it is scraped. Every worker thus reports the same numbers (queries take `max by (light)`);
 // counts older than five intervals (no worker has counted: Redis or Postgres away) are not reported.
 import type { Pool } from '../lib/infra/postgres.js';
-import type { Redis } from '../lib/infra/redis.js';
+import { redisKeys, type Redis } from '../lib/infra/redis.js';
 import { LIGHTS } from '../lib/infra/metrics.js';
+import { countStoredLights } from '../lib/store/instances.js';
 
 export type LightCounts = Record<(typeof LIGHTS)[number], number>;
 
@@ -21,14 +22,14 @@ export class LightCensus {
     redisPrefix: string,
     private readonly intervalMs: number,
   ) {
-    this.key = `${redisPrefix}light-census`;
+    this.key = redisKeys(redisPrefix).lightCensus;
   }
 
   /** Counts (one query) and stores the counts with their time. */
   async run(): Promise<LightCounts> {
-    const r = await this.pool.query<{ light: string; n: string }>(`SELECT light, count(*) AS n FROM instances GROUP BY light`);
+    const rows = await countStoredLights(this.pool);
     const counts = Object.fromEntries(LIGHTS.map((l) => [l, 0])) as LightCounts;
-    for (const row of r.rows) if (row.light in counts) counts[row.light as keyof LightCounts] = Number(row.n);
+    for (const row of rows) if (row.light in counts) counts[row.light as keyof LightCounts] = Number(row.n);
     await this.redis.hset(this.key, { ...counts, at: Date.now() });
     return counts;
   }

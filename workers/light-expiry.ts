@@ -10,6 +10,7 @@ import { createRedis, redisKeys } from '../lib/infra/redis.js';
 import type { Pool } from '../lib/infra/postgres.js';
 import type { Logger } from '../lib/infra/log.js';
 import type { LightEvent } from '../lib/domain/traffic-light.js';
+import { silentButLit } from '../lib/store/instances.js';
 import { recordTransitionsTx, type Horizon, type LightEventSink, type LightParams } from './traffic-light.js';
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
@@ -140,13 +141,8 @@ export class ExpiryListener {
   /** Of these (expired, not changed), the ones silent by the wall clock: the horizon is behind. */
   private async deferUnsettled(ids: string[]): Promise<void> {
     if (ids.length === 0) return;
-    const r = await this.pool.query<{ id: string; due: number }>(
-      `SELECT id, (extract(epoch FROM last_heartbeat_at) * 1000)::float8 + $2::float8 * 1000 AS due
-         FROM instances WHERE id = ANY($1::uuid[]) AND light IN ('green', 'yellow')
-          AND last_heartbeat_at < now() - make_interval(secs => $2::float8)`,
-      [ids, this.params.heartbeatTimeoutS],
-    );
-    const unsettled = new Map(r.rows.map((x) => [x.id, Number(x.due)]));
+    const silent = await silentButLit(this.pool, ids, this.params.heartbeatTimeoutS);
+    const unsettled = new Map(silent.map((x) => [x.id, Number(x.due)]));
     for (const id of ids) if (!unsettled.has(id)) this.deferred.delete(id);
     const now = Date.now();
     for (const [id, due] of unsettled) {

@@ -10,9 +10,10 @@
 // sure that a run which outlasts the interval is never overlapped by the next one on another worker.
 import type { Pool } from '../lib/infra/postgres.js';
 import type { LightEvent } from '../lib/domain/traffic-light.js';
+import { instancesDueForSweep } from '../lib/store/instances.js';
+import { tryLightSweepLock, releaseLightSweepLock } from '../lib/store/light-events.js';
 import { recordTransitionsTx, type Horizon, type LightEventSink, type LightParams } from './traffic-light.js';
 
-const SWEEP_LOCK = 7_401_134; // advisory lock key: "traffic-light sweep" (per database)
 /** Outbox rows younger than this belong to a delivery still in progress. */
 const OUTBOX_GRACE_MS = 5000;
 
@@ -38,8 +39,7 @@ export class LightSweep {
   async sweep(): Promise<SweepResult> {
     const lockClient = await this.pool.connect();
     try {
-      const got = await lockClient.query<{ ok: boolean }>('SELECT pg_try_advisory_lock($1) AS ok', [SWEEP_LOCK]);
-      if (!got.rows[0]!.ok) return { ran: false, changes: 0, redelivered: 0 };
+      if (!(await tryLightSweepLock(lockClient))) return { ran: false, changes: 0, redelivered: 0 };
       try {
         const redelivered = await this.sink.drainOutbox(OUTBOX_GRACE_MS, this.opts.batch);
         let changes = 0;
@@ -60,7 +60,7 @@ export class LightSweep {
         }
         return { ran: true, changes, redelivered };
       } finally {
-        await lockClient.query('SELECT pg_advisory_unlock($1)', [SWEEP_LOCK]);
+        await releaseLightSweepLock(lockClient);
       }
     } finally {
       lockClient.release();
@@ -68,19 +68,7 @@ export class LightSweep {
   }
 
   /** Judged at the horizon, like the change itself, so that every candidate does change. */
-  private async candidates(horizonMs: number): Promise<string[]> {
-    const r = await this.pool.query<{ id: string }>(
-      `WITH h AS (SELECT LEAST(now(), to_timestamp($4::float8 / 1000)) AS t)
-       (SELECT id FROM instances, h
-         WHERE light IN ('green', 'yellow') AND last_heartbeat_at < h.t - make_interval(secs => $1::float8)
-         ORDER BY last_heartbeat_at LIMIT $3)
-       UNION
-       (SELECT id FROM instances, h
-         WHERE light = 'yellow' AND status IS DISTINCT FROM 'degraded'
-           AND (last_warning_at IS NULL OR last_warning_at <= h.t - make_interval(secs => $2::float8))
-         LIMIT $3)`,
-      [this.params.heartbeatTimeoutS, this.params.warningWindowS, this.opts.batch, horizonMs],
-    );
-    return r.rows.map((x) => x.id);
+  private candidates(horizonMs: number): Promise<string[]> {
+    return instancesDueForSweep(this.pool, this.params.heartbeatTimeoutS, this.params.warningWindowS, this.opts.batch, horizonMs);
   }
 }

@@ -1,8 +1,10 @@
 // Onboarding milestones: the first report of each kind (heartbeat, diagnostics, status, and any kind
 // added later, such as help) per customer, with its receive time. GET /api/onboarding/status reads
 // them. Each worker remembers what it has recorded, so a customer's steady traffic costs no write.
+// The statement is lib/store/onboarding.ts's (`recordReportMilestones`).
 import type { Pool } from '../lib/infra/postgres.js';
 import type { Report } from '../lib/contract/messages.js';
+import { recordReportMilestones } from '../lib/store/onboarding.js';
 
 const recorded = new Set<string>();
 
@@ -16,13 +18,7 @@ export async function recordMilestones(pool: Pool, reports: Report[]): Promise<v
   }
   if (first.size === 0) return;
   const rows = [...first.values()].sort((a, b) => (a.c + a.k < b.c + b.k ? -1 : 1));
-  await pool.query(
-    `INSERT INTO onboarding_milestones (customer_id, step, done_at)
-     SELECT c, k, to_timestamp(at / 1000.0) FROM unnest($1::uuid[], $2::text[], $3::float8[]) AS t(c, k, at)
-     ON CONFLICT (customer_id, step) DO UPDATE SET done_at = EXCLUDED.done_at
-      WHERE EXCLUDED.done_at < onboarding_milestones.done_at`,
-    [rows.map((r) => r.c), rows.map((r) => r.k), rows.map((r) => r.at)],
-  );
+  await recordReportMilestones(pool, rows.map((r) => ({ customerId: r.c, step: r.k, atMs: r.at })));
   if (recorded.size > 1_000_000) recorded.clear();
   for (const k of first.keys()) recorded.add(k);
 }

@@ -9,105 +9,24 @@
 // Each runs `recordTransitions`: an UPDATE conditional on the stored colour still being the one it
 // saw, so of several workers (or paths) racing on one change exactly one records it; that UPDATE
 // also bumps `light_seq` and writes the change into the `light_outbox` table in the same
-// transaction. After the commit, `LightEventSink.deliver` writes the changes to ClickHouse
+// transaction (the statements: lib/store/light-events.ts). After the commit, `LightEventSink.deliver` writes the changes to ClickHouse
 // (`light_events`, keyed by instance and seq), publishes them on NATS for the api's live stream,
 // queues the webhooks, and only then deletes them from the outbox. A worker that dies in between
 // leaves them in the outbox; the sweep delivers them again (every copy is the same event).
 import type { JetStreamManager, NatsConnection } from 'nats';
 import { withTx, type Pool, type PoolClient } from '../lib/infra/postgres.js';
 import type { ClickHouseClient } from '../lib/infra/clickhouse.js';
-import { insertRows } from '../lib/infra/clickhouse.js';
 import type { Logger } from '../lib/infra/log.js';
 import { subjects } from '../lib/contract/messages.js';
-import {
-  lightSql,
-  lightReasonSql,
-  lightAtSql,
-  lightEventId,
-  touchesRed,
-  type LightCause,
-  type LightColour,
-  type LightEvent,
-  type LightMessage,
-} from '../lib/domain/traffic-light.js';
+import { touchesRed, type LightCause, type LightEvent, type LightMessage } from '../lib/domain/traffic-light.js';
+import { lockInstances } from '../lib/store/instances.js';
+import { recordLightChanges, lockOutboxOlderThan, deleteFromOutbox, insertLightEvents } from '../lib/store/light-events.js';
 import { chTime } from './reports.js';
 
 export interface LightParams {
   heartbeatTimeoutS: number;
   warningWindowS: number;
 }
-
-interface OutboxRow {
-  instance_id: string;
-  seq: number;
-  customer_id: string;
-  customer: string;
-  machine_id: string;
-  machine: string;
-  software: string;
-  from_light: LightColour;
-  to_light: LightColour;
-  reason: string;
-  cause: LightCause;
-  at: Date;
-  recorded_at: Date;
-}
-
-const OUTBOX_COLUMNS = 'instance_id, seq, customer_id, customer, machine_id, machine, software, from_light, to_light, reason, cause, at, recorded_at';
-
-function toEvent(r: OutboxRow): LightEvent {
-  return {
-    id: lightEventId(r.instance_id, Number(r.seq)),
-    seq: Number(r.seq),
-    customer_id: r.customer_id,
-    customer: r.customer,
-    instance_id: r.instance_id,
-    machine_id: r.machine_id,
-    machine: r.machine,
-    software: r.software,
-    from: r.from_light,
-    to: r.to_light,
-    reason: r.reason,
-    cause: r.cause,
-    at: r.at.toISOString(),
-    recorded_at: r.recorded_at.toISOString(),
-  };
-}
-
-/**
- * The time the SQL judges silence at: the horizon ($5, ms since the epoch), but never before the
- * time the stored colour was judged at. A report applied again (a batch retried, or redelivered
- * after a crash) is still in the stream, so the horizon goes back to its receive time; judged
- * there, an instance the sweep already found silent would look alive and flip back to green (and
- * red again at the next sweep: a change that never happened). Judgement time only moves forward.
- */
-const H = (alias: string) =>
-  `GREATEST(LEAST(now(), to_timestamp($5::float8 / 1000)), COALESCE(${alias}.light_judged_at, '-infinity'::timestamptz))`;
-
-const TRANSITION_SQL = `
-  WITH cur AS (
-    SELECT i.id, i.customer_id, c.slug AS customer, i.machine_id, m.slug AS machine, i.software,
-           i.light AS old_light, ${lightSql('i', '$2::float8', '$3::float8', H('i'))} AS new_light,
-           ${lightReasonSql('i', '$2::float8', '$3::float8', H('i'))} AS reason, ${H('i')} AS judged_at,
-           i.light_since, i.last_heartbeat_at, i.last_warning_at, i.last_seen_at, i.status_at, i.light
-      FROM instances i JOIN machines m ON m.id = i.machine_id JOIN customers c ON c.id = i.customer_id
-     WHERE i.id = ANY($1::uuid[])
-  ), chg AS (
-    SELECT cur.*, ${lightAtSql('cur', 'cur.new_light', '$2::float8', '$3::float8', 'cur.judged_at')} AS at
-      FROM cur WHERE cur.new_light <> cur.old_light
-  ), upd AS (
-    UPDATE instances i
-       SET light = chg.new_light, light_since = chg.at, light_reason = chg.reason, light_seq = i.light_seq + 1,
-           light_judged_at = chg.judged_at
-      FROM chg
-     WHERE i.id = chg.id AND i.light = chg.old_light
-    RETURNING i.id AS instance_id, i.light_seq AS seq, chg.customer_id, chg.customer, chg.machine_id, chg.machine, chg.software,
-              chg.old_light AS from_light, chg.new_light AS to_light, chg.reason, chg.at
-  )
-  INSERT INTO light_outbox (${OUTBOX_COLUMNS})
-  SELECT instance_id, seq, customer_id, customer, machine_id, machine, software, from_light, to_light, reason, $4::text, at, clock_timestamp()
-    FROM upd
-  RETURNING ${OUTBOX_COLUMNS}`;
 
 /**
  * Recomputes the colour of `instanceIds` at `horizonMs` (see Horizon) and records every change
@@ -124,11 +43,8 @@ export async function recordTransitions(
   lock: boolean,
 ): Promise<LightEvent[]> {
   if (instanceIds.length === 0) return [];
-  if (lock) {
-    await c.query(`SELECT 1 FROM instances WHERE id = ANY($1::uuid[]) ORDER BY machine_id, software COLLATE "C" FOR UPDATE`, [instanceIds]);
-  }
-  const r = await c.query<OutboxRow>(TRANSITION_SQL, [instanceIds, p.heartbeatTimeoutS, p.warningWindowS, cause, horizonMs]);
-  return r.rows.map(toEvent);
+  if (lock) await lockInstances(c, instanceIds);
+  return recordLightChanges(c, instanceIds, cause, p.heartbeatTimeoutS, p.warningWindowS, horizonMs);
 }
 
 /** `recordTransitions` in a transaction of its own (expiry events, the sweep). */
@@ -218,9 +134,8 @@ export class LightEventSink {
    */
   async deliver(events: LightEvent[], client: Pool | PoolClient = this.pool): Promise<void> {
     if (events.length === 0) return;
-    await insertRows(
+    await insertLightEvents(
       this.ch,
-      'light_events',
       events.map((e) => {
         const at = Date.parse(e.at);
         return {
@@ -244,10 +159,7 @@ export class LightEventSink {
     this.publish(events);
     const red = events.filter(touchesRed);
     if (red.length && this.webhooks) await this.webhooks.enqueue(red, client);
-    await client.query(`DELETE FROM light_outbox o USING unnest($1::uuid[], $2::bigint[]) AS d(i, s) WHERE o.instance_id = d.i AND o.seq = d.s`, [
-      events.map((e) => e.instance_id),
-      events.map((e) => e.seq),
-    ]);
+    await deleteFromOutbox(client, events);
     this.onDelivered(events);
   }
 
@@ -287,13 +199,9 @@ export class LightEventSink {
     let total = 0;
     for (;;) {
       const n = await withTx(this.pool, async (c) => {
-        const r = await c.query<OutboxRow>(
-          `SELECT ${OUTBOX_COLUMNS} FROM light_outbox WHERE recorded_at < now() - make_interval(secs => $1::float8)
-            ORDER BY recorded_at LIMIT $2 FOR UPDATE SKIP LOCKED`,
-          [olderThanMs / 1000, limit],
-        );
-        if (r.rows.length) await this.deliver(r.rows.map(toEvent), c);
-        return r.rows.length;
+        const due = await lockOutboxOlderThan(c, olderThanMs, limit);
+        if (due.length) await this.deliver(due, c);
+        return due.length;
       });
       total += n;
       if (n < limit) return total;

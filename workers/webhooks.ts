@@ -3,7 +3,8 @@
 // attempts and exponential backoff (WEBHOOK_BACKOFF_MS, doubled each time). The job id is
 // `<webhook id>.<instance id>.<seq>`, so an event handed over twice (outbox redelivery) is queued
 // once. Every attempt is recorded in Postgres (webhook_deliveries, and the webhook's last success
-// or failure), which the api shows: GET /api/webhooks, GET /api/webhooks/{id}/deliveries.
+// or failure; the statements are lib/store/webhooks.ts's), which the api shows: GET /api/webhooks,
+// GET /api/webhooks/{id}/deliveries.
 //
 // Every attempt goes through the egress policy (lib/infra/egress.ts): the host is resolved, every address
 // checked (WEBHOOK_ALLOW_CIDRS), and the connection made to the checked addresses only; redirects
@@ -18,6 +19,7 @@ import { publicLightEvent, type LightEvent } from '../lib/domain/traffic-light.j
 import { signatureHeaders } from '../lib/domain/webhook-signature.js';
 import { EgressPolicy, egressPost } from '../lib/infra/egress.js';
 import type { WebhookEnqueuer } from './traffic-light.js';
+import { recordDeliveryAttempt, wasDelivered, webhookTarget, webhooksOf, type DeliveryAttempt } from '../lib/store/webhooks.js';
 
 export interface WebhookOptions {
   attempts: number;
@@ -72,10 +74,10 @@ export class Webhooks implements WebhookEnqueuer {
   async enqueue(events: LightEvent[], db: Pool | PoolClient = this.pool): Promise<void> {
     if (!this.queue || events.length === 0) return;
     const customers = [...new Set(events.map((e) => e.customer_id))];
-    const r = await db.query<{ id: string; customer_id: string }>(`SELECT id, customer_id FROM webhooks WHERE customer_id = ANY($1::uuid[])`, [customers]);
-    if (r.rows.length === 0) return;
+    const rows = await webhooksOf(db, customers);
+    if (rows.length === 0) return;
     const hooks = new Map<string, string[]>();
-    for (const w of r.rows) hooks.set(w.customer_id, [...(hooks.get(w.customer_id) ?? []), w.id]);
+    for (const w of rows) hooks.set(w.customer_id, [...(hooks.get(w.customer_id) ?? []), w.id]);
     const jobs = events.flatMap((event) =>
       (hooks.get(event.customer_id) ?? []).map((webhookId) => ({
         name: 'deliver',
@@ -96,14 +98,12 @@ export class Webhooks implements WebhookEnqueuer {
 
   private async deliver(job: Job<DeliveryJob>): Promise<string> {
     const { webhookId, event } = job.data;
-    const w = await this.pool.query<{ url: string; secret: string }>(`SELECT url, secret FROM webhooks WHERE id = $1`, [webhookId]);
-    const hook = w.rows[0];
+    const hook = await webhookTarget(this.pool, webhookId);
     if (!hook) {
       this.onOutcome('skipped');
       return 'webhook deleted';
     }
-    const done = await this.pool.query(`SELECT 1 FROM webhook_deliveries WHERE webhook_id = $1 AND event_id = $2 AND state = 'delivered'`, [webhookId, event.id]);
-    if (done.rows[0]) {
+    if (await wasDelivered(this.pool, webhookId, event.id)) {
       this.onOutcome('skipped');
       return 'delivered before';
     }
@@ -142,26 +142,8 @@ export class Webhooks implements WebhookEnqueuer {
     return 'delivered';
   }
 
-  private async record(webhookId: string, e: LightEvent, state: string, attempts: number, status: number | null, error: string | null, nextAt: Date | null): Promise<void> {
-    await this.pool.query(
-      `WITH d AS (
-         INSERT INTO webhook_deliveries (webhook_id, event_id, customer_id, instance_id, from_light, to_light, event_at, state, attempts,
-                                         last_status, last_error, next_attempt_at, delivered_at)
-         SELECT w.id, $2, w.customer_id, $3, $4, $5, $6, $7, $8, $9, $10, $11, CASE WHEN $7 = 'delivered' THEN now() END
-           FROM webhooks w WHERE w.id = $1
-         ON CONFLICT (webhook_id, event_id) DO UPDATE SET
-           state = EXCLUDED.state, attempts = GREATEST(webhook_deliveries.attempts, EXCLUDED.attempts),
-           last_status = EXCLUDED.last_status, last_error = EXCLUDED.last_error, last_attempt_at = now(),
-           next_attempt_at = EXCLUDED.next_attempt_at, delivered_at = EXCLUDED.delivered_at
-         RETURNING 1)
-       UPDATE webhooks SET
-         last_success_at = CASE WHEN $10::text IS NULL THEN now() ELSE last_success_at END,
-         last_failure_at = CASE WHEN $10::text IS NULL THEN last_failure_at ELSE now() END,
-         last_error = CASE WHEN $10::text IS NULL THEN last_error ELSE $10 END,
-         consecutive_failures = CASE WHEN $10::text IS NULL THEN 0 ELSE consecutive_failures + 1 END
-       WHERE id = $1`,
-      [webhookId, e.id, e.instance_id, e.from, e.to, e.at, state, attempts, status, error, nextAt],
-    );
+  private async record(webhookId: string, e: LightEvent, state: DeliveryAttempt['state'], attempts: number, status: number | null, error: string | null, nextAt: Date | null): Promise<void> {
+    await recordDeliveryAttempt(this.pool, { webhookId, eventId: e.id, instanceId: e.instance_id, fromLight: e.from, toLight: e.to, eventAt: e.at, state, attempts, status, error, nextAt });
   }
 
   async stop(): Promise<void> {

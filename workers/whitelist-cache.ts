@@ -8,19 +8,13 @@
 // Rules apply when a worker processes the report, not when the gateway received it (normally the
 // same moment). A batch applied twice across a rule change may store the newer decision; both are
 // valid and the row count is the same (ReplacingMergeTree keyed by report id and item).
+// The reads: lib/store/whitelist.ts (`whitelistCopy`).
 import type { Pool } from '../lib/infra/postgres.js';
 import type { Report } from '../lib/contract/messages.js';
 import type { Diagnostics } from '../lib/contract/schemas/ingest.js';
 import { SyncedMap } from '../lib/infra/synced-map.js';
-import { RuleSet, ruleOrder, type RuleRow } from '../lib/domain/whitelist.js';
-
-interface Row extends RuleRow {
-  deleted_at: Date | null;
-  updated_at: Date;
-}
-
-const SELECT = `SELECT id, customer_id, machine_pattern, software_pattern, code_from, code_to, message_pattern,
-                       enabled, created_at, updated_at, deleted_at FROM whitelist_rules`;
+import { RuleSet, ruleOrder } from '../lib/domain/whitelist.js';
+import { whitelistCopy, type WhitelistCopyRow } from '../lib/store/whitelist.js';
 
 /** Per report: the suppressing rule id of each diagnostics item, or null. */
 export type Suppression = Map<Report, (string | null)[]>;
@@ -48,8 +42,8 @@ interface Compiled {
  */
 const COMPILE_SHARE = 0.05;
 
-export class WhitelistCache extends SyncedMap<Row, Row | null> {
-  private rows = new Map<string, Row[]>();
+export class WhitelistCache extends SyncedMap<WhitelistCopyRow, WhitelistCopyRow | null> {
+  private rows = new Map<string, WhitelistCopyRow[]>();
   private compiled = new Map<string, Compiled>();
   private indexedAt = -1;
 
@@ -61,9 +55,8 @@ export class WhitelistCache extends SyncedMap<Row, Row | null> {
   ) {
     super({
       pool,
-      fullQuery: `${SELECT} WHERE deleted_at IS NULL`,
-      // Deleted rows too: the delta must tell that a rule went away.
-      deltaQuery: `${SELECT} WHERE updated_at > $1`,
+      // The delta brings deleted rules too: they become null here, and drop out of their customer's set.
+      source: whitelistCopy,
       key: (r) => r.id,
       value: (r) => (r.deleted_at === null && r.enabled ? r : null),
       intervalMs,
@@ -77,7 +70,7 @@ export class WhitelistCache extends SyncedMap<Row, Row | null> {
    */
   rulesFor(customerId: string): RuleSet | undefined {
     if (this.indexedAt !== this.lastRefresh) {
-      const groups = new Map<string, Row[]>();
+      const groups = new Map<string, WhitelistCopyRow[]>();
       for (const r of this.values()) {
         if (!r) continue;
         const list = groups.get(r.customer_id);

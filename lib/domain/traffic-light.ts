@@ -8,6 +8,16 @@
 //   green   otherwise
 
 /**
+ * SQL: row `i` has sent no heartbeat for more than $timeout (seconds) at `now`, the red rule's
+ * silence; a row that never sent one is not silent (grey). Every query that asks "silent?" (the
+ * colour, its reason and time here, the workers' sweep and expiry in lib/store/instances.ts) uses
+ * this one.
+ */
+export function silentSql(alias: string, timeoutParam: string, now = 'now()'): string {
+  return `${alias}.last_heartbeat_at < ${now} - make_interval(secs => ${timeoutParam})`;
+}
+
+/**
  * SQL for the colour of `instances` row alias `i`; $timeout and $window are interval parameters in
  * seconds. `now`: the time to judge silence and warnings at; the workers pass their horizon (the
  * receive time up to which every report has been applied: workers/traffic-light.ts), so that a
@@ -17,7 +27,7 @@ export function lightSql(alias: string, timeoutParam: string, windowParam: strin
   const i = alias;
   return `CASE
     WHEN ${i}.last_heartbeat_at IS NULL OR ${i}.status = 'stopped' THEN 'grey'
-    WHEN ${i}.last_heartbeat_at < ${now} - make_interval(secs => ${timeoutParam}) OR ${i}.status = 'error' THEN 'red'
+    WHEN ${silentSql(i, timeoutParam, now)} OR ${i}.status = 'error' THEN 'red'
     WHEN ${i}.status = 'degraded' OR ${i}.last_warning_at > ${now} - make_interval(secs => ${windowParam}) THEN 'yellow'
     ELSE 'green' END`;
 }
@@ -31,7 +41,7 @@ export function lightSql(alias: string, timeoutParam: string, windowParam: strin
 export function lightCandidateSql(alias: string, light: string, timeoutParam: string, windowParam: string, now = 'now()'): string | null {
   const i = alias;
   if (light === 'grey') return `(${i}.last_heartbeat_at IS NULL OR ${i}.status = 'stopped')`;
-  if (light === 'red') return `(${i}.status = 'error' OR ${i}.last_heartbeat_at < ${now} - make_interval(secs => ${timeoutParam}))`;
+  if (light === 'red') return `(${i}.status = 'error' OR ${silentSql(i, timeoutParam, now)})`;
   if (light === 'yellow') return `(${i}.status = 'degraded' OR ${i}.last_warning_at > ${now} - make_interval(secs => ${windowParam}))`;
   return null;
 }
@@ -42,7 +52,7 @@ export function lightReasonSql(alias: string, timeoutParam: string, windowParam:
   return `CASE
     WHEN ${i}.last_heartbeat_at IS NULL THEN 'no heartbeat yet'
     WHEN ${i}.status = 'stopped' THEN 'status stopped'
-    WHEN ${i}.last_heartbeat_at < ${now} - make_interval(secs => ${timeoutParam}) THEN 'no heartbeat for more than ' || ${timeoutParam} || ' s'
+    WHEN ${silentSql(i, timeoutParam, now)} THEN 'no heartbeat for more than ' || ${timeoutParam} || ' s'
     WHEN ${i}.status = 'error' THEN 'status error'
     WHEN ${i}.status = 'degraded' THEN 'status degraded'
     WHEN ${i}.last_warning_at > ${now} - make_interval(secs => ${windowParam}) THEN 'warning or error diagnostic in the last ' || (${windowParam} / 60)::int || ' min'
@@ -61,7 +71,7 @@ export function lightAtSql(alias: string, newLight: string, timeoutParam: string
   const timeout = `make_interval(secs => ${timeoutParam})`;
   const window = `make_interval(secs => ${windowParam})`;
   return `GREATEST(${i}.light_since, LEAST(now(), CASE
-    WHEN ${newLight} = 'red' AND ${i}.last_heartbeat_at < ${now} - ${timeout} THEN ${i}.last_heartbeat_at + ${timeout}
+    WHEN ${newLight} = 'red' AND ${silentSql(i, timeoutParam, now)} THEN ${i}.last_heartbeat_at + ${timeout}
     WHEN ${newLight} = 'green' AND ${i}.light = 'yellow' THEN GREATEST(${i}.last_warning_at + ${window}, ${i}.status_at)
     ELSE ${i}.last_seen_at END))`;
 }

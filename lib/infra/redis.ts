@@ -53,5 +53,7 @@ export function redisKeys(prefix: string) {
     idempotency: (reportId: string) => `${prefix}idem:${reportId}`,
     /** The body an Idempotency-Key was first used with (a hash, gateway/idempotency.ts; 24 h). */
     idempotencyBody: (reportId: string) => `${prefix}idemb:${reportId}`,
+    /** Hash: instances per stored traffic-light colour, and `at` when counted (workers/light-census.ts). */
+    lightCensus: `${prefix}light-census`,
   };
 }

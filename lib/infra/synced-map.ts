@@ -2,16 +2,31 @@
 // polling: rows changed since the last poll (by their updated_at, with an overlap that covers
 // transactions committing late) every `intervalMs`, and the whole table every `fullEveryMs`.
 // The hot paths extend it for what they must know without a query per request: the gateway's
-// tokens (gateway/token-cache.ts) and help-text coverage (gateway/help-coverage.ts), the workers'
-// whitelist rules (workers/whitelist-cache.ts).
+// tokens (gateway/token-cache.ts), licences (gateway/licence-gate.ts) and help-text coverage
+// (gateway/help-coverage.ts), the workers' whitelist rules (workers/whitelist-cache.ts), the
+// quota overrides and stored artifact bytes (lib/store/quotas.ts).
+//
+// The map knows no SQL: it reads through a `SyncedSource`, which the store module of the table
+// implements (lib/store/tokens.ts `tokenCopy`, …; infra does not import the store, the types flow
+// downwards).
 import type { Pool } from './postgres.js';
+
+/** How a copy reads its table: implemented by the table's store module. */
+export interface SyncedSource<R> {
+  /** The database's clock: the next delta reads from this time (less the overlap). */
+  now(pool: Pool): Promise<Date>;
+  /** Every row the copy holds. */
+  all(pool: Pool): Promise<R[]>;
+  /**
+   * The rows changed after `since` (by their updated_at). A row the copy must forget comes back
+   * too, in a shape `value` tells apart (e.g. a deleted whitelist rule): the map only sets.
+   */
+  changedSince(pool: Pool, since: Date): Promise<R[]>;
+}
 
 export interface SyncedMapOptions<R, V> {
   pool: Pool;
-  /** SELECT returning every row; must include `updated_at`. */
-  fullQuery: string;
-  /** The same SELECT with `WHERE updated_at > $1`. */
-  deltaQuery: string;
+  source: SyncedSource<R>;
   key(row: R): string;
   value(row: R): V;
   intervalMs: number;
@@ -20,7 +35,7 @@ export interface SyncedMapOptions<R, V> {
   onError?(e: unknown): void;
 }
 
-export class SyncedMap<R extends { updated_at: Date }, V> {
+export class SyncedMap<R, V> {
   private map = new Map<string, V>();
   private since: Date | null = null;
   private lastFull = 0;
@@ -62,18 +77,19 @@ export class SyncedMap<R extends { updated_at: Date }, V> {
     if (this.running) return;
     this.running = true;
     try {
+      const { pool, source } = this.opts;
       const overlap = this.opts.overlapMs ?? 10_000;
-      const dbNow = (await this.opts.pool.query<{ now: Date }>('SELECT clock_timestamp() AS now')).rows[0]!.now;
+      const dbNow = await source.now(pool);
       const full = this.since === null || Date.now() - this.lastFull >= (this.opts.fullEveryMs ?? 60_000);
       if (full) {
-        const rows = (await this.opts.pool.query<R>(this.opts.fullQuery)).rows;
+        const rows = await source.all(pool);
         const next = new Map<string, V>();
         for (const r of rows) next.set(this.opts.key(r), this.opts.value(r));
         this.map = next;
         this.lastFull = Date.now();
       } else {
         const from = new Date(this.since!.getTime() - overlap);
-        const rows = (await this.opts.pool.query<R>(this.opts.deltaQuery, [from])).rows;
+        const rows = await source.changedSince(pool, from);
         for (const r of rows) this.map.set(this.opts.key(r), this.opts.value(r));
       }
       this.since = dbNow;

@@ -18,7 +18,7 @@
 import { createHash } from 'node:crypto';
 import { StorageType, headers, nuid, type NatsConnection, type JetStreamManager, type KV, type ObjectStore, type ObjectInfo, type StoredMsg } from 'nats';
 import { JetStreamApiCodes, jsApiCode } from '../infra/jetstream-errors.js';
-import type { Pool } from '../infra/postgres.js';
+import { pgText, type Pool, type PoolClient } from '../infra/postgres.js';
 
 /** JetStream direct get (nats.js has it on the manager, its typings do not declare it). */
 type DirectGet = { direct: { getMessage(stream: string, q: { seq: number; next_by_subj: string }): Promise<StoredMsg> } };
@@ -356,4 +356,67 @@ export async function listMachineArtifacts(
 export async function getArtifact(pool: Pool, customerId: string, id: string): Promise<ArtifactRow | null> {
   const r = await pool.query<ArtifactRow>(`${ARTIFACT_SELECT} WHERE a.customer_id = $1 AND a.id = $2`, [customerId, id]);
   return r.rows[0] ?? null;
+}
+
+// The worker's side of the rows: writing those of completed uploads (workers/artifacts.ts), and
+// which uploads have one (the expiry sweep, workers/artifact-expiry.ts).
+
+/** An artifact row as the worker writes it from a completed upload's report. */
+export interface NewArtifact {
+  id: string;
+  customer_id: string;
+  machine_id: string;
+  instance_id: string;
+  software: string;
+  upload_id: string;
+  filename: string;
+  size: number;
+  sha256: string | null;
+  content_type: string;
+  chunk_size: number;
+  chunks: number;
+  /** When the upload completed (ms since the epoch): `uploaded_at`. */
+  uploaded_ms: number;
+}
+
+/**
+ * Inserts the artifacts in the order given; an id already there inserts nothing (the id comes from
+ * the upload id, so a report applied again is a no-op). A trigger adds each new row's size to its
+ * customer's `artifact_usage` and locks that row: give the rows in customer order, so that two
+ * workers take the locks in the same order.
+ */
+export async function insertArtifacts(db: Pool | PoolClient, rows: NewArtifact[]): Promise<void> {
+  const col = <T>(f: (x: NewArtifact) => T) => rows.map(f);
+  await db.query(
+    `INSERT INTO artifacts (id, customer_id, machine_id, instance_id, software, upload_id, filename, size, sha256, content_type,
+                            chunk_size, chunks, uploaded_at)
+     SELECT id, customer_id, machine_id, instance_id, software, upload_id, filename, size, sha256, content_type,
+            chunk_size, chunks, to_timestamp(done_ms / 1000.0)
+       FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::uuid[], $5::text[], $6::uuid[], $7::text[], $8::bigint[], $9::text[],
+                   $10::text[], $11::int[], $12::int[], $13::float8[])
+            AS t(id, customer_id, machine_id, instance_id, software, upload_id, filename, size, sha256, content_type, chunk_size, chunks, done_ms)
+     ON CONFLICT (id) DO NOTHING`,
+    [
+      col((x) => x.id),
+      col((x) => x.customer_id),
+      col((x) => x.machine_id),
+      col((x) => x.instance_id),
+      col((x) => x.software),
+      col((x) => x.upload_id),
+      col((x) => pgText(x.filename)),
+      col((x) => x.size),
+      col((x) => x.sha256),
+      col((x) => x.content_type),
+      col((x) => x.chunk_size),
+      col((x) => x.chunks),
+      col((x) => x.uploaded_ms),
+    ],
+  );
+}
+
+/** The upload ids among `uploadIds` whose artifact row is in Postgres. */
+export async function uploadsWithArtifact(db: Pool | PoolClient, uploadIds: string[]): Promise<Set<string>> {
+  if (uploadIds.length === 0) return new Set();
+  const r = await db.query<{ upload_id: string }>('SELECT upload_id FROM artifacts WHERE upload_id = ANY($1::uuid[])', [uploadIds]);
+  return new Set(r.rows.map((x) => x.upload_id));
 }

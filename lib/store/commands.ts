@@ -1,6 +1,8 @@
 // Agent commands, the parts every process shares: what a snapshot advertises, queueing and
-// cancelling (api, bench), reading a command with its history, and the NATS hint that tells every
-// gateway to re-read the open commands of some instances.
+// cancelling (api, bench), reading a command with its history, the NATS hint that tells every
+// gateway to re-read the open commands of some instances, and what the gateways read: the open
+// commands (all, or of some instances) and whose a command is (gateway/pending-commands.ts).
+// The workers' writes (deliveries, acks, the expiry sweep) are at the end.
 //
 // Lifecycle (docs/decisions.md "Agent commands"):
 //   queued     POST /api/instances/{id}/commands (api), expires_at = now + COMMAND_QUEUE_TTL_S
@@ -270,4 +272,183 @@ export class CommandHints {
       this.onError(e);
     }
   }
+}
+
+// ---- what the gateways read (gateway/pending-commands.ts) -------------------------------------
+
+/** An open command (queued or delivered) as the gateways hand it out. */
+export interface OpenCommandRow {
+  id: string;
+  customer_id: string;
+  machine: string;
+  software: string;
+  module: string;
+  command: string;
+  args: unknown;
+  /** Queued: its expiry; delivered: its ack deadline. */
+  deadline: Date | null;
+}
+
+const OPEN = `SELECT c.id, c.customer_id, m.slug AS machine, i.software, c.module, c.command, c.args,
+                       CASE WHEN c.state = 'queued' THEN c.expires_at ELSE c.ack_deadline END AS deadline
+                  FROM commands c JOIN instances i ON i.id = c.instance_id JOIN machines m ON m.id = i.machine_id
+                 WHERE c.state IN (${OpenStates.map((x) => `'${x}'`).join(', ')})`;
+
+/** Every open command, oldest first. */
+export async function listOpenCommands(pool: Pool): Promise<OpenCommandRow[]> {
+  return (await pool.query<OpenCommandRow>(`${OPEN} ORDER BY c.created_at, c.id`)).rows;
+}
+
+/** The open commands of these instances, oldest first. */
+export async function listOpenCommandsOf(pool: Pool, refs: InstanceRef[]): Promise<OpenCommandRow[]> {
+  const r = await pool.query<OpenCommandRow>(
+    `${OPEN} AND (c.customer_id, m.slug, i.software) IN (SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[]))
+                ORDER BY c.created_at, c.id`,
+    [refs.map((x) => x.customerId), refs.map((x) => x.machine), refs.map((x) => x.software)],
+  );
+  return r.rows;
+}
+
+/** The instance a command belongs to, whatever its state; null when there is no such command. */
+export async function commandInstance(pool: Pool, id: string): Promise<InstanceRef | null> {
+  const r = await pool.query<{ customer_id: string; machine: string; software: string }>(
+    `SELECT c.customer_id, m.slug AS machine, i.software
+           FROM commands c JOIN instances i ON i.id = c.instance_id JOIN machines m ON m.id = i.machine_id
+          WHERE c.id = $1`,
+    [id],
+  );
+  const row = r.rows[0];
+  return row ? { customerId: row.customer_id, machine: row.machine, software: row.software } : null;
+}
+
+// ---- the worker's side: deliveries, acks, and the sweep ----------------------------------------
+
+/** A delivery of a command the gateway handed out (Report.deliveredCommands). */
+export interface CommandDelivery {
+  id: string;
+  customerId: string;
+  /** The earliest delivery (ms since the epoch). */
+  atMs: number;
+  /** The latest delivery (ms since the epoch). */
+  lastMs: number;
+}
+
+/**
+ * Records deliveries, in the caller's transaction: a queued command becomes delivered (delivery
+ * time, ack deadline = first delivery + `ackTimeoutS`); a later one only moves delivered_at back or
+ * last_delivered_at forward; the `delivered` event keeps the earliest time. Give the deliveries
+ * sorted by id (concurrent workers lock the same rows in the same order). Returns the ids that
+ * were queued until now.
+ */
+export async function recordDeliveries(c: PoolClient, ds: CommandDelivery[], ackTimeoutS: number): Promise<Set<string>> {
+  const params = [ds.map((x) => x.id), ds.map((x) => x.customerId), ds.map((x) => x.atMs), ds.map((x) => x.lastMs)];
+  const unnest = `unnest($1::uuid[], $2::uuid[], $3::float8[], $4::float8[]) AS d(id, customer_id, at_ms, last_ms)`;
+  const first = await c.query<{ id: string }>(
+    `UPDATE commands c
+        SET state = 'delivered', delivered_at = to_timestamp(d.at_ms / 1000.0), last_delivered_at = to_timestamp(d.last_ms / 1000.0),
+            ack_deadline = to_timestamp(d.at_ms / 1000.0) + make_interval(secs => $5)
+       FROM ${unnest}
+      WHERE c.id = d.id AND c.customer_id = d.customer_id AND c.state = 'queued'
+      RETURNING c.id`,
+    [...params, ackTimeoutS],
+  );
+  await c.query(
+    `UPDATE commands c
+        SET delivered_at = LEAST(c.delivered_at, to_timestamp(d.at_ms / 1000.0)),
+            last_delivered_at = GREATEST(c.last_delivered_at, to_timestamp(d.last_ms / 1000.0))
+       FROM ${unnest}
+      WHERE c.id = d.id AND c.customer_id = d.customer_id AND c.state <> 'queued'
+        AND (c.delivered_at IS NULL OR c.delivered_at > to_timestamp(d.at_ms / 1000.0)
+             OR c.last_delivered_at IS NULL OR c.last_delivered_at < to_timestamp(d.last_ms / 1000.0))`,
+    params,
+  );
+  await c.query(
+    `INSERT INTO command_events (command_id, state, at, actor)
+     SELECT d.id, 'delivered', to_timestamp(d.at_ms / 1000.0), 'gateway'
+       FROM ${unnest} JOIN commands c ON c.id = d.id AND c.customer_id = d.customer_id
+     ON CONFLICT (command_id, state) DO UPDATE SET at = EXCLUDED.at WHERE EXCLUDED.at < command_events.at`,
+    params,
+  );
+  return new Set(first.rows.map((r) => r.id));
+}
+
+/** An agent's ack of a command, from the instance it was queued for. */
+export interface CommandAckRow {
+  id: string;
+  ref: InstanceRef;
+  state: 'succeeded' | 'failed';
+  /** Through pgText (lib/infra/postgres.ts), as every text the workers store. */
+  message: string | null;
+  /** What the agent reported, as JSON through pgJson; null: nothing. */
+  outputJson: string | null;
+  atMs: number;
+}
+
+/**
+ * Records acks, in the caller's transaction: a command of that instance in any state but
+ * succeeded/failed takes the ack's result (the first ack wins; a late one after timed_out, cancelled
+ * or expired still records what the agent did), with its event. Give the acks sorted by id.
+ * Returns the ids whose ack was recorded now.
+ */
+export async function recordAcks(c: PoolClient, as: CommandAckRow[]): Promise<Set<string>> {
+  const r = await c.query<{ id: string }>(
+    `WITH a AS (
+       SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::float8[])
+                  AS a(id, customer_id, machine, software, state, message, output, at_ms)
+     ), u AS (
+       UPDATE commands c
+          SET state = a.state, finished_at = to_timestamp(a.at_ms / 1000.0), result_message = a.message, result_output = a.output::jsonb
+         FROM a JOIN machines m ON m.customer_id = a.customer_id AND m.slug = a.machine
+                JOIN instances i ON i.machine_id = m.id AND i.software = a.software
+        WHERE c.id = a.id AND c.instance_id = i.id AND c.state NOT IN ('succeeded', 'failed')
+        RETURNING c.id, c.state, c.finished_at, c.result_message
+     )
+     INSERT INTO command_events (command_id, state, at, actor, detail)
+     SELECT id, state, finished_at, 'agent', result_message FROM u
+     ON CONFLICT (command_id, state) DO NOTHING
+     RETURNING command_id AS id`,
+    [
+      as.map((x) => x.id),
+      as.map((x) => x.ref.customerId),
+      as.map((x) => x.ref.machine),
+      as.map((x) => x.ref.software),
+      as.map((x) => x.state),
+      as.map((x) => x.message),
+      as.map((x) => x.outputJson),
+      as.map((x) => x.atMs),
+    ],
+  );
+  return new Set(r.rows.map((x) => x.id));
+}
+
+/** How the sweep ends an overdue command: from which state, past which deadline, and the event's detail. */
+const OVERDUE = {
+  expired: { from: 'queued', deadline: 'expires_at', detail: 'not delivered before expires_at' },
+  timed_out: { from: 'delivered', deadline: 'ack_deadline', detail: 'no ack before ack_deadline' },
+} as const;
+
+/**
+ * Ends at most `limit` overdue commands (workers/command-expiry.ts): `expired` those queued past
+ * expires_at, `timed_out` those delivered past ack_deadline, each with its event (one per state,
+ * so a second sweep adds nothing). Rows another sweep holds are skipped. Returns the instances of
+ * the commands ended, one entry per command.
+ */
+export async function endOverdueCommands(db: Pool | PoolClient, to: keyof typeof OVERDUE, limit: number): Promise<InstanceRef[]> {
+  const { from, deadline, detail } = OVERDUE[to];
+  const r = await db.query<{ customer_id: string; machine: string; software: string }>(
+    `WITH u AS (
+       UPDATE commands SET state = '${to}', finished_at = clock_timestamp()
+        WHERE id IN (SELECT id FROM commands WHERE state = '${from}' AND ${deadline} <= clock_timestamp()
+                      ORDER BY ${deadline} LIMIT ${Number(limit)} FOR UPDATE SKIP LOCKED)
+          AND state = '${from}'
+        RETURNING id, instance_id, customer_id, finished_at
+     ), e AS (
+       INSERT INTO command_events (command_id, state, at, actor, detail)
+       SELECT id, '${to}', finished_at, 'system', '${detail}' FROM u
+       ON CONFLICT (command_id, state) DO NOTHING
+     )
+     SELECT u.customer_id, m.slug AS machine, i.software
+       FROM u JOIN instances i ON i.id = u.instance_id JOIN machines m ON m.id = i.machine_id`,
+  );
+  return r.rows.map((x) => ({ customerId: x.customer_id, machine: x.machine, software: x.software }));
 }

@@ -1,7 +1,7 @@
 // Conversion events (Postgres `conversions`: signup, first device, licence activated; written by a
-// trigger, the workers and licence changes) as the api reads and acknowledges them: a user's own and
-// those of the customers they belong to.
-import type { Pool } from '../infra/postgres.js';
+// trigger, the workers (`recordFirstDevices`) and licence changes (lib/store/licences.ts)) as the api
+// reads and acknowledges them: a user's own and those of the customers they belong to.
+import type { Pool, PoolClient } from '../infra/postgres.js';
 
 export interface PendingConversion {
   id: string;
@@ -34,4 +34,18 @@ export async function ackConversions(pool: Pool, userId: string | undefined, ids
     [userId, ids],
   );
   return r.rowCount ?? 0;
+}
+
+/**
+ * A customer's first machine: one `first_device` event per customer, ever (its dedup key), naming
+ * the machine. A customer that has its event already gets nothing. Give one entry per customer.
+ */
+export async function recordFirstDevices(db: Pool | PoolClient, firsts: { customerId: string; machine: string }[]): Promise<void> {
+  await db.query(
+    `INSERT INTO conversions (kind, customer_id, dedup_key, value)
+     SELECT 'first_device', cid, 'first_device:' || cid, jsonb_build_object('machine', slug)
+       FROM unnest($1::uuid[], $2::text[]) AS t(cid, slug)
+     ON CONFLICT (dedup_key) DO NOTHING`,
+    [firsts.map((f) => f.customerId), firsts.map((f) => f.machine)],
+  );
 }

@@ -2,8 +2,13 @@
 // rows of one customer: diagnostics, status history, traffic-light changes (light_events) and host
 // metrics. Whether the instance or machine is the customer's is asked before, in Postgres
 // (lib/store/instances.ts, lib/store/machines.ts): an id of another customer is a 404.
-import { queryRows, type ClickHouseClient } from '../infra/clickhouse.js';
+// At the end, the rows the workers insert into heartbeats, diagnostics and status_history
+// (workers/apply-batch.ts).
+import { queryRows, insertTsv, tsvRow, type ClickHouseClient } from '../infra/clickhouse.js';
 import { chStr, chInt } from '../infra/clickhouse-sql.js';
+import type { Report } from '../contract/messages.js';
+import type { Heartbeat, DiagnosticItem, Status } from '../contract/schemas/ingest.js';
+import { toInt } from './live-heartbeats.js';
 
 /** The conditions that select one instance's rows. */
 const instanceRows = (customerId: string, instanceId: string) => [`customer_id = ${chStr(customerId)}`, `instance_id = ${chStr(instanceId)}`];
@@ -106,4 +111,59 @@ export async function metricSeries(ch: ClickHouseClient, customerId: string, mac
                   GROUP BY client_metric_id)
           GROUP BY t ORDER BY t`,
   );
+}
+
+// ---- the workers' inserts: TabSeparated rows (lib/infra/clickhouse.ts), one per report (per item
+// of a diagnostics report), keyed by report id (and item), so a row inserted twice collapses ---
+
+/** The tables of reports the workers insert into. */
+export type ReportTable = 'heartbeats' | 'diagnostics' | 'status_history';
+
+/** Column order of the rows below. */
+const BASE_COLS = ['received_at', 'received_ms', 'customer_id', 'customer', 'machine_id', 'machine', 'software', 'instance_id', 'report_id'];
+const REPORT_COLS: Record<ReportTable, readonly string[]> = {
+  heartbeats: [...BASE_COLS, 'ts_ms', 'version', 'uptime_seconds', 'pid', 'ip_addresses', 'group_name', 'location', 'group_priority', 'sort_priority', 'clock_skew', 'agent_ts'],
+  diagnostics: [...BASE_COLS, 'ts_ms', 'item', 'code', 'severity', 'message', 'suppressed', 'rule_id'],
+  status_history: [...BASE_COLS, 'status', 'message', 'snapshot'],
+};
+
+/** The columns every report's row starts with; `receivedAt`: r.receivedAt as ClickHouse DateTime text. */
+export function reportRowStart(receivedAt: string, r: Report, machineId: string, instanceId: string): string {
+  return tsvRow([receivedAt, r.receivedAt, r.customerId, r.customer, machineId, r.machine, r.software, instanceId, r.id]);
+}
+
+/** A heartbeat's row: `tsMs` its time as stored (the agent's where believed, else the receive time), `skew` a `ts` not believed. */
+export function heartbeatRow(start: string, b: Heartbeat, tsMs: number, skew: boolean): string {
+  return (
+    start +
+    '\t' +
+    tsvRow([
+      tsMs,
+      b.version ?? '',
+      b.uptime_seconds ?? null,
+      b.pid ?? null,
+      b.ip_addresses ?? [],
+      b.group ?? '',
+      b.location ?? '',
+      toInt(b.group_priority),
+      toInt(b.sort_priority),
+      skew ? 1 : 0,
+      typeof b.ts === 'string' ? b.ts : '',
+    ])
+  );
+}
+
+/** Item `item` of a diagnostics report received at `receivedMs`; `ruleId`: the whitelist rule that suppressed it, or null. */
+export function diagnosticRow(start: string, receivedMs: number, item: number, it: DiagnosticItem, ruleId: string | null): string {
+  return start + '\t' + tsvRow([receivedMs, item, it.code, it.severity, it.message ?? '', ruleId ? 1 : 0, ruleId ?? '']);
+}
+
+/** A status report's row (the snapshot as JSON text, '' without one). */
+export function statusRow(start: string, b: Status): string {
+  return start + '\t' + tsvRow([b.status, b.message ?? '', b.snapshot === undefined ? '' : JSON.stringify(b.snapshot)]);
+}
+
+/** One insert of rows built above into `table`. */
+export async function insertReportRows(ch: ClickHouseClient, table: ReportTable, rows: string[]): Promise<void> {
+  await insertTsv(ch, table, REPORT_COLS[table], rows);
 }

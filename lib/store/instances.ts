@@ -3,11 +3,14 @@
 // exists), the list with its filters, order and keyset paging (lib/store/instance-order.ts), one
 // instance, and the counts per traffic-light colour. The colour is derived at read time from the
 // rule of lib/domain/traffic-light.ts, here always with the timeout and warning window as $2 and $3.
+// At the end, the workers' side: the stored colour (counted, swept, the rows locked in the ingest
+// order), the ingest upsert and the heartbeat flusher's write (the colour's own changes:
+// lib/store/light-events.ts).
 import type { Pool, PoolClient } from '../infra/postgres.js';
 import { notFound } from '../contract/errors.js';
-import { lightSql, lightReasonSql, lightSinceSql, lightCandidateSql, type LightColour } from '../domain/traffic-light.js';
+import { lightSql, lightReasonSql, lightSinceSql, lightCandidateSql, silentSql, type LightColour } from '../domain/traffic-light.js';
 import { instanceOrderBy, cursorColumns, afterSql, type OrderKey, type GroupKey } from './instance-order.js';
-import type { InstanceTimes } from './live-heartbeats.js';
+import type { InstanceTimes, HeartbeatFields } from './live-heartbeats.js';
 
 type Db = Pool | PoolClient;
 
@@ -128,4 +131,206 @@ export async function listInstances(pool: Pool, customerId: string, light: Light
                     ${outer.length ? `WHERE ${outer.join(' AND ')}` : ''}
                     ${instanceOrderBy(page.sort, page.groupBy)} LIMIT ${param(page.limit)} OFFSET ${param(page.offset)}`;
   return (await pool.query<InstanceRow>(sql, params)).rows;
+}
+
+// ---- the workers' side: the stored colour (`light`, recorded by workers/traffic-light.ts) -----
+
+/** Instances per stored colour, all customers (`n`: a bigint count, as text): one scan of the table. */
+export async function countStoredLights(db: Db): Promise<{ light: string; n: string }[]> {
+  const r = await db.query<{ light: string; n: string }>(`SELECT light, count(*) AS n FROM instances GROUP BY light`);
+  return r.rows;
+}
+
+/**
+ * Locks these instances' rows in the transaction of `c`, in the order the ingest upsert takes
+ * them (machine, software), so that whoever else writes them first cannot deadlock with it.
+ */
+export async function lockInstances(c: PoolClient, instanceIds: string[]): Promise<void> {
+  await c.query(`SELECT 1 FROM instances WHERE id = ANY($1::uuid[]) ORDER BY machine_id, software COLLATE "C" FOR UPDATE`, [instanceIds]);
+}
+
+const SWEEP_SQL = `WITH h AS (SELECT LEAST(now(), to_timestamp($4::float8 / 1000)) AS t)
+       (SELECT id FROM instances i, h
+         WHERE light IN ('green', 'yellow') AND ${silentSql('i', '$1::float8', 'h.t')}
+         ORDER BY last_heartbeat_at LIMIT $3)
+       UNION
+       (SELECT id FROM instances, h
+         WHERE light = 'yellow' AND status IS DISTINCT FROM 'degraded'
+           AND (last_warning_at IS NULL OR last_warning_at <= h.t - make_interval(secs => $2::float8))
+         LIMIT $3)`;
+
+/**
+ * The sweep's candidates (workers/light-sweep.ts), judged at the horizon (`horizonMs`, never after
+ * now), at most `limit` of each kind: instances stored green or yellow that are silent (the red
+ * rule's silentSql; oldest heartbeat first), and instances stored yellow, not degraded, whose last
+ * warning ran out. The partial indexes instances_light_silent and instances_light_yellow serve
+ * the two.
+ */
+export async function instancesDueForSweep(db: Db, heartbeatTimeoutS: number, warningWindowS: number, limit: number, horizonMs: number): Promise<string[]> {
+  const r = await db.query<{ id: string }>(SWEEP_SQL, [heartbeatTimeoutS, warningWindowS, limit, horizonMs]);
+  return r.rows.map((x) => x.id);
+}
+
+/**
+ * Of these instances, those stored green or yellow that are silent by the wall clock (silentSql
+ * at now()), with when they fell silent (`due`: last heartbeat + timeout, ms since the epoch).
+ */
+export async function silentButLit(db: Db, instanceIds: string[], heartbeatTimeoutS: number): Promise<{ id: string; due: number }[]> {
+  const r = await db.query<{ id: string; due: number }>(
+    `SELECT id, (extract(epoch FROM last_heartbeat_at) * 1000)::float8 + $2::float8 * 1000 AS due
+         FROM instances i WHERE id = ANY($1::uuid[]) AND light IN ('green', 'yellow')
+          AND ${silentSql('i', '$2::float8')}`,
+    [instanceIds, heartbeatTimeoutS],
+  );
+  return r.rows;
+}
+
+// ---- the workers' writes: the ingest upsert (workers/apply-batch.ts) and the heartbeat flusher
+// (workers/heartbeat-state.ts), both newest-wins on receive times, so a batch applied twice leaves
+// what it left once --------------------------------------------------------------------------
+
+/** Ids of existing instances, by (customer id, machine slug, software): one read for many. */
+export async function findInstanceIds(
+  db: Db,
+  customerIds: string[],
+  machines: string[],
+  software: string[],
+): Promise<{ customer_id: string; slug: string; software: string; machine_id: string; instance_id: string }[]> {
+  const r = await db.query<{ customer_id: string; slug: string; software: string; machine_id: string; instance_id: string }>(
+    `SELECT m.customer_id, m.slug, i.software, m.id AS machine_id, i.id AS instance_id
+         FROM unnest($1::uuid[], $2::text[], $3::text[]) AS k(customer_id, slug, software)
+         JOIN machines m ON m.customer_id = k.customer_id AND m.slug = k.slug
+         JOIN instances i ON i.machine_id = m.id AND i.software = k.software`,
+    [customerIds, machines, software],
+  );
+  return r.rows;
+}
+
+/**
+ * SET clauses for fields that belong to one kind of report: take the incoming value when that
+ * report is at least as new as the stored one. `keepOld`: a field the newest report leaves out
+ * keeps its stored value (heartbeat fields); otherwise the newest report replaces all (status).
+ * `src`: the alias of the incoming row. Shared by the ingest upsert and the flusher.
+ */
+function newest(timeCol: string, fields: string[], keepOld = true, src = 'EXCLUDED'): string {
+  const newer = `${src}.${timeCol} IS NOT NULL AND (instances.${timeCol} IS NULL OR ${src}.${timeCol} >= instances.${timeCol})`;
+  return fields
+    .map((f) => `${f} = CASE WHEN ${newer} THEN ${keepOld ? `COALESCE(${src}.${f}, instances.${f})` : `${src}.${f}`} ELSE instances.${f} END`)
+    .join(',\n        ');
+}
+
+const HEARTBEAT_FIELD_COLUMNS = ['agent_ts', 'version', 'uptime_seconds', 'pid', 'ip_addresses', 'group_name', 'location', 'group_priority', 'sort_priority'];
+
+/** Receive time of a row's last heartbeat in ms (exact: timestamptz keeps microseconds). */
+const PG_MS = (col: string) => `round(extract(epoch FROM ${col}) * 1000)::float8`;
+
+/**
+ * The ingest upsert's input: one array per column, one element per instance, in lock order
+ * (machine id, then software). Times in ms since the epoch; null: the batch says nothing of it.
+ * Text already sanitised for Postgres (pgText, pgJson); `ipAddresses` and `snapshot` JSON text.
+ */
+export type InstanceUpsertColumns = [
+  customerId: string[],
+  machineId: string[],
+  software: string[],
+  firstSeenMs: number[],
+  lastSeenMs: number[],
+  heartbeatMs: (number | null)[],
+  agentTsMs: (number | null)[],
+  version: (string | null)[],
+  uptimeSeconds: (number | null)[],
+  pid: (number | null)[],
+  ipAddresses: (string | null)[],
+  group: (string | null)[],
+  location: (string | null)[],
+  groupPriority: (number | null)[],
+  sortPriority: (number | null)[],
+  status: (string | null)[],
+  statusMessage: (string | null)[],
+  statusMs: (number | null)[],
+  snapshot: (string | null)[],
+  lastWarningMs: (number | null)[],
+  clockSkew: (boolean | null)[],
+  machine: string[],
+];
+
+/** An instance the upsert wrote, and the receive time (ms) of the heartbeat it holds now. */
+export interface UpsertedInstance {
+  id: string;
+  machine_id: string;
+  software: string;
+  pg_ms: number | null;
+}
+
+const UPSERT_SQL = `INSERT INTO instances (customer_id, machine_id, software, first_seen_at, last_seen_at, last_heartbeat_at, agent_ts,
+                            version, uptime_seconds, pid, ip_addresses, group_name, location, group_priority, sort_priority,
+                            status, status_message, status_at, snapshot, last_warning_at, clock_skew, machine)
+     SELECT customer_id, machine_id, software, to_timestamp(first_ms / 1000.0), to_timestamp(last_ms / 1000.0),
+            to_timestamp(hb_ms / 1000.0), to_timestamp(agent_ms / 1000.0),
+            version, uptime_seconds, pid, (SELECT array_agg(x) FROM jsonb_array_elements_text(ips::jsonb) x),
+            group_name, location, group_priority, sort_priority,
+            status, status_message, to_timestamp(status_ms / 1000.0), snapshot::jsonb, to_timestamp(warn_ms / 1000.0), COALESCE(skew, false), machine
+       FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::float8[], $5::float8[], $6::float8[], $7::float8[],
+                   $8::text[], $9::bigint[], $10::bigint[], $11::text[], $12::text[], $13::text[], $14::bigint[], $15::bigint[],
+                   $16::text[], $17::text[], $18::float8[], $19::text[], $20::float8[], $21::bool[], $22::text[]) WITH ORDINALITY
+            AS t(customer_id, machine_id, software, first_ms, last_ms, hb_ms, agent_ms, version, uptime_seconds, pid, ips,
+                 group_name, location, group_priority, sort_priority, status, status_message, status_ms, snapshot, warn_ms, skew, machine, n)
+      ORDER BY n
+     ON CONFLICT (machine_id, software) DO UPDATE SET
+        first_seen_at = LEAST(instances.first_seen_at, EXCLUDED.first_seen_at),
+        last_seen_at = GREATEST(instances.last_seen_at, EXCLUDED.last_seen_at),
+        last_heartbeat_at = GREATEST(instances.last_heartbeat_at, EXCLUDED.last_heartbeat_at),
+        ${newest('last_heartbeat_at', HEARTBEAT_FIELD_COLUMNS)},
+        ${newest('last_heartbeat_at', ['clock_skew'], false)},
+        status_at = GREATEST(instances.status_at, EXCLUDED.status_at),
+        ${newest('status_at', ['status', 'status_message', 'snapshot'], false)},
+        last_warning_at = GREATEST(instances.last_warning_at, EXCLUDED.last_warning_at)
+     RETURNING id, machine_id, software, ${PG_MS('instances.last_heartbeat_at')} AS pg_ms`;
+
+/**
+ * The ingest upsert, in the transaction of `c` (race-safe: concurrent first reports of an instance
+ * make one row). Times only move forward; heartbeat fields and the latest status come from the
+ * newest report only, a heartbeat's fields it leaves out keep their stored values.
+ */
+export async function upsertInstances(c: PoolClient, columns: InstanceUpsertColumns): Promise<UpsertedInstance[]> {
+  const r = await c.query<UpsertedInstance>(UPSERT_SQL, columns);
+  return r.rows;
+}
+
+const FLUSH_SQL = `UPDATE instances SET
+            last_seen_at = GREATEST(instances.last_seen_at, d.last_heartbeat_at),
+            last_heartbeat_at = GREATEST(instances.last_heartbeat_at, d.last_heartbeat_at),
+            ${newest('last_heartbeat_at', HEARTBEAT_FIELD_COLUMNS, true, 'd')},
+            ${newest('last_heartbeat_at', ['clock_skew'], false, 'd')}
+           FROM (SELECT id, to_timestamp(hb_ms / 1000.0) AS last_heartbeat_at, to_timestamp(agent_ms / 1000.0) AS agent_ts,
+                        version, uptime_seconds, pid, (SELECT array_agg(x) FROM jsonb_array_elements_text(ips::jsonb) x) AS ip_addresses,
+                        group_name, location, group_priority, sort_priority, skew AS clock_skew
+                   FROM unnest($1::uuid[], $2::float8[], $3::float8[], $4::text[], $5::bigint[], $6::bigint[], $7::text[], $8::text[],
+                               $9::text[], $10::bigint[], $11::bigint[], $12::bool[])
+                        AS t(id, hb_ms, agent_ms, version, uptime_seconds, pid, ips, group_name, location, group_priority, sort_priority, skew)) d
+          WHERE instances.id = d.id
+          RETURNING instances.id, ${PG_MS('instances.last_heartbeat_at')} AS pg_ms`;
+
+/**
+ * The flusher's write, in the transaction of `c`: the heartbeat `fields[k]` for instance
+ * `instanceIds[k]`, with the ingest upsert's newest-wins rules. Returns each instance written and
+ * the receive time (ms) of the heartbeat it holds now; an instance Postgres no longer has is absent.
+ */
+export async function writeHeartbeats(c: PoolClient, instanceIds: string[], fields: HeartbeatFields[]): Promise<{ id: string; pg_ms: number }[]> {
+  const f = fields;
+  const r = await c.query<{ id: string; pg_ms: number }>(FLUSH_SQL, [
+    instanceIds,
+    f.map((x) => x.at),
+    f.map((x) => x.agentTs),
+    f.map((x) => x.version),
+    f.map((x) => x.uptime),
+    f.map((x) => x.pid),
+    f.map((x) => x.ips),
+    f.map((x) => x.group),
+    f.map((x) => x.location),
+    f.map((x) => x.groupPriority),
+    f.map((x) => x.sortPriority),
+    f.map((x) => x.skew),
+  ]);
+  return r.rows;
 }

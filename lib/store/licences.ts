@@ -2,8 +2,11 @@
 // (machines seen in the last 30 days), the limit status, and a grace period that starts the first
 // time the count goes over the limit. After the grace period gateways refuse machines that are new
 // to the customer (gateway/licence-gate.ts); known machines keep reporting, and nothing already
-// accepted is dropped. Used by the api, the workers and the CLI.
+// accepted is dropped. Used by the api, the workers (what new machines do to a licence:
+// workers/licences.ts, with the functions at the end), the CLI, and the gateway (`licenceCopy`).
 import { withTx, type Pool, type PoolClient } from '../infra/postgres.js';
+import type { SyncedSource } from '../infra/synced-map.js';
+import { databaseNow } from './clock.js';
 
 export type Tier = 'free' | 'paid';
 export const TIERS: Tier[] = ['free', 'paid'];
@@ -159,4 +162,55 @@ export async function reconcileLicences(pool: Pool): Promise<number> {
     });
   }
   return changed;
+}
+
+// ---- the gateway's copy of every licence (gateway/licence-gate.ts) ---------------------------
+
+/** What the gateway's licence gate needs of a licence. */
+export interface LicenceCopyRow {
+  customer_id: string;
+  device_limit: number;
+  grace_days: number;
+  over_limit_since: Date | null;
+  updated_at: Date;
+}
+
+const COPY = `SELECT customer_id, device_limit, grace_days, over_limit_since, updated_at FROM licences`;
+
+export async function allLicenceCopyRows(pool: Pool): Promise<LicenceCopyRow[]> {
+  return (await pool.query<LicenceCopyRow>(COPY)).rows;
+}
+
+export async function licenceCopyRowsChangedSince(pool: Pool, since: Date): Promise<LicenceCopyRow[]> {
+  return (await pool.query<LicenceCopyRow>(`${COPY} WHERE updated_at > $1`, [since])).rows;
+}
+
+/** What the gateway's SyncedMap of licences reads. */
+export const licenceCopy: SyncedSource<LicenceCopyRow> = { now: databaseNow, all: allLicenceCopyRows, changedSince: licenceCopyRowsChangedSince };
+/**
+ * Locks the licence rows of these customers (FOR UPDATE, in customer order: the same lock the
+ * licence sweep and licence changes take) and returns their device limits.
+ */
+export async function lockLicences(c: PoolClient, customerIds: string[]): Promise<{ customer_id: string; device_limit: number }[]> {
+  const r = await c.query<{ customer_id: string; device_limit: number }>(
+    'SELECT customer_id, device_limit FROM licences WHERE customer_id = ANY($1::uuid[]) ORDER BY customer_id FOR UPDATE',
+    [customerIds],
+  );
+  return r.rows;
+}
+
+/** The device counts (machines seen in the last DEVICE_WINDOW_DAYS) of these customers; none: not in the map. */
+export async function deviceCounts(db: Db, customerIds: string[]): Promise<Map<string, number>> {
+  const r = await db.query<{ customer_id: string; n: number }>(
+    `SELECT customer_id, count(*)::int AS n FROM machines
+      WHERE customer_id = ANY($1::uuid[]) AND last_seen_at > now() - make_interval(days => ${DEVICE_WINDOW_DAYS})
+      GROUP BY customer_id`,
+    [customerIds],
+  );
+  return new Map(r.rows.map((x) => [x.customer_id, x.n]));
+}
+
+/** Starts the grace period of these customers now, unless it already runs (under their licence lock). */
+export async function startGracePeriods(db: Db, customerIds: string[]): Promise<void> {
+  await db.query('UPDATE licences SET over_limit_since = now() WHERE customer_id = ANY($1::uuid[]) AND over_limit_since IS NULL', [customerIds]);
 }

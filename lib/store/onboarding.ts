@@ -1,7 +1,7 @@
 // What the onboarding checklist of a customer is made of, read from Postgres: its first API token,
 // the report milestones the workers record (`onboarding_milestones`), a teammate (an invitation or a
-// second membership) and help texts uploaded.
-import type { Pool } from '../infra/postgres.js';
+// second membership) and help texts uploaded; and the workers' writes of those milestones.
+import type { Pool, PoolClient } from '../infra/postgres.js';
 
 export interface OnboardingFacts {
   /** When the customer's first API token was created; null: none yet. */
@@ -59,4 +59,27 @@ export async function helpTextsUploaded(pool: Pool, customerId: string, mileston
   } catch {
     return { done: milestone !== null, at: milestone };
   }
+}
+
+/** The first report of a kind (`step`) of a customer, as one worker saw it. */
+export interface MilestoneRow {
+  customerId: string;
+  step: string;
+  /** Receive time of the report (ms since the epoch). */
+  atMs: number;
+}
+
+/**
+ * Records report milestones: a step not reached yet gets its time, one reached later than this
+ * report moves back to it (a batch applied late or twice changes nothing wrong). Give the rows in
+ * (customer, step) order, the lock order across workers.
+ */
+export async function recordReportMilestones(db: Pool | PoolClient, rows: MilestoneRow[]): Promise<void> {
+  await db.query(
+    `INSERT INTO onboarding_milestones (customer_id, step, done_at)
+     SELECT c, k, to_timestamp(at / 1000.0) FROM unnest($1::uuid[], $2::text[], $3::float8[]) AS t(c, k, at)
+     ON CONFLICT (customer_id, step) DO UPDATE SET done_at = EXCLUDED.done_at
+      WHERE EXCLUDED.done_at < onboarding_milestones.done_at`,
+    [rows.map((r) => r.customerId), rows.map((r) => r.step), rows.map((r) => r.atMs)],
+  );
 }

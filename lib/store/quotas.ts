@@ -17,7 +17,8 @@ import { ingestRates, type Config } from '../infra/config.js';
 
 export type IngestRates = ReturnType<typeof ingestRates>;
 import type { Pool, PoolClient } from '../infra/postgres.js';
-import { SyncedMap } from '../infra/synced-map.js';
+import { SyncedMap, type SyncedSource } from '../infra/synced-map.js';
+import { databaseNow } from './clock.js';
 
 export type QuotaUnit = 'bytes' | 'count' | 'per_s' | 'bytes_per_s';
 
@@ -216,12 +217,6 @@ export async function loadArtifactStored(pool: Pool, customerId: string): Promis
   return u ? { bytes: u.bytes, artifacts: u.artifacts, seq: u.seq } : NO_USAGE;
 }
 
-/**
- * Every customer's overrides and stored artifact bytes in memory, refreshed every `intervalMs`
- * (rows changed since the last poll, everything every minute: lib/infra/synced-map.ts). `quotas()` and
- * `artifactStored()` answer synchronously; `ageMs` says how old the copy is (a copy that could not be
- * refreshed for long must not decide: lib/store/artifact-usage.ts).
- */
 /** What a customer holds of the quotas counted in Postgres: webhooks, and whitelist rules not deleted. */
 export async function countQuotaUse(pool: Pool, customerId: string): Promise<{ webhooks: number; rules: number }> {
   const r = await pool.query<{ webhooks: number; rules: number }>(
@@ -232,6 +227,30 @@ export async function countQuotaUse(pool: Pool, customerId: string): Promise<{ w
   return r.rows[0]!;
 }
 
+const OVERRIDES = `SELECT customer_id, ${COLUMNS}, updated_at FROM customer_quotas`;
+
+/** Every customer's overrides, as QuotaCache's SyncedMap reads them. */
+const overridesCopy: SyncedSource<OverrideRow> = {
+  now: databaseNow,
+  all: async (pool) => (await pool.query<OverrideRow>(OVERRIDES)).rows,
+  changedSince: async (pool, since) => (await pool.query<OverrideRow>(`${OVERRIDES} WHERE updated_at > $1`, [since])).rows,
+};
+
+const USAGE = 'SELECT customer_id, bytes, artifacts, seq, updated_at FROM artifact_usage';
+
+/** Every customer's stored artifact bytes, as QuotaCache's SyncedMap reads them. */
+const usageCopy: SyncedSource<UsageRow> = {
+  now: databaseNow,
+  all: async (pool) => (await pool.query<UsageRow>(USAGE)).rows,
+  changedSince: async (pool, since) => (await pool.query<UsageRow>(`${USAGE} WHERE updated_at > $1`, [since])).rows,
+};
+
+/**
+ * Every customer's overrides and stored artifact bytes in memory, refreshed every `intervalMs`
+ * (rows changed since the last poll, everything every minute: lib/infra/synced-map.ts). `quotas()` and
+ * `artifactStored()` answer synchronously; `ageMs` says how old the copy is (a copy that could not be
+ * refreshed for long must not decide: lib/store/artifact-usage.ts).
+ */
 export class QuotaCache {
   private readonly defaults: Quotas;
   private readonly overrides: SyncedMap<OverrideRow, QuotaOverrides>;
@@ -243,13 +262,10 @@ export class QuotaCache {
   constructor(pool: Pool, cfg: Pick<Config, 'quotas' | 'gateway'>, intervalMs: number, onError: (e: unknown) => void) {
     this.defaults = quotaDefaults(cfg);
     this.largestBody = Math.max(cfg.gateway.bodyLimit, cfg.gateway.batchBodyLimit);
-    const q = `SELECT customer_id, ${COLUMNS}, updated_at FROM customer_quotas`;
-    this.overrides = new SyncedMap({ pool, fullQuery: q, deltaQuery: `${q} WHERE updated_at > $1`, key: (r) => r.customer_id, value: overridesOf, intervalMs, onError });
-    const u = 'SELECT customer_id, bytes, artifacts, seq, updated_at FROM artifact_usage';
+    this.overrides = new SyncedMap({ pool, source: overridesCopy, key: (r) => r.customer_id, value: overridesOf, intervalMs, onError });
     this.usage = new SyncedMap({
       pool,
-      fullQuery: u,
-      deltaQuery: `${u} WHERE updated_at > $1`,
+      source: usageCopy,
       key: (r) => r.customer_id,
       value: (r) => ({ bytes: r.bytes, artifacts: r.artifacts, seq: r.seq }),
       intervalMs,
@@ -350,4 +366,14 @@ export function describeQuota(name: QuotaName, value: number): string {
   if (unit === 'bytes_per_s') return `${name} = ${value} bytes/s (${formatBytes(value)}/s)`;
   if (unit === 'per_s') return `${name} = ${value}/s`;
   return `${name} = ${value}`;
+}
+
+/**
+ * The `artifact_usage.seq` of these customers (those without a row are left out): from that seq on
+ * their stored bytes count the artifacts written before the read, which is when a reservation is
+ * settled (lib/store/artifact-usage.ts).
+ */
+export async function artifactUsageSeqs(db: Pool | PoolClient, customerIds: string[]): Promise<Map<string, number>> {
+  const r = await db.query<{ customer_id: string; seq: number }>('SELECT customer_id, seq FROM artifact_usage WHERE customer_id = ANY($1::uuid[])', [customerIds]);
+  return new Map(r.rows.map((x) => [x.customer_id, x.seq]));
 }

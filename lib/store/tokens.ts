@@ -1,7 +1,10 @@
 // API tokens (Postgres `api_tokens`) as the api reads them: a customer's tokens with who created
 // them (Settings -> Tokens), a token by its hash (the read API's bearer), and which of the tokens of
-// open live streams still hold. Creating and revoking: lib/store/customers.ts (the CLI uses them too).
+// open live streams still hold; and as the gateway's in-memory copy reads them (`tokenCopy`, for
+// gateway/token-cache.ts). Creating and revoking: lib/store/customers.ts (the CLI uses them too).
 import type { Pool } from '../infra/postgres.js';
+import type { SyncedSource } from '../infra/synced-map.js';
+import { databaseNow } from './clock.js';
 import type { Scope } from './customers.js';
 
 /** A token as the customer's list shows it (never its hash). */
@@ -57,3 +60,41 @@ export async function activeTokenIds(pool: Pool, ids: string[]): Promise<string[
   const r = await pool.query<{ id: string }>(`SELECT id::text FROM api_tokens WHERE id = ANY($1::uuid[]) AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())`, [ids]);
   return r.rows.map((row) => row.id);
 }
+
+// ---- the gateway's copy of every token (gateway/token-cache.ts) -------------------------------
+
+/** A token as the gateway's in-memory copy holds it: with its hash and its customer's slug. */
+export interface TokenCopyRow {
+  id: string;
+  customer_id: string;
+  customer: string;
+  token_hash: string;
+  scopes: string[];
+  revoked_at: Date | null;
+  expires_at: Date | null;
+  machine: string | null;
+  /** The later of the token's and its customer's: a renamed customer counts as a changed token. */
+  updated_at: Date;
+}
+
+const COPY = `SELECT t.id, t.customer_id, c.slug AS customer, t.token_hash, t.scopes, t.revoked_at, t.expires_at, t.machine,
+                       GREATEST(t.updated_at, c.updated_at) AS updated_at
+                  FROM api_tokens t JOIN customers c ON c.id = t.customer_id`;
+
+/** Every token (revoked and expired ones too: the gateway tells why it refuses). */
+export async function allTokenCopyRows(pool: Pool): Promise<TokenCopyRow[]> {
+  return (await pool.query<TokenCopyRow>(COPY)).rows;
+}
+
+/** The tokens changed after `since`, or whose customer changed. */
+export async function tokenCopyRowsChangedSince(pool: Pool, since: Date): Promise<TokenCopyRow[]> {
+  return (await pool.query<TokenCopyRow>(`${COPY} WHERE t.updated_at > $1 OR c.updated_at > $1`, [since])).rows;
+}
+
+/** One token by its hash, for a bearer the copy does not know yet; null when there is none. */
+export async function tokenCopyRowByHash(pool: Pool, tokenHash: string): Promise<TokenCopyRow | null> {
+  return (await pool.query<TokenCopyRow>(`${COPY} WHERE t.token_hash = $1`, [tokenHash])).rows[0] ?? null;
+}
+
+/** What the gateway's SyncedMap of tokens reads. */
+export const tokenCopy: SyncedSource<TokenCopyRow> = { now: databaseNow, all: allTokenCopyRows, changedSince: tokenCopyRowsChangedSince };

@@ -1,8 +1,11 @@
 // Diagnostics whitelist rules of a customer (Postgres `whitelist_rules`) as the api manages them
 // (docs/decisions.md "Diagnostics whitelist"). A deletion is soft (deleted_at) so that the workers'
-// polled copies (workers/whitelist-cache.ts) learn of it in their next delta.
+// polled copies (workers/whitelist-cache.ts, reading through `whitelistCopy`) learn of it in their
+// next delta.
 import type { Pool } from '../infra/postgres.js';
+import type { SyncedSource } from '../infra/synced-map.js';
 import type { RuleRow } from '../domain/whitelist.js';
+import { databaseNow } from './clock.js';
 
 /** A rule as the api answers it. */
 export interface WhitelistRuleRow {
@@ -88,3 +91,27 @@ export async function deleteWhitelistRule(pool: Pool, customerId: string, id: st
   const r = await pool.query(`UPDATE whitelist_rules SET deleted_at = now() WHERE customer_id = $1 AND id = $2 AND deleted_at IS NULL`, [customerId, id]);
   return !!r.rowCount;
 }
+
+// ---- the workers' copy of every rule (workers/whitelist-cache.ts) ----------------------------
+
+/** A rule as the workers' copy holds it: as they compile it, with its deletion and version. */
+export interface WhitelistCopyRow extends RuleRow {
+  deleted_at: Date | null;
+  updated_at: Date;
+}
+
+const COPY = `SELECT id, customer_id, machine_pattern, software_pattern, code_from, code_to, message_pattern,
+                       enabled, created_at, updated_at, deleted_at FROM whitelist_rules`;
+
+/** Every rule not deleted (disabled ones too). */
+export async function allWhitelistCopyRows(pool: Pool): Promise<WhitelistCopyRow[]> {
+  return (await pool.query<WhitelistCopyRow>(`${COPY} WHERE deleted_at IS NULL`)).rows;
+}
+
+/** The rules changed after `since`, deleted ones too: the copy must learn that a rule went away. */
+export async function whitelistCopyRowsChangedSince(pool: Pool, since: Date): Promise<WhitelistCopyRow[]> {
+  return (await pool.query<WhitelistCopyRow>(`${COPY} WHERE updated_at > $1`, [since])).rows;
+}
+
+/** What the workers' SyncedMap of whitelist rules reads. */
+export const whitelistCopy: SyncedSource<WhitelistCopyRow> = { now: databaseNow, all: allWhitelistCopyRows, changedSince: whitelistCopyRowsChangedSince };

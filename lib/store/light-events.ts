@@ -1,0 +1,167 @@
+// Changes of an instance's traffic-light colour, as the workers record and deliver them
+// (docs/architecture.md "Traffic light"; when and by whom: workers/traffic-light.ts). This module
+// owns the Postgres table `light_outbox`, the statement that records a change, the workers'
+// inserts into the ClickHouse table `light_events` (the api reads it through lib/store/history.ts)
+// and the advisory lock of the sweep (workers/light-sweep.ts):
+//   recording    one statement recomputes the colour of some instances with the rule of
+//                lib/domain/traffic-light.ts, updates their `light` columns (light, light_since,
+//                light_reason, light_seq, light_judged_at) where the stored colour is still the
+//                one it saw, and writes each change into `light_outbox`, in the caller's transaction;
+//   the outbox   changes recorded and not delivered yet: read oldest first, locked, and deleted
+//                once delivered;
+//   light_events every change, keyed by instance and seq (a copy delivered twice collapses).
+import type { Pool, PoolClient } from '../infra/postgres.js';
+import { insertRows, type ClickHouseClient } from '../infra/clickhouse.js';
+import { lightSql, lightReasonSql, lightAtSql, lightEventId, type LightCause, type LightColour, type LightEvent } from '../domain/traffic-light.js';
+
+type Db = Pool | PoolClient;
+
+/** A row of `light_outbox`, as the recording statement returns it and the drain reads it. */
+interface OutboxRow {
+  instance_id: string;
+  seq: number;
+  customer_id: string;
+  customer: string;
+  machine_id: string;
+  machine: string;
+  software: string;
+  from_light: LightColour;
+  to_light: LightColour;
+  reason: string;
+  cause: LightCause;
+  at: Date;
+  recorded_at: Date;
+}
+
+const OUTBOX_COLUMNS = 'instance_id, seq, customer_id, customer, machine_id, machine, software, from_light, to_light, reason, cause, at, recorded_at';
+
+function toEvent(r: OutboxRow): LightEvent {
+  return {
+    id: lightEventId(r.instance_id, Number(r.seq)),
+    seq: Number(r.seq),
+    customer_id: r.customer_id,
+    customer: r.customer,
+    instance_id: r.instance_id,
+    machine_id: r.machine_id,
+    machine: r.machine,
+    software: r.software,
+    from: r.from_light,
+    to: r.to_light,
+    reason: r.reason,
+    cause: r.cause,
+    at: r.at.toISOString(),
+    recorded_at: r.recorded_at.toISOString(),
+  };
+}
+
+/**
+ * The time the SQL judges silence at: the horizon ($5, ms since the epoch), but never before the
+ * time the stored colour was judged at. A report applied again (a batch retried, or redelivered
+ * after a crash) is still in the stream, so the horizon goes back to its receive time; judged
+ * there, an instance the sweep already found silent would look alive and flip back to green (and
+ * red again at the next sweep: a change that never happened). Judgement time only moves forward.
+ */
+const H = (alias: string) =>
+  `GREATEST(LEAST(now(), to_timestamp($5::float8 / 1000)), COALESCE(${alias}.light_judged_at, '-infinity'::timestamptz))`;
+
+const TRANSITION_SQL = `
+  WITH cur AS (
+    SELECT i.id, i.customer_id, c.slug AS customer, i.machine_id, m.slug AS machine, i.software,
+           i.light AS old_light, ${lightSql('i', '$2::float8', '$3::float8', H('i'))} AS new_light,
+           ${lightReasonSql('i', '$2::float8', '$3::float8', H('i'))} AS reason, ${H('i')} AS judged_at,
+           i.light_since, i.last_heartbeat_at, i.last_warning_at, i.last_seen_at, i.status_at, i.light
+      FROM instances i JOIN machines m ON m.id = i.machine_id JOIN customers c ON c.id = i.customer_id
+     WHERE i.id = ANY($1::uuid[])
+  ), chg AS (
+    SELECT cur.*, ${lightAtSql('cur', 'cur.new_light', '$2::float8', '$3::float8', 'cur.judged_at')} AS at
+      FROM cur WHERE cur.new_light <> cur.old_light
+  ), upd AS (
+    UPDATE instances i
+       SET light = chg.new_light, light_since = chg.at, light_reason = chg.reason, light_seq = i.light_seq + 1,
+           light_judged_at = chg.judged_at
+      FROM chg
+     WHERE i.id = chg.id AND i.light = chg.old_light
+    RETURNING i.id AS instance_id, i.light_seq AS seq, chg.customer_id, chg.customer, chg.machine_id, chg.machine, chg.software,
+              chg.old_light AS from_light, chg.new_light AS to_light, chg.reason, chg.at
+  )
+  INSERT INTO light_outbox (${OUTBOX_COLUMNS})
+  SELECT instance_id, seq, customer_id, customer, machine_id, machine, software, from_light, to_light, reason, $4::text, at, clock_timestamp()
+    FROM upd
+  RETURNING ${OUTBOX_COLUMNS}`;
+
+/**
+ * Recomputes the colour of `instanceIds`, judging silence and warnings at `horizonMs` (never before
+ * a row's last judgement), and records every change: the instance's light columns, only where the
+ * stored colour is still the one the statement saw (of several workers racing on one change,
+ * exactly one records it), and its outbox row. In the transaction of `c`; the rows' locks are the
+ * caller's business (lockInstances, lib/store/instances.ts).
+ */
+export async function recordLightChanges(
+  c: PoolClient,
+  instanceIds: string[],
+  cause: LightCause,
+  heartbeatTimeoutS: number,
+  warningWindowS: number,
+  horizonMs: number,
+): Promise<LightEvent[]> {
+  const r = await c.query<OutboxRow>(TRANSITION_SQL, [instanceIds, heartbeatTimeoutS, warningWindowS, cause, horizonMs]);
+  return r.rows.map(toEvent);
+}
+
+/**
+ * Outbox rows recorded more than `olderThanMs` ago, oldest first, at most `limit`, locked in the
+ * transaction of `c` (rows another transaction holds are skipped).
+ */
+export async function lockOutboxOlderThan(c: PoolClient, olderThanMs: number, limit: number): Promise<LightEvent[]> {
+  const r = await c.query<OutboxRow>(
+    `SELECT ${OUTBOX_COLUMNS} FROM light_outbox WHERE recorded_at < now() - make_interval(secs => $1::float8)
+            ORDER BY recorded_at LIMIT $2 FOR UPDATE SKIP LOCKED`,
+    [olderThanMs / 1000, limit],
+  );
+  return r.rows.map(toEvent);
+}
+
+/** Delivered: these changes leave the outbox. */
+export async function deleteFromOutbox(db: Db, events: LightEvent[]): Promise<void> {
+  await db.query(`DELETE FROM light_outbox o USING unnest($1::uuid[], $2::bigint[]) AS d(i, s) WHERE o.instance_id = d.i AND o.seq = d.s`, [
+    events.map((e) => e.instance_id),
+    events.map((e) => e.seq),
+  ]);
+}
+
+/** A row of ClickHouse `light_events`. */
+export interface LightEventRow {
+  /** The change's time: ClickHouse DateTime text (UTC, whole seconds), and exact in `at_ms`. */
+  at: string;
+  at_ms: number;
+  recorded_ms: number;
+  customer_id: string;
+  customer: string;
+  machine_id: string;
+  machine: string;
+  software: string;
+  instance_id: string;
+  seq: number;
+  from_light: LightColour;
+  to_light: LightColour;
+  reason: string;
+  cause: LightCause;
+}
+
+/** Changes into the history of colours (a copy of a row already there collapses into it). */
+export async function insertLightEvents(ch: ClickHouseClient, rows: LightEventRow[]): Promise<void> {
+  await insertRows(ch, 'light_events', rows);
+}
+
+const SWEEP_LOCK = 7_401_134; // advisory lock key: "traffic-light sweep" (per database)
+
+/** The sweep's session lock on the connection `c`: true when taken, false while another session holds it. */
+export async function tryLightSweepLock(c: PoolClient): Promise<boolean> {
+  const got = await c.query<{ ok: boolean }>('SELECT pg_try_advisory_lock($1) AS ok', [SWEEP_LOCK]);
+  return got.rows[0]!.ok;
+}
+
+/** Releases the sweep's lock taken on `c` by tryLightSweepLock. */
+export async function releaseLightSweepLock(c: PoolClient): Promise<void> {
+  await c.query('SELECT pg_advisory_unlock($1)', [SWEEP_LOCK]);
+}
