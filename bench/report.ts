@@ -50,7 +50,9 @@ export function renderTable(r: R, source?: string): string {
       '| lag p99 | ' + runs.map((e) => `${e.lag_ms.p99} ms`).join(' | ') + ' | ≤ 1000 ms |',
       '| lag max | ' + runs.map((e) => `${e.lag_ms.max} ms`).join(' | ') + ' | |',
       '| failed requests | ' + runs.map((e) => e.failed).join(' | ') + ' | 0 |',
-      '| acknowledged but not found | ' + runs.map((e) => e.missing).join(' | ') + ' | 0 |',
+      // Runs before `late` was counted (2026-11-27) had only `missing`, which then also held the late ones.
+      '| acknowledged, stored after the window (late) | ' + runs.map((e) => e.late ?? 'not counted').join(' | ') + ' | 0 |',
+      '| acknowledged, never stored (lost) | ' + runs.map((e) => (e.late === undefined ? `${e.missing} (late or lost)` : e.missing)).join(' | ') + ' | 0 |',
     );
   }
   if (r.drain) {
