@@ -29,7 +29,7 @@
 import { createHash, createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 import ipaddr from 'ipaddr.js';
 import type { FastifyReply } from 'fastify';
-import { luaCommand, type Redis } from '../lib/infra/redis.js';
+import { luaCommand, redisKeys, type Redis } from '../lib/infra/redis.js';
 import { HttpError } from '../lib/contract/errors.js';
 import type { Metrics } from '../lib/infra/metrics.js';
 
@@ -201,7 +201,7 @@ export class LoginGuard {
     const account = a.userId ?? `name:${createHash('sha256').update(a.login.trim().toLowerCase()).digest('hex').slice(0, 32)}`;
     const device = this.readDevice(a.deviceCookie);
     const trusted = device !== null && a.userId !== null && device.userId === a.userId;
-    const k = (s: string) => `${this.o.prefix}login:${s}`;
+    const k = redisKeys(this.o.prefix).login;
     const keys = [k(`addr:${net}`), k(`pair:${account}:${net}`), k(`acct:${account}`), k(`next:${account}`), k(`dev:${device?.nonce ?? '-'}`)];
 
     let verdict: [number, number];

@@ -18,6 +18,7 @@
 import { randomUUID } from 'node:crypto';
 import type { JsonRoute } from './types.js';
 import type { Ingest } from './ingest.js';
+import { redisKeys } from '../lib/infra/redis.js';
 import type { Validator } from '../lib/contract/validation.js';
 import { compile } from '../lib/contract/validation.js';
 import { MetricRecord, metricsBatchSchema } from '../lib/contract/schemas/metrics.js';
@@ -35,7 +36,7 @@ const REDIS_TIMEOUT_MS = 2000;
 
 /** Redis key that remembers a client_metric_id of a customer's machine. */
 export function metricKey(prefix: string, customerId: string, machine: string, clientMetricId: string): string {
-  return `${prefix}metric:${uuidFromName(customerId, machine, clientMetricId)}`;
+  return redisKeys(prefix).metric(uuidFromName(customerId, machine, clientMetricId));
 }
 
 const isBatch = (data: unknown): data is { items: unknown[] } => typeof data === 'object' && data !== null && 'items' in data;
@@ -53,6 +54,7 @@ function withTimeout<T>(p: Promise<T>, ms: number): Promise<T> {
 export function metricsRoute(core: Ingest): JsonRoute {
   const { cfg, redis, publisher, metrics, log } = core.d;
   const ttl = cfg.metricDedupTtlS;
+  const keys = redisKeys(cfg.redisPrefix);
   const records = metrics.counter('fleet_gateway_host_metric_records_total');
   const acceptedRecords = records.labels('accepted');
   const duplicateRecords = records.labels('duplicate');
@@ -85,7 +87,7 @@ export function metricsRoute(core: Ingest): JsonRoute {
       const fresh: { rec: MetricRecord; key: string; index: number }[] = [];
       for (let index = 0; index < list.length; index++) {
         const rec = list[index]!;
-        const key = metricKey(cfg.redisPrefix, tok.customerId, path.machine, rec.client_metric_id);
+        const key = keys.metric(uuidFromName(tok.customerId, path.machine, rec.client_metric_id));
         if (seen.has(key)) duplicates++;
         else {
           seen.add(key);

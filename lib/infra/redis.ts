@@ -55,5 +55,13 @@ export function redisKeys(prefix: string) {
     idempotencyBody: (reportId: string) => `${prefix}idemb:${reportId}`,
     /** Hash: instances per stored traffic-light colour, and `at` when counted (workers/light-census.ts). */
     lightCensus: `${prefix}light-census`,
+    /** A host metric's client_metric_id, per customer and machine, once durably queued (gateway/metrics.ts; METRIC_DEDUP_TTL_S). */
+    metric: (id: string) => `${prefix}metric:${id}`,
+    /** Wrong current passwords of a user's password changes (api/handlers/sessions.ts; LOGIN_WINDOW_S). */
+    passwordChangeFailures: (userId: string) => `${prefix}pwchange:${userId}`,
+    /** Password-reset mails asked for an address (its hash), within the hour (api/handlers/sessions.ts). */
+    passwordResetRequests: (emailHash: string) => `${prefix}pwreset:${emailHash}`,
+    /** The login guard's counters: `addr:`, `pair:`, `acct:`, `next:`, `dev:` (api/login-guard.ts). */
+    login: (what: string) => `${prefix}login:${what}`,
   };
 }
