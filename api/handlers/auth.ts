@@ -38,7 +38,7 @@ export function authHandlers(d: ApiDeps): HandlersOf<'auth_login' | 'auth_logout
       const user = await findUserByLogin(d.pool, login);
       // Counted before the check, checked in the bounded queue (api/login-guard.ts). Unknown
       // accounts are verified against a dummy hash: same time, same answer.
-      const deviceCookie = (req.cookies as Record<string, string | undefined> | undefined)?.[DEVICE_COOKIE];
+      const deviceCookie = req.cookies?.[DEVICE_COOKIE];
       const { ok, device } = await guard.attempt({ ip: req.ip, login, userId: user?.id ?? null, deviceCookie }, () =>
         verifyPassword(b.password, user?.password_hash ?? DUMMY_HASH),
       );

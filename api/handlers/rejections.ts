@@ -41,10 +41,10 @@ export function rejectionHandlers(d: ApiDeps): HandlersOf<'list_ingest_rejection
   return {
     async list_ingest_rejections(req) {
       const p = principal(req);
-      return list(p.customerId, req.query as Query);
+      return list(p.customerId, req.query);
     },
     async list_unattributed_ingest_rejections(req) {
-      return list('', req.query as Query);
+      return list('', req.query);
     },
   };
 }

@@ -81,7 +81,7 @@ export function whitelistHandlers(d: ApiDeps): HandlersOf<'create_whitelist_rule
 
     async create_whitelist_rule(req, reply) {
       const p = principal(req);
-      const cols = columns(req.body as WhitelistRuleInput);
+      const cols = columns(req.body);
       const max = (await loadQuotas(d.pool, d.cfg, p.customerId)).whitelist_rules;
       await checkSet(p.customerId, null, cols);
       // The count and the insert in one statement: concurrent creates cannot pass the limit by much.
@@ -100,7 +100,7 @@ export function whitelistHandlers(d: ApiDeps): HandlersOf<'create_whitelist_rule
 
     async update_whitelist_rule(req) {
       const p = principal(req);
-      const cols = columns(req.body as WhitelistRuleInput);
+      const cols = columns(req.body);
       await checkSet(p.customerId, req.params.id, cols);
       const row = await updateWhitelistRule(d.pool, p.customerId, req.params.id, cols);
       if (!row) throw notFound('no such whitelist rule');
