@@ -74,10 +74,12 @@ export class Uploads {
   /** artifact-init, on the JSON ingest path (gateway/ingest.ts `ingest` runs its `finish`). */
   readonly init: JsonRoute;
   private readonly chunkBytes;
+  private readonly quotaRefusals;
 
   constructor(private readonly core: Ingest) {
     const { d } = core;
     this.chunkBytes = d.metrics.counter('fleet_gateway_artifact_chunk_bytes_total');
+    this.quotaRefusals = d.metrics.counter('fleet_quota_refusals_total');
     this.init = { validate: compile(ArtifactInit), finish: (call, tok, _raw, data, path, idemKey, _spans, done) => void this.start(tok, data as unknown as ArtifactInit, path, idemKey).then(done, call.fail) };
   }
 
@@ -99,7 +101,7 @@ export class Uploads {
     const { d } = this.core;
     const { log } = d;
     const A = d.cfg.artifacts;
-    const quotaRefusals = d.metrics.counter('fleet_quota_refusals_total');
+    const { quotaRefusals } = this;
     if (d.quotas.ageMs > MAX_COPY_AGE_MS) {
       const age = Math.round(d.quotas.ageMs / 1000);
       return new HttpError(503, `upload not started: this gateway's copy of the quotas is ${age} s old (Postgres unreachable); retry`, { retryAfterS: 5 });

@@ -34,9 +34,12 @@ const ITEMS_CLOSE = Buffer.from(']}');
 const COMMA = Buffer.from(',');
 const REDIS_TIMEOUT_MS = 2000;
 
+/** The Redis key that remembers a client_metric_id of a customer's machine, from the keys of a prefix (built once per route). */
+const keyOf = (keys: ReturnType<typeof redisKeys>, customerId: string, machine: string, clientMetricId: string) => keys.metric(uuidFromName(customerId, machine, clientMetricId));
+
 /** Redis key that remembers a client_metric_id of a customer's machine. */
 export function metricKey(prefix: string, customerId: string, machine: string, clientMetricId: string): string {
-  return redisKeys(prefix).metric(uuidFromName(customerId, machine, clientMetricId));
+  return keyOf(redisKeys(prefix), customerId, machine, clientMetricId);
 }
 
 const isBatch = (data: unknown): data is { items: unknown[] } => typeof data === 'object' && data !== null && 'items' in data;
@@ -87,7 +90,7 @@ export function metricsRoute(core: Ingest): JsonRoute {
       const fresh: { rec: MetricRecord; key: string; index: number }[] = [];
       for (let index = 0; index < list.length; index++) {
         const rec = list[index]!;
-        const key = keys.metric(uuidFromName(tok.customerId, path.machine, rec.client_metric_id));
+        const key = keyOf(keys, tok.customerId, path.machine, rec.client_metric_id);
         if (seen.has(key)) duplicates++;
         else {
           seen.add(key);
