@@ -23,6 +23,8 @@ export const QUEUES = {
   commandExpiry: 'command-expiry',
   /** Instances per traffic-light colour, for the metric fleet_worker_instances (workers/light-census.ts). */
   lightCensus: 'light-census',
+  /** Data retention: Postgres rows and ClickHouse partitions past their age (workers/retention.ts). */
+  retention: 'retention',
   /** Webhook deliveries of traffic-light changes, retried with exponential backoff (workers/webhooks.ts). */
   webhooks: 'light-webhooks',
 } as const;

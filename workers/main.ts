@@ -30,6 +30,7 @@ import { reconcileLicences } from '../lib/store/licences.js';
 import { LightCensus } from './light-census.js';
 import { DeadLetters } from '../lib/store/dead-letters.js';
 import { DEPENDENCIES } from '../lib/infra/storage-errors.js';
+import { runRetention } from './retention.js';
 
 const cfg = configOrExit('worker');
 const log = createLogger('worker', cfg.logLevel);
@@ -230,6 +231,9 @@ metrics.onScrape(async () => {
   if (counts) for (const [light, n] of Object.entries(counts)) instances.labels(light).set(n);
 });
 // Scheduled jobs (workers/jobs.ts): each runs every interval on one worker replica.
+const retentionRows = metrics.counter('fleet_worker_retention_rows_deleted_total');
+const retentionPartitions = metrics.counter('fleet_worker_retention_partitions_dropped_total');
+const retentionFailures = metrics.counter('fleet_worker_retention_failures_total');
 const jobCtx = { connection: bull, redisPrefix: cfg.redisPrefix, log };
 const jobs = [
   // The traffic light: what Redis expiry events missed (workers/light-sweep.ts).
@@ -254,6 +258,19 @@ const jobs = [
     if (r.refs.length > 0) hints.publish(r.refs);
     return { expired: r.expired, timed_out: r.timedOut };
   } }),
+  // Data past its retention: Postgres rows in chunks, ClickHouse months as partitions (workers/retention.ts).
+  scheduledJob(jobCtx, { queue: QUEUES.retention, everyMs: cfg.retention.sweepMs, run: () =>
+    runRetention({
+      pool,
+      ch,
+      target: { cluster: cfg.clickhouseCluster, database: cfg.clickhouseDatabase },
+      days: cfg.retention,
+      log: log.child({ job: QUEUES.retention }),
+      onRows: (table, n) => retentionRows.labels(table).inc(n),
+      onPartition: (table) => retentionPartitions.labels(table).inc(),
+      onFailure: (store) => retentionFailures.labels(store).inc(),
+    }),
+  }),
 ];
 await retrying('the scheduled jobs (Redis)', async () => {
   await removeLegacyJobs(jobCtx);

@@ -190,6 +190,21 @@ export const Settings = Type.Object({
   COMMAND_RESYNC_MS: Pos(10_000, 'how often each gateway re-reads all open commands'),
   COMMAND_MAX_OPEN: Pos(100, 'open commands per instance (409 above)'),
   COMMAND_ARGS_MAX_BYTES: Pos(64 * 1024, "size of a command's args"),
+  // Data retention (docs/operations.md "Data retention"): one worker deletes what is older than
+  // this many days, every RETENTION_SWEEP_MS; 0 keeps a table's rows forever. ClickHouse drops whole
+  // monthly partitions (a month goes once its last day is past the retention).
+  RETENTION_SWEEP_MS: Pos(3_600_000, 'how often one worker deletes data past its retention (Postgres rows in chunks, ClickHouse partitions)'),
+  RETENTION_HEARTBEATS_DAYS: Nat(90, 'ClickHouse heartbeats: months whose last day is older than this are dropped (0: keep forever)', 36_500),
+  RETENTION_DIAGNOSTICS_DAYS: Nat(365, 'ClickHouse diagnostics, the same (0: keep forever)', 36_500),
+  RETENTION_STATUS_HISTORY_DAYS: Nat(365, 'ClickHouse status_history, the same (0: keep forever)', 36_500),
+  RETENTION_LIGHT_EVENTS_DAYS: Nat(730, 'ClickHouse light_events (the history of colours), the same (0: keep forever)', 36_500),
+  RETENTION_HOST_METRICS_DAYS: Nat(365, 'ClickHouse host_metrics, by the month of the metric ts, the same (0: keep forever)', 36_500),
+  RETENTION_INGEST_REJECTIONS_DAYS: Nat(30, 'ClickHouse ingest_rejections (the rejection log), the same (0: keep forever)', 36_500),
+  RETENTION_WEBHOOK_DELIVERIES_DAYS: Nat(30, 'Postgres webhook_deliveries: delivered or failed, last attempt older than this (0: keep forever)', 36_500),
+  RETENTION_COMMANDS_DAYS: Nat(90, 'Postgres commands (with their command_events): ended (succeeded, failed, expired, timed_out, cancelled) longer ago than this (0: keep forever)', 36_500),
+  RETENTION_INVITATIONS_DAYS: Nat(30, "Postgres invitations: accepted, revoked or expired longer ago than this; each customer's first stays (0: keep forever)", 36_500),
+  RETENTION_SESSIONS_DAYS: Nat(7, 'Postgres sessions: revoked or expired longer ago than this (0: keep forever)', 36_500),
+  RETENTION_PASSWORD_RESETS_DAYS: Nat(7, 'Postgres password_resets: used or expired longer ago than this (0: keep forever)', 36_500),
   LOG_LEVEL: Enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const, 'info', 'pino level'),
 });
 export type Settings = Static<typeof Settings>;
@@ -483,6 +498,25 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env) {
       resyncMs: s.COMMAND_RESYNC_MS,
       maxOpenPerInstance: s.COMMAND_MAX_OPEN,
       argsMaxBytes: s.COMMAND_ARGS_MAX_BYTES,
+    },
+    // Data retention (workers/retention.ts, lib/store/retention.ts): days per table, 0 = forever.
+    retention: {
+      sweepMs: s.RETENTION_SWEEP_MS,
+      clickhouse: {
+        heartbeats: s.RETENTION_HEARTBEATS_DAYS,
+        diagnostics: s.RETENTION_DIAGNOSTICS_DAYS,
+        status_history: s.RETENTION_STATUS_HISTORY_DAYS,
+        light_events: s.RETENTION_LIGHT_EVENTS_DAYS,
+        host_metrics: s.RETENTION_HOST_METRICS_DAYS,
+        ingest_rejections: s.RETENTION_INGEST_REJECTIONS_DAYS,
+      },
+      postgres: {
+        webhook_deliveries: s.RETENTION_WEBHOOK_DELIVERIES_DAYS,
+        commands: s.RETENTION_COMMANDS_DAYS,
+        invitations: s.RETENTION_INVITATIONS_DAYS,
+        sessions: s.RETENTION_SESSIONS_DAYS,
+        password_resets: s.RETENTION_PASSWORD_RESETS_DAYS,
+      },
     },
     // E-mail (api/mail.ts); host '' = not configured.
     mail: {

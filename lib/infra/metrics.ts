@@ -282,6 +282,27 @@ export const METRICS = {
     init: [['delivered'], ['retrying'], ['failed'], ['skipped']],
     help: 'Webhook delivery attempts by outcome: delivered (2xx), retrying (failed, attempts left), failed (the last attempt failed), skipped (webhook deleted or event delivered before)',
   },
+  fleet_worker_retention_rows_deleted_total: {
+    type: 'counter',
+    services: ['worker'],
+    labels: ['table'],
+    init: [['webhook_deliveries'], ['commands'], ['command_events'], ['invitations'], ['sessions'], ['password_resets']],
+    help: 'Postgres rows the retention job deleted as past their age, by table (command_events: those that went with their commands)',
+  },
+  fleet_worker_retention_partitions_dropped_total: {
+    type: 'counter',
+    services: ['worker'],
+    labels: ['table'],
+    init: [['heartbeats'], ['diagnostics'], ['status_history'], ['light_events'], ['host_metrics'], ['ingest_rejections']],
+    help: 'ClickHouse partitions (months) the retention job dropped as wholly past their age, by table',
+  },
+  fleet_worker_retention_failures_total: {
+    type: 'counter',
+    services: ['worker'],
+    labels: ['store'],
+    init: [['postgres'], ['clickhouse']],
+    help: 'Retention runs that could not finish on a store: postgres, or clickhouse (a partition not dropped, e.g. above max_partition_size_to_drop); the next run tries again',
+  },
   fleet_worker_ready: {
     type: 'gauge',
     services: ['worker'],

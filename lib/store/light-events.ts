@@ -121,6 +121,19 @@ export async function lockOutboxOlderThan(c: PoolClient, olderThanMs: number, li
   return r.rows.map(toEvent);
 }
 
+/**
+ * Outbox rows recorded more than `olderThanS` ago: the sweep delivers a row within seconds, so
+ * any here means deliveries fail (ClickHouse away, a bug). They are never deleted for their age
+ * (an undelivered change would be lost); the retention job reports them (workers/retention.ts).
+ */
+export async function stuckOutbox(db: Db, olderThanS: number): Promise<{ rows: number; oldest: Date | null }> {
+  const r = await db.query<{ rows: number; oldest: Date | null }>(
+    'SELECT count(*)::int AS rows, min(recorded_at) AS oldest FROM light_outbox WHERE recorded_at < now() - make_interval(secs => $1::float8)',
+    [olderThanS],
+  );
+  return r.rows[0]!;
+}
+
 /** Delivered: these changes leave the outbox. */
 export async function deleteFromOutbox(db: Db, events: LightEvent[]): Promise<void> {
   await db.query(`DELETE FROM light_outbox o USING unnest($1::uuid[], $2::bigint[]) AS d(i, s) WHERE o.instance_id = d.i AND o.seq = d.s`, [

@@ -533,6 +533,15 @@ export const postgresMigrations: Migration[] = [
       `ALTER TABLE users ADD COLUMN password_changed_at timestamptz`,
     ],
   },
+  {
+    id: '0013-retention',
+    sql: [
+      // Data retention (lib/store/retention.ts): the job finds what is past its age through these,
+      // not by reading the whole table every hour. Commands: the ended ones, by their last change.
+      `CREATE INDEX webhook_deliveries_last_attempt ON webhook_deliveries (last_attempt_at)`,
+      `CREATE INDEX commands_ended ON commands (updated_at) WHERE state NOT IN ('queued', 'delivered')`,
+    ],
+  },
 ];
 
 /** When the gateway received the report: a DateTime for partitions, and the exact ms. */

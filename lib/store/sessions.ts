@@ -13,8 +13,7 @@ export async function createSession(pool: Pool, userId: string, ttlS: number, me
     `INSERT INTO sessions (user_id, expires_at, user_agent, address) VALUES ($1, now() + make_interval(secs => $2), $3, $4) RETURNING id, expires_at`,
     [userId, ttlS, meta.userAgent?.slice(0, 300) ?? null, meta.address ?? null],
   );
-  // Expired rows are of no use to anyone: each login clears a few (no job needed).
-  await pool.query(`DELETE FROM sessions WHERE id IN (SELECT id FROM sessions WHERE expires_at < now() - interval '1 day' LIMIT 100)`);
+  // Ended rows are deleted by the retention job (RETENTION_SESSIONS_DAYS, lib/store/retention.ts).
   return { id: r.rows[0]!.id, expiresAt: r.rows[0]!.expires_at };
 }
 
