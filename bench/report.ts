@@ -1,5 +1,6 @@
 // Renders a bench result into the table of bench/README.md (between the results markers).
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { parseSettings } from '../lib/infra/config.js';
 
 const START = '<!-- results:start -->';
 const END = '<!-- results:end -->';
@@ -202,7 +203,24 @@ export function renderCapacity(r: R, pgIntervalS = 240, source = 'bench/results/
   const chb = (t: string) => fp.clickhouse?.[t]?.compressed_bytes_per_row ?? 0;
   const chRowsS = (n: number) => n * (MIX.heartbeat + MIX.diagnostics * 10 + MIX.status);
   row('ClickHouse rows/s', (n) => fmt(chRowsS(n)));
-  row('ClickHouse compressed per day', (n) => `${fmt((86_400 * n * (MIX.heartbeat * chb('heartbeats') + MIX.diagnostics * 10 * chb('diagnostics') + MIX.status * chb('status_history'))) / 1024 ** 3, 1)} GiB`);
+  // Bytes a day per table, and what the tables hold once retention runs (docs/operations.md "Data
+  // retention"): the default retention of each, and up to a month more (monthly partitions go whole).
+  const perDay = (n: number) => ({
+    heartbeats: 86_400 * n * MIX.heartbeat * chb('heartbeats'),
+    diagnostics: 86_400 * n * MIX.diagnostics * 10 * chb('diagnostics'),
+    status_history: 86_400 * n * MIX.status * chb('status_history'),
+  });
+  const sum = (o: Record<string, number>) => Object.values(o).reduce((a, b) => a + b, 0);
+  row('ClickHouse compressed per day', (n) => `${fmt(sum(perDay(n)) / 1024 ** 3, 1)} GiB`);
+  const defaults = parseSettings({});
+  const keep = { heartbeats: defaults.RETENTION_HEARTBEATS_DAYS, diagnostics: defaults.RETENTION_DIAGNOSTICS_DAYS, status_history: defaults.RETENTION_STATUS_HISTORY_DAYS };
+  const held = (n: number, extraDays: number) =>
+    Object.entries(perDay(n)).reduce((a, [t, b]) => a + b * (keep[t as keyof typeof keep] + extraDays), 0) / 1024 ** 4;
+  row(
+    `ClickHouse held at the default retention (heartbeats ${keep.heartbeats} d, diagnostics ${keep.diagnostics} d, status ${keep.status_history} d; up to a month more)`,
+    (n) => `${fmt(held(n, 0), 1)}–${fmt(held(n, 31), 1)} TiB`,
+  );
+  row("heartbeats: one month's partition (ClickHouse drops at most `max_partition_size_to_drop`, 50 GB, unless raised)", (n) => `${fmt((perDay(n).heartbeats * 31) / 1024 ** 3, 1)} GiB`);
   return lines.join('\n');
 }
 

@@ -12,6 +12,7 @@ import { parseDocument } from 'yaml';
 import { Ajv } from 'ajv';
 import { parseSettings, SETTING_NAMES } from '../../lib/infra/config.js';
 import { ROOT, nodeFlags } from '../../deploy/service-process.js';
+import { clickhouseConfig } from '../../deploy/local-servers.js';
 import { routesOf } from '../../lib/contract/routes.js';
 
 type Obj = Record<string, any>;  
@@ -218,4 +219,11 @@ t.test('nginx: TLS, every public route to its process, the operations endpoints 
   const body = /client_max_body_size\s+(\d+)m;/.exec(server);
   const cfg = parseSettings(envOf(services.gateway!));
   t.ok(Number(body?.[1]) * 1024 * 1024 > Math.max(cfg.BODY_LIMIT_BYTES, cfg.ARTIFACT_CHUNK_BYTES), 'nginx lets the gateway answer 413 itself');
+});
+
+t.test('ClickHouse may drop a partition of any size: the retention job drops whole months (docs/operations.md "Data retention")', async (t) => {
+  const mount = (services.clickhouse!.volumes as string[]).find((v) => v.startsWith('./clickhouse-retention.xml:'));
+  t.equal(mount, './clickhouse-retention.xml:/etc/clickhouse-server/config.d/retention.xml:ro', 'compose mounts the override into config.d');
+  t.match(readFileSync(join(DIR, 'clickhouse-retention.xml'), 'utf8'), /<clickhouse>\s*<max_partition_size_to_drop>0<\/max_partition_size_to_drop>\s*<\/clickhouse>/);
+  t.match(clickhouseConfig('/tmp/x', 1, 2), /<max_partition_size_to_drop>0<\/max_partition_size_to_drop>/, 'the project-local server too');
 });
