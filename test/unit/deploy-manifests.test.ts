@@ -311,6 +311,7 @@ t.test('NATS chart values: JetStream on 3 servers, fsync before acknowledging, 8
   const profile = chi.spec.configuration.users[`${user}/profile`];
   t.equal(chi.spec.configuration.profiles[`${profile}/insert_distributed_sync`], 1, "the services' user inserts synchronously into the Distributed tables");
   t.ok(chi.spec.configuration.zookeeper.nodes.length > 0, 'coordinated by Keeper');
+  t.equal(chi.spec.configuration.settings?.max_partition_size_to_drop, 0, 'the retention job may drop a month of any size (docs/operations.md "Data retention")');
 });
 
 function bytes(q: string): number {
