@@ -1,7 +1,7 @@
 // Applies lib/store/schema.ts to Postgres and ClickHouse. Safe to run from several processes at once:
 // a Postgres advisory lock serialises them, and each migration is recorded once it is applied.
-import { ClickHouseError } from '@clickhouse/client';
 import { createClickHouse, chIdent } from '../infra/clickhouse.js';
+import { clickhouseCode } from '../infra/storage-errors.js';
 import { createPool } from '../infra/postgres.js';
 import { postgresMigrations, clickhouseMigrationsFor } from './schema.js';
 
@@ -78,8 +78,12 @@ export async function migrate(t: MigrateTarget, log: (msg: string) => void = () 
   return applied;
 }
 
-/** ClickHouse 18.16 has no `ADD COLUMN IF NOT EXISTS`: a column added by an earlier, interrupted run is fine. */
+/**
+ * ClickHouse 18.16 has no `ADD COLUMN IF NOT EXISTS`: a column added by an earlier, interrupted run
+ * is fine (code 44). 18.16's error text has no `(NAME)` suffix, so the client never builds a
+ * ClickHouseError there: the code is read from the text (`clickhouseCode`).
+ */
 function tolerateDoneAlter(sql: string, e: unknown): void {
-  if (/^\s*ALTER TABLE\s+\S+\s+(ON CLUSTER\s+\S+\s+)?ADD COLUMN\b/i.test(sql) && e instanceof ClickHouseError && e.code === '44') return;
+  if (/^\s*ALTER TABLE\s+\S+\s+(ON CLUSTER\s+\S+\s+)?ADD COLUMN\b/i.test(sql) && clickhouseCode(e) === '44') return;
   throw e;
 }
