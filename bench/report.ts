@@ -204,7 +204,8 @@ export function renderCapacity(r: R, pgIntervalS = 240, source = 'bench/results/
   const chRowsS = (n: number) => n * (MIX.heartbeat + MIX.diagnostics * 10 + MIX.status);
   row('ClickHouse rows/s', (n) => fmt(chRowsS(n)));
   // Bytes a day per table, and what the tables hold once retention runs (docs/operations.md "Data
-  // retention"): the default retention of each, and up to a month more (monthly partitions go whole).
+  // retention"): the default retention of each, and up to a partition more (a partition goes whole:
+  // a day of heartbeats, a month of diagnostics and status).
   const perDay = (n: number) => ({
     heartbeats: 86_400 * n * MIX.heartbeat * chb('heartbeats'),
     diagnostics: 86_400 * n * MIX.diagnostics * 10 * chb('diagnostics'),
@@ -214,13 +215,17 @@ export function renderCapacity(r: R, pgIntervalS = 240, source = 'bench/results/
   row('ClickHouse compressed per day', (n) => `${fmt(sum(perDay(n)) / 1024 ** 3, 1)} GiB`);
   const defaults = parseSettings({});
   const keep = { heartbeats: defaults.RETENTION_HEARTBEATS_DAYS, diagnostics: defaults.RETENTION_DIAGNOSTICS_DAYS, status_history: defaults.RETENTION_STATUS_HISTORY_DAYS };
-  const held = (n: number, extraDays: number) =>
-    Object.entries(perDay(n)).reduce((a, [t, b]) => a + b * (keep[t as keyof typeof keep] + extraDays), 0) / 1024 ** 4;
+  const partitionDays = { heartbeats: 1, diagnostics: 31, status_history: 31 };
+  const held = (n: number, extra: boolean) =>
+    Object.entries(perDay(n)).reduce((a, [t, b]) => a + b * (keep[t as keyof typeof keep] + (extra ? partitionDays[t as keyof typeof keep] : 0)), 0) / 1024 ** 4;
   row(
-    `ClickHouse held at the default retention (heartbeats ${keep.heartbeats} d, diagnostics ${keep.diagnostics} d, status ${keep.status_history} d; up to a month more)`,
-    (n) => `${fmt(held(n, 0), 1)}–${fmt(held(n, 31), 1)} TiB`,
+    `ClickHouse held at the default retention (heartbeats ${keep.heartbeats} d, diagnostics ${keep.diagnostics} d, status ${keep.status_history} d; up to a partition more)`,
+    (n) => `${fmt(held(n, false), 1)}–${fmt(held(n, true), 1)} TiB`,
   );
-  row("heartbeats: one month's partition (ClickHouse drops at most `max_partition_size_to_drop`, 50 GB, unless raised)", (n) => `${fmt((perDay(n).heartbeats * 31) / 1024 ** 3, 1)} GiB`);
+  row('largest partition: a month of diagnostics, a day of heartbeats (ClickHouse drops at most `max_partition_size_to_drop`, 50 GB, unless raised)', (n) => {
+    const d = perDay(n);
+    return `${fmt((d.diagnostics * 31) / 1024 ** 3, 1)} GiB, ${fmt(d.heartbeats / 1024 ** 3, 1)} GiB`;
+  });
   return lines.join('\n');
 }
 

@@ -426,8 +426,8 @@ ${rep.replicaTcpPorts.map((p) => `        <replica><host>127.0.0.1</host><port>$
   <mark_cache_size>268435456</mark_cache_size>
   <max_concurrent_queries>200</max_concurrent_queries>
   <keep_alive_timeout>10</keep_alive_timeout>
-  <!-- Retention drops whole monthly partitions (docs/operations.md "Data retention"); a month of
-       heartbeats outgrows the default limit of 50 GB from about 25,000 devices on. 0: no limit. -->
+  <!-- Retention drops whole partitions (docs/operations.md "Data retention"); a month of
+       diagnostics outgrows the default limit of 50 GB from about 120,000 devices on. 0: no limit. -->
   <max_partition_size_to_drop>0</max_partition_size_to_drop>
 ${replication}</yandex>
 `;

@@ -192,14 +192,14 @@ export const Settings = Type.Object({
   COMMAND_ARGS_MAX_BYTES: Pos(64 * 1024, "size of a command's args"),
   // Data retention (docs/operations.md "Data retention"): one worker deletes what is older than
   // this many days, every RETENTION_SWEEP_MS; 0 keeps a table's rows forever. ClickHouse drops whole
-  // monthly partitions (a month goes once its last day is past the retention).
+  // partitions: a day of heartbeats and rejections, a month of the others, once its last day is past it.
   RETENTION_SWEEP_MS: Pos(3_600_000, 'how often one worker deletes data past its retention (Postgres rows in chunks, ClickHouse partitions)'),
-  RETENTION_HEARTBEATS_DAYS: Nat(90, 'ClickHouse heartbeats: months whose last day is older than this are dropped (0: keep forever)', 36_500),
-  RETENTION_DIAGNOSTICS_DAYS: Nat(365, 'ClickHouse diagnostics, the same (0: keep forever)', 36_500),
+  RETENTION_HEARTBEATS_DAYS: Nat(90, 'ClickHouse heartbeats: days older than this are dropped (0: keep forever)', 36_500),
+  RETENTION_DIAGNOSTICS_DAYS: Nat(365, 'ClickHouse diagnostics: months whose last day is older than this are dropped (0: keep forever)', 36_500),
   RETENTION_STATUS_HISTORY_DAYS: Nat(365, 'ClickHouse status_history, the same (0: keep forever)', 36_500),
   RETENTION_LIGHT_EVENTS_DAYS: Nat(730, 'ClickHouse light_events (the history of colours), the same (0: keep forever)', 36_500),
   RETENTION_HOST_METRICS_DAYS: Nat(365, 'ClickHouse host_metrics, by the month of the metric ts, the same (0: keep forever)', 36_500),
-  RETENTION_INGEST_REJECTIONS_DAYS: Nat(30, 'ClickHouse ingest_rejections (the rejection log), the same (0: keep forever)', 36_500),
+  RETENTION_INGEST_REJECTIONS_DAYS: Nat(30, 'ClickHouse ingest_rejections (the rejection log): days older than this are dropped (0: keep forever)', 36_500),
   RETENTION_WEBHOOK_DELIVERIES_DAYS: Nat(30, 'Postgres webhook_deliveries: delivered or failed, last attempt older than this (0: keep forever)', 36_500),
   RETENTION_COMMANDS_DAYS: Nat(90, 'Postgres commands (with their command_events): ended (succeeded, failed, expired, timed_out, cancelled) longer ago than this (0: keep forever)', 36_500),
   RETENTION_INVITATIONS_DAYS: Nat(30, "Postgres invitations: accepted, revoked or expired longer ago than this; each customer's first stays (0: keep forever)", 36_500),

@@ -4,6 +4,7 @@ import { createClickHouse, chIdent } from '../infra/clickhouse.js';
 import { clickhouseCode } from '../infra/storage-errors.js';
 import { createPool } from '../infra/postgres.js';
 import { postgresMigrations, clickhouseMigrationsFor } from './schema.js';
+import { repartition, type RepartitionStop } from './repartition.js';
 
 const LOCK_KEY = 7_401_133; // any constant; identifies "fleet migrations" among advisory locks
 
@@ -15,6 +16,8 @@ export interface MigrateTarget {
   clickhousePassword?: string;
   /** CLICKHOUSE_CLUSTER: replicated tables created ON CLUSTER (lib/store/schema.ts); empty: one server. */
   clickhouseCluster?: string;
+  /** Tests: a step of a repartition to stop at (lib/store/repartition.ts). */
+  repartition?: { stopAt?: RepartitionStop };
 }
 
 export async function migrate(t: MigrateTarget, log: (msg: string) => void = () => {}): Promise<string[]> {
@@ -51,6 +54,8 @@ export async function migrate(t: MigrateTarget, log: (msg: string) => void = () 
       await root.close();
     }
     const ch = createClickHouse({ url: t.clickhouseUrl, database: db, user: t.clickhouseUser, password: t.clickhousePassword });
+    // A repartition copies a month in one statement: hours for a large table, not 60 s.
+    const copier = createClickHouse({ url: t.clickhouseUrl, database: db, user: t.clickhouseUser, password: t.clickhousePassword, requestTimeoutMs: 24 * 3_600_000 });
     try {
       // On a cluster the record of applied migrations is replicated too: any replica may be asked next time.
       await ch.command({
@@ -63,12 +68,17 @@ export async function migrate(t: MigrateTarget, log: (msg: string) => void = () 
       for (const m of clickhouseMigrationsFor({ cluster, database: db })) {
         if (chDone.has(m.id)) continue;
         for (const sql of m.sql) await ch.command({ query: sql }).catch((e) => tolerateDoneAlter(sql, e));
+        for (const spec of m.repartition) {
+          const r = await repartition(copier, pool, { cluster, database: db }, spec, { log, ...t.repartition });
+          if (r.state === 'repartitioned') log(`clickhouse ${spec.table}: partitioned by ${spec.to} (months copied: ${r.copied.length})`);
+        }
         await ch.insert({ table: 'schema_migrations', values: [{ id: m.id, applied_at: Math.floor(Date.now() / 1000) }], format: 'JSONEachRow' });
         applied.push(`clickhouse ${m.id}`);
         log(`clickhouse migration ${m.id} applied`);
       }
     } finally {
       await ch.close();
+      await copier.close();
     }
   } finally {
     await client.query('SELECT pg_advisory_unlock($1)', [LOCK_KEY]).catch(() => {});

@@ -14,9 +14,16 @@
 // ReplicatedReplacingMergeTree `<name>_local` on each replica (ZooKeeper), the app's table name a
 // Distributed table over it, every statement ON CLUSTER (`renderClickHouse`).
 
+import type { RepartitionSpec } from './repartition.js';
+
 export interface Migration {
   id: string;
   sql: string[];
+}
+
+/** A ClickHouse migration: its statements, then the tables it partitions anew (lib/store/repartition.ts). */
+export interface ChMigrationSql extends Migration {
+  repartition: RepartitionSpec[];
 }
 
 /** The start of every row a customer owns: its own id, and the customer (gone with it). */
@@ -542,6 +549,21 @@ export const postgresMigrations: Migration[] = [
       `CREATE INDEX commands_ended ON commands (updated_at) WHERE state NOT IN ('queued', 'delivered')`,
     ],
   },
+  {
+    id: '0014-clickhouse-repartitions',
+    sql: [
+      // Progress of a ClickHouse table partitioned anew (lib/store/repartition.ts): the months
+      // copied into the new table, with the highest block number each had then. Empty when no
+      // repartition is under way.
+      `CREATE TABLE clickhouse_repartitions (
+         tbl text NOT NULL,
+         month int NOT NULL,
+         max_block bigint NOT NULL,
+         copied_at timestamptz NOT NULL DEFAULT now(),
+         PRIMARY KEY (tbl, month)
+       )`,
+    ],
+  },
 ];
 
 /** When the gateway received the report: a DateTime for partitions, and the exact ms. */
@@ -562,7 +584,9 @@ export type ChStatement =
   /** `<table>_v`: the table read FINAL, each row once (for analysts). */
   | { view: string }
   | { dropView: string }
-  | { addColumn: string; to: string };
+  | { addColumn: string; to: string }
+  /** The table copied into one partitioned by `to` and put in its place (lib/store/repartition.ts). */
+  | { repartition: string; from: string; to: string };
 
 export interface ChMigration {
   id: string;
@@ -719,6 +743,17 @@ export const clickhouseSchema: ChMigration[] = [
       { view: 'heartbeats' },
     ],
   },
+  {
+    id: '0006-day-partitions',
+    statements: [
+      // Retention drops whole partitions (lib/store/retention.ts): a month keeps up to a month
+      // more than a retention of days asks (90 days kept 90 to 121). Day partitions for the two
+      // tables whose default retention is counted in days; the others keep their months (365 days
+      // and more: a month is a twelfth at most, and fewer, larger partitions merge better).
+      { repartition: 'heartbeats', from: 'toYYYYMM(received_at)', to: 'toYYYYMMDD(received_at)' },
+      { repartition: 'ingest_rejections', from: 'toYYYYMM(received_at)', to: 'toYYYYMMDD(received_at)' },
+    ],
+  },
 ];
 
 /** Where the schema goes: one server (no cluster), or every replica of `cluster` at once. */
@@ -738,6 +773,7 @@ export const localTable = (name: string) => `${name}_local`;
  * them after an ADD COLUMN); kept up to date by the caller's order of statements.
  */
 export function renderClickHouse(st: ChStatement, target: ChTarget, columns: Map<string, string> = new Map()): string[] {
+  if ('repartition' in st) return [];
   const c = target.cluster;
   if (!c) {
     if ('table' in st) {
@@ -775,11 +811,23 @@ export function renderClickHouse(st: ChStatement, target: ChTarget, columns: Map
   return [`ALTER TABLE ${db}.${localTable(st.to)} ${on} ADD COLUMN ${st.addColumn}`, `DROP TABLE IF EXISTS ${db}.${st.to} ${on}`, distributed(st.to)];
 }
 
-/** The ClickHouse migrations as SQL for `target` (one server unless it names a cluster). */
-export function clickhouseMigrationsFor(target: ChTarget): Migration[] {
+/** The ClickHouse migrations as SQL for `target` (one server unless it names a cluster), with the tables each partitions anew. */
+export function clickhouseMigrationsFor(target: ChTarget): ChMigrationSql[] {
   const columns = new Map<string, string>();
-  return clickhouseSchema.map((m) => ({ id: m.id, sql: m.statements.flatMap((st) => renderClickHouse(st, target, columns)) }));
+  const tables = new Map<string, { orderBy: string; ver?: string }>();
+  return clickhouseSchema.map((m) => {
+    const repartition: RepartitionSpec[] = [];
+    for (const st of m.statements) {
+      if ('table' in st) tables.set(st.table, { orderBy: st.orderBy, ...(st.ver ? { ver: st.ver } : {}) });
+      if ('repartition' in st) {
+        const t = tables.get(st.repartition);
+        if (!t) throw new Error(`repartition of ${st.repartition}: no such table before it`);
+        repartition.push({ table: st.repartition, from: st.from, to: st.to, ...t });
+      }
+    }
+    return { id: m.id, sql: m.statements.flatMap((st) => renderClickHouse(st, target, columns)), repartition };
+  });
 }
 
 /** The migrations for one server: the SQL that ran before clusters, unchanged. */
-export const clickhouseMigrations: Migration[] = clickhouseMigrationsFor({ database: '' });
+export const clickhouseMigrations: ChMigrationSql[] = clickhouseMigrationsFor({ database: '' });

@@ -11,6 +11,15 @@ const k = await testCluster(t, 'edge');
 const slug = k.customer.slug;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
+t.test('the migration 0006-day-partitions ran ON CLUSTER: both replicas partition heartbeats and rejections by day, no interim table left', async (t) => {
+  for (const i of [0, 1]) {
+    const rows = (await (await k.replica(i).query({ query: "SELECT name, create_table_query AS q FROM system.tables WHERE database = currentDatabase() AND name LIKE '%heartbeats%' OR database = currentDatabase() AND name LIKE '%ingest_rejections%' ORDER BY name", format: 'JSONEachRow' })).json()) as { name: string; q: string }[];
+    t.same(rows.map((r) => r.name), ['heartbeats', 'heartbeats_local', 'heartbeats_v', 'ingest_rejections', 'ingest_rejections_local', 'ingest_rejections_v'], `replica ${i}: the tables, no _by_day or _by_month`);
+    for (const r of rows.filter((x) => x.name.endsWith('_local'))) t.match(r.q, /ReplicatedReplacingMergeTree\('\/clickhouse\/tables\/\{shard\}\/\w+\/\w+_by_day'.*PARTITION BY toYYYYMMDD\(received_at\)/s, `replica ${i}: ${r.name} by day`);
+  }
+  t.equal((await k.pool.query('SELECT count(*)::int AS n FROM clickhouse_repartitions')).rows[0].n, 0, 'no repartition under way');
+});
+
 t.test('agents over HTTPS through nginx: 200 after JetStream, then readable through the api', async (t) => {
   const r = await k.https('POST', `/api/ingest/${slug}/tls-m1/agent/heartbeat`, k.token, {});
   t.equal(r.status, 200);

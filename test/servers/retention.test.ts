@@ -133,7 +133,9 @@ const NOW = Date.UTC(2026, 5, 20, 12);
 /** Two rows in each month, mid-month (no time zone moves them to another month). */
 const MONTHS = ['2025-01', '2026-04', '2026-05', '2026-06'];
 // 30 days: the cutoff is 2026-05-21, so January 2025 and April 2026 are wholly past it; May 2026
-// holds the cutoff (its first rows are older than 30 days, its last will not be) and stays; June is now.
+// holds the cutoff (its first rows are older than 30 days, its last will not be) and stays where a
+// table is partitioned by month; June is now. Heartbeats and rejections are partitioned by day
+// (0006-day-partitions): their days 15 and 16 of May are past the cutoff's day and go.
 // light_events 400 days: the cutoff is 2025-05-16, only January 2025 goes. host_metrics 0: forever.
 const CH_DAYS: Record<ChRetentionTable, number> = {
   heartbeats: 30,
@@ -204,10 +206,10 @@ t.test('retention: exactly what is past its age goes, live rows and the boundary
       invitations: 3,
       sessions: 2,
       password_resets: 2,
-      heartbeats_partitions: 2,
+      heartbeats_partitions: 6,
       diagnostics_partitions: 2,
       status_history_partitions: 2,
-      ingest_rejections_partitions: 2,
+      ingest_rejections_partitions: 6,
       light_events_partitions: 1,
     },
     'the run says what it removed, per table',
@@ -234,16 +236,18 @@ t.test('retention: exactly what is past its age goes, live rows and the boundary
 
   t.same(
     await chCounts(),
-    { heartbeats: 4, diagnostics: 4, status_history: 4, ingest_rejections: 4, light_events: 6, host_metrics: 8 },
+    { heartbeats: 2, diagnostics: 4, status_history: 4, ingest_rejections: 2, light_events: 6, host_metrics: 8 },
     'ClickHouse: the months wholly past their retention are gone, row counts per table',
   );
   const parts = await listPartitions(s.ch, { database: s.env.CLICKHOUSE_DB! });
   const byTable = (table: string) => parts.filter((p) => p.table === table).map((p) => p.partition);
-  for (const table of ['heartbeats', 'diagnostics', 'status_history', 'ingest_rejections']) t.same(byTable(table), ['202605', '202606'], `${table}: the month of the cutoff and now stay`);
+  for (const table of ['diagnostics', 'status_history']) t.same(byTable(table), ['202605', '202606'], `${table}: the month of the cutoff and now stay`);
+  // Day partitions (migration 0006-day-partitions): the days before the cutoff's day go, May's included.
+  for (const table of ['heartbeats', 'ingest_rejections']) t.same(byTable(table), ['20260615', '20260616'], `${table}: by day, only the days inside the retention stay`);
   t.same(byTable('light_events'), ['202604', '202605', '202606'], 'light_events (400 days): only January 2025 went');
   t.same(byTable('host_metrics'), ['202501', '202604', '202605', '202606'], 'host_metrics (0: forever): every month stays');
 
   t.same(await runRetention(deps({ postgres: P, clickhouse: CH_DAYS })), {}, 'a second run removes nothing');
   t.same(await pgCounts(), pgAfter);
-  t.same(await chCounts(), { heartbeats: 4, diagnostics: 4, status_history: 4, ingest_rejections: 4, light_events: 6, host_metrics: 8 });
+  t.same(await chCounts(), { heartbeats: 2, diagnostics: 4, status_history: 4, ingest_rejections: 2, light_events: 6, host_metrics: 8 });
 });

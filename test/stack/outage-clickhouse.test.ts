@@ -32,7 +32,7 @@ t.test('a detached table: the reports wait until it is attached again, then are 
 
 t.test('too many parts: the reports wait until the parts are gone, then are stored once', async (t) => {
   // 18.16 refuses inserts into a table whose partition with the most active parts has
-  // parts_to_throw_insert (300) of them. Filler rows of the year 2001 (a partition of their own,
+  // parts_to_throw_insert (300) of them. Filler rows of 2001-01-01 (a partition of their own,
   // so ending the fault drops them without merging the reports' parts), one part per row.
   await ch(`SYSTEM STOP MERGES ${db}.heartbeats`);
   const filler = async (rows: number) => {
@@ -46,7 +46,7 @@ t.test('too many parts: the reports wait until the parts are gone, then are stor
     });
   };
   const parts = async () =>
-    Number(((await (await s.ch.query({ query: `SELECT count() AS n FROM system.parts WHERE database = '${db}' AND table = 'heartbeats' AND active AND partition = '200101'`, format: 'JSONEachRow' })).json()) as { n: string }[])[0]!.n);
+    Number(((await (await s.ch.query({ query: `SELECT count() AS n FROM system.parts WHERE database = '${db}' AND table = 'heartbeats' AND active AND partition = '20010101'`, format: 'JSONEachRow' })).json()) as { n: string }[])[0]!.n);
   await outageTest(t, s, worker, 'parts', 6, {
     dependency: 'clickhouse',
     reason: /ClickHouse error 252 TOO_MANY_PARTS/,
@@ -58,6 +58,6 @@ t.test('too many parts: the reports wait until the parts are gone, then are stor
       await Promise.all(Array.from({ length: Math.max(0, left) }, () => filler(1).catch(() => {})));
       t.ok((await parts()) >= 300, 'the partition has 300 parts');
     },
-    end: () => ch(`ALTER TABLE ${db}.heartbeats DROP PARTITION 200101`),
+    end: () => ch(`ALTER TABLE ${db}.heartbeats DROP PARTITION 20010101`),
   });
 });

@@ -31,3 +31,15 @@ t.test('a cluster: replicated local tables, Distributed tables over them, everyt
   t.notOk(cluster.some((s) => /^ALTER TABLE fleet\.heartbeats ON/.test(s)), 'never ALTER ON CLUSTER of the Distributed table (18.16 refuses it)');
   t.ok(cluster.includes('CREATE VIEW IF NOT EXISTS fleet.heartbeats_v ON CLUSTER fleet AS SELECT * FROM fleet.heartbeats FINAL'));
 });
+
+t.test('0006-day-partitions: no SQL of its own, the two tables with their sorting keys to repartition', async (t) => {
+  for (const target of [{ database: '' }, { cluster: 'fleet', database: 'fleet' }]) {
+    const m = clickhouseMigrationsFor(target).find((x) => x.id === '0006-day-partitions')!;
+    t.same(m.sql, []);
+    t.same(m.repartition, [
+      { table: 'heartbeats', from: 'toYYYYMM(received_at)', to: 'toYYYYMMDD(received_at)', orderBy: 'customer_id, instance_id, received_ms, report_id' },
+      { table: 'ingest_rejections', from: 'toYYYYMM(received_at)', to: 'toYYYYMMDD(received_at)', orderBy: 'customer_id, received_ms, id' },
+    ]);
+  }
+  t.ok(clickhouseMigrationsFor({ database: '' }).filter((x) => x.id !== '0006-day-partitions').every((x) => x.repartition.length === 0), 'no other migration repartitions');
+});
