@@ -31,6 +31,7 @@ import { quotaHandlers } from './handlers/quotas.js';
 import { deadLetterHandlers } from './handlers/dead-letters.js';
 import { invitationHandlers } from './handlers/invitations.js';
 import { sessionHandlers } from './handlers/sessions.js';
+import { decommissionHandlers } from './handlers/decommission.js';
 import { Mailer } from './mail.js';
 import { streamAuthStillValid } from './stream-auth.js';
 import { ping } from '../lib/infra/postgres.js';
@@ -147,6 +148,7 @@ export async function buildApi(d: ApiDeps): Promise<FastifyInstance> {
     ...deadLetterHandlers(d),
     ...invitationHandlers(d, mailer),
     ...sessionHandlers(d, mailer),
+    ...decommissionHandlers(d),
     api_healthz: () => ({ ok: true }),
     api_readyz: async (_req, reply) => {
       try {

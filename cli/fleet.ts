@@ -17,6 +17,7 @@ import { CliError, filterOf, formatList, formatReplay, formatShow, intOption, wi
 import { LIMITS } from '../lib/store/dead-letters.js';
 import { passwordProblem } from '../lib/domain/passwords.js';
 import { revokeUserSessions } from '../lib/store/sessions.js';
+import { clearInstanceState, instanceIdBySlugs, machineIdBySlug, retireInstance, retireMachine, type Retirement } from '../lib/store/decommission.js';
 
 // Read when a command runs, not before: `fleet --help` works whatever the environment holds.
 let loaded: Config | undefined;
@@ -349,6 +350,44 @@ program
       fail(e instanceof IngestBatchError ? e.message : `ingest-batch failed: ${(e as Error).message}`);
     }
   });
+
+// Decommissioning (docs/operations.md, "Decommissioning"): the api's retire, by slugs. Sends no
+// command hint (no NATS here): gateways drop cancelled commands at their next full re-read.
+async function retire(slug: string, what: string, find: (p: ReturnType<typeof createPool>, customerId: string) => Promise<string | null>, run: typeof retireMachine) {
+  const cfg = config();
+  const r: Retirement = await withPool(async (p) => {
+    const c = await findCustomer(p, slug);
+    if (!c) fail(`no customer ${slug}`);
+    const id = await find(p, c.id);
+    if (!id) fail(`no ${what} of ${slug}`);
+    return run(p, c.id, id, null);
+  }).catch((e) => fail((e as Error).message));
+  const redis = createRedis(cfg.redisUrl, { lazyConnect: true });
+  redis.on('error', () => {});
+  try {
+    await clearInstanceState(redis, cfg.redisPrefix, r.instances.map((i) => i.id));
+  } catch (e) {
+    fail(`retired in Postgres, but its Redis state was not cleared (${(e as Error).message}); run the command again`);
+  } finally {
+    redis.disconnect();
+  }
+  const { hints: _hints, ...out } = r;
+  process.stdout.write(JSON.stringify({ ...out, retired_at: r.retired_at.toISOString() }, null, 2) + '\n');
+}
+
+const machineCmd = program.command('machine').description('machines: retire (decommission)');
+machineCmd
+  .command('retire <customer> <machine>')
+  .description('retire a machine and all its instances: they leave the fleet, the counts and the licence; their history stays (repeatable)')
+  .action((slug: string, machine: string) => retire(slug, `machine ${machine}`, (p, id) => machineIdBySlug(p, id, machine), retireMachine));
+
+const instanceCmd = program.command('instance').description('instances: retire (decommission)');
+instanceCmd
+  .command('retire <customer> <machine> <software>')
+  .description('retire one instance (software on a machine): it leaves the fleet and the counts; its machine stays (repeatable)')
+  .action((slug: string, machine: string, software: string) =>
+    retire(slug, `instance ${machine}/${software}`, (p, id) => instanceIdBySlugs(p, id, machine, software), retireInstance),
+  );
 
 // Dead letters (docs/operations.md, "Dead letters"): reports the workers could not store.
 const deadLetters = program.command('dead-letters').description('reports the workers could not store: list, show, replay (docs/operations.md, "Dead letters")');

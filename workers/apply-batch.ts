@@ -31,7 +31,7 @@ import { applyHelpTexts } from './help-texts.js';
 import type { WhitelistCache, Suppression } from './whitelist-cache.js';
 import { noteNewMachines } from './licences.js';
 import type { HeartbeatState, Resolved } from './heartbeat-state.js';
-import { upsertMachines, type MachineSeen } from '../lib/store/machines.js';
+import { upsertMachines, dropMachinesWithoutInstances, type MachineSeen } from '../lib/store/machines.js';
 import { upsertInstances } from '../lib/store/instances.js';
 import { reportRowStart, heartbeatRow, diagnosticRow, statusRow, insertReportRows, type ReportTable } from '../lib/store/history.js';
 import { rejectionRow, insertRejectionRows } from '../lib/store/rejections.js';
@@ -152,12 +152,15 @@ async function upsertMachinesAndInstances(c: PoolClient, updates: InstanceUpdate
   }
   const ms_ = [...machines.values()].sort((a, b) => (a.customerId + a.slug < b.customerId + b.slug ? -1 : 1));
   const mrows = await upsertMachines(c, ms_);
-  // Licence limits, grace period and first-device conversions (workers/licences.ts).
-  await noteNewMachines(c, mrows.filter((r) => r.inserted));
   const machineIds = new Map(mrows.map((r) => [machineKey(r.customer_id, r.slug), r.id]));
 
+  // A machine the upsert left out was retired after these reports were received: they are dropped
+  // (docs/operations.md "Decommissioning"); so are the instances the instance upsert leaves out.
   const rows = updates
-    .map((u) => ({ u, machineId: machineIds.get(machineKey(u.customerId, u.machine))! }))
+    .flatMap((u) => {
+      const machineId = machineIds.get(machineKey(u.customerId, u.machine));
+      return machineId ? [{ u, machineId }] : [];
+    })
     .sort((a, b) => (a.machineId + a.u.software < b.machineId + b.u.software ? -1 : 1));
   const col = <T>(f: (u: InstanceUpdate) => T) => rows.map((r) => f(r.u));
   const hbf = new Map(updates.flatMap((u) => (u.heartbeat ? [[u, heartbeatFields(u.heartbeat.at, u.heartbeat.agentTs, u.heartbeat.skew, u.heartbeat.body as Heartbeat)] as const] : [])));
@@ -187,6 +190,12 @@ async function upsertMachinesAndInstances(c: PoolClient, updates: InstanceUpdate
     col((u) => u.heartbeat?.skew ?? null),
     col((u) => u.machine),
   ]);
+  // A machine made now that has no instance: retired while this upsert waited for its lock.
+  const kept = new Set(irows.map((r) => r.machine_id));
+  const orphans = mrows.filter((r) => r.inserted && !kept.has(r.id)).map((r) => r.id);
+  if (orphans.length) await dropMachinesWithoutInstances(c, orphans);
+  // Licence limits, grace period and first-device conversions (workers/licences.ts).
+  await noteNewMachines(c, mrows.filter((r) => r.inserted && kept.has(r.id)));
   const out = new Map<string, Resolved & { pgAt: number | null }>();
   const byMachine = new Map(rows.map((r) => [`${r.machineId}|${r.u.software}`, r.u.key]));
   for (const r of irows) {

@@ -169,6 +169,15 @@ const en = {
   'artifacts.uploaded': 'Uploaded',
   'artifacts.more': 'The newest {shown} of {total}.',
 
+  'retire.title': 'Decommission',
+  'retire.explain': 'Retire this instance, or its whole machine, when it has left the fleet: it disappears from the list, the counts and the licence and never turns red again. Its history stays. If it reports again, it comes back as a new one.',
+  'retire.instance': 'Retire this instance',
+  'retire.machine': 'Retire machine {machine}',
+  'retire.confirmInstance': 'Retire {name}? It leaves the fleet; its open commands are cancelled.',
+  'retire.confirmMachine': 'Retire machine {machine} with all its software? It leaves the fleet and the licence; its open commands are cancelled.',
+  'retire.retired': 'Retired {when}. It is no longer in the fleet; if it reports again it comes back as a new instance.',
+  'reason.retired': 'retired',
+
   'commands.title': 'Commands',
   'commands.available': 'Offered by the agent',
   'commands.noneAvailable': 'The agent offers no commands (its status snapshot lists none).',
@@ -458,6 +467,14 @@ const de: Record<Key, string> = {
   'severity.warning': 'Warnung',
   'severity.error': 'Fehler',
   'reason.ok': 'in Ordnung',
+  'reason.retired': 'außer Betrieb genommen',
+  'retire.title': 'Außerbetriebnahme',
+  'retire.explain': 'Nehmen Sie diese Instanz oder die ganze Maschine außer Betrieb, wenn sie die Flotte verlassen hat: Sie verschwindet aus der Liste, den Zählungen und der Lizenz und wird nie wieder rot. Ihre Historie bleibt. Meldet sie sich wieder, kommt sie als neue zurück.',
+  'retire.instance': 'Diese Instanz außer Betrieb nehmen',
+  'retire.machine': 'Maschine {machine} außer Betrieb nehmen',
+  'retire.confirmInstance': '{name} außer Betrieb nehmen? Sie verlässt die Flotte; offene Befehle werden abgebrochen.',
+  'retire.confirmMachine': 'Maschine {machine} mit all ihrer Software außer Betrieb nehmen? Sie verlässt die Flotte und die Lizenz; offene Befehle werden abgebrochen.',
+  'retire.retired': 'Außer Betrieb seit {when}. Sie gehört nicht mehr zur Flotte; meldet sie sich wieder, kommt sie als neue Instanz zurück.',
   'reason.noHeartbeatYet': 'noch kein Heartbeat',
   'reason.stopped': 'Status gestoppt',
   'reason.silent': 'seit mehr als {s} s kein Heartbeat',
@@ -840,6 +857,7 @@ export function reasonText(reason: string | null | undefined, t: Translate): str
     'status stopped': 'reason.stopped',
     'status error': 'reason.error',
     'status degraded': 'reason.degraded',
+    retired: 'reason.retired',
   };
   if (fixed[reason]) return t(fixed[reason]!);
   let m = /^no heartbeat for more than (\d+(?:\.\d+)?) s$/.exec(reason);

@@ -19,7 +19,7 @@ export type InstanceList = Omit<Static<typeof Api.InstanceList>, 'items' | 'grou
   items: Instance[];
   groups?: { key: string | null; count: number; items: Instance[] }[];
 };
-export type InstanceDetail = Instance & { snapshot: Record<string, unknown> | null };
+export type InstanceDetail = Instance & { snapshot: Record<string, unknown> | null; retired_at?: string | null };
 export type Diagnostic = Static<typeof Api.Diagnostic>;
 export type Session = Static<typeof Api.Session>;
 export type Me = Static<typeof Acc.Me>;

@@ -32,6 +32,7 @@ const TAGS: Record<string, string> = {
   'dead letters': 'Reports the workers could not store: list, inspect, replay (system administrators)',
   docs: 'This description',
   operations: 'Liveness, readiness and metrics of each process',
+  decommissioning: 'Retiring machines and instances: they leave the fleet, the counts and the licence; their history stays',
 };
 
 const AUTH_TEXT: Record<Auth, string> = {

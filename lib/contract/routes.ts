@@ -30,6 +30,7 @@ import {
 import { DashboardAssetParams, DashboardInstanceParams } from './schemas/dashboard.js';
 import { QuotaList } from './schemas/quotas.js';
 import { DeadLetterQuery, DeadLetterList, DeadLetterParams, DeadLetterDetail, ReplayBody, ReplayAnswer } from './schemas/dead-letters.js';
+import { Retirement } from './schemas/decommission.js';
 
 export type Service = 'gateway' | 'api';
 export type Method = 'GET' | 'POST' | 'PUT' | 'DELETE';
@@ -1026,7 +1027,7 @@ export const routes = [
       400: err('ill-formed id or body'),
       ...authErrors,
       404: err('no such instance'),
-      409: err('too many open commands for this instance'),
+      409: err('too many open commands for this instance, or the instance is retired'),
       413: err('args over COMMAND_ARGS_MAX_BYTES'),
       422: err('the latest snapshot does not advertise this command, or the args do not match its params'),
     },
@@ -1059,6 +1060,30 @@ export const routes = [
       404: err('no such command'),
       409: err('the command is no longer queued'),
     },
+  }),
+  // Decommissioning (issue 25): POST, not DELETE: the row and its history stay (GET still answers
+  // the id, `retired_at` set); only its place in the fleet ends. Repeating it is harmless.
+  route({
+    service: 'api',
+    method: 'POST',
+    path: '/api/machines/{id}/retire',
+    operationId: 'retire_machine',
+    summary: 'Retire a machine and all its instances: they leave the fleet, the counts and the licence, and never turn red again',
+    tags: ['decommissioning'],
+    auth: 'admin',
+    params: IdParams,
+    responses: { 200: { description: 'retired (or retired before)', schema: Retirement }, 400: err('ill-formed id'), ...authErrors, 404: err('no such machine') },
+  }),
+  route({
+    service: 'api',
+    method: 'POST',
+    path: '/api/instances/{id}/retire',
+    operationId: 'retire_instance',
+    summary: 'Retire one instance: it leaves the fleet and the counts, and never turns red again; its machine stays',
+    tags: ['decommissioning'],
+    auth: 'admin',
+    params: IdParams,
+    responses: { 200: { description: 'retired (or retired before)', schema: Retirement }, 400: err('ill-formed id'), ...authErrors, 404: err('no such instance') },
   }),
   ...dashboardRoutes(),
   ...ops('api'),

@@ -93,8 +93,8 @@ export async function queueCommand(pool: Pool, q: QueueInput): Promise<{ command
   if (Buffer.byteLength(argsJson) > q.argsMaxBytes) throw new HttpError(413, `args of ${Buffer.byteLength(argsJson)} bytes are over the limit of ${q.argsMaxBytes} bytes`);
   return withTx(pool, async (c) => {
     // The row lock serialises queueing for one instance, so the open-command limit holds.
-    const r = await c.query<{ machine: string; software: string; snapshot: unknown }>(
-      `SELECT m.slug AS machine, i.software, i.snapshot
+    const r = await c.query<{ machine: string; software: string; snapshot: unknown; retired: boolean }>(
+      `SELECT m.slug AS machine, i.software, i.snapshot, i.retired_at IS NOT NULL AS retired
          FROM instances i JOIN machines m ON m.id = i.machine_id
         WHERE i.customer_id = $1 AND i.id = $2
           FOR NO KEY UPDATE OF i`,
@@ -102,6 +102,8 @@ export async function queueCommand(pool: Pool, q: QueueInput): Promise<{ command
     );
     const inst = r.rows[0];
     if (!inst) throw notFound('no such instance');
+    // Retirement cancels the open commands (lib/store/decommission.ts) under this same row lock.
+    if (inst.retired) throw new HttpError(409, 'the instance is retired: it takes no commands');
     const advertised = advertisedCommands(inst.snapshot);
     const hit = advertised.find((a) => a.module === q.module && a.name === q.command);
     if (!hit) {

@@ -54,7 +54,8 @@ export interface InstanceFilter {
 
 /** WHERE conditions over `instances i` for these filters; `param` adds a value, returns its placeholder. */
 function filterSql(customerParam: string, f: InstanceFilter, param: (v: unknown) => string): string[] {
-  const where = [`i.customer_id = ${customerParam}`];
+  // Retired instances (lib/store/decommission.ts) are no longer the fleet: not listed, not counted.
+  const where = [`i.customer_id = ${customerParam}`, 'i.retired_at IS NULL'];
   if (f.machine !== undefined) where.push(`i.machine = ${param(f.machine)}`);
   if (f.software !== undefined) where.push(`i.software = ${param(f.software)}`);
   if (f.group !== undefined) where.push(`i.group_name = ${param(f.group)}`);
@@ -79,11 +80,13 @@ export async function countLights(pool: Pool, customerId: string, light: LightPa
   return out;
 }
 
+// A retired instance (only GET /api/instances/{id} still answers it) is grey, reason `retired`,
+// since its retirement: it is never silent, so never red (docs/operations.md "Decommissioning").
 function instanceSelect(extra = ''): string {
   return `SELECT i.id, i.machine_id, i.machine, i.software,
-                 ${LIGHT} AS light,
-                 ${lightReasonSql('i', '$2::float8', '$3::float8')} AS light_reason,
-                 ${lightSinceSql('i', '$2::float8', '$3::float8')} AS light_since,
+                 CASE WHEN i.retired_at IS NOT NULL THEN 'grey' ELSE ${LIGHT} END AS light,
+                 CASE WHEN i.retired_at IS NOT NULL THEN 'retired' ELSE ${lightReasonSql('i', '$2::float8', '$3::float8')} END AS light_reason,
+                 CASE WHEN i.retired_at IS NOT NULL THEN i.retired_at ELSE ${lightSinceSql('i', '$2::float8', '$3::float8')} END AS light_since,
                  i.first_seen_at, i.last_seen_at, i.last_heartbeat_at, i.version, i.uptime_seconds, i.pid,
                  COALESCE(i.ip_addresses, '{}') AS ip_addresses, i.group_name, i.location, i.group_priority, i.sort_priority,
                  i.status, i.status_message, i.status_at, i.agent_ts, i.clock_skew ${extra}
@@ -93,9 +96,9 @@ function instanceSelect(extra = ''): string {
 /** An instance row as the api answers it (the column group_name is the field `group`). */
 export type InstanceRow = InstanceTimes & Record<string, unknown>;
 
-/** The customer's instance with its snapshot; 404 otherwise. */
+/** The customer's instance with its snapshot (also when retired: `retired_at`); 404 otherwise. */
 export async function getInstance(pool: Pool, customerId: string, light: LightParams, id: string): Promise<InstanceRow> {
-  const r = await pool.query<InstanceRow>(`${instanceSelect(', i.snapshot')} WHERE i.customer_id = $1 AND i.id = $4`, [customerId, light.timeoutS, light.windowS, id]);
+  const r = await pool.query<InstanceRow>(`${instanceSelect(', i.snapshot, i.retired_at')} WHERE i.customer_id = $1 AND i.id = $4`, [customerId, light.timeoutS, light.windowS, id]);
   if (!r.rows[0]) throw notFound('no such instance');
   return r.rows[0];
 }
@@ -135,9 +138,9 @@ export async function listInstances(pool: Pool, customerId: string, light: Light
 
 // ---- the workers' side: the stored colour (`light`, recorded by workers/traffic-light.ts) -----
 
-/** Instances per stored colour, all customers (`n`: a bigint count, as text): one scan of the table. */
+/** Instances per stored colour, all customers, retired ones left out (`n`: a bigint count, as text): one scan of the table. */
 export async function countStoredLights(db: Db): Promise<{ light: string; n: string }[]> {
-  const r = await db.query<{ light: string; n: string }>(`SELECT light, count(*) AS n FROM instances GROUP BY light`);
+  const r = await db.query<{ light: string; n: string }>(`SELECT light, count(*) AS n FROM instances WHERE retired_at IS NULL GROUP BY light`);
   return r.rows;
 }
 
@@ -151,11 +154,11 @@ export async function lockInstances(c: PoolClient, instanceIds: string[]): Promi
 
 const SWEEP_SQL = `WITH h AS (SELECT LEAST(now(), to_timestamp($4::float8 / 1000)) AS t)
        (SELECT id FROM instances i, h
-         WHERE light IN ('green', 'yellow') AND ${silentSql('i', '$1::float8', 'h.t')}
+         WHERE light IN ('green', 'yellow') AND retired_at IS NULL AND ${silentSql('i', '$1::float8', 'h.t')}
          ORDER BY last_heartbeat_at LIMIT $3)
        UNION
        (SELECT id FROM instances, h
-         WHERE light = 'yellow' AND status IS DISTINCT FROM 'degraded'
+         WHERE light = 'yellow' AND retired_at IS NULL AND status IS DISTINCT FROM 'degraded'
            AND (last_warning_at IS NULL OR last_warning_at <= h.t - make_interval(secs => $2::float8))
          LIMIT $3)`;
 
@@ -178,7 +181,7 @@ export async function instancesDueForSweep(db: Db, heartbeatTimeoutS: number, wa
 export async function silentButLit(db: Db, instanceIds: string[], heartbeatTimeoutS: number): Promise<{ id: string; due: number }[]> {
   const r = await db.query<{ id: string; due: number }>(
     `SELECT id, (extract(epoch FROM last_heartbeat_at) * 1000)::float8 + $2::float8 * 1000 AS due
-         FROM instances i WHERE id = ANY($1::uuid[]) AND light IN ('green', 'yellow')
+         FROM instances i WHERE id = ANY($1::uuid[]) AND light IN ('green', 'yellow') AND retired_at IS NULL
           AND ${silentSql('i', '$2::float8')}`,
     [instanceIds, heartbeatTimeoutS],
   );
@@ -189,7 +192,7 @@ export async function silentButLit(db: Db, instanceIds: string[], heartbeatTimeo
 // (workers/heartbeat-state.ts), both newest-wins on receive times, so a batch applied twice leaves
 // what it left once --------------------------------------------------------------------------
 
-/** Ids of existing instances, by (customer id, machine slug, software): one read for many. */
+/** Ids of existing instances (not retired), by (customer id, machine slug, software): one read for many. */
 export async function findInstanceIds(
   db: Db,
   customerIds: string[],
@@ -199,8 +202,8 @@ export async function findInstanceIds(
   const r = await db.query<{ customer_id: string; slug: string; software: string; machine_id: string; instance_id: string }>(
     `SELECT m.customer_id, m.slug, i.software, m.id AS machine_id, i.id AS instance_id
          FROM unnest($1::uuid[], $2::text[], $3::text[]) AS k(customer_id, slug, software)
-         JOIN machines m ON m.customer_id = k.customer_id AND m.slug = k.slug
-         JOIN instances i ON i.machine_id = m.id AND i.software = k.software`,
+         JOIN machines m ON m.customer_id = k.customer_id AND m.slug = k.slug AND m.retired_at IS NULL
+         JOIN instances i ON i.machine_id = m.id AND i.software = k.software AND i.retired_at IS NULL`,
     [customerIds, machines, software],
   );
   return r.rows;
@@ -262,6 +265,14 @@ export interface UpsertedInstance {
   pg_ms: number | null;
 }
 
+/**
+ * A report received before its instance was retired (or its machine: the instances go with it) and
+ * applied after it: it brings nothing back (docs/operations.md "Decommissioning"). Over `t`, the
+ * incoming rows; `last_ms` is the newest receive time of the instance's reports in the batch.
+ */
+const RETIRED_AFTER = `SELECT 1 FROM instances r WHERE r.customer_id = t.customer_id AND r.machine = t.machine AND r.software = t.software
+                          AND r.retired_at IS NOT NULL AND r.retired_at >= to_timestamp(t.last_ms / 1000.0)`;
+
 const UPSERT_SQL = `INSERT INTO instances (customer_id, machine_id, software, first_seen_at, last_seen_at, last_heartbeat_at, agent_ts,
                             version, uptime_seconds, pid, ip_addresses, group_name, location, group_priority, sort_priority,
                             status, status_message, status_at, snapshot, last_warning_at, clock_skew, machine)
@@ -275,8 +286,9 @@ const UPSERT_SQL = `INSERT INTO instances (customer_id, machine_id, software, fi
                    $16::text[], $17::text[], $18::float8[], $19::text[], $20::float8[], $21::bool[], $22::text[]) WITH ORDINALITY
             AS t(customer_id, machine_id, software, first_ms, last_ms, hb_ms, agent_ms, version, uptime_seconds, pid, ips,
                  group_name, location, group_priority, sort_priority, status, status_message, status_ms, snapshot, warn_ms, skew, machine, n)
+      WHERE NOT EXISTS (${RETIRED_AFTER})
       ORDER BY n
-     ON CONFLICT (machine_id, software) DO UPDATE SET
+     ON CONFLICT (machine_id, software) WHERE retired_at IS NULL DO UPDATE SET
         first_seen_at = LEAST(instances.first_seen_at, EXCLUDED.first_seen_at),
         last_seen_at = GREATEST(instances.last_seen_at, EXCLUDED.last_seen_at),
         last_heartbeat_at = GREATEST(instances.last_heartbeat_at, EXCLUDED.last_heartbeat_at),
@@ -290,7 +302,9 @@ const UPSERT_SQL = `INSERT INTO instances (customer_id, machine_id, software, fi
 /**
  * The ingest upsert, in the transaction of `c` (race-safe: concurrent first reports of an instance
  * make one row). Times only move forward; heartbeat fields and the latest status come from the
- * newest report only, a heartbeat's fields it leaves out keep their stored values.
+ * newest report only, a heartbeat's fields it leaves out keep their stored values. A retired row is
+ * never written: a report after the retirement makes a new row (a new id and first seen); one
+ * received before it is left out (RETIRED_AFTER), so an instance absent from the answer was not written.
  */
 export async function upsertInstances(c: PoolClient, columns: InstanceUpsertColumns): Promise<UpsertedInstance[]> {
   const r = await c.query<UpsertedInstance>(UPSERT_SQL, columns);
@@ -308,13 +322,13 @@ const FLUSH_SQL = `UPDATE instances SET
                    FROM unnest($1::uuid[], $2::float8[], $3::float8[], $4::text[], $5::bigint[], $6::bigint[], $7::text[], $8::text[],
                                $9::text[], $10::bigint[], $11::bigint[], $12::bool[])
                         AS t(id, hb_ms, agent_ms, version, uptime_seconds, pid, ips, group_name, location, group_priority, sort_priority, skew)) d
-          WHERE instances.id = d.id
+          WHERE instances.id = d.id AND instances.retired_at IS NULL
           RETURNING instances.id, ${PG_MS('instances.last_heartbeat_at')} AS pg_ms`;
 
 /**
  * The flusher's write, in the transaction of `c`: the heartbeat `fields[k]` for instance
  * `instanceIds[k]`, with the ingest upsert's newest-wins rules. Returns each instance written and
- * the receive time (ms) of the heartbeat it holds now; an instance Postgres no longer has is absent.
+ * the receive time (ms) of the heartbeat it holds now; an instance Postgres no longer has, or retired, is absent.
  */
 export async function writeHeartbeats(c: PoolClient, instanceIds: string[], fields: HeartbeatFields[]): Promise<{ id: string; pg_ms: number }[]> {
   const f = fields;

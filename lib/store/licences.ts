@@ -73,7 +73,8 @@ export async function getLicence(db: Db, customerId: string): Promise<LicenceRow
   return r.rows[0] ?? null;
 }
 
-const COUNT = `SELECT count(*)::int AS n FROM machines WHERE customer_id = $1 AND last_seen_at > now() - make_interval(days => ${DEVICE_WINDOW_DAYS})`;
+// Retired machines (lib/store/decommission.ts) are not devices any more.
+const COUNT = `SELECT count(*)::int AS n FROM machines WHERE customer_id = $1 AND retired_at IS NULL AND last_seen_at > now() - make_interval(days => ${DEVICE_WINDOW_DAYS})`;
 
 export async function deviceCount(db: Db, customerId: string): Promise<number> {
   return (await db.query<{ n: number }>(COUNT, [customerId])).rows[0]!.n;
@@ -143,7 +144,7 @@ export async function reconcileLicences(pool: Pool): Promise<number> {
   const candidates = await pool.query<{ customer_id: string }>(
     `SELECT l.customer_id FROM licences l
        LEFT JOIN (SELECT customer_id, count(*) AS n FROM machines
-                   WHERE last_seen_at > now() - make_interval(days => ${DEVICE_WINDOW_DAYS}) GROUP BY customer_id) m USING (customer_id)
+                   WHERE retired_at IS NULL AND last_seen_at > now() - make_interval(days => ${DEVICE_WINDOW_DAYS}) GROUP BY customer_id) m USING (customer_id)
       WHERE (COALESCE(m.n, 0) > l.device_limit) <> (l.over_limit_since IS NOT NULL)`,
   );
   let changed = 0;
@@ -203,7 +204,7 @@ export async function lockLicences(c: PoolClient, customerIds: string[]): Promis
 export async function deviceCounts(db: Db, customerIds: string[]): Promise<Map<string, number>> {
   const r = await db.query<{ customer_id: string; n: number }>(
     `SELECT customer_id, count(*)::int AS n FROM machines
-      WHERE customer_id = ANY($1::uuid[]) AND last_seen_at > now() - make_interval(days => ${DEVICE_WINDOW_DAYS})
+      WHERE customer_id = ANY($1::uuid[]) AND retired_at IS NULL AND last_seen_at > now() - make_interval(days => ${DEVICE_WINDOW_DAYS})
       GROUP BY customer_id`,
     [customerIds],
   );

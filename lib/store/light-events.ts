@@ -71,7 +71,7 @@ const TRANSITION_SQL = `
            ${lightReasonSql('i', '$2::float8', '$3::float8', H('i'))} AS reason, ${H('i')} AS judged_at,
            i.light_since, i.last_heartbeat_at, i.last_warning_at, i.last_seen_at, i.status_at, i.light
       FROM instances i JOIN machines m ON m.id = i.machine_id JOIN customers c ON c.id = i.customer_id
-     WHERE i.id = ANY($1::uuid[])
+     WHERE i.id = ANY($1::uuid[]) AND i.retired_at IS NULL
   ), chg AS (
     SELECT cur.*, ${lightAtSql('cur', 'cur.new_light', '$2::float8', '$3::float8', 'cur.judged_at')} AS at
       FROM cur WHERE cur.new_light <> cur.old_light
@@ -94,7 +94,9 @@ const TRANSITION_SQL = `
  * a row's last judgement), and records every change: the instance's light columns, only where the
  * stored colour is still the one the statement saw (of several workers racing on one change,
  * exactly one records it), and its outbox row. In the transaction of `c`; the rows' locks are the
- * caller's business (lockInstances, lib/store/instances.ts).
+ * caller's business (lockInstances, lib/store/instances.ts). A retired instance never changes
+ * colour again (no event, no webhook): a retirement committed first leaves it out, whichever path
+ * (report, expiry, sweep) asks.
  */
 export async function recordLightChanges(
   c: PoolClient,

@@ -7,7 +7,7 @@
 import type { Pool, PoolClient } from '../infra/postgres.js';
 import { notFound } from '../contract/errors.js';
 
-/** 404 unless the machine is the customer's. */
+/** 404 unless the machine is the customer's (retired or not). */
 export async function ownedMachine(db: Pool | PoolClient, customerId: string, id: string): Promise<void> {
   const r = await db.query('SELECT 1 FROM machines WHERE customer_id = $1 AND id = $2', [customerId, id]);
   if (!r.rowCount) throw notFound('no such machine');
@@ -25,7 +25,7 @@ export interface FlaggedMachine {
 export async function listFlaggedMachines(pool: Pool, customerId: string): Promise<FlaggedMachine[]> {
   const r = await pool.query<FlaggedMachine>(
     `SELECT slug, first_seen_at, last_seen_at, over_limit_at FROM machines
-        WHERE customer_id = $1 AND over_limit_at IS NOT NULL ORDER BY over_limit_at DESC, slug LIMIT 100`,
+        WHERE customer_id = $1 AND over_limit_at IS NOT NULL AND retired_at IS NULL ORDER BY over_limit_at DESC, slug LIMIT 100`,
     [customerId],
   );
   return r.rows;
@@ -37,14 +37,14 @@ export interface MachineSlug {
   slug: string;
 }
 
-/** Every machine of these customers. */
+/** Every machine of these customers (retired ones left out: a retired machine that reports again is new). */
 export async function machineSlugsOf(pool: Pool, customerIds: string[]): Promise<MachineSlug[]> {
-  return (await pool.query<MachineSlug>('SELECT customer_id, slug FROM machines WHERE customer_id = ANY($1::uuid[])', [customerIds])).rows;
+  return (await pool.query<MachineSlug>('SELECT customer_id, slug FROM machines WHERE customer_id = ANY($1::uuid[]) AND retired_at IS NULL', [customerIds])).rows;
 }
 
 /** The machines of these customers created after `since` (by `created_at`). */
 export async function machineSlugsCreatedSince(pool: Pool, customerIds: string[], since: Date): Promise<MachineSlug[]> {
-  return (await pool.query<MachineSlug>('SELECT customer_id, slug FROM machines WHERE customer_id = ANY($1::uuid[]) AND created_at > $2', [customerIds, since])).rows;
+  return (await pool.query<MachineSlug>('SELECT customer_id, slug FROM machines WHERE customer_id = ANY($1::uuid[]) AND created_at > $2 AND retired_at IS NULL', [customerIds, since])).rows;
 }
 
 /**
@@ -79,20 +79,34 @@ export interface UpsertedMachine {
 
 /**
  * The ingest upsert of machines, in the transaction of `c`, in the order given (the caller's lock
- * order: customer id, then slug). First and last seen only widen.
+ * order: customer id, then slug). First and last seen only widen. A retired machine is never
+ * written: a report after its retirement makes a new row; one received before it is left out (no
+ * row in the answer), and so are its instances (lib/store/instances.ts, RETIRED_AFTER).
  */
 export async function upsertMachines(c: PoolClient, machines: MachineSeen[]): Promise<UpsertedMachine[]> {
   const r = await c.query<UpsertedMachine>(
     `INSERT INTO machines (customer_id, slug, first_seen_at, last_seen_at)
      SELECT c, s, to_timestamp(f / 1000.0), to_timestamp(l / 1000.0)
-       FROM unnest($1::uuid[], $2::text[], $3::float8[], $4::float8[]) WITH ORDINALITY AS t(c, s, f, l, n) ORDER BY n
-     ON CONFLICT (customer_id, slug) DO UPDATE
+       FROM unnest($1::uuid[], $2::text[], $3::float8[], $4::float8[]) WITH ORDINALITY AS t(c, s, f, l, n)
+      WHERE NOT EXISTS (SELECT 1 FROM machines r WHERE r.customer_id = t.c AND r.slug = t.s
+                           AND r.retired_at IS NOT NULL AND r.retired_at >= to_timestamp(t.l / 1000.0))
+      ORDER BY n
+     ON CONFLICT (customer_id, slug) WHERE retired_at IS NULL DO UPDATE
         SET first_seen_at = LEAST(machines.first_seen_at, EXCLUDED.first_seen_at),
             last_seen_at = GREATEST(machines.last_seen_at, EXCLUDED.last_seen_at)
      RETURNING id, customer_id, slug, (xmax = 0) AS inserted`,
     [machines.map((m) => m.customerId), machines.map((m) => m.slug), machines.map((m) => m.first), machines.map((m) => m.last)],
   );
   return r.rows;
+}
+
+/**
+ * Deletes these machines (made by the caller's transaction) if no instance refers to them: a
+ * retired machine re-made by a report received before its retirement, whose instances the upsert
+ * left out (the retirement committed while the machine upsert waited for its row lock).
+ */
+export async function dropMachinesWithoutInstances(c: PoolClient, machineIds: string[]): Promise<void> {
+  await c.query(`DELETE FROM machines m WHERE m.id = ANY($1::uuid[]) AND NOT EXISTS (SELECT 1 FROM instances i WHERE i.machine_id = m.id)`, [machineIds]);
 }
 
 /**
@@ -104,7 +118,7 @@ export async function advanceMachinesLastSeen(db: Pool | PoolClient, machineIds:
     `UPDATE machines SET last_seen_at = GREATEST(machines.last_seen_at, to_timestamp(d.ms / 1000.0))
          FROM (SELECT m.id, t.ms FROM machines m JOIN unnest($1::uuid[], $2::float8[]) AS t(id, ms) ON m.id = t.id
                 ORDER BY m.customer_id, m.slug COLLATE "C" FOR UPDATE OF m) d
-        WHERE machines.id = d.id`,
+        WHERE machines.id = d.id AND machines.retired_at IS NULL`,
     [machineIds, lastSeenMs],
   );
 }

@@ -564,6 +564,29 @@ export const postgresMigrations: Migration[] = [
        )`,
     ],
   },
+  {
+    id: '0015-decommission',
+    sql: [
+      // Decommissioning (lib/store/decommission.ts, docs/operations.md "Decommissioning"): a retired
+      // machine or instance keeps its row (its id keeps answering for its history, its commands and
+      // artifacts stay) but leaves the fleet, the counts and the licence. A report afterwards makes a
+      // new row, so the slugs are unique among the rows not retired only.
+      `ALTER TABLE machines ADD COLUMN retired_at timestamptz, ADD COLUMN retired_by uuid REFERENCES users(id) ON DELETE SET NULL`,
+      `ALTER TABLE instances ADD COLUMN retired_at timestamptz, ADD COLUMN retired_by uuid REFERENCES users(id) ON DELETE SET NULL`,
+      `ALTER TABLE machines DROP CONSTRAINT machines_customer_id_slug_key`,
+      `CREATE UNIQUE INDEX machines_live_slug ON machines (customer_id, slug) WHERE retired_at IS NULL`,
+      `ALTER TABLE instances DROP CONSTRAINT instances_machine_id_software_key`,
+      `CREATE UNIQUE INDEX instances_live_software ON instances (machine_id, software) WHERE retired_at IS NULL`,
+      // The workers' guard against a report received before the retirement and applied after it.
+      `CREATE INDEX machines_retired ON machines (customer_id, slug, retired_at) WHERE retired_at IS NOT NULL`,
+      `CREATE INDEX instances_retired ON instances (customer_id, machine, software, retired_at) WHERE retired_at IS NOT NULL`,
+      // The sweep's two questions are asked of the fleet only.
+      `DROP INDEX instances_light_silent`,
+      `CREATE INDEX instances_light_silent ON instances (last_heartbeat_at) WHERE light IN ('green', 'yellow') AND retired_at IS NULL`,
+      `DROP INDEX instances_light_yellow`,
+      `CREATE INDEX instances_light_yellow ON instances (last_warning_at) WHERE light = 'yellow' AND retired_at IS NULL`,
+    ],
+  },
 ];
 
 /** When the gateway received the report: a DateTime for partitions, and the exact ms. */

@@ -1,5 +1,6 @@
 // One instance: its light and facts, the latest status with the snapshot tree, diagnostics with help
-// texts (DE/EN), the colour history, the machine's host metrics, artifacts, and agent commands.
+// texts (DE/EN), the colour history, the machine's host metrics, artifacts, agent commands, and
+// retiring it (admins).
 // Each section is a file in instance/ and reads its own endpoint, so one that fails (or a server
 // without that feature) does not take the others down.
 import { ApiError } from '../api.js';
@@ -17,6 +18,7 @@ import { HistorySection } from './instance/History.js';
 import { MetricsSection } from './instance/Metrics.js';
 import { ArtifactsSection } from './instance/Artifacts.js';
 import { CommandsSection } from './instance/Commands.js';
+import { RetireSection } from './instance/Retire.js';
 
 const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
@@ -84,6 +86,7 @@ export function InstancePage({ id }: { id: string }) {
       <MetricsSection machineId={i.machine_id} machine={i.machine} />
       <ArtifactsSection machineId={i.machine_id} software={i.software} />
       <CommandsSection id={id} name={name} />
+      <RetireSection i={i} />
     </>
   );
 }

@@ -42,9 +42,16 @@ export const Instance = Type.Object(
 );
 export type Instance = Static<typeof Instance>;
 
-export const InstanceDetail = Type.Composite([Instance, Type.Object({ snapshot: Type.Union([Type.Record(Type.String(), Type.Unknown()), Type.Null()]) })], {
-  $id: 'InstanceDetail',
-});
+export const InstanceDetail = Type.Composite(
+  [
+    Instance,
+    Type.Object({
+      snapshot: Type.Union([Type.Record(Type.String(), Type.Unknown()), Type.Null()]),
+      retired_at: { ...NTime, description: 'when the instance (or its machine) was retired: it is no longer listed or counted, its light stays grey (docs/api.md "Decommissioning")' },
+    }),
+  ],
+  { $id: 'InstanceDetail' },
+);
 
 /** Keys `GET /api/instances?sort=` understands (lib/store/instance-order.ts); `-key` sorts descending. */
 export const INSTANCE_SORT_KEYS = ['group', 'group_priority', 'sort_priority', 'location', 'machine', 'software', 'light', 'status', 'last_seen', 'first_seen'] as const;
