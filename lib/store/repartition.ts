@@ -34,19 +34,9 @@
 import type { Pool } from '../infra/postgres.js';
 import { chIdent, queryRows, type ClickHouseClient } from '../infra/clickhouse.js';
 import { chStr } from '../infra/clickhouse-sql.js';
-import { localTable, type ChTarget } from './schema.js';
+import { localTable, type ChTarget, type RepartitionSpec } from './schema.js';
 
-export interface RepartitionSpec {
-  /** The app's table name. */
-  table: string;
-  /** The partition key it has (`toYYYYMM(received_at)`): a month of it is `<from> = YYYYMM`. */
-  from: string;
-  /** The partition key it gets (`toYYYYMMDD(received_at)`). */
-  to: string;
-  /** Its sorting key and version column, unchanged. */
-  orderBy: string;
-  ver?: string;
-}
+export type { RepartitionSpec };
 
 /** Test hooks: throw at a step, as a process killed there would stop. */
 export type RepartitionStop = 'after-first-copy' | 'before-swap' | 'after-swap' | 'after-copy-before-record' | 'before-drop';

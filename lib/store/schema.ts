@@ -14,11 +14,22 @@
 // ReplicatedReplacingMergeTree `<name>_local` on each replica (ZooKeeper), the app's table name a
 // Distributed table over it, every statement ON CLUSTER (`renderClickHouse`).
 
-import type { RepartitionSpec } from './repartition.js';
-
 export interface Migration {
   id: string;
   sql: string[];
+}
+
+/** A table to partition anew (lib/store/repartition.ts). */
+export interface RepartitionSpec {
+  /** The app's table name. */
+  table: string;
+  /** The partition key it has (`toYYYYMM(received_at)`): a month of it is `<from> = YYYYMM`. */
+  from: string;
+  /** The partition key it gets (`toYYYYMMDD(received_at)`). */
+  to: string;
+  /** Its sorting key and version column, unchanged. */
+  orderBy: string;
+  ver?: string;
 }
 
 /** A ClickHouse migration: its statements, then the tables it partitions anew (lib/store/repartition.ts). */
