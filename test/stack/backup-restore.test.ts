@@ -11,6 +11,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { testStack, post, get, drained, eventually, chRows, type TestStack } from '../helpers/stack.js';
 import { upload } from '../helpers/http.js';
+import { OwnNats } from '../helpers/nats-server.js';
+import { OwnPostgres } from '../helpers/postgres-server.js';
+import { OwnRedis } from '../helpers/redis-server.js';
+import { headers as natsHeaders } from 'nats';
+import { deadLetterStream, subjects } from '../../lib/contract/messages.js';
 import { ROOT } from '../../deploy/service-process.js';
 import { loadConfig } from '../../lib/infra/config.js';
 import { redisKeys } from '../../lib/infra/redis.js';
@@ -18,8 +23,28 @@ import { backup, readManifest, streamNames, type Manifest } from '../../lib/stor
 import { readStreamFile } from '../../lib/store/backup-streams.js';
 
 const src = await testStack(t, 'bksrc');
-// The target: empty servers' slices of its own; nothing runs on it until it is restored.
-const dst = await testStack(t, 'bkdst', { gateway: false, worker: false, api: false });
+// The target: a NATS, a Postgres and a Redis of its own (fresh servers; ports of this file's second
+// stack, TARGET_*_PORT to move them), ClickHouse another database of the shared server; other stream,
+// subject and key names than the source's. Nothing runs on it until it is restored.
+const port = (name: string, dflt: number) => Number(process.env[name] ?? dflt);
+const nats = new OwnNats(port('TARGET_NATS_PORT', 24662));
+const pgServer = new OwnPostgres(port('TARGET_PG_PORT', 25872));
+const redisServer = new OwnRedis(port('TARGET_REDIS_PORT', 26819));
+const destroyServers = async () => {
+  await nats.destroy();
+  await pgServer.destroy();
+  await redisServer.destroy();
+};
+let dst: TestStack;
+try {
+  await Promise.all([nats.start(), pgServer.start(), redisServer.start()]);
+  dst = await testStack(t, 'bkdst', { natsUrl: nats.url, pgUrl: pgServer.url(), redisUrl: redisServer.url, gateway: false, worker: false, api: false });
+} catch (e) {
+  await destroyServers();
+  throw e;
+}
+// After the stack's own teardown (tap runs teardowns in the order they were added).
+t.teardown(destroyServers);
 const dir = mkdtempSync(join(tmpdir(), 'fleet-backup-'));
 t.teardown(() => rmSync(dir, { recursive: true, force: true }));
 
@@ -68,6 +93,7 @@ const artifacts = new Map<string, Buffer>([
   ['seed-green', randomBytes(3 * 1024 * 1024 + 12_345)],
   ['seed-metrics', randomBytes(100_000)],
 ]);
+const deadLetter = randomBytes(300);
 let manifest: Manifest;
 const acked: { n: number; at: number }[] = [];
 let cutoffAt = 0;
@@ -84,6 +110,10 @@ t.test('back up a running stack under ingest, with a backlog in its stream', asy
   const metrics = await src.report('seed-metrics', 'metrics', { items: [1, 2, 3].map((i) => ({ client_metric_id: `cm-${i}`, values: { cpu: i, mem: i * 10 } })) }, { software: 'logcollector' });
   t.ok(accepted(metrics), JSON.stringify(metrics.body));
   for (const [m, data] of artifacts) await uploadArtifact(m, data);
+  // A dead letter (its bytes and headers as the worker writes them do not matter here: kept as they are).
+  const h = natsHeaders();
+  h.set('Fleet-Reason', 'a test dead letter');
+  await src.nc.jetstream().publish(`${subjects(src.env.SUBJECT_PREFIX!).deadLetter}.${src.customer.slug}`, deadLetter, { headers: h });
   await drained(src);
   // Heartbeats that change nothing: kept in Redis, Postgres gets them up to PG_HEARTBEAT_INTERVAL_S later.
   for (let i = 0; i < 3; i++) {
@@ -164,9 +194,14 @@ t.test('restore into a fresh stack: refused over data without --force; then the 
   for (const table of TABLES) t.equal(await chCount(dst, table), manifest.clickhouse[table]!.rows, `ClickHouse ${table}: ${manifest.clickhouse[table]!.rows} rows`);
   const jsm = await dst.nc.jetstreamManager();
   const names = streamNames(dst.env.STREAM_NAME!);
-  for (const role of ['ingest', 'heartbeats', 'uploads', 'artifacts'] as const) {
+  for (const role of ['ingest', 'heartbeats', 'dead_letters', 'uploads', 'artifacts'] as const) {
     t.equal((await jsm.streams.info(names[role])).state.messages, manifest.streams[role].messages, `stream ${role}: ${manifest.streams[role].messages} messages`);
   }
+
+  const dl = await jsm.streams.getMessage(deadLetterStream(dst.env.STREAM_NAME!), { seq: (await jsm.streams.info(names.dead_letters)).state.first_seq });
+  t.equal(dl.subject, `${subjects(dst.env.SUBJECT_PREFIX!).deadLetter}.${src.customer.slug}`, "the dead letter, on the target's subject");
+  t.equal(dl.header.get('Fleet-Reason'), 'a test dead letter', 'with its headers');
+  t.equal(sha256(Buffer.from(dl.data)), sha256(deadLetter), 'and its bytes');
 
   // A restore run again does nothing; one stopped half-way is finished by running it again.
   const again = fleet(dst, 'restore', dir);
@@ -272,4 +307,19 @@ t.test('the restored stack: same instances, lights, history and artifact bytes; 
   const gw = await dst.startGateway();
   const r = await post(`${gw.url}/api/ingest/${src.customer.slug}/seed-red/agent/heartbeat`, src.token, {});
   t.equal(r.status, 200, 'the restored stack takes reports');
+});
+
+t.test('fleet backup from the command line: of the restored stack; a folder that holds a backup is refused', async (t) => {
+  const dir2 = join(dir, 'again');
+  const b = fleet(dst, 'backup', dir2);
+  t.equal(b.code, 0, `fleet backup: ${b.err}`);
+  const m = readManifest(dir2);
+  t.match(b.out, new RegExp(`backup ${m.backup_id} in ${dir2}: cut-off ${m.cutoff.at}`));
+  t.equal(m.source.stream_name, dst.env.STREAM_NAME, "the target's names");
+  t.ok(m.postgres.rows.instances >= manifest.postgres.rows.instances, `${m.postgres.rows.instances} instances`);
+  t.equal(m.streams.artifacts.messages, manifest.streams.artifacts.messages, 'the same artifact chunks and metadata');
+  t.equal(m.streams.dead_letters.messages, 1, 'the dead letter');
+  const again = fleet(dst, 'backup', dir2);
+  t.equal(again.code, 1);
+  t.match(again.err, /holds a backup already/);
 });
