@@ -6,7 +6,7 @@
 import t from 'tap';
 import { spawnSync } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { testStack, post, get, drained, eventually, chRows, type TestStack } from '../helpers/stack.js';
@@ -180,6 +180,16 @@ t.test('restore into a fresh stack: refused over data without --force; then the 
   const refused = fleet(dst, 'restore', dir);
   t.equal(refused.code, 1, 'the target holds its own customer: refused');
   t.match(refused.err, /not empty.*Postgres holds 1 customer.*--force/);
+
+  // A damaged file is found before anything is written.
+  const victim = join(dir, manifest.clickhouse.status_history!.file);
+  const good = readFileSync(victim);
+  writeFileSync(victim, Buffer.concat([good.subarray(0, good.length - 1), Buffer.from([good[good.length - 1]! ^ 1])]));
+  const damaged = fleet(dst, 'restore', '--force', dir);
+  writeFileSync(victim, good);
+  t.equal(damaged.code, 1, 'a damaged backup is refused');
+  t.match(damaged.err, /damaged: clickhouse\/status_history\.tsv\.gz/);
+  t.equal(Number((await dst.pool.query('SELECT count(*) AS n FROM customers')).rows[0].n), 1, 'and the target left as it was');
 
   const started = Date.now();
   const r = fleet(dst, 'restore', '--force', dir);
