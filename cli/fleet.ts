@@ -18,6 +18,7 @@ import { LIMITS } from '../lib/store/dead-letters.js';
 import { passwordProblem } from '../lib/domain/passwords.js';
 import { revokeUserSessions } from '../lib/store/sessions.js';
 import { clearInstanceState, instanceIdBySlugs, machineIdBySlug, retireInstance, retireMachine, type Retirement } from '../lib/store/decommission.js';
+import { backup, restore, BackupError } from '../lib/store/backup.js';
 
 // Read when a command runs, not before: `fleet --help` works whatever the environment holds.
 let loaded: Config | undefined;
@@ -454,5 +455,25 @@ withFilters(deadLetters.command('replay [seq...]'))
       if (r.summary.failed > 0) process.exit(4);
     }),
   );
+
+// Backup and restore (docs/operations.md "Backup and restore"): Postgres, ClickHouse, the JetStream
+// streams (ingest lanes, dead letters, artifact uploads and chunks), the newest heartbeats in Redis.
+const say = (step: string, detail?: string) => void process.stderr.write(`${step}${detail ? `: ${detail}` : ''}\n`);
+program
+  .command('backup <dir>')
+  .description('back up the running stack into <dir> (created; must hold no backup): a manifest with the cut-off, versions, counts and SHA-256 of every file')
+  .action(async (dir: string) => {
+    const m = await backup(config(), dir, { progress: say }).catch((e) => fail(e instanceof BackupError ? e.message : `backup: ${(e as Error).message}`));
+    process.stdout.write(`backup ${m.backup_id} in ${dir}: cut-off ${m.cutoff.at}, ${Math.round(m.duration_ms / 100) / 10} s\n`);
+  });
+program
+  .command('restore <dir>')
+  .description('restore the backup in <dir> into the stack configured (gateways and workers stopped); a half-done restore is finished by running it again')
+  .option('--force', 'replace what the target holds (by default only an empty target is restored into)')
+  .action(async (dir: string, o: { force?: boolean }) => {
+    const r = await restore(config(), dir, { force: o.force, progress: say }).catch((e) => fail(e instanceof BackupError ? e.message : `restore: ${(e as Error).message}`));
+    const skipped = r.skipped.length ? `; done by an earlier run: ${r.skipped.join(', ')}` : '';
+    process.stdout.write(`restored backup ${r.backupId}: ${r.done.length} steps${skipped}. Start the workers: they apply the ${(r.messages.ingest ?? 0) + (r.messages.heartbeats ?? 0)} queued messages\n`);
+  });
 
 await program.parseAsync(process.argv).catch((e) => fail((e as Error).message));

@@ -63,5 +63,7 @@ export function redisKeys(prefix: string) {
     passwordResetRequests: (emailHash: string) => `${prefix}pwreset:${emailHash}`,
     /** The login guard's counters: `addr:`, `pair:`, `acct:`, `next:`, `dev:` (api/login-guard.ts). */
     login: (what: string) => `${prefix}login:${what}`,
+    /** Hash: the steps of `fleet restore` done for one backup (lib/store/backup.ts; a re-run skips them). */
+    restoreProgress: (backupId: string) => `${prefix}restore:${backupId}`,
   };
 }
