@@ -32,6 +32,7 @@ import { deadLetterHandlers } from './handlers/dead-letters.js';
 import { invitationHandlers } from './handlers/invitations.js';
 import { sessionHandlers } from './handlers/sessions.js';
 import { Mailer } from './mail.js';
+import { notificationHandlers } from './handlers/notifications.js';
 import { streamAuthStillValid } from './stream-auth.js';
 import { ping } from '../lib/infra/postgres.js';
 import type { ApiDeps, ApiHandlers } from './types.js';
@@ -147,6 +148,7 @@ export async function buildApi(d: ApiDeps): Promise<FastifyInstance> {
     ...deadLetterHandlers(d),
     ...invitationHandlers(d, mailer),
     ...sessionHandlers(d, mailer),
+    ...notificationHandlers(d),
     api_healthz: () => ({ ok: true }),
     api_readyz: async (_req, reply) => {
       try {
