@@ -224,3 +224,18 @@ t.test('the send rate holds, and a customer with many subscribers does not hold 
   const quietAt = mails.findIndex((m) => m.to.includes(one.email));
   t.ok(quietAt >= 0 && quietAt < RATE + 2, `the quiet customer's subscriber is among the first (#${quietAt + 1} of 13)`);
 });
+
+t.test('a member removed while changes wait for the digest: no mail, the subscription and its changes are gone', async (t) => {
+  const c = await s.newCustomer('leavermail');
+  const leaver = await s.newUser('viewer', { customer: c.customer });
+  t.equal((await put(leaver.jwt, { kinds: ['red'] })).status, 200);
+  await heartbeats(c.customer, ['l1', 'l2']);
+  await allAre(c.customer, ['l1', 'l2'], 'red');
+  // Queued (the digest waits MAIL_DIGEST_INTERVAL_S), then the membership ends.
+  await eventually(async () => (await s.pool.query('SELECT count(*)::int AS n FROM mail_pending WHERE user_id = $1 AND sent_at IS NULL', [leaver.id])).rows[0].n === 2, 5000, 'both changes wait');
+  await s.pool.query('DELETE FROM memberships WHERE user_id = $1 AND customer_id = $2', [leaver.id, c.customer.id]);
+  await eventually(async () => (await s.pool.query('SELECT 1 FROM mail_subscriptions WHERE user_id = $1', [leaver.id])).rowCount === 0, 20_000, 'the subscription deleted at send time');
+  t.equal((await s.pool.query('SELECT count(*)::int AS n FROM mail_pending WHERE user_id = $1', [leaver.id])).rows[0].n, 0, 'its changes with it');
+  await sleep(1000);
+  t.equal(smtp.count(leaver.email), 0, 'no mail');
+});
