@@ -33,6 +33,7 @@ import { invitationHandlers } from './handlers/invitations.js';
 import { sessionHandlers } from './handlers/sessions.js';
 import { decommissionHandlers } from './handlers/decommission.js';
 import { Mailer } from './mail.js';
+import { notificationHandlers } from './handlers/notifications.js';
 import { streamAuthStillValid } from './stream-auth.js';
 import { ping } from '../lib/infra/postgres.js';
 import type { ApiDeps, ApiHandlers } from './types.js';
@@ -149,6 +150,7 @@ export async function buildApi(d: ApiDeps): Promise<FastifyInstance> {
     ...invitationHandlers(d, mailer),
     ...sessionHandlers(d, mailer),
     ...decommissionHandlers(d),
+    ...notificationHandlers(d),
     api_healthz: () => ({ ok: true }),
     api_readyz: async (_req, reply) => {
       try {

@@ -25,6 +25,8 @@ export const QUEUES = {
   lightCensus: 'light-census',
   /** Data retention: Postgres rows and ClickHouse partitions past their age (workers/retention.ts). */
   retention: 'retention',
+  /** E-mail digests of traffic-light changes (workers/mail-digest.ts). */
+  mailDigest: 'mail-digest',
   /** Webhook deliveries of traffic-light changes, retried with exponential backoff (workers/webhooks.ts). */
   webhooks: 'light-webhooks',
 } as const;

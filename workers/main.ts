@@ -22,6 +22,9 @@ import { ExpiryListener, ensureExpiryEvents } from './light-expiry.js';
 import { LightSweep } from './light-sweep.js';
 import { HeartbeatState, HeartbeatFlusher, lookupIdsIn } from './heartbeat-state.js';
 import { Webhooks } from './webhooks.js';
+import { MailDigests } from './mail-digest.js';
+import { Mailer } from '../lib/infra/mail.js';
+import { queueMailNotifications } from '../lib/store/mail-notifications.js';
 import type { LightEvent } from '../lib/domain/traffic-light.js';
 import { sweepCommands } from './command-expiry.js';
 import { CommandHints, type InstanceRef } from '../lib/store/commands.js';
@@ -86,7 +89,12 @@ bull.on('error', (e) => log.warn({ err: e }, 'redis (jobs) error'));
 const webhookDeliveries = metrics.counter('fleet_worker_webhook_deliveries_total');
 const webhooks = new Webhooks(bull, cfg.redisPrefix, pool, cfg.webhooks, log, (outcome) => webhookDeliveries.labels(outcome).inc());
 await retrying('the webhook queue (Redis)', () => webhooks.start());
-const sink = new LightEventSink(pool, ch, nc, cfg.subjectPrefix, webhooks, log);
+// E-mail notifications (workers/mail-digest.ts): changes wait in Postgres for their digests.
+const sink = new LightEventSink(pool, ch, nc, cfg.subjectPrefix, webhooks, log, undefined, (events, db) => queueMailNotifications(db, events));
+const mailer = new Mailer(cfg.mail, log);
+if (!mailer.configured) log.info('SMTP_HOST not set: notification e-mails are written to this log instead of being sent');
+const mailDigestOutcomes = metrics.counter('fleet_worker_mail_digests_total');
+const digests = new MailDigests(pool, mailer, { intervalS: cfg.notifications.digestIntervalS, ratePerS: cfg.notifications.ratePerS, maxLines: cfg.notifications.maxLines, dashboardUrl: cfg.api.publicDashboardUrl }, log.child({ job: QUEUES.mailDigest }), (o) => mailDigestOutcomes.labels(o).inc());
 const horizonLag = metrics.gauge('fleet_worker_light_horizon_lag_seconds');
 const horizon = new Horizon(jsm, ingestStreams(cfg.streamName), log, (ms) => horizonLag.set(ms / 1000));
 const reportLights = new ReportLights(sink, lightParams, horizon, countLights);
@@ -258,6 +266,8 @@ const jobs = [
     if (r.refs.length > 0) hints.publish(r.refs);
     return { expired: r.expired, timed_out: r.timedOut };
   } }),
+  // E-mail digests of traffic-light changes, paced to MAIL_RATE_PER_S (workers/mail-digest.ts).
+  scheduledJob(jobCtx, { queue: QUEUES.mailDigest, everyMs: cfg.notifications.tickMs, keep: 5, run: () => digests.run() }),
   // Data past its retention: Postgres rows in chunks, ClickHouse months as partitions (workers/retention.ts).
   scheduledJob(jobCtx, { queue: QUEUES.retention, everyMs: cfg.retention.sweepMs, run: () =>
     runRetention({
@@ -288,7 +298,9 @@ life.onShutdown(async (why) => {
   clearInterval(streamWatch);
   stopProbes();
   whitelist.stop();
+  digests.stop();
   await Promise.allSettled([expiry?.stop(), webhooks.stop(), ...jobs.map((j) => j.stop())]);
+  mailer.close();
   server?.close();
   await drainNats(nc);
   await Promise.allSettled([pool.end(), ch.close(), redis.quit(), bull.quit()]);

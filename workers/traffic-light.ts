@@ -11,7 +11,7 @@
 // also bumps `light_seq` and writes the change into the `light_outbox` table in the same
 // transaction (the statements: lib/store/light-events.ts). After the commit, `LightEventSink.deliver` writes the changes to ClickHouse
 // (`light_events`, keyed by instance and seq), publishes them on NATS for the api's live stream,
-// queues the webhooks, and only then deletes them from the outbox. A worker that dies in between
+// queues the webhooks and the e-mail notifications (workers/mail-digest.ts), and only then deletes them from the outbox. A worker that dies in between
 // leaves them in the outbox; the sweep delivers them again (every copy is the same event).
 import type { JetStreamManager, NatsConnection } from 'nats';
 import { withTx, type Pool, type PoolClient } from '../lib/infra/postgres.js';
@@ -114,6 +114,12 @@ export interface WebhookEnqueuer {
   enqueue(events: LightEvent[], db?: Pool | PoolClient): Promise<void>;
 }
 
+/**
+ * Where changes wait for e-mail digests (lib/store/mail-notifications.ts queueMailNotifications):
+ * called with every delivery, on the caller's connection; idempotent for a copy of a change.
+ */
+export type MailEnqueuer = (events: LightEvent[], db: Pool | PoolClient) => Promise<unknown>;
+
 /** NATS messages of the live stream: at most this many events each (core NATS payload limit). */
 const EVENTS_PER_MESSAGE = 500;
 
@@ -126,10 +132,11 @@ export class LightEventSink {
     private readonly webhooks: WebhookEnqueuer | null,
     private readonly log: Logger,
     private readonly onDelivered: (events: LightEvent[]) => void = () => {},
+    private readonly mail: MailEnqueuer | null = null,
   ) {}
 
   /**
-   * ClickHouse, then NATS and the webhook queue, then out of the outbox. Every step is idempotent
+   * ClickHouse, then NATS, the webhook queue and the e-mail notifications, then out of the outbox. Every step is idempotent
    * for a copy of the same event, so a delivery that failed half-way is simply repeated.
    */
   async deliver(events: LightEvent[], client: Pool | PoolClient = this.pool): Promise<void> {
@@ -159,6 +166,7 @@ export class LightEventSink {
     this.publish(events);
     const red = events.filter(touchesRed);
     if (red.length && this.webhooks) await this.webhooks.enqueue(red, client);
+    if (this.mail) await this.mail(events, client);
     await deleteFromOutbox(client, events);
     this.onDelivered(events);
   }

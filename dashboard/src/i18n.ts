@@ -379,6 +379,17 @@ const en = {
   'support.title': 'Support',
   'support.contact': 'Your contact',
 
+  'notify.title': 'E-mail notifications',
+  'notify.intro': 'Changes of this customer’s traffic lights, mailed to {email}: collected and sent as one e-mail at most every {minutes} min. Every e-mail has a link to turn them off.',
+  'notify.kinds': 'Mail me when an instance',
+  'notify.kind.red': 'turns red',
+  'notify.kind.yellow': 'turns yellow',
+  'notify.kind.green': 'recovers (back to green)',
+  'notify.lang': 'Language of the e-mails',
+  'notify.save': 'Save',
+  'notify.saved': 'Saved.',
+  'notify.off': 'Saved: no e-mails.',
+
   'nav.deadLetters': 'Dead letters',
   'dl.title': 'Dead letters',
   'dl.intro': 'Reports the workers could not store, kept for 30 days. Find out why first (the reason names what storage refused), fix the cause, then replay: each report is stored once, however often it is replayed.',
@@ -801,6 +812,17 @@ const de: Record<Key, string> = {
 
   'support.title': 'Support',
   'support.contact': 'Ihr Ansprechpartner',
+
+  'notify.title': 'E-Mail-Benachrichtigungen',
+  'notify.intro': 'Änderungen der Ampeln dieses Kunden, per E-Mail an {email}: gesammelt und höchstens alle {minutes} Min. als eine E-Mail verschickt. Jede E-Mail enthält einen Link zum Abbestellen.',
+  'notify.kinds': 'E-Mail, wenn eine Instanz',
+  'notify.kind.red': 'rot wird',
+  'notify.kind.yellow': 'gelb wird',
+  'notify.kind.green': 'sich erholt (wieder grün)',
+  'notify.lang': 'Sprache der E-Mails',
+  'notify.save': 'Speichern',
+  'notify.saved': 'Gespeichert.',
+  'notify.off': 'Gespeichert: keine E-Mails.',
 
   'nav.deadLetters': 'Dead Letters',
   'dl.title': 'Dead Letters',

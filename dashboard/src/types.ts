@@ -12,6 +12,7 @@ import type * as Met from '../../lib/contract/schemas/metrics.js';
 import type * as Art from '../../lib/contract/schemas/artifacts.js';
 import type * as Cmd from '../../lib/contract/schemas/commands.js';
 import type * as DL from '../../lib/contract/schemas/dead-letters.js';
+import type * as Notify from '../../lib/contract/schemas/notifications.js';
 
 export type Light = Static<typeof Api.Light>;
 export type Instance = Static<typeof Api.Instance>;
@@ -46,6 +47,9 @@ export type FleetSummary = Static<typeof TL.FleetSummary>;
 /** A webhook; `secret` only in the answer that created it. */
 export type Webhook = Static<typeof TL.Webhook> & { secret?: string };
 export type WebhookDelivery = Static<typeof TL.WebhookDelivery>;
+/** The caller's e-mail notifications in the active customer. */
+export type EmailNotifications = Static<typeof Notify.EmailNotifications>;
+export type MailKind = Notify.MailKind;
 export type MetricName = Static<typeof Met.MetricName>;
 export type MetricSeries = Static<typeof Met.MetricSeries>;
 export type Artifact = Static<typeof Art.Artifact>;

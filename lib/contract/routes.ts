@@ -29,6 +29,7 @@ import {
 } from './schemas/traffic-light.js';
 import { DashboardAssetParams, DashboardInstanceParams } from './schemas/dashboard.js';
 import { QuotaList } from './schemas/quotas.js';
+import { EmailNotifications, EmailNotificationsInput, UnsubscribeQuery } from './schemas/notifications.js';
 import { DeadLetterQuery, DeadLetterList, DeadLetterParams, DeadLetterDetail, ReplayBody, ReplayAnswer } from './schemas/dead-letters.js';
 import { Retirement } from './schemas/decommission.js';
 
@@ -410,6 +411,44 @@ export const routes = [
     params: IdParams,
     query: DeliveriesQuery,
     responses: { 200: { description: 'deliveries', schema: WebhookDeliveryList }, 400: err('bad query or id'), ...authErrors, 404: err('no such webhook') },
+  }),
+  // E-mail notifications of traffic-light changes (api/handlers/notifications.ts, workers/mail-digest.ts).
+  route({
+    service: 'api',
+    method: 'GET',
+    path: '/api/notifications/email',
+    operationId: 'get_email_notifications',
+    summary: "The caller's own e-mail notifications in the active customer: which changes are mailed, in which language",
+    tags: ['notifications'],
+    auth: 'viewer',
+    responses: { 200: { description: 'the subscription (kinds [] when none)', schema: EmailNotifications }, ...authErrors, 403: err('not a member of the active customer, or an API token (only users have e-mail notifications)') },
+  }),
+  route({
+    service: 'api',
+    method: 'PUT',
+    path: '/api/notifications/email',
+    operationId: 'put_email_notifications',
+    summary: "Set the caller's own e-mail notifications in the active customer (kinds [] turns them off)",
+    tags: ['notifications'],
+    auth: 'viewer',
+    body: EmailNotificationsInput,
+    responses: {
+      200: { description: 'the subscription as stored', schema: EmailNotifications },
+      400: err('bad body: an unknown kind, a kind twice, an unknown language'),
+      ...authErrors,
+      403: err('not a member of the active customer, or an API token (only users have e-mail notifications)'),
+    },
+  }),
+  route({
+    service: 'api',
+    method: 'GET',
+    path: '/unsubscribe',
+    operationId: 'unsubscribe_email',
+    summary: 'The unsubscribe link of a notification e-mail (List-Unsubscribe): turns that subscription off, without login',
+    tags: ['notifications'],
+    auth: 'none',
+    query: UnsubscribeQuery,
+    responses: { 200: { description: 'a short page saying the subscription is off (repeating the link changes nothing)', contentType: 'text/html' }, 400: err('no token, or an invalid or unknown token') },
   }),
   route({
     service: 'api',

@@ -123,7 +123,7 @@ export const Settings = Type.Object({
   PASSWORD_RESET_MAX_PER_HOUR: Int(5, 1, 1000, 'reset e-mails per address and hour; more requests get the same answer and no e-mail'),
   PASSWORD_MIN_LENGTH: Int(10, 8, 128, 'shortest password a user may choose'),
   PUBLIC_DASHBOARD_URL: Derived('the dashboard address the links in e-mails point to; default http://$API_HOST:$API_PORT', { pattern: '^https?://\\S+$', allowed: 'an http(s) URL' }),
-  SMTP_HOST: Str('', 'SMTP server for invitations and password resets; empty: no e-mail (links go to the api log)'),
+  SMTP_HOST: Str('', 'SMTP server for invitations, password resets and notifications; empty: no e-mail (links go to the log)'),
   SMTP_PORT: Port(587, 'SMTP port (465 with SMTP_SECURE)'),
   SMTP_SECURE: Bool(false, 'TLS from the first byte (port 465); off: plain connection upgraded per SMTP_STARTTLS'),
   SMTP_STARTTLS: Enum(['required', 'opportunistic', 'off'] as const, 'required', 'STARTTLS on a plain connection: required (refuse to send without it), opportunistic (when offered), off'),
@@ -131,6 +131,11 @@ export const Settings = Type.Object({
   SMTP_PASSWORD: Str('', 'SMTP password'),
   SMTP_TIMEOUT_MS: Pos(15_000, 'connecting to and talking with the SMTP server'),
   MAIL_FROM: Str('Fleet <fleet@localhost>', 'sender of every e-mail', { minLength: 3 }),
+  // E-mail notifications of traffic-light changes (docs/operations.md "E-mail notifications").
+  MAIL_DIGEST_INTERVAL_S: Int(60, 1, 86_400, 'changes are collected per subscription and mailed as one digest at most once per this many seconds; the first change waits this long'),
+  MAIL_RATE_PER_S: Int(10, 1, 10_000, 'notification e-mails per second, all workers together (one worker sends at a time)'),
+  MAIL_DIGEST_MAX_LINES: Int(100, 1, 10_000, 'changes a digest lists; more: "and N more" with a link to the dashboard'),
+  MAIL_DIGEST_TICK_MS: Int(1000, 100, 60_000, 'how often a worker looks for digests that are due'),
   PUBLIC_API_URL: Str('/', 'the api server /openapi.json names (/ = where the document came from)', { pattern: '^(/|https?://\\S+)$', allowed: '/ or an http(s) URL' }),
   PUBLIC_GATEWAY_URL: Derived('the gateway server /openapi.json names; default http://$GATEWAY_HOST:$GATEWAY_PORT', { pattern: '^https?://\\S+$', allowed: 'an http(s) URL' }),
   WHITELIST_MAX_RULES: Pos(1000, 'whitelist rules per customer, the default of the quota whitelist_rules (409 above)'),
@@ -518,7 +523,14 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env) {
         password_resets: s.RETENTION_PASSWORD_RESETS_DAYS,
       },
     },
-    // E-mail (api/mail.ts); host '' = not configured.
+    // E-mail notifications of traffic-light changes (workers/mail-digest.ts).
+    notifications: {
+      digestIntervalS: s.MAIL_DIGEST_INTERVAL_S,
+      ratePerS: s.MAIL_RATE_PER_S,
+      maxLines: s.MAIL_DIGEST_MAX_LINES,
+      tickMs: s.MAIL_DIGEST_TICK_MS,
+    },
+    // E-mail (lib/infra/mail.ts); host '' = not configured.
     mail: {
       host: s.SMTP_HOST,
       port: s.SMTP_PORT,

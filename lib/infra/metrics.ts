@@ -282,6 +282,13 @@ export const METRICS = {
     init: [['delivered'], ['retrying'], ['failed'], ['skipped']],
     help: 'Webhook delivery attempts by outcome: delivered (2xx), retrying (failed, attempts left), failed (the last attempt failed), skipped (webhook deleted or event delivered before)',
   },
+  fleet_worker_mail_digests_total: {
+    type: 'counter',
+    services: ['worker'],
+    labels: ['outcome'],
+    init: [['sent'], ['logged'], ['failed'], ['dropped']],
+    help: 'Digest e-mails of traffic-light changes by outcome: sent (the SMTP server took it), logged (SMTP_HOST empty: written to the log), failed (tried again later, nothing lost), dropped (the user is no longer a member)',
+  },
   fleet_worker_retention_rows_deleted_total: {
     type: 'counter',
     services: ['worker'],

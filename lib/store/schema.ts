@@ -598,6 +598,57 @@ export const postgresMigrations: Migration[] = [
       `CREATE INDEX instances_light_yellow ON instances (last_warning_at) WHERE light = 'yellow' AND retired_at IS NULL`,
     ],
   },
+  {
+    id: '0016-mail-notifications',
+    sql: [
+      // E-mail notifications of traffic-light changes (lib/store/mail-notifications.ts,
+      // workers/mail-digest.ts): a user's subscription in one customer. kinds: what is mailed (empty:
+      // off; unsubscribing empties it). More kinds later: replace the CHECK in a new migration.
+      // unsubscribe_token: random, in every mail's link; it works without login. waiting_since: when
+      // the oldest change not mailed yet was queued (NULL: none waits). last_sent_at: the last digest
+      // (at most one per MAIL_DIGEST_INTERVAL_S); retry_at / failures: after a failed send.
+      `CREATE TABLE mail_subscriptions (
+         user_id uuid NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+         customer_id uuid NOT NULL REFERENCES customers(id) ON DELETE CASCADE,
+         kinds text[] NOT NULL DEFAULT '{}',
+         lang text NOT NULL DEFAULT 'en' CHECK (lang IN ('de', 'en')),
+         unsubscribe_token text NOT NULL UNIQUE,
+         created_at timestamptz NOT NULL DEFAULT now(),
+         updated_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+         waiting_since timestamptz,
+         last_sent_at timestamptz,
+         retry_at timestamptz,
+         failures integer NOT NULL DEFAULT 0,
+         PRIMARY KEY (user_id, customer_id),
+         CONSTRAINT mail_subscriptions_kinds CHECK (kinds <@ ARRAY['red', 'yellow', 'green']::text[])
+       )`,
+      `CREATE INDEX mail_subscriptions_customer ON mail_subscriptions (customer_id) WHERE kinds <> '{}'`,
+      `CREATE INDEX mail_subscriptions_waiting ON mail_subscriptions (waiting_since) WHERE waiting_since IS NOT NULL`,
+      `CREATE TRIGGER mail_subscriptions_touch BEFORE UPDATE ON mail_subscriptions FOR EACH ROW
+         WHEN (OLD.kinds IS DISTINCT FROM NEW.kinds OR OLD.lang IS DISTINCT FROM NEW.lang) EXECUTE FUNCTION touch_updated_at()`,
+      // One row per subscription and change of colour, written with the change's delivery from the
+      // light outbox (a copy of the same change is dropped by the key). sent_at NULL: waiting for
+      // the next digest; set: mailed, kept a day so that a change delivered again is not mailed again.
+      `CREATE TABLE mail_pending (
+         user_id uuid NOT NULL,
+         customer_id uuid NOT NULL,
+         event_id text NOT NULL,
+         kind text NOT NULL,
+         instance_id uuid NOT NULL,
+         machine text NOT NULL,
+         software text NOT NULL,
+         from_light text NOT NULL,
+         to_light text NOT NULL,
+         event_at timestamptz NOT NULL,
+         created_at timestamptz NOT NULL DEFAULT now(),
+         sent_at timestamptz,
+         PRIMARY KEY (user_id, customer_id, event_id),
+         FOREIGN KEY (user_id, customer_id) REFERENCES mail_subscriptions ON DELETE CASCADE
+       )`,
+      `CREATE INDEX mail_pending_waiting ON mail_pending (user_id, customer_id, created_at) WHERE sent_at IS NULL`,
+      `CREATE INDEX mail_pending_sent ON mail_pending (sent_at) WHERE sent_at IS NOT NULL`,
+    ],
+  },
 ];
 
 /** When the gateway received the report: a DateTime for partitions, and the exact ms. */

@@ -12,6 +12,8 @@ export interface ReceivedMail {
   subject: string;
   /** The decoded text body. */
   text: string;
+  /** When the server received it (ms). */
+  at: number;
 }
 
 /** Quoted-printable (what nodemailer uses for long or non-ASCII lines) to text. */
@@ -41,27 +43,30 @@ export function parseMail(raw: string, from: string, to: string[]): ReceivedMail
   const header = (name: string) => new RegExp(`^${name}:\\s*(.*)$`, 'im').exec(head)?.[1] ?? '';
   const cte = header('Content-Transfer-Encoding').toLowerCase();
   const text = cte === 'quoted-printable' ? decodeQp(body) : cte === 'base64' ? Buffer.from(body, 'base64').toString('utf8') : body;
-  return { from, to, raw, subject: decodeHeader(header('Subject')), text: text.replace(/\r\n/g, '\n') };
+  return { from, to, raw, subject: decodeHeader(header('Subject')), text: text.replace(/\r\n/g, '\n'), at: Date.now() };
 }
 
 export async function smtpServer() {
   const received: ReceivedMail[] = [];
-  const server = new SMTPServer({
-    secure: false,
-    disabledCommands: ['STARTTLS'],
-    authOptional: true,
-    logger: false,
-    onData(stream, session, callback) {
-      const chunks: Buffer[] = [];
-      stream.on('data', (c: Buffer) => chunks.push(c));
-      stream.on('end', () => {
-        received.push(parseMail(Buffer.concat(chunks).toString('latin1'), session.envelope.mailFrom ? session.envelope.mailFrom.address : '', session.envelope.rcptTo.map((r) => r.address)));
-        callback();
-      });
-    },
-  });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const make = () =>
+    new SMTPServer({
+      secure: false,
+      disabledCommands: ['STARTTLS'],
+      authOptional: true,
+      logger: false,
+      onData(stream, session, callback) {
+        const chunks: Buffer[] = [];
+        stream.on('data', (c: Buffer) => chunks.push(c));
+        stream.on('end', () => {
+          received.push(parseMail(Buffer.concat(chunks).toString('latin1'), session.envelope.mailFrom ? session.envelope.mailFrom.address : '', session.envelope.rcptTo.map((r) => r.address)));
+          callback();
+        });
+      },
+    });
+  let server: SMTPServer | null = make();
+  await new Promise<void>((resolve) => server!.listen(0, '127.0.0.1', resolve));
   const port = (server.server.address() as AddressInfo).port;
+  const close = () => new Promise<void>((resolve) => (server ? server.close(() => resolve()) : resolve()));
   return {
     port,
     received,
@@ -70,7 +75,20 @@ export async function smtpServer() {
       return eventually(async () => received.filter((m) => m.to.includes(to.toLowerCase()) || m.to.includes(to))[after], ms, `e-mail #${after + 1} to ${to}`);
     },
     count: (to: string) => received.filter((m) => m.to.includes(to.toLowerCase()) || m.to.includes(to)).length,
-    close: () => new Promise<void>((resolve) => server.close(() => resolve())),
+    /** Every message to `to`, in the order received. */
+    mailsTo: (to: string) => received.filter((m) => m.to.includes(to.toLowerCase()) || m.to.includes(to)),
+    /** The server goes away (connections refused) until `up()`; what it received stays. */
+    async down(): Promise<void> {
+      await close();
+      server = null;
+    },
+    /** The server back on the same port. */
+    async up(): Promise<void> {
+      if (server) return;
+      server = make();
+      await new Promise<void>((resolve) => server!.listen(port, '127.0.0.1', resolve));
+    },
+    close,
   };
 }
 

@@ -1,6 +1,6 @@
 // Settings of the active customer: licence and grace period, the onboarding checklist, API tokens
 // (a new token is shown once, with a copy button), webhooks (the secret likewise), whitelist rules,
-// members, and the support contacts. Changing needs the admin role (members: owner); viewers read.
+// members, the user's own e-mail notifications, and the support contacts. Changing needs the admin role (members: owner); viewers read.
 // Each section is a file in settings/ and reads its own endpoint.
 import { useApp } from '../ctx.js';
 import { JumpLinks, PageTitle } from '../components/common.js';
@@ -12,6 +12,7 @@ import { WebhooksSection } from './settings/Webhooks.js';
 import { WhitelistSection } from './settings/Whitelist.js';
 import { MembersSection } from './settings/Members.js';
 import { SupportSection } from './settings/Support.js';
+import { NotificationsSection } from './settings/Notifications.js';
 
 export function SettingsPage() {
   const { t, role } = useApp();
@@ -31,6 +32,7 @@ export function SettingsPage() {
           ['webhooks', t('webhooks.title')],
           ['whitelist', t('whitelist.title')],
           isOwner && ['members', t('members.title')],
+          ['notifications', t('notify.title')],
           ['support', t('support.title')],
         ]}
       />
@@ -42,6 +44,7 @@ export function SettingsPage() {
       <WebhooksSection />
       <WhitelistSection />
       {isOwner && <MembersSection />}
+      <NotificationsSection />
       <SupportSection />
     </>
   );
