@@ -265,6 +265,7 @@ const jobs = [
       ch,
       target: { cluster: cfg.clickhouseCluster, database: cfg.clickhouseDatabase },
       days: cfg.retention,
+      artifacts: { store: artifactStore, usage: artifactUsage },
       log: log.child({ job: QUEUES.retention }),
       onRows: (table, n) => retentionRows.labels(table).inc(n),
       onPartition: (table) => retentionPartitions.labels(table).inc(),

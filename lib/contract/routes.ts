@@ -460,6 +460,23 @@ export const routes = [
   }),
   route({
     service: 'api',
+    method: 'DELETE',
+    path: '/api/artifacts/{id}',
+    operationId: 'delete_artifact',
+    summary: "Delete an artifact: its bytes, its record, and its size from the customer's quota artifact_bytes; a second delete answers 404",
+    tags: ['artifacts'],
+    auth: 'admin',
+    params: IdParams,
+    responses: {
+      204: { description: 'deleted (a download already under way breaks off instead of ending short)' },
+      400: err('ill-formed id'),
+      ...authErrors,
+      404: err('no such artifact (deleted already)'),
+      503: err('the artifact store is not reachable; retry (the artifact stays hidden, and a retry or the retention job finishes the deletion)'),
+    },
+  }),
+  route({
+    service: 'api',
     method: 'GET',
     path: '/api/instances/{id}/status',
     operationId: 'get_instance_status',

@@ -205,6 +205,7 @@ export const Settings = Type.Object({
   RETENTION_INVITATIONS_DAYS: Nat(30, "Postgres invitations: accepted, revoked or expired longer ago than this; each customer's first stays (0: keep forever)", 36_500),
   RETENTION_SESSIONS_DAYS: Nat(7, 'Postgres sessions: revoked or expired longer ago than this (0: keep forever)', 36_500),
   RETENTION_PASSWORD_RESETS_DAYS: Nat(7, 'Postgres password_resets: used or expired longer ago than this (0: keep forever)', 36_500),
+  RETENTION_ARTIFACTS_DAYS: Nat(0, "artifacts (bytes in NATS, row in Postgres, size off the quota artifact_bytes) uploaded longer ago than this are deleted (0: keep forever, the default: a customer's files are its own, and its quota already bounds them)", 36_500),
   LOG_LEVEL: Enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const, 'info', 'pino level'),
 });
 export type Settings = Static<typeof Settings>;
@@ -517,6 +518,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env) {
         sessions: s.RETENTION_SESSIONS_DAYS,
         password_resets: s.RETENTION_PASSWORD_RESETS_DAYS,
       },
+      // Artifacts uploaded longer ago than this (days; 0 = forever): deleted by the same job.
+      artifacts: s.RETENTION_ARTIFACTS_DAYS,
     },
     // E-mail (api/mail.ts); host '' = not configured.
     mail: {

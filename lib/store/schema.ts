@@ -542,6 +542,19 @@ export const postgresMigrations: Migration[] = [
       `CREATE INDEX commands_ended ON commands (updated_at) WHERE state NOT IN ('queued', 'delivered')`,
     ],
   },
+  {
+    id: '0014-artifact-deletion',
+    sql: [
+      // Deleting an artifact (DELETE /api/artifacts/{id}, retention, offboarding; lib/store/artifacts.ts)
+      // first sets deleting_at: from then on the artifact is neither listed nor downloaded, and a
+      // deletion that stopped half-way (NATS away between its chunks) is finished by the next
+      // attempt or by the retention job. The row goes last, with its bytes in artifact_usage (trigger).
+      `ALTER TABLE artifacts ADD COLUMN deleting_at timestamptz`,
+      `CREATE INDEX artifacts_deleting ON artifacts (deleting_at) WHERE deleting_at IS NOT NULL`,
+      // RETENTION_ARTIFACTS_DAYS: the oldest uploads first, across customers.
+      `CREATE INDEX artifacts_uploaded ON artifacts (uploaded_at)`,
+    ],
+  },
 ];
 
 /** When the gateway received the report: a DateTime for partitions, and the exact ms. */
