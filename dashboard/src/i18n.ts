@@ -168,6 +168,7 @@ const en = {
   'artifacts.software': 'Software',
   'artifacts.uploaded': 'Uploaded',
   'artifacts.more': 'The newest {shown} of {total}.',
+  'artifacts.confirmDelete': 'Delete the artifact {file}? Its bytes are gone for good.',
 
   'commands.title': 'Commands',
   'commands.available': 'Offered by the agent',
@@ -583,6 +584,7 @@ const de: Record<Key, string> = {
   'artifacts.software': 'Software',
   'artifacts.uploaded': 'Hochgeladen',
   'artifacts.more': 'Die neuesten {shown} von {total}.',
+  'artifacts.confirmDelete': 'Artefakt {file} löschen? Die Datei ist dann endgültig weg.',
 
   'commands.title': 'Befehle',
   'commands.available': 'Vom Agenten angeboten',
