@@ -25,6 +25,8 @@ export const QUEUES = {
   lightCensus: 'light-census',
   /** Data retention: Postgres rows and ClickHouse partitions past their age (workers/retention.ts). */
   retention: 'retention',
+  /** Offboarding: finishes the deletion of customers marked `deleting` (workers/offboarding.ts). */
+  offboarding: 'offboarding',
   /** Webhook deliveries of traffic-light changes, retried with exponential backoff (workers/webhooks.ts). */
   webhooks: 'light-webhooks',
 } as const;

@@ -30,6 +30,7 @@ const TAGS: Record<string, string> = {
   rejections: 'The ingest rejection log',
   admin: 'System administrators only',
   'dead letters': 'Reports the workers could not store: list, inspect, replay (system administrators)',
+  customers: 'Customers as a whole: offboarding (system administrators)',
   docs: 'This description',
   operations: 'Liveness, readiness and metrics of each process',
 };

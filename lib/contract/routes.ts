@@ -867,6 +867,18 @@ export const routes = [
   }),
   route({
     service: 'api',
+    method: 'DELETE',
+    path: '/api/admin/customers/{id}',
+    operationId: 'admin_delete_customer',
+    summary:
+      'System administrators: delete a customer and all its data (offboarding). At once: its tokens revoked, its members removed, its reports dropped; OFFBOARD_GRACE_S later a job removes its rows, keys, artifacts and dead letters from every store. Again while deleting: 202 again; once gone: 404',
+    tags: ['customers', 'admin'],
+    auth: 'system-admin',
+    params: IdParams,
+    responses: { 202: { description: 'marked for deletion', schema: A.CustomerDeletion }, 400: err('ill-formed id'), ...authErrors, 404: err('no such customer (deleted already)') },
+  }),
+  route({
+    service: 'api',
     method: 'POST',
     path: '/auth/password',
     operationId: 'auth_change_password',

@@ -555,6 +555,17 @@ export const postgresMigrations: Migration[] = [
       `CREATE INDEX artifacts_uploaded ON artifacts (uploaded_at)`,
     ],
   },
+  {
+    id: '0015-customer-offboarding',
+    sql: [
+      // Offboarding (lib/store/offboarding.ts, docs/operations.md "Offboarding a customer"): a
+      // customer being deleted has deleting_at set. From then on it is gone for every reader (no
+      // login, no token, workers drop its reports); its data is removed store by store, and this
+      // row, the handle of a deletion that stopped half-way, goes last.
+      `ALTER TABLE customers ADD COLUMN deleting_at timestamptz`,
+      `CREATE INDEX customers_deleting ON customers (deleting_at) WHERE deleting_at IS NOT NULL`,
+    ],
+  },
 ];
 
 /** When the gateway received the report: a DateTime for partitions, and the exact ms. */
