@@ -398,11 +398,11 @@ export class IngestConsumer {
     const customerOf = (u: Unit) => u.report?.customerId ?? u.rejection?.customer_id ?? '';
     // Reports of a customer being deleted (offboarding) are dropped, never applied: asked on every
     // attempt, so a batch retried across the deletion drops them too (workers/live-customers.ts).
-    const live = this.deps.customers ? await this.deps.customers.check(units.map(customerOf)) : null;
+    const gone = this.deps.customers ? await this.deps.customers.goneOf(units.map(customerOf)) : null;
     const dropped = new Map<string, number>();
     for (const u of units) {
       const c = customerOf(u);
-      if (live && !live.has(c)) dropped.set(c, (dropped.get(c) ?? 0) + 1);
+      if (gone?.has(c)) dropped.set(c, (dropped.get(c) ?? 0) + 1);
       else if (u.report) reports.push(u.report);
       else if (u.rejection) rejections.push(u.rejection);
     }

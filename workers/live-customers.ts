@@ -1,34 +1,39 @@
-// Which customers' reports a worker applies: those that exist and are not being deleted. Reports
-// of a customer being offboarded (lib/store/offboarding.ts) that were still in the ingest stream
-// when it was marked are dropped here, acknowledged and logged, so that none of its rows comes
-// back after its data was removed. Asked per batch attempt (a retried or isolated batch asks
-// again); a customer found live is believed for LIVE_MS, which the offboarding grace period
-// (OFFBOARD_GRACE_S) is far longer than.
+// Which reports a worker drops because their customer is being deleted or was deleted (offboarding,
+// lib/store/offboarding.ts): reports of it that were still in the ingest stream when it was marked
+// are dropped here, acknowledged and logged, so that none of its rows comes back after its data was
+// removed, and none of its data waits in the dead-letter stream. A report naming an id that never was
+// a customer is not dropped here: it fails on the foreign key and is dead-lettered, as before. Asked
+// per batch attempt (a retried or isolated batch asks again); "not gone" is believed for NOT_GONE_MS,
+// far shorter than the grace before a purge (OFFBOARD_GRACE_S); "gone" for good.
 import type { Pool } from '../lib/infra/postgres.js';
-import { liveCustomerIds } from '../lib/store/customers.js';
+import { isUuid } from '../lib/contract/ids.js';
+import { goneCustomerIds } from '../lib/store/customers.js';
 
-export const LIVE_MS = 1000;
+export const NOT_GONE_MS = 1000;
 
 export class LiveCustomers {
-  private readonly live = new Map<string, number>();
+  private readonly notGone = new Map<string, number>();
+  private readonly gone = new Set<string>();
 
   constructor(private readonly pool: Pool) {}
 
-  /** Of `ids` (customer ids; '' is "no customer" and always kept), the set that is live now. */
-  async check(ids: Iterable<string>, now = Date.now()): Promise<Set<string>> {
+  /** Of `ids` (customer ids of reports and rejection records), those whose reports are dropped. */
+  async goneOf(ids: Iterable<string>, now = Date.now()): Promise<Set<string>> {
     const out = new Set<string>();
     const ask: string[] = [];
     for (const id of new Set(ids)) {
-      if (id === '') out.add(id);
-      else if ((this.live.get(id) ?? 0) > now) out.add(id);
-      else ask.push(id);
+      if (this.gone.has(id)) out.add(id);
+      else if (isUuid(id) && (this.notGone.get(id) ?? 0) <= now) ask.push(id);
     }
     if (ask.length > 0) {
-      const found = await liveCustomerIds(this.pool, ask);
-      if (this.live.size > 100_000) this.live.clear();
-      for (const id of found) {
-        this.live.set(id, now + LIVE_MS);
-        out.add(id);
+      const found = await goneCustomerIds(this.pool, ask);
+      if (this.notGone.size > 100_000) this.notGone.clear();
+      if (this.gone.size > 100_000) this.gone.clear();
+      for (const id of ask) {
+        if (found.has(id)) {
+          this.gone.add(id);
+          out.add(id);
+        } else this.notGone.set(id, now + NOT_GONE_MS);
       }
     }
     return out;

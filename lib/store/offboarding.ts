@@ -4,7 +4,8 @@
 //   1. markCustomerDeleting: customers.deleting_at is set, its API tokens revoked (every gateway's
 //      copy sees the revocation at its next refresh, CACHE_REFRESH_MS), its memberships and
 //      invitations deleted. From then on the customer is gone for every reader: no login into it,
-//      no token, and the workers drop its reports still in the ingest stream (workers/live-customers.ts).
+//      no token, and the workers drop its reports still in the ingest stream (workers/live-customers.ts;
+//      after the purge by its id in deleted_customers, the only thing of it that stays).
 //   2. purgeCustomer, once reports that were being applied at the mark have had time to land
 //      (OFFBOARD_GRACE_S): its artifacts (bytes, upload records, quota reservations), its Redis keys,
 //      its Postgres rows, its dead letters, its ClickHouse rows (a mutation per table, waited for),
@@ -165,8 +166,12 @@ export async function purgeCustomer(d: PurgeDeps, c: { id: string; slug: string 
   // still running for it), then wait until no row is left.
   out.clickhouseMutations = await deleteClickHouseRows(d, c.id);
 
-  // Last: the customer itself (anything a later migration adds with ON DELETE CASCADE goes with it).
-  await d.pool.query('DELETE FROM customers WHERE id = $1 AND deleting_at IS NOT NULL', [c.id]);
+  // Last: the customer itself (anything a later migration adds with ON DELETE CASCADE goes with
+  // it), leaving its id in deleted_customers: a report of it still queued is dropped, not dead-lettered.
+  await withTx(d.pool, async (tx) => {
+    const gone = await tx.query('DELETE FROM customers WHERE id = $1 AND deleting_at IS NOT NULL', [c.id]);
+    if ((gone.rowCount ?? 0) > 0) await tx.query('INSERT INTO deleted_customers (id) VALUES ($1) ON CONFLICT DO NOTHING', [c.id]);
+  });
   d.log?.info({ customer: c.slug, customerId: c.id, ...out }, 'customer deleted: nothing of it is left');
   return out;
 }

@@ -564,6 +564,13 @@ export const postgresMigrations: Migration[] = [
       // row, the handle of a deletion that stopped half-way, goes last.
       `ALTER TABLE customers ADD COLUMN deleting_at timestamptz`,
       `CREATE INDEX customers_deleting ON customers (deleting_at) WHERE deleting_at IS NOT NULL`,
+      // The ids of customers deleted (nothing else of them: a random id): a report of one still
+      // queued somewhere is dropped by the workers, not stored and not dead-lettered, while a
+      // report naming an id that never was a customer is still dead-lettered as before.
+      `CREATE TABLE deleted_customers (
+         id uuid PRIMARY KEY,
+         deleted_at timestamptz NOT NULL DEFAULT now()
+       )`,
     ],
   },
 ];

@@ -51,14 +51,14 @@ const keptInstance = await seed(kept.id);
 const doomedToken = await createToken(s.pool, doomed.id, 'agent');
 
 t.test('ClickHouse away half-way: the customer stays deleting and hidden; the next run finishes it; the other is untouched', async (t) => {
-  const live = new LiveCustomers(s.pool);
-  t.same([...(await live.check([doomed.id, kept.id]))].sort(), [doomed.id, kept.id].sort(), 'before: both live for the workers');
+  const ghost = randomUUID();
+  t.same([...(await new LiveCustomers(s.pool).goneOf([doomed.id, kept.id, ghost]))], [], "before: the workers drop no one's reports");
 
   const marked = await markCustomerDeleting(s.pool, doomed.id);
   t.equal(marked?.id, doomed.id);
   t.notOk(await customerExists(s.pool, doomed.id), 'marked: gone for the api');
   t.ok((await q('SELECT revoked_at FROM api_tokens WHERE id = $1', [doomedToken.id])).rows[0].revoked_at, 'its token revoked');
-  t.same([...(await new LiveCustomers(s.pool).check([doomed.id, kept.id]))], [kept.id], "the workers' check drops its reports from now on");
+  t.same([...(await new LiveCustomers(s.pool).goneOf([doomed.id, kept.id, ghost]))], [doomed.id], "the workers drop its reports from now on (and only its)");
 
   const away = createClickHouse({ url: 'http://127.0.0.1:9', database: s.env.CLICKHOUSE_DB });
   await t.rejects(purgeCustomer(deps(away), doomed), 'the purge fails at ClickHouse');
@@ -74,6 +74,12 @@ t.test('ClickHouse away half-way: the customer stays deleting and hidden; the ne
   t.equal((await q('SELECT count(*)::int AS n FROM customers WHERE id = $1', [doomed.id])).rows[0].n, 0, 'the customer is gone');
   t.equal(await chCount(doomed.id), 0, 'its ClickHouse rows are gone');
   t.same(await runOffboarding({ ...deps(s.ch), graceS: 0, log }), {}, 'a run after that finds nothing');
+  t.same((await q('SELECT id FROM deleted_customers')).rows.map((r) => r.id), [doomed.id], 'its id stays in deleted_customers');
+  t.same(
+    [...(await new LiveCustomers(s.pool).goneOf([doomed.id, kept.id, ghost]))],
+    [doomed.id],
+    'so the workers still drop its reports; an id that never was a customer is left to fail (and be dead-lettered) as before',
+  );
   await t.resolves(purgeCustomer(deps(s.ch), doomed), 'purging it again changes nothing and does not fail');
 
   t.equal((await q('SELECT count(*)::int AS n FROM machines WHERE customer_id = $1', [kept.id])).rows[0].n, 1, "the other customer's rows stay");

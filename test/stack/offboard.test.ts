@@ -190,6 +190,7 @@ t.test('a deleted customer leaves nothing in any store; its queued reports are d
   const pgAfter = await pgCounts(gone.id);
   for (const [table, n] of Object.entries(pgAfter)) t.equal(n, 0, `Postgres ${table}: no row of it`);
   t.equal((await q('SELECT count(*)::int AS n FROM customers WHERE id = $1 OR slug = $2', [gone.id, gone.slug])).rows[0].n, 0, 'Postgres customers: gone');
+  t.equal((await q('SELECT count(*)::int AS n FROM deleted_customers WHERE id = $1', [gone.id])).rows[0].n, 1, 'the one trace: its id in deleted_customers (its late reports are dropped)');
   const chAfter = await chCounts(gone.id);
   for (const [table, n] of Object.entries(chAfter)) t.equal(n, 0, `ClickHouse ${table}: no row of it`);
   t.same(await keysOf(), [], 'Redis: no key names it, its machines or its instances');
