@@ -23,6 +23,7 @@ import { tokenHandlers } from './handlers/tokens.js';
 import { licenceHandlers } from './handlers/licences.js';
 import { metricHandlers } from './handlers/metrics.js';
 import { artifactHandlers } from './handlers/artifacts.js';
+import { offboardingHandlers } from './handlers/offboarding.js';
 import { trafficLightHandlers } from './handlers/traffic-light.js';
 import { webhookHandlers } from './handlers/webhooks.js';
 import { commandHandlers } from './handlers/commands.js';
@@ -151,6 +152,7 @@ export async function buildApi(d: ApiDeps): Promise<FastifyInstance> {
     ...sessionHandlers(d, mailer),
     ...decommissionHandlers(d),
     ...notificationHandlers(d),
+    ...offboardingHandlers(d),
     api_healthz: () => ({ ok: true }),
     api_readyz: async (_req, reply) => {
       try {

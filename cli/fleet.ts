@@ -19,6 +19,7 @@ import { passwordProblem } from '../lib/domain/passwords.js';
 import { revokeUserSessions } from '../lib/store/sessions.js';
 import { clearInstanceState, instanceIdBySlugs, machineIdBySlug, retireInstance, retireMachine, type Retirement } from '../lib/store/decommission.js';
 import { backup, restore, BackupError } from '../lib/store/backup.js';
+import { customerBySlug, markCustomerDeleting } from '../lib/store/offboarding.js';
 
 // Read when a command runs, not before: `fleet --help` works whatever the environment holds.
 let loaded: Config | undefined;
@@ -55,6 +56,39 @@ customer
   .action(async (slug: string, o: { name?: string }) => {
     const c = await withPool((p) => createCustomer(p, slug, o.name)).catch((e) => fail((e as Error).message));
     process.stdout.write(`${c.id}\t${c.slug}\n`);
+  });
+
+customer
+  .command('delete <slug>')
+  .option('--yes', 'really delete: without it nothing is changed')
+  .option('--no-wait', 'only mark it; do not wait for the workers to remove its data')
+  .option('--timeout <s>', 'how long to wait for the workers (seconds)', '900')
+  .description(
+    'delete a customer and all its data in every store (docs/operations.md "Offboarding a customer"): marked at once, removed by the workers\' offboarding job OFFBOARD_GRACE_S later; waits until it is gone',
+  )
+  .action(async (slug: string, o: { yes?: boolean; wait: boolean; timeout: string }) => {
+    const timeoutS = Number(o.timeout);
+    if (!/^\d+$/.test(o.timeout) || timeoutS < 1 || timeoutS > 86_400) fail('--timeout must be a whole number of seconds from 1 to 86400');
+    const state = await withPool(async (pool) => {
+      const c = await customerBySlug(pool, slug);
+      if (!c) fail(`no customer ${slug}`);
+      if (!o.yes) {
+        fail(`this deletes customer ${slug} (${c.id}) and all its data for good: its tokens stop working, its members lose it, its reports, history, artifacts and dead letters are removed; run again with --yes`);
+      }
+      const marked = await markCustomerDeleting(pool, c.id);
+      if (!marked) return 'deleted';
+      process.stderr.write(`customer ${slug} marked for deletion at ${marked.deleting_at.toISOString()}: its tokens are revoked (every gateway refuses them within CACHE_REFRESH_MS), its members removed\n`);
+      if (!o.wait) return 'deleting';
+      process.stderr.write(`the workers' offboarding job removes its data from ${config().offboarding.graceS} s after the mark (OFFBOARD_GRACE_S); waiting\n`);
+      const until = Date.now() + timeoutS * 1000;
+      while (Date.now() < until) {
+        if (!(await customerBySlug(pool, slug))) return 'deleted';
+        await new Promise((r) => setTimeout(r, 1000));
+      }
+      return 'deleting';
+    }).catch((e) => fail((e as Error).message));
+    process.stdout.write(`${slug}\t${state}\n`);
+    if (state === 'deleting' && o.wait) fail(`${slug} is still being deleted after ${timeoutS} s: the workers' log ("offboarding: …") says what it waits for; the job keeps trying, and running this again waits again`);
   });
 
 const token = program.command('token').description('API tokens');

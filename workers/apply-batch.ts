@@ -36,6 +36,7 @@ import { upsertInstances } from '../lib/store/instances.js';
 import { reportRowStart, heartbeatRow, diagnosticRow, statusRow, insertReportRows, type ReportTable } from '../lib/store/history.js';
 import { rejectionRow, insertRejectionRows } from '../lib/store/rejections.js';
 import { recordMilestones } from './onboarding.js';
+import type { LiveCustomers } from './live-customers.js';
 
 export interface ApplyDeps extends CommandDeps {
   pool: Pool;
@@ -56,6 +57,8 @@ export interface ApplyDeps extends CommandDeps {
   log?: Logger;
   /** Which reports' ClickHouse rows landed already (a retried batch's); none: insert everything. */
   rows?: RowLedger;
+  /** Customers whose reports are applied (not being deleted); without it every report is (workers/live-customers.ts). */
+  customers?: LiveCustomers;
 }
 
 /** ClickHouse rows that landed before, per table and report id (workers/outages.ts LandedRows). */

@@ -395,9 +395,20 @@ export class IngestConsumer {
   private async apply(units: Unit[], rows: RowLedger): Promise<void> {
     const reports: Report[] = [];
     const rejections: RejectionRecord[] = [];
+    const customerOf = (u: Unit) => u.report?.customerId ?? u.rejection?.customer_id ?? '';
+    // Reports of a customer being deleted (offboarding) are dropped, never applied: asked on every
+    // attempt, so a batch retried across the deletion drops them too (workers/live-customers.ts).
+    const gone = this.deps.customers ? await this.deps.customers.goneOf(units.map(customerOf)) : null;
+    const dropped = new Map<string, number>();
     for (const u of units) {
-      if (u.report) reports.push(u.report);
+      const c = customerOf(u);
+      if (gone?.has(c)) dropped.set(c, (dropped.get(c) ?? 0) + 1);
+      else if (u.report) reports.push(u.report);
       else if (u.rejection) rejections.push(u.rejection);
+    }
+    if (dropped.size > 0) {
+      this.log.info({ dropped: Object.fromEntries(dropped) }, 'reports of a deleted customer dropped (offboarding: it is being deleted or gone)');
+      if (reports.length === 0 && rejections.length === 0) return;
     }
     await applyBatch({ ...this.deps, rows }, reports, rejections);
   }

@@ -27,6 +27,8 @@ export const QUEUES = {
   retention: 'retention',
   /** E-mail digests of traffic-light changes (workers/mail-digest.ts). */
   mailDigest: 'mail-digest',
+  /** Offboarding: finishes the deletion of customers marked `deleting` (workers/offboarding.ts). */
+  offboarding: 'offboarding',
   /** Webhook deliveries of traffic-light changes, retried with exponential backoff (workers/webhooks.ts). */
   webhooks: 'light-webhooks',
 } as const;

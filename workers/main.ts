@@ -34,6 +34,8 @@ import { LightCensus } from './light-census.js';
 import { DeadLetters } from '../lib/store/dead-letters.js';
 import { DEPENDENCIES } from '../lib/infra/storage-errors.js';
 import { runRetention } from './retention.js';
+import { LiveCustomers } from './live-customers.js';
+import { runOffboarding } from './offboarding.js';
 
 const cfg = configOrExit('worker');
 const log = createLogger('worker', cfg.logLevel);
@@ -151,6 +153,8 @@ const applyDeps = {
   whitelist,
   lights: reportLights,
   artifactUsage,
+  // Reports of customers being deleted are dropped (lib/store/offboarding.ts).
+  customers: new LiveCustomers(pool),
   log,
   ackTimeoutS: cfg.commands.ackTimeoutS,
   commandsChanged: (refs: InstanceRef[]) => hints.publish(refs),
@@ -275,10 +279,26 @@ const jobs = [
       ch,
       target: { cluster: cfg.clickhouseCluster, database: cfg.clickhouseDatabase },
       days: cfg.retention,
+      artifacts: { store: artifactStore, usage: artifactUsage },
       log: log.child({ job: QUEUES.retention }),
       onRows: (table, n) => retentionRows.labels(table).inc(n),
       onPartition: (table) => retentionPartitions.labels(table).inc(),
       onFailure: (store) => retentionFailures.labels(store).inc(),
+    }),
+  }),
+  // Customers being deleted: everything of them, once OFFBOARD_GRACE_S has passed since the mark (workers/offboarding.ts).
+  scheduledJob(jobCtx, { queue: QUEUES.offboarding, everyMs: cfg.offboarding.sweepMs, run: () =>
+    runOffboarding({
+      pool,
+      ch,
+      target: { cluster: cfg.clickhouseCluster, database: cfg.clickhouseDatabase },
+      redis,
+      redisPrefix: cfg.redisPrefix,
+      artifacts: artifactStore,
+      deadLetters,
+      removeWebhookJobs: (ids) => webhooks.removeJobsOf(ids),
+      graceS: cfg.offboarding.graceS,
+      log: log.child({ job: QUEUES.offboarding }),
     }),
   }),
 ];

@@ -71,6 +71,28 @@ export class Webhooks implements WebhookEnqueuer {
     this.worker.on('error', (e) => this.log.warn({ err: e }, 'webhook worker error'));
   }
 
+  /**
+   * Removes the delivery jobs of these webhooks, queued or kept after they ran (offboarding: their
+   * data names the customer). Job ids begin with the webhook id. A job running at that moment is
+   * left to finish (BullMQ refuses to remove it) and goes with removeOnComplete / removeOnFail.
+   */
+  async removeJobsOf(webhookIds: string[]): Promise<number> {
+    if (!this.queue || webhookIds.length === 0) return 0;
+    const base = `${bullPrefix(this.redisPrefix)}:${QUEUES.webhooks}:`;
+    let removed = 0;
+    for (const webhookId of webhookIds) {
+      const ids = new Set<string>();
+      let cursor = '0';
+      do {
+        const [next, keys] = await this.connection.scan(cursor, 'MATCH', `${base}${webhookId}.*`, 'COUNT', 1000);
+        cursor = next;
+        for (const k of keys) ids.add(k.slice(base.length).split(':')[0]!);
+      } while (cursor !== '0');
+      for (const id of ids) removed += await this.queue.remove(id);
+    }
+    return removed;
+  }
+
   async enqueue(events: LightEvent[], db: Pool | PoolClient = this.pool): Promise<void> {
     if (!this.queue || events.length === 0) return;
     const customers = [...new Set(events.map((e) => e.customer_id))];

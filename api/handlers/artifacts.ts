@@ -6,7 +6,8 @@ import { Readable } from 'node:stream';
 import type { ApiDeps, HandlersOf } from '../types.js';
 import { principal } from '../auth.js';
 import { HttpError, notFound } from '../../lib/contract/errors.js';
-import { parseRange, contentDisposition, getArtifact, listMachineArtifacts, type ArtifactStore, type ArtifactRow } from '../../lib/store/artifacts.js';
+import { parseRange, contentDisposition, getArtifact, listMachineArtifacts, markArtifactDeleting, purgeArtifact, type ArtifactStore, type ArtifactRow } from '../../lib/store/artifacts.js';
+import { ArtifactUsage } from '../../lib/store/artifact-usage.js';
 import { ownedMachine } from '../../lib/store/machines.js';
 
 type Row = ArtifactRow;
@@ -56,8 +57,29 @@ export async function* artifactBytes(store: ArtifactStore, uploadId: string, chu
   }
 }
 
-export function artifactHandlers(d: ApiDeps): HandlersOf<'download_artifact' | 'list_machine_artifacts'> {
+export function artifactHandlers(d: ApiDeps): HandlersOf<'delete_artifact' | 'download_artifact' | 'list_machine_artifacts'> {
+  const usage = new ArtifactUsage(d.redis, d.cfg.redisPrefix);
   return {
+    // Marked first (hidden from the list and from downloads), then its upload record and chunks
+    // go from NATS, then the row (and with it its bytes from artifact_usage). A failure in between
+    // leaves it marked: DELETE again, or the retention job, finishes it (lib/store/artifacts.ts).
+    async delete_artifact(req, reply) {
+      const p = principal(req);
+      const { id } = req.params;
+      const store = d.artifacts();
+      if (!store) throw new HttpError(503, 'the artifact store (NATS) is not reachable yet; retry', { retryAfterS: 2 });
+      const a = await markArtifactDeleting(d.pool, p.customerId, id);
+      if (!a) throw notFound('no such artifact');
+      try {
+        await purgeArtifact(d.pool, store, a, usage);
+      } catch (e) {
+        req.log.warn({ err: e, artifact: a.id }, 'artifact deletion stopped half-way; it stays hidden until a retry or the retention job finishes it');
+        throw new HttpError(503, 'the artifact is hidden, but its bytes could not all be deleted yet (NATS or Postgres); retry', { retryAfterS: 2 });
+      }
+      req.log.info({ artifact: a.id, upload: a.upload_id, size: a.size, customer: p.customerId }, 'artifact deleted');
+      return reply.code(204).send();
+    },
+
     async list_machine_artifacts(req) {
       const p = principal(req);
       const { id } = req.params;

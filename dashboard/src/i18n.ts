@@ -168,6 +168,7 @@ const en = {
   'artifacts.software': 'Software',
   'artifacts.uploaded': 'Uploaded',
   'artifacts.more': 'The newest {shown} of {total}.',
+  'artifacts.confirmDelete': 'Delete the artifact {file}? Its bytes are gone for good.',
 
   'retire.title': 'Decommission',
   'retire.explain': 'Retire this instance, or its whole machine, when it has left the fleet: it disappears from the list, the counts and the licence and never turns red again. Its history stays. If it reports again, it comes back as a new one.',
@@ -611,6 +612,7 @@ const de: Record<Key, string> = {
   'artifacts.software': 'Software',
   'artifacts.uploaded': 'Hochgeladen',
   'artifacts.more': 'Die neuesten {shown} von {total}.',
+  'artifacts.confirmDelete': 'Artefakt {file} löschen? Die Datei ist dann endgültig weg.',
 
   'commands.title': 'Befehle',
   'commands.available': 'Vom Agenten angeboten',

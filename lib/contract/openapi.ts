@@ -31,6 +31,7 @@ const TAGS: Record<string, string> = {
   admin: 'System administrators only',
   'dead letters': 'Reports the workers could not store: list, inspect, replay (system administrators)',
   notifications: 'E-mail notifications of traffic-light changes: subscriptions and the unsubscribe link',
+  customers: 'Customers as a whole: offboarding (system administrators)',
   docs: 'This description',
   operations: 'Liveness, readiness and metrics of each process',
   decommissioning: 'Retiring machines and instances: they leave the fleet, the counts and the licence; their history stays',

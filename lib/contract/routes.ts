@@ -500,6 +500,23 @@ export const routes = [
   }),
   route({
     service: 'api',
+    method: 'DELETE',
+    path: '/api/artifacts/{id}',
+    operationId: 'delete_artifact',
+    summary: "Delete an artifact: its bytes, its record, and its size from the customer's quota artifact_bytes; a second delete answers 404",
+    tags: ['artifacts'],
+    auth: 'admin',
+    params: IdParams,
+    responses: {
+      204: { description: 'deleted (a download already under way breaks off instead of ending short)' },
+      400: err('ill-formed id'),
+      ...authErrors,
+      404: err('no such artifact (deleted already)'),
+      503: err('the artifact store is not reachable; retry (the artifact stays hidden, and a retry or the retention job finishes the deletion)'),
+    },
+  }),
+  route({
+    service: 'api',
     method: 'GET',
     path: '/api/instances/{id}/status',
     operationId: 'get_instance_status',
@@ -887,6 +904,18 @@ export const routes = [
     auth: 'system-admin',
     params: A.UserIdParams,
     responses: { 200: { description: 'signed out', schema: A.SessionsEnded }, 400: err('ill-formed id'), ...authErrors, 404: err('no such user') },
+  }),
+  route({
+    service: 'api',
+    method: 'DELETE',
+    path: '/api/admin/customers/{id}',
+    operationId: 'admin_delete_customer',
+    summary:
+      'System administrators: delete a customer and all its data (offboarding). At once: its tokens revoked, its members removed, its reports dropped; OFFBOARD_GRACE_S later a job removes its rows, keys, artifacts and dead letters from every store. Again while deleting: 202 again; once gone: 404',
+    tags: ['customers', 'admin'],
+    auth: 'system-admin',
+    params: IdParams,
+    responses: { 202: { description: 'marked for deletion', schema: A.CustomerDeletion }, 400: err('ill-formed id'), ...authErrors, 404: err('no such customer (deleted already)') },
   }),
   route({
     service: 'api',

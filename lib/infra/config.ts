@@ -210,6 +210,12 @@ export const Settings = Type.Object({
   RETENTION_INVITATIONS_DAYS: Nat(30, "Postgres invitations: accepted, revoked or expired longer ago than this; each customer's first stays (0: keep forever)", 36_500),
   RETENTION_SESSIONS_DAYS: Nat(7, 'Postgres sessions: revoked or expired longer ago than this (0: keep forever)', 36_500),
   RETENTION_PASSWORD_RESETS_DAYS: Nat(7, 'Postgres password_resets: used or expired longer ago than this (0: keep forever)', 36_500),
+  RETENTION_ARTIFACTS_DAYS: Nat(0, "artifacts (bytes in NATS, row in Postgres, size off the quota artifact_bytes) uploaded longer ago than this are deleted (0: keep forever, the default: a customer's files are its own, and its quota already bounds them)", 36_500),
+  // Offboarding (docs/operations.md "Offboarding a customer"): a customer marked for deletion is
+  // purged from every store this long after the mark (reports being applied at that moment land
+  // first), by a job that looks every OFFBOARD_SWEEP_MS.
+  OFFBOARD_GRACE_S: Nat(60, 'a customer marked for deletion is purged from every store this long after the mark (reports already being applied land first)', 86_400),
+  OFFBOARD_SWEEP_MS: Pos(30_000, 'how often one worker finishes the deletion of customers marked for it (and of deletions that stopped half-way)'),
   LOG_LEVEL: Enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const, 'info', 'pino level'),
 });
 export type Settings = Static<typeof Settings>;
@@ -522,6 +528,13 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env) {
         sessions: s.RETENTION_SESSIONS_DAYS,
         password_resets: s.RETENTION_PASSWORD_RESETS_DAYS,
       },
+      // Artifacts uploaded longer ago than this (days; 0 = forever): deleted by the same job.
+      artifacts: s.RETENTION_ARTIFACTS_DAYS,
+    },
+    // Offboarding (lib/store/offboarding.ts, workers/offboarding.ts).
+    offboarding: {
+      graceS: s.OFFBOARD_GRACE_S,
+      sweepMs: s.OFFBOARD_SWEEP_MS,
     },
     // E-mail notifications of traffic-light changes (workers/mail-digest.ts).
     notifications: {

@@ -206,10 +206,10 @@ export interface CustomerOfUser {
 export async function customersOfUser(pool: Pool, userId: string, isSystemAdmin: boolean): Promise<CustomerOfUser[]> {
   const r = await pool.query<CustomerOfUser>(
     `SELECT c.id, c.slug, c.name, m.role, true AS member
-         FROM memberships m JOIN customers c ON c.id = m.customer_id WHERE m.user_id = $1
+         FROM memberships m JOIN customers c ON c.id = m.customer_id WHERE m.user_id = $1 AND c.deleting_at IS NULL
        UNION ALL
        SELECT c.id, c.slug, c.name, 'owner', false FROM customers c
-        WHERE $2 AND NOT EXISTS (SELECT 1 FROM memberships m WHERE m.user_id = $1 AND m.customer_id = c.id)
+        WHERE $2 AND c.deleting_at IS NULL AND NOT EXISTS (SELECT 1 FROM memberships m WHERE m.user_id = $1 AND m.customer_id = c.id)
        ORDER BY 2`,
     [userId, isSystemAdmin],
   );
@@ -221,7 +221,7 @@ export async function customerWithRole(pool: Pool, userId: string, customer: { i
   const byId = 'id' in customer;
   const r = await pool.query<{ id: string; slug: string; role: Role | null }>(
     `SELECT c.id, c.slug, m.role FROM customers c LEFT JOIN memberships m ON m.customer_id = c.id AND m.user_id = $1
-          WHERE ${byId ? 'c.id = $2::uuid' : 'c.slug = $2'}`,
+          WHERE ${byId ? 'c.id = $2::uuid' : 'c.slug = $2'} AND c.deleting_at IS NULL`,
     [userId, byId ? customer.id : customer.slug],
   );
   return r.rows[0] ?? null;

@@ -19,6 +19,7 @@ import { createHash } from 'node:crypto';
 import { StorageType, headers, nuid, type NatsConnection, type JetStreamManager, type KV, type ObjectStore, type ObjectInfo, type StoredMsg } from 'nats';
 import { JetStreamApiCodes, jsApiCode } from '../infra/jetstream-errors.js';
 import { pgText, type Pool, type PoolClient } from '../infra/postgres.js';
+import type { ArtifactUsage } from './artifact-usage.js';
 
 /** JetStream direct get (nats.js has it on the manager, its typings do not declare it). */
 type DirectGet = { direct: { getMessage(stream: string, q: { seq: number; next_by_subj: string }): Promise<StoredMsg> } };
@@ -262,6 +263,21 @@ export class ArtifactStore {
     if (size !== info.size || digestOf(hash) !== info.digest) throw new Error(`chunk ${n} of upload ${uploadId} is corrupt (size or digest differ)`);
   }
 
+  /**
+   * Removes an upload for good: its record first (a completed upload can then not be completed
+   * again, which would queue its artifact row anew), then every chunk 0 … chunks-1. Idempotent:
+   * what is gone already is skipped. Returns how many chunks it deleted.
+   */
+  async deleteUploadAndChunks(uploadId: string, chunks: number): Promise<number> {
+    await this.deleteUpload(uploadId);
+    const deleted = await mapLimit(
+      Array.from({ length: chunks }, (_, n) => n),
+      8,
+      (n) => this.deleteChunk(uploadId, n),
+    );
+    return deleted.filter(Boolean).length;
+  }
+
   /** Deletes chunk n without leaving a tombstone: its data first, then its meta record. */
   async deleteChunk(uploadId: string, n: number): Promise<boolean> {
     const name = chunkName(uploadId, n);
@@ -333,6 +349,8 @@ export interface ArtifactRow extends Pick<UploadRecord, 'software' | 'filename' 
 const ARTIFACT_SELECT = `SELECT a.id, a.machine_id, m.slug AS machine, a.instance_id, a.software, a.upload_id, a.filename, a.size, a.sha256,
                        a.content_type, a.chunk_size, a.chunks, a.uploaded_at
                   FROM artifacts a JOIN machines m ON m.id = a.machine_id`;
+/** An artifact being deleted (deleting_at set) is neither listed nor served. */
+const LIVE = 'a.deleting_at IS NULL';
 
 /** A page of a machine's artifacts (of one software, or all), newest first, and how many there are in all. */
 export async function listMachineArtifacts(
@@ -341,7 +359,7 @@ export async function listMachineArtifacts(
   machineId: string,
   q: { software?: string; limit: number; offset: number },
 ): Promise<{ rows: ArtifactRow[]; total: number }> {
-  const where = ['a.customer_id = $1', 'a.machine_id = $2'];
+  const where = ['a.customer_id = $1', 'a.machine_id = $2', LIVE];
   const params: unknown[] = [customerId, machineId];
   if (q.software) where.push(`a.software = $${params.push(q.software)}`);
   const total = await pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM artifacts a WHERE ${where.join(' AND ')}`, params);
@@ -354,7 +372,7 @@ export async function listMachineArtifacts(
 
 /** One of the customer's artifacts; null when it has none of that id. */
 export async function getArtifact(pool: Pool, customerId: string, id: string): Promise<ArtifactRow | null> {
-  const r = await pool.query<ArtifactRow>(`${ARTIFACT_SELECT} WHERE a.customer_id = $1 AND a.id = $2`, [customerId, id]);
+  const r = await pool.query<ArtifactRow>(`${ARTIFACT_SELECT} WHERE a.customer_id = $1 AND a.id = $2 AND ${LIVE}`, [customerId, id]);
   return r.rows[0] ?? null;
 }
 
@@ -419,4 +437,77 @@ export async function uploadsWithArtifact(db: Pool | PoolClient, uploadIds: stri
   if (uploadIds.length === 0) return new Set();
   const r = await db.query<{ upload_id: string }>('SELECT upload_id FROM artifacts WHERE upload_id = ANY($1::uuid[])', [uploadIds]);
   return new Set(r.rows.map((x) => x.upload_id));
+}
+
+// Deleting artifacts (DELETE /api/artifacts/{id}, RETENTION_ARTIFACTS_DAYS, offboarding): in three
+// steps, each safe to repeat, so a deletion that stops half-way (NATS or Postgres away) is finished
+// by the next attempt, or by the retention job, which finishes every row marked and not gone.
+//   1. mark the row (deleting_at): from then on it is neither listed nor downloaded;
+//   2. remove its upload record and chunks from NATS (ArtifactStore.deleteUploadAndChunks);
+//   3. delete the row: the trigger takes its size off artifact_usage (the quota artifact_bytes),
+//      and its reservation entry, if one is left, goes from Redis.
+// A download that had started before step 1 fails at the first chunk that is gone (readChunk
+// throws, the api breaks the connection short of its Content-Length): never half a file that
+// looks whole.
+
+/** What deleting an artifact needs to know of it. */
+export interface DoomedArtifact {
+  id: string;
+  customer_id: string;
+  upload_id: string;
+  chunks: number;
+  size: number;
+}
+
+const DOOMED_COLS = 'id, customer_id, upload_id, chunks, size';
+
+/** Step 1 for one artifact of a customer; null when it has none of that id (or it is gone already). */
+export async function markArtifactDeleting(pool: Pool, customerId: string, id: string): Promise<DoomedArtifact | null> {
+  const r = await pool.query<DoomedArtifact>(
+    `UPDATE artifacts SET deleting_at = COALESCE(deleting_at, now()) WHERE customer_id = $1 AND id = $2 RETURNING ${DOOMED_COLS}`,
+    [customerId, id],
+  );
+  return r.rows[0] ?? null;
+}
+
+/** Step 1 for up to `limit` artifacts uploaded more than `days` days ago (by the database's clock), oldest first. */
+export async function markArtifactsPastRetention(pool: Pool, days: number, limit: number): Promise<DoomedArtifact[]> {
+  const r = await pool.query<DoomedArtifact>(
+    `WITH doomed AS (SELECT id FROM artifacts WHERE deleting_at IS NULL AND uploaded_at < now() - make_interval(days => $1::int)
+                      ORDER BY uploaded_at LIMIT $2 FOR UPDATE SKIP LOCKED)
+     UPDATE artifacts a SET deleting_at = now() FROM doomed d WHERE a.id = d.id RETURNING a.id, a.customer_id, a.upload_id, a.chunks, a.size`,
+    [days, limit],
+  );
+  return r.rows;
+}
+
+/** Step 1 for every artifact of a customer (offboarding). Returns how many were marked now. */
+export async function markCustomerArtifactsDeleting(pool: Pool, customerId: string): Promise<number> {
+  const r = await pool.query('UPDATE artifacts SET deleting_at = now() WHERE customer_id = $1 AND deleting_at IS NULL', [customerId]);
+  return r.rowCount ?? 0;
+}
+
+/** Rows marked and not deleted yet (a deletion that stopped half-way), the longest-marked first; of one customer, or of all. */
+export async function artifactsBeingDeleted(pool: Pool, o: { customerId?: string; limit: number }): Promise<DoomedArtifact[]> {
+  const r = o.customerId
+    ? await pool.query<DoomedArtifact>(
+        `SELECT ${DOOMED_COLS} FROM artifacts WHERE deleting_at IS NOT NULL AND customer_id = $1 ORDER BY deleting_at, id LIMIT $2`,
+        [o.customerId, o.limit],
+      )
+    : await pool.query<DoomedArtifact>(`SELECT ${DOOMED_COLS} FROM artifacts WHERE deleting_at IS NOT NULL ORDER BY deleting_at, id LIMIT $1`, [o.limit]);
+  return r.rows;
+}
+
+/**
+ * Steps 2 and 3 for an artifact marked by step 1. One row per statement: the usage trigger locks
+ * the customer's artifact_usage row, and a statement over several customers could take those locks
+ * in another order than a worker inserting artifacts (customer order) and deadlock with it.
+ */
+export async function purgeArtifact(pool: Pool, store: ArtifactStore, a: DoomedArtifact, usage?: Pick<ArtifactUsage, 'release'>): Promise<{ chunks: number }> {
+  const chunks = await store.deleteUploadAndChunks(a.upload_id, a.chunks);
+  await pool.query('DELETE FROM artifacts WHERE id = $1 AND deleting_at IS NOT NULL', [a.id]);
+  // A settled entry no longer counts once the row is gone (lib/store/artifact-usage.ts); removing
+  // it now only saves the sweep the work. Best effort: the sweep removes what is left.
+  await usage?.release(a.customer_id, a.upload_id).catch(() => false);
+  return { chunks };
 }

@@ -130,6 +130,20 @@ export async function revokeToken(pool: Pool, tokenId: string, customerId?: stri
 
 /** Whether a customer of this id exists. */
 export async function customerExists(pool: Pool, customerId: string): Promise<boolean> {
-  const r = await pool.query('SELECT 1 FROM customers WHERE id = $1', [customerId]);
+  const r = await pool.query('SELECT 1 FROM customers WHERE id = $1 AND deleting_at IS NULL', [customerId]);
   return !!r.rowCount;
+}
+
+/**
+ * Of these customer ids (UUIDs), those being deleted or deleted (offboarding, lib/store/offboarding.ts):
+ * the workers drop their reports. An id that never was a customer is not among them.
+ */
+export async function goneCustomerIds(pool: Pool, ids: string[]): Promise<Set<string>> {
+  if (ids.length === 0) return new Set();
+  const r = await pool.query<{ id: string }>(
+    `SELECT id FROM customers WHERE id = ANY($1::uuid[]) AND deleting_at IS NOT NULL
+     UNION SELECT id FROM deleted_customers WHERE id = ANY($1::uuid[])`,
+    [ids],
+  );
+  return new Set(r.rows.map((x) => x.id));
 }

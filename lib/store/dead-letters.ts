@@ -560,6 +560,18 @@ export class DeadLetters {
    * Dead letters per customer token (slug, or NO_CUSTOMER: the bare subject counts there), from the
    * stream's per-subject counts: one request, whatever the stream holds.
    */
+  /** Removes every dead letter of a customer (offboarding: its subject carries the slug); how many went. */
+  async purgeCustomer(slug: string): Promise<number> {
+    const token = customerToken(slug);
+    if (token === NO_CUSTOMER) return 0;
+    try {
+      return (await (await this.jsm()).streams.purge(this.stream, { filter: `${this.base}.${token}` })).purged;
+    } catch (e) {
+      if (jsApiCode(e) === JetStreamApiCodes.StreamNotFound) return 0;
+      throw e;
+    }
+  }
+
   async countByCustomer(): Promise<Map<string, number>> {
     const info = await (await this.jsm()).streams.info(this.stream, { subjects_filter: '>' });
     const out = new Map<string, number>();

@@ -649,6 +649,37 @@ export const postgresMigrations: Migration[] = [
       `CREATE INDEX mail_pending_sent ON mail_pending (sent_at) WHERE sent_at IS NOT NULL`,
     ],
   },
+  {
+    id: '0017-artifact-deletion',
+    sql: [
+      // Deleting an artifact (DELETE /api/artifacts/{id}, retention, offboarding; lib/store/artifacts.ts)
+      // first sets deleting_at: from then on the artifact is neither listed nor downloaded, and a
+      // deletion that stopped half-way (NATS away between its chunks) is finished by the next
+      // attempt or by the retention job. The row goes last, with its bytes in artifact_usage (trigger).
+      `ALTER TABLE artifacts ADD COLUMN deleting_at timestamptz`,
+      `CREATE INDEX artifacts_deleting ON artifacts (deleting_at) WHERE deleting_at IS NOT NULL`,
+      // RETENTION_ARTIFACTS_DAYS: the oldest uploads first, across customers.
+      `CREATE INDEX artifacts_uploaded ON artifacts (uploaded_at)`,
+    ],
+  },
+  {
+    id: '0018-customer-offboarding',
+    sql: [
+      // Offboarding (lib/store/offboarding.ts, docs/operations.md "Offboarding a customer"): a
+      // customer being deleted has deleting_at set. From then on it is gone for every reader (no
+      // login, no token, workers drop its reports); its data is removed store by store, and this
+      // row, the handle of a deletion that stopped half-way, goes last.
+      `ALTER TABLE customers ADD COLUMN deleting_at timestamptz`,
+      `CREATE INDEX customers_deleting ON customers (deleting_at) WHERE deleting_at IS NOT NULL`,
+      // The ids of customers deleted (nothing else of them: a random id): a report of one still
+      // queued somewhere is dropped by the workers, not stored and not dead-lettered, while a
+      // report naming an id that never was a customer is still dead-lettered as before.
+      `CREATE TABLE deleted_customers (
+         id uuid PRIMARY KEY,
+         deleted_at timestamptz NOT NULL DEFAULT now()
+       )`,
+    ],
+  },
 ];
 
 /** When the gateway received the report: a DateTime for partitions, and the exact ms. */

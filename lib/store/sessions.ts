@@ -54,7 +54,7 @@ export async function sessionPrincipal(pool: Pool, userId: string, customerId: s
     `SELECT u.email, u.is_system_admin, m.role, c.slug, c.id AS cust,
             (s.id IS NOT NULL AND s.revoked_at IS NULL AND s.expires_at > now()) AS open
        FROM users u
-       LEFT JOIN customers c ON c.id = $2::uuid
+       LEFT JOIN customers c ON c.id = $2::uuid AND c.deleting_at IS NULL
        LEFT JOIN memberships m ON m.user_id = u.id AND m.customer_id = c.id
        LEFT JOIN sessions s ON s.id = $3::uuid AND s.user_id = u.id
       WHERE u.id = $1`,
@@ -73,6 +73,7 @@ export async function openSessionsOfMembers(pool: Pool, pairs: { sessionId: stri
          FROM unnest($1::uuid[], $2::uuid[]) AS x(sid, cust)
          JOIN sessions s ON s.id = x.sid AND s.revoked_at IS NULL AND s.expires_at > now()
          JOIN users u ON u.id = s.user_id
+         JOIN customers c ON c.id = x.cust AND c.deleting_at IS NULL
         WHERE u.is_system_admin OR EXISTS (SELECT 1 FROM memberships m WHERE m.user_id = u.id AND m.customer_id = x.cust)`,
     [pairs.map((p) => p.sessionId), pairs.map((p) => p.customerId)],
   );

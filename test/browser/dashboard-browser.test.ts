@@ -302,6 +302,13 @@ async function run(): Promise<void> {
     t.equal(download.suggestedFilename(), 'crash.log');
     const { readFile } = await import('node:fs/promises');
     t.same(await readFile((await download.path())!), bytes, 'the download is the uploaded file');
+
+    // The owner deletes it (the confirm dialog is accepted): gone from the list and from the api.
+    const row = page.locator(`#artifacts tr[data-artifact="${done.body.artifact_id}"]`);
+    await row.locator('button.danger').click();
+    await row.waitFor({ state: 'detached' });
+    t.pass('the deleted artifact leaves the list');
+    t.equal((await get(`${s.apiUrl}/api/artifacts/${done.body.artifact_id}/download`, s.token)).status, 404, 'and the api has it no more');
   });
 
   t.test('diagnostics: severity, help text in EN and DE (panel and page language), suppressed on request', async (t) => {

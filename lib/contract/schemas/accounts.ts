@@ -256,3 +256,15 @@ export const PasswordResetBody = Type.Object(
 );
 export const PasswordResetRequested = Type.Object({ ok: Type.Literal(true), detail: Type.String() }, { $id: 'PasswordResetRequested' });
 export const PasswordResetConfirmBody = Type.Object({ token: LinkToken, new_password: Password('the new password') }, { $id: 'PasswordResetConfirmBody' });
+
+/** A customer being deleted (DELETE /api/admin/customers/{id}; docs/operations.md "Offboarding a customer"). */
+export const CustomerDeletion = Type.Object(
+  {
+    id: Type.String({ format: 'uuid' }),
+    slug: Type.String(),
+    state: Type.Literal('deleting', { description: 'marked: gone for every reader; its data is removed by the offboarding job' }),
+    deleting_since: Type.String({ format: 'date-time' }),
+    purge_after: Type.String({ format: 'date-time', description: 'when the job removes its data (deleting_since + OFFBOARD_GRACE_S); a run that fails is repeated' }),
+  },
+  { $id: 'CustomerDeletion' },
+);
