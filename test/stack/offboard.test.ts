@@ -132,6 +132,15 @@ const kept = await populate({ customer: s.customer, token: s.token });
 const goneOwner = await s.newUser('owner', { customer: { id: gone.id, slug: gone.slug, name: gone.slug } });
 const keptAdmin = await s.newUser('admin');
 const sysadmin = await s.newUser(null, { systemAdmin: true });
+// Each customer's member subscribed to e-mail notifications, with one change waiting for its digest.
+for (const [user, c] of [[goneOwner, gone], [keptAdmin, kept]] as const) {
+  await q(`INSERT INTO mail_subscriptions (user_id, customer_id, kinds, unsubscribe_token, waiting_since) VALUES ($1, $2, '{red}', $3, now())`, [user.id, c.id, randomBytes(32).toString('hex')]);
+  await q(
+    `INSERT INTO mail_pending (user_id, customer_id, event_id, kind, instance_id, machine, software, from_light, to_light, event_at)
+     VALUES ($1, $2, $3, 'red', gen_random_uuid(), 'm1', 'agent', 'green', 'red', now())`,
+    [user.id, c.id, `test-${c.id}`],
+  );
+}
 
 t.test('a deleted customer leaves nothing in any store; its queued reports are dropped; the other customer keeps everything', async (t) => {
   // Everything of both is stored (ClickHouse rows are asynchronous): the starting point.
