@@ -29,7 +29,7 @@ async function run(): Promise<void> {
   const smtp = await smtpServer();
   t.teardown(() => smtp.close());
   const s = await testStack(t, 'dashbrowser', {
-    env: { HEARTBEAT_TIMEOUT_S: '6', LIGHT_SWEEP_INTERVAL_MS: '500', COMMAND_SWEEP_MS: '1000', SMTP_HOST: '127.0.0.1', SMTP_PORT: String(smtp.port), SMTP_STARTTLS: 'off', TOKEN_USAGE_FLUSH_MS: '500' },
+    env: { HEARTBEAT_TIMEOUT_S: '6', LIGHT_SWEEP_INTERVAL_MS: '500', COMMAND_SWEEP_MS: '1000', ...smtp.env, TOKEN_USAGE_FLUSH_MS: '500' },
   });
   const A = s.customer;
   const owner = await s.newUser('owner');

@@ -22,9 +22,7 @@ async function run(): Promise<void> {
     env: {
       HEARTBEAT_TIMEOUT_S: '2',
       LIGHT_SWEEP_INTERVAL_MS: '500',
-      SMTP_HOST: '127.0.0.1',
-      SMTP_PORT: String(smtp.port),
-      SMTP_STARTTLS: 'off',
+      ...smtp.env,
       PUBLIC_DASHBOARD_URL: DASH,
       MAIL_DIGEST_INTERVAL_S: '1',
       MAIL_DIGEST_TICK_MS: '200',

@@ -69,6 +69,8 @@ export async function smtpServer() {
   const close = () => new Promise<void>((resolve) => (server ? server.close(() => resolve()) : resolve()));
   return {
     port,
+    /** The settings that send a stack's e-mail here (plain SMTP on loopback). */
+    env: { SMTP_HOST: '127.0.0.1', SMTP_PORT: String(port), SMTP_STARTTLS: 'off' },
     received,
     /** The first message to `to` (after `after` messages to it), waited for. */
     async mailTo(to: string, after = 0, ms = 15_000): Promise<ReceivedMail> {

@@ -17,9 +17,7 @@ const s = await testStack(t, 'lifecycle', {
   gateway: false,
   worker: false,
   env: {
-    SMTP_HOST: '127.0.0.1',
-    SMTP_PORT: String(smtp.port),
-    SMTP_STARTTLS: 'off',
+    ...smtp.env,
     MAIL_FROM: 'Fleet <fleet@test.example>',
     PUBLIC_DASHBOARD_URL: 'https://fleet.test.example',
     SESSION_STREAM_RECHECK_MS: '500',

@@ -20,9 +20,7 @@ const s = await testStack(t, 'lightmail', {
   env: {
     HEARTBEAT_TIMEOUT_S: '2',
     LIGHT_SWEEP_INTERVAL_MS: '500',
-    SMTP_HOST: '127.0.0.1',
-    SMTP_PORT: String(smtp.port),
-    SMTP_STARTTLS: 'off',
+    ...smtp.env,
     SMTP_TIMEOUT_MS: '3000',
     PUBLIC_DASHBOARD_URL: DASH,
     MAIL_DIGEST_INTERVAL_S: String(INTERVAL_S),
