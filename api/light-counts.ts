@@ -40,7 +40,7 @@ export class LightCounts {
   }
 
   private query(customerId: string, filter: CountFilter): Promise<LightCountsValue> {
-    return countLights(this.d.pool, customerId, { timeoutS: this.d.cfg.heartbeatTimeoutS, windowS: this.d.cfg.warningWindowS }, filter);
+    return countLights(this.d.pool, customerId, { windowS: this.d.cfg.warningWindowS }, filter);
   }
 }
 

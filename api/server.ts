@@ -35,6 +35,7 @@ import { sessionHandlers } from './handlers/sessions.js';
 import { decommissionHandlers } from './handlers/decommission.js';
 import { Mailer } from './mail.js';
 import { notificationHandlers } from './handlers/notifications.js';
+import { timeoutRuleHandlers } from './handlers/timeout-rules.js';
 import { streamAuthStillValid } from './stream-auth.js';
 import { ping } from '../lib/infra/postgres.js';
 import type { ApiDeps, ApiHandlers } from './types.js';
@@ -152,6 +153,7 @@ export async function buildApi(d: ApiDeps): Promise<FastifyInstance> {
     ...sessionHandlers(d, mailer),
     ...decommissionHandlers(d),
     ...notificationHandlers(d),
+    ...timeoutRuleHandlers(d),
     ...offboardingHandlers(d),
     api_healthz: () => ({ ok: true }),
     api_readyz: async (_req, reply) => {

@@ -202,7 +202,13 @@ async function upsertMachinesAndInstances(c: PoolClient, updates: InstanceUpdate
   const out = new Map<string, Resolved & { pgAt: number | null }>();
   const byMachine = new Map(rows.map((r) => [`${r.machineId}|${r.u.software}`, r.u.key]));
   for (const r of irows) {
-    out.set(byMachine.get(`${r.machine_id}|${r.software}`)!, { machineId: r.machine_id, instanceId: r.id, pgAt: r.pg_ms === null ? null : Number(r.pg_ms) });
+    out.set(byMachine.get(`${r.machine_id}|${r.software}`)!, {
+      machineId: r.machine_id,
+      instanceId: r.id,
+      pgAt: r.pg_ms === null ? null : Number(r.pg_ms),
+      timeoutS: r.timeout_s,
+      latePercent: r.late_percent,
+    });
   }
   return out;
 }

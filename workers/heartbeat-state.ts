@@ -3,12 +3,14 @@
 //
 // Per instance, Redis holds
 //   hb:<id>   the heartbeat key: present while the instance is fresh, expiring at the newest
-//             heartbeat's receive time + HEARTBEAT_TIMEOUT_S (its expiry turns the light red:
-//             workers/light-expiry.ts). An older report never shortens it.
+//             heartbeat's receive time + the instance's timeout, or its late time where it has
+//             one (its expiry turns the light late or red: workers/light-expiry.ts). An older
+//             report never shortens it.
 //   hs:<id>   the state hash: `seen` and `hb` (receive time and fields of the newest heartbeat
 //             applied), `hf` (fingerprint of those fields), `pg` (receive time of the newest
 //             heartbeat Postgres holds), `fp`/`fa` (fingerprint of the fields Postgres holds, and
-//             of which heartbeat; '' = unknown), `mid` (machine id).
+//             of which heartbeat; '' = unknown), `mid` (machine id), `iv` (the instance's
+//             interval, below).
 // and the sorted set hbdue: instance id -> when its newest heartbeat is due in Postgres.
 //
 // A batch's heartbeat-only update of an instance whose ids this worker knows is *skipped* (no
@@ -22,8 +24,12 @@
 // The flusher (every worker, HeartbeatFlusher) writes what is due: the newest heartbeat of each
 // instance at most `interval` after the previous Postgres write, with the same newest-wins rules as
 // the ingest upsert (both statements in lib/store/instances.ts). So Postgres's last_heartbeat_at is never more than interval + one flush tick
-// behind, and the interval is below the heartbeat timeout: a silence Postgres sees is real, and the
-// traffic-light SQL (lib/domain/traffic-light.ts) keeps judging from Postgres alone. The api merges the
+// behind, and each instance's interval is below 80 % of its own timeout, or of its late time where
+// it has one (lib/store/timeout-rules.ts; its rule as this worker last read it, from the upsert or
+// the id lookup, at most ID_TTL_MS old): a silence Postgres sees is real, and the traffic-light SQL
+// (lib/domain/traffic-light.ts) keeps judging from Postgres alone. Where a worker's copy of a rule
+// is stale (a timeout shortened a moment ago), the sweep and the expiry listener write the waiting
+// heartbeat before they judge (repair), so a stale copy costs writes, never a wrong colour. The api merges the
 // hash into what it shows (lib/store/live-heartbeats.ts): times exact to the millisecond.
 //
 // Scripts name keys they build from the prefix: a Redis Cluster is not supported (one primary with
@@ -42,26 +48,33 @@ import type { LightEvent } from '../lib/domain/traffic-light.js';
 export interface Resolved {
   machineId: string;
   instanceId: string;
+  /** The instance's rule as last read (lib/store/timeout-rules.ts); null or absent: the defaults. */
+  timeoutS?: number | null;
+  latePercent?: number | null;
 }
+
+/** A cached id (and rule) is read again after this long, so a changed rule reaches every worker. */
+const ID_TTL_MS = 10 * 60_000;
 
 /** Instances per script call. */
 const CHUNK = 1000;
 
 /**
  * KEYS: hbdue, then per instance its state hash and heartbeat key.
- * ARGV: interval ms, keep ms (state outlives the heartbeat key by this), then per instance
- *       receive time, fingerprint, fields (JSON), key expiry (ms), instance id.
+ * ARGV: interval ms (unused: each instance has its own), keep ms (state outlives the heartbeat key
+ *       by this), then per instance receive time, fingerprint, fields (JSON), key expiry (ms),
+ *       instance id, the instance's interval ms.
  * Returns per instance 1 (skipped: Postgres holds its fields, the key is extended) or 0.
  */
 const SKIP = `
-local interval = tonumber(ARGV[1])
 local keep = tonumber(ARGV[2])
 local out = {}
 local n = (#KEYS - 1) / 2
 for i = 1, n do
   local hs = KEYS[2 * i]
   local hb = KEYS[2 * i + 1]
-  local a = 2 + (i - 1) * 5
+  local a = 2 + (i - 1) * 6
+  local interval = tonumber(ARGV[a + 6])
   local at = tonumber(ARGV[a + 1])
   local fp = ARGV[a + 2]
   out[i] = 0
@@ -73,7 +86,7 @@ for i = 1, n do
       redis.call('PEXPIREAT', hb, exp, 'GT')
       local seen = tonumber(st[3]) or 0
       if at > seen then
-        redis.call('HSET', hs, 'seen', at, 'hb', ARGV[a + 3], 'hf', fp)
+        redis.call('HSET', hs, 'seen', at, 'hb', ARGV[a + 3], 'hf', fp, 'iv', interval)
         redis.call('PEXPIREAT', hs, exp + keep, 'GT')
       end
       local pg = tonumber(st[2])
@@ -87,8 +100,8 @@ return out
 /**
  * After a Postgres write. KEYS: hbdue, then per instance its state hash and heartbeat key.
  * ARGV: now ms, keep ms, record state (1/0), then per instance receive time, fingerprint, fields,
- *       key expiry, instance id, customer id, machine id, and the receive time of the heartbeat
- *       Postgres holds after the write (its last_heartbeat_at).
+ *       key expiry, instance id, customer id, machine id, the receive time of the heartbeat
+ *       Postgres holds after the write (its last_heartbeat_at), and the instance's interval ms.
  */
 const WRITTEN = `
 local now = tonumber(ARGV[1])
@@ -98,7 +111,7 @@ local n = (#KEYS - 1) / 2
 for i = 1, n do
   local hs = KEYS[2 * i]
   local hb = KEYS[2 * i + 1]
-  local a = 3 + (i - 1) * 8
+  local a = 3 + (i - 1) * 9
   local at = tonumber(ARGV[a + 1])
   local fp = ARGV[a + 2]
   local exp = tonumber(ARGV[a + 4])
@@ -120,7 +133,7 @@ for i = 1, n do
     elseif pgAt > at and pgAt > fa then
       redis.call('HSET', hs, 'fp', '', 'fa', pgAt)
     end
-    redis.call('HSET', hs, 'mid', ARGV[a + 7])
+    redis.call('HSET', hs, 'mid', ARGV[a + 7], 'iv', ARGV[a + 9])
     if at >= seen then
       redis.call('HSET', hs, 'seen', at, 'hb', ARGV[a + 3], 'hf', fp)
       if pgAt >= at then redis.call('ZREM', KEYS[1], id) end
@@ -164,7 +177,7 @@ return out
 `;
 
 /**
- * After the flusher's write. KEYS: hbdue. ARGV: interval, state-hash prefix, heartbeat-key prefix,
+ * After the flusher's write. KEYS: hbdue. ARGV: interval (where the hash names none of its own: `iv`), state-hash prefix, heartbeat-key prefix,
  * then per instance: id, receive time written, its fingerprint, Postgres's last heartbeat time
  * after the write (-1: Postgres has no such instance; its keys go, so the next heartbeat is
  * written to Postgres and creates it again).
@@ -177,7 +190,8 @@ for i = 4, #ARGV, 4 do
   local at = tonumber(ARGV[i + 1])
   local pgAt = tonumber(ARGV[i + 3])
   local hs = ARGV[2] .. id
-  local st = redis.call('HMGET', hs, 'pg', 'fa', 'seen')
+  local st = redis.call('HMGET', hs, 'pg', 'fa', 'seen', 'iv')
+  local iv = tonumber(st[4]) or interval
   if pgAt < 0 then
     redis.call('DEL', hs, ARGV[3] .. id)
     redis.call('ZREM', KEYS[1], id)
@@ -191,7 +205,7 @@ for i = 4, #ARGV, 4 do
       redis.call('HSET', hs, 'fp', '', 'fa', pgAt)
     end
     if tonumber(st[3]) > pg then
-      redis.call('ZADD', KEYS[1], pg + interval, id)
+      redis.call('ZADD', KEYS[1], pg + iv, id)
     else
       redis.call('ZREM', KEYS[1], id)
     end
@@ -209,7 +223,10 @@ const claimScript = luaCommand<[string, string, string, string, string][]>('hear
 const flushedScript = luaCommand<number>('heartbeatFlushed', FLUSHED);
 
 export interface HeartbeatStateOptions {
+  /** HEARTBEAT_TIMEOUT_S, ms: the timeout of an instance without a rule. */
   heartbeatTimeoutMs: number;
+  /** HEARTBEAT_LATE_PERCENT: the late share of an instance without a rule (0: none). */
+  latePercent?: number;
   /** PG_HEARTBEAT_INTERVAL_S as configured, ms (0: every heartbeat is written to Postgres). */
   pgIntervalMs: number;
   /** Instances whose ids a worker keeps (WORKER_ID_CACHE). */
@@ -233,7 +250,9 @@ export function lookupIdsIn(pool: Pool): (updates: InstanceUpdate[]) => Promise<
       updates.map((u) => u.machine),
       updates.map((u) => u.software),
     );
-    for (const row of rows) out.set(`${row.customer_id}|${row.slug}|${row.software}`, { machineId: row.machine_id, instanceId: row.instance_id });
+    for (const row of rows) {
+      out.set(`${row.customer_id}|${row.slug}|${row.software}`, { machineId: row.machine_id, instanceId: row.instance_id, timeoutS: row.timeout_s, latePercent: row.late_percent });
+    }
     return out;
   };
 }
@@ -244,6 +263,19 @@ export function lookupIdsIn(pool: Pool): (updates: InstanceUpdate[]) => Promise<
  */
 export function effectiveIntervalMs(o: Pick<HeartbeatStateOptions, 'heartbeatTimeoutMs' | 'pgIntervalMs'>): number {
   return Math.max(0, Math.min(o.pgIntervalMs, Math.floor(o.heartbeatTimeoutMs * 0.8)));
+}
+
+/**
+ * An instance's times under its rule (ms): its timeout, when a silence first changes its colour
+ * (its late time where it has one, else the timeout), and its interval: as configured, but at most
+ * 80 % of that first change, so that a flush always lands before Postgres's stale time could look
+ * late or silent.
+ */
+export function instanceTimes(o: Pick<HeartbeatStateOptions, 'heartbeatTimeoutMs' | 'pgIntervalMs' | 'latePercent'>, id: Pick<Resolved, 'timeoutS' | 'latePercent'>) {
+  const timeoutMs = id.timeoutS != null ? id.timeoutS * 1000 : o.heartbeatTimeoutMs;
+  const late = id.latePercent ?? o.latePercent ?? 0;
+  const firstChangeMs = late > 0 ? Math.floor((timeoutMs * late) / 100) : timeoutMs;
+  return { timeoutMs, firstChangeMs, intervalMs: Math.max(0, Math.min(o.pgIntervalMs, Math.floor(firstChangeMs * 0.8))) };
 }
 
 /** A heartbeat-only update with its fields, as the scripts take it. */
@@ -278,11 +310,20 @@ export class HeartbeatState {
     this.leaseMs = Math.min(30_000, Math.max(1000, Math.floor(o.heartbeatTimeoutMs / 10)));
     this.keepMs = this.intervalMs + 60_000;
     this.keys = redisKeys(prefix);
-    this.ids = new LRUCache({ max: Math.max(1, o.idCacheSize) });
+    this.ids = new LRUCache({ max: Math.max(1, o.idCacheSize), ttl: ID_TTL_MS });
   }
 
   get enabled(): boolean {
     return this.intervalMs > 0;
+  }
+
+  /**
+   * An old heartbeat applied late (a backlog longer than the instance's first change of colour)
+   * goes the careful way (Postgres at once), like any heartbeat of an instance without an interval.
+   */
+  private late(u: InstanceUpdate, id: Resolved, now: number): boolean {
+    const t = instanceTimes(this.o, id);
+    return t.intervalMs === 0 || u.heartbeat!.at + t.firstChangeMs <= now;
   }
 
   private prepare(u: InstanceUpdate): Prepared {
@@ -302,11 +343,10 @@ export class HeartbeatState {
     const misses: InstanceUpdate[] = [];
     for (const u of updates) {
       if (!u.onlyHeartbeats || !u.heartbeat) continue;
-      // An old heartbeat applied late (a backlog longer than the timeout) goes the careful way.
-      if (u.heartbeat.at + this.o.heartbeatTimeoutMs <= now) continue;
       const id = this.ids.get(u.key);
-      if (id) candidates.push({ p: this.prepare(u), id });
-      else misses.push(u);
+      if (id) {
+        if (!this.late(u, id, now)) candidates.push({ p: this.prepare(u), id });
+      } else misses.push(u);
     }
     if (misses.length > 0 && this.o.lookupIds) {
       const found = await this.o.lookupIds(misses);
@@ -315,7 +355,7 @@ export class HeartbeatState {
         const id = found.get(u.key);
         if (!id) continue;
         this.ids.set(u.key, id);
-        candidates.push({ p: this.prepare(u), id });
+        if (!this.late(u, id, now)) candidates.push({ p: this.prepare(u), id });
       }
     }
     const calls: Promise<void>[] = [];
@@ -324,7 +364,10 @@ export class HeartbeatState {
       const args: (string | number)[] = [this.keys.heartbeatDue];
       for (const c of part) args.push(this.keys.heartbeatState(c.id.instanceId), this.keys.heartbeat(c.id.instanceId));
       args.push(this.intervalMs, this.keepMs);
-      for (const { p, id } of part) args.push(p.f.at, p.fp, p.json, p.f.at + this.o.heartbeatTimeoutMs, id.instanceId);
+      for (const { p, id } of part) {
+        const t = instanceTimes(this.o, id);
+        args.push(p.f.at, p.fp, p.json, p.f.at + t.firstChangeMs, id.instanceId, t.intervalMs);
+      }
       calls.push(
         skipScript(this.redis, 1 + 2 * part.length, ...args).then((res) => {
           part.forEach((c, j) => {
@@ -356,7 +399,8 @@ export class HeartbeatState {
       for (const c of part) args.push(this.keys.heartbeatState(c.id.instanceId), this.keys.heartbeat(c.id.instanceId));
       args.push(now, this.keepMs, this.enabled ? 1 : 0);
       for (const { p, id, pgAt } of part) {
-        args.push(p.f.at, p.fp, p.json, p.f.at + this.o.heartbeatTimeoutMs, id.instanceId, p.u.customerId, id.machineId, pgAt);
+        const t = instanceTimes(this.o, id);
+        args.push(p.f.at, p.fp, p.json, p.f.at + t.firstChangeMs, id.instanceId, p.u.customerId, id.machineId, pgAt, t.intervalMs);
       }
       calls.push(writtenScript(this.redis, 1 + 2 * part.length, ...args));
     }

@@ -141,7 +141,7 @@ export class ExpiryListener {
   /** Of these (expired, not changed), the ones silent by the wall clock: the horizon is behind. */
   private async deferUnsettled(ids: string[]): Promise<void> {
     if (ids.length === 0) return;
-    const silent = await silentButLit(this.pool, ids, this.params.heartbeatTimeoutS);
+    const silent = await silentButLit(this.pool, ids);
     const unsettled = new Map(silent.map((x) => [x.id, Number(x.due)]));
     for (const id of ids) if (!unsettled.has(id)) this.deferred.delete(id);
     const now = Date.now();

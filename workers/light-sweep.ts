@@ -1,10 +1,12 @@
 // The sweep makes the stored traffic light exact: Redis expiry events are fire-and-forget, so a
 // BullMQ repeatable job (every LIGHT_SWEEP_INTERVAL_MS) finds, by their times in Postgres,
-//   - instances stored green or yellow whose last heartbeat is older than HEARTBEAT_TIMEOUT_S, and
+//   - instances not red whose deadline passed (last heartbeat + their timeout), instances green or
+//     yellow whose late time passed (lib/store/timeout-rules.ts), and
 //   - instances stored yellow whose warning ran out (WARNING_WINDOW_S) and that are not degraded,
 // and records their changes (the same conditional UPDATE as every other path, so a change the
 // expiry listener records at the same moment is still recorded once). It also delivers changes
-// left in the outbox by a worker that died or could not reach ClickHouse.
+// left in the outbox by a worker that died or could not reach ClickHouse, and finishes a timeout
+// rule's recompute that its api left half-way (lib/store/timeout-rules.ts).
 //
 // A scheduled job (workers/jobs.ts) gives each run to one worker, and a Postgres advisory lock makes
 // sure that a run which outlasts the interval is never overlapped by the next one on another worker.
@@ -12,10 +14,13 @@ import type { Pool } from '../lib/infra/postgres.js';
 import type { LightEvent } from '../lib/domain/traffic-light.js';
 import { instancesDueForSweep } from '../lib/store/instances.js';
 import { tryLightSweepLock, releaseLightSweepLock } from '../lib/store/light-events.js';
+import { recomputeCustomer, unfinishedRecomputes } from '../lib/store/timeout-rules.js';
 import { recordTransitionsTx, type Horizon, type LightEventSink, type LightParams } from './traffic-light.js';
 
 /** Outbox rows younger than this belong to a delivery still in progress. */
 const OUTBOX_GRACE_MS = 5000;
+/** A timeout-rule recompute asked for longer ago than this was left half-way by its api: finished here. */
+const RECOMPUTE_GRACE_S = 60;
 
 export interface SweepResult {
   ran: boolean;
@@ -42,6 +47,7 @@ export class LightSweep {
       if (!(await tryLightSweepLock(lockClient))) return { ran: false, changes: 0, redelivered: 0 };
       try {
         const redelivered = await this.sink.drainOutbox(OUTBOX_GRACE_MS, this.opts.batch);
+        for (const customerId of await unfinishedRecomputes(this.pool, RECOMPUTE_GRACE_S)) await recomputeCustomer(this.pool, customerId);
         let changes = 0;
         // Each candidate changes colour (or was just changed by someone else, or its waiting
         // heartbeat was written), so it is not found again; the bound only guards against a loop
@@ -69,6 +75,6 @@ export class LightSweep {
 
   /** Judged at the horizon, like the change itself, so that every candidate does change. */
   private candidates(horizonMs: number): Promise<string[]> {
-    return instancesDueForSweep(this.pool, this.params.heartbeatTimeoutS, this.params.warningWindowS, this.opts.batch, horizonMs);
+    return instancesDueForSweep(this.pool, this.params.warningWindowS, this.opts.batch, horizonMs);
   }
 }

@@ -145,14 +145,14 @@ export class MailDigests {
 // ---- the texts ------------------------------------------------------------------------------
 
 const COLOURS: Record<Lang, Record<string, string>> = {
-  de: { red: 'rot', yellow: 'gelb', green: 'grün', grey: 'grau' },
-  en: { red: 'red', yellow: 'yellow', green: 'green', grey: 'grey' },
+  de: { red: 'rot', late: 'überfällig', yellow: 'gelb', green: 'grün', grey: 'grau' },
+  en: { red: 'red', late: 'late', yellow: 'yellow', green: 'green', grey: 'grey' },
 };
 const KIND_NAMES: Record<Lang, Record<MailKind, string>> = {
-  de: { red: 'auf Rot', yellow: 'auf Gelb', green: 'wieder grün' },
-  en: { red: 'turned red', yellow: 'turned yellow', green: 'recovered' },
+  de: { red: 'auf Rot', late: 'überfällig', yellow: 'auf Gelb', green: 'wieder grün' },
+  en: { red: 'turned red', late: 'late (heartbeat overdue)', yellow: 'turned yellow', green: 'recovered' },
 };
-const KIND_ORDER: MailKind[] = ['red', 'yellow', 'green'];
+const KIND_ORDER: MailKind[] = ['red', 'late', 'yellow', 'green'];
 
 const timeOf = (d: Date, lang: Lang) =>
   d.toLocaleString(lang === 'de' ? 'de-DE' : 'en-GB', { dateStyle: 'medium', timeStyle: 'medium', timeZone: 'UTC' }) + ' UTC';

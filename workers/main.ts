@@ -25,6 +25,7 @@ import { Webhooks } from './webhooks.js';
 import { MailDigests } from './mail-digest.js';
 import { Mailer } from '../lib/infra/mail.js';
 import { queueMailNotifications } from '../lib/store/mail-notifications.js';
+import { applyLightDefaults } from '../lib/store/timeout-rules.js';
 import type { LightEvent } from '../lib/domain/traffic-light.js';
 import { sweepCommands } from './command-expiry.js';
 import { CommandHints, type InstanceRef } from '../lib/store/commands.js';
@@ -83,7 +84,14 @@ await retrying('the whitelist (Postgres)', () => whitelist.start());
 
 // Traffic light (docs/architecture.md "Traffic light"): changes recorded by reports, by Redis
 // expiry events and by the sweep; delivered to ClickHouse, NATS (live stream) and webhooks.
-const lightParams = { heartbeatTimeoutS: cfg.heartbeatTimeoutS, warningWindowS: cfg.warningWindowS };
+const lightParams = { warningWindowS: cfg.warningWindowS };
+// The defaults of instances without a timeout rule (lib/store/timeout-rules.ts): a changed
+// HEARTBEAT_TIMEOUT_S or HEARTBEAT_LATE_PERCENT moves their deadlines before anything is judged.
+await retrying('the traffic-light defaults (Postgres)', async () => {
+  if (await applyLightDefaults(pool, cfg.heartbeatTimeoutS, cfg.heartbeatLatePercent)) {
+    log.info({ timeoutS: cfg.heartbeatTimeoutS, latePercent: cfg.heartbeatLatePercent }, 'traffic-light defaults applied: deadlines of instances without a timeout rule recomputed');
+  }
+});
 const lightChanges = metrics.counter('fleet_worker_light_changes_total');
 const countLights = (events: LightEvent[]) => events.forEach((e) => lightChanges.labels(e.cause, e.to).inc());
 const bull = createRedis(cfg.redisUrl, { bullmq: true });
@@ -104,6 +112,7 @@ const reportLights = new ReportLights(sink, lightParams, horizon, countLights);
 // the expiry listener and the sweep write an instance's pending heartbeat before judging it.
 const heartbeats = new HeartbeatState(redis, cfg.redisPrefix, {
   heartbeatTimeoutMs: cfg.heartbeatTimeoutS * 1000,
+  latePercent: cfg.heartbeatLatePercent,
   pgIntervalMs: cfg.worker.pgHeartbeatIntervalS * 1000,
   idCacheSize: cfg.worker.idCacheSize,
   lookupIds: lookupIdsIn(pool),

@@ -18,13 +18,12 @@ import { withTx, type Pool, type PoolClient } from '../lib/infra/postgres.js';
 import type { ClickHouseClient } from '../lib/infra/clickhouse.js';
 import type { Logger } from '../lib/infra/log.js';
 import { subjects } from '../lib/contract/messages.js';
-import { touchesRed, type LightCause, type LightEvent, type LightMessage } from '../lib/domain/traffic-light.js';
+import { notifiesWebhooks, type LightCause, type LightEvent, type LightMessage } from '../lib/domain/traffic-light.js';
 import { lockInstances } from '../lib/store/instances.js';
 import { recordLightChanges, lockOutboxOlderThan, deleteFromOutbox, insertLightEvents } from '../lib/store/light-events.js';
 import { chTime } from './reports.js';
 
 export interface LightParams {
-  heartbeatTimeoutS: number;
   warningWindowS: number;
 }
 
@@ -44,7 +43,7 @@ export async function recordTransitions(
 ): Promise<LightEvent[]> {
   if (instanceIds.length === 0) return [];
   if (lock) await lockInstances(c, instanceIds);
-  return recordLightChanges(c, instanceIds, cause, p.heartbeatTimeoutS, p.warningWindowS, horizonMs);
+  return recordLightChanges(c, instanceIds, cause, p.warningWindowS, horizonMs);
 }
 
 /** `recordTransitions` in a transaction of its own (expiry events, the sweep). */
@@ -164,7 +163,7 @@ export class LightEventSink {
       }),
     );
     this.publish(events);
-    const red = events.filter(touchesRed);
+    const red = events.filter(notifiesWebhooks);
     if (red.length && this.webhooks) await this.webhooks.enqueue(red, client);
     if (this.mail) await this.mail(events, client);
     await deleteFromOutbox(client, events);

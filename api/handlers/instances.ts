@@ -36,7 +36,7 @@ function toInstance(r: Record<string, unknown>): ReturnType<typeof apiRow<Record
 }
 
 export function instanceHandlers(d: ApiDeps): HandlersOf<'get_instance' | 'list_instance_diagnostics' | 'list_instances'> {
-  const light = { timeoutS: d.cfg.heartbeatTimeoutS, windowS: d.cfg.warningWindowS };
+  const light = { windowS: d.cfg.warningWindowS };
 
   return {
     async list_instances(req) {

@@ -40,6 +40,7 @@ export function quotaHandlers(d: ApiDeps): HandlersOf<'list_quotas'> {
           stream_connections: { ...scoped('stream_connections', 'api_replica'), used: d.lights.countOf(id) },
           webhooks: { ...scoped('webhooks', 'customer'), used: counts.webhooks },
           whitelist_rules: { ...scoped('whitelist_rules', 'customer'), used: counts.rules },
+          timeout_rules: { ...scoped('timeout_rules', 'customer'), used: counts.timeoutRules },
           ingest_requests_per_s: scoped('ingest_requests_per_s', 'customer'),
           ingest_bytes_per_s: scoped('ingest_bytes_per_s', 'customer'),
         },

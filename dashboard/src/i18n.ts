@@ -32,6 +32,7 @@ const en = {
 
   'light.green': 'Green',
   'light.yellow': 'Yellow',
+  'light.late': 'Late',
   'light.red': 'Red',
   'light.grey': 'Grey',
   'status.running': 'running',
@@ -384,6 +385,7 @@ const en = {
   'notify.intro': 'Changes of this customer’s traffic lights, mailed to {email}: collected and sent as one e-mail at most every {minutes} min. Every e-mail has a link to turn them off.',
   'notify.kinds': 'Mail me when an instance',
   'notify.kind.red': 'turns red',
+  'notify.kind.late': 'turns late (its heartbeat is overdue)',
   'notify.kind.yellow': 'turns yellow',
   'notify.kind.green': 'recovers (back to green)',
   'notify.lang': 'Language of the e-mails',
@@ -468,6 +470,7 @@ const de: Record<Key, string> = {
 
   'light.green': 'Grün',
   'light.yellow': 'Gelb',
+  'light.late': 'Überfällig',
   'light.red': 'Rot',
   'light.grey': 'Grau',
   'status.running': 'läuft',
@@ -819,6 +822,7 @@ const de: Record<Key, string> = {
   'notify.intro': 'Änderungen der Ampeln dieses Kunden, per E-Mail an {email}: gesammelt und höchstens alle {minutes} Min. als eine E-Mail verschickt. Jede E-Mail enthält einen Link zum Abbestellen.',
   'notify.kinds': 'E-Mail, wenn eine Instanz',
   'notify.kind.red': 'rot wird',
+  'notify.kind.late': 'überfällig wird (Heartbeat bleibt aus)',
   'notify.kind.yellow': 'gelb wird',
   'notify.kind.green': 'sich erholt (wieder grün)',
   'notify.lang': 'Sprache der E-Mails',

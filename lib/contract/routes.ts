@@ -32,6 +32,7 @@ import { QuotaList } from './schemas/quotas.js';
 import { EmailNotifications, EmailNotificationsInput, UnsubscribeQuery } from './schemas/notifications.js';
 import { DeadLetterQuery, DeadLetterList, DeadLetterParams, DeadLetterDetail, ReplayBody, ReplayAnswer } from './schemas/dead-letters.js';
 import { Retirement } from './schemas/decommission.js';
+import { TimeoutRuleChanged, TimeoutRuleInput, TimeoutRuleList, TimeoutRuleUpdate } from './schemas/timeout-rules.js';
 
 export type Service = 'gateway' | 'api';
 export type Method = 'GET' | 'POST' | 'PUT' | 'DELETE';
@@ -1152,6 +1153,62 @@ export const routes = [
     auth: 'admin',
     params: IdParams,
     responses: { 200: { description: 'retired (or retired before)', schema: Retirement }, 400: err('ill-formed id'), ...authErrors, 404: err('no such instance') },
+  }),
+  // Timeout rules (api/handlers/timeout-rules.ts, lib/store/timeout-rules.ts).
+  route({
+    service: 'api',
+    method: 'GET',
+    path: '/api/timeout-rules',
+    operationId: 'list_timeout_rules',
+    summary: "The customer's timeout rules (timeout before red, late share), and the defaults where none applies",
+    tags: ['traffic light'],
+    auth: 'viewer',
+    responses: { 200: { description: 'the rules', schema: TimeoutRuleList }, ...authErrors },
+  }),
+  route({
+    service: 'api',
+    method: 'POST',
+    path: '/api/timeout-rules',
+    operationId: 'create_timeout_rule',
+    summary: 'Add a timeout rule for the customer, a software pattern or one instance; the instances it applies to take it at once',
+    tags: ['traffic light'],
+    auth: 'admin',
+    body: TimeoutRuleInput,
+    responses: {
+      201: { description: 'created', schema: TimeoutRuleChanged },
+      400: err('bad body: scope and target do not fit, neither timeout_s nor late_percent, or a timeout below TIMEOUT_RULE_MIN_S'),
+      ...authErrors,
+      404: err('no such instance'),
+      409: err('a rule for this target exists already (change it with PUT), or the customer has as many rules as its quota timeout_rules allows (TIMEOUT_RULES_PER_CUSTOMER, 1000 by default)'),
+    },
+  }),
+  route({
+    service: 'api',
+    method: 'PUT',
+    path: '/api/timeout-rules/{id}',
+    operationId: 'update_timeout_rule',
+    summary: "Change a timeout rule's timeout, late share or description",
+    tags: ['traffic light'],
+    auth: 'admin',
+    params: IdParams,
+    body: TimeoutRuleUpdate,
+    responses: {
+      200: { description: 'changed', schema: TimeoutRuleChanged },
+      400: err('bad body, a timeout below TIMEOUT_RULE_MIN_S, or both values cleared'),
+      ...authErrors,
+      404: err('no such rule'),
+    },
+  }),
+  route({
+    service: 'api',
+    method: 'DELETE',
+    path: '/api/timeout-rules/{id}',
+    operationId: 'delete_timeout_rule',
+    summary: 'Remove a timeout rule; its instances fall back to the next rule or the defaults',
+    tags: ['traffic light'],
+    auth: 'admin',
+    params: IdParams,
+    responses: { 204: { description: 'deleted' }, 400: err('ill-formed id'), ...authErrors, 404: err('no such rule') },
   }),
   ...dashboardRoutes(),
   ...ops('api'),

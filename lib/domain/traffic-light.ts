@@ -1,59 +1,92 @@
 // The traffic light (docs/decisions.md "Traffic light"), derived from what Postgres holds about an
-// instance: the last heartbeat's receive time, the latest status, the last unsuppressed warning.
-// The api computes it in SQL at read time, so what it shows is right even when no event fired.
+// instance: the last heartbeat's receive time and the deadline and late time computed from it
+// (`deadline`, `late_at`: lib/store/timeout-rules.ts, per instance), the latest status, the last
+// unsuppressed warning. The api computes it in SQL at read time, so what it shows is right even
+// when no event fired.
 //
 //   grey    never sent a heartbeat, or latest status `stopped`
-//   red     no heartbeat for more than HEARTBEAT_TIMEOUT_S, or latest status `error`
+//   red     no heartbeat since its deadline (last heartbeat + the instance's timeout), or latest status `error`
+//   late    no heartbeat since its late time (a share of the timeout; only where a rule or
+//           HEARTBEAT_LATE_PERCENT asks for it)
 //   yellow  latest status `degraded`, or an unsuppressed warning/error within WARNING_WINDOW_S
 //   green   otherwise
 
+/** SQL: HEARTBEAT_TIMEOUT_S and HEARTBEAT_LATE_PERCENT as the workers applied them (one row; an InitPlan, read once per statement). */
+const DEFAULT_TIMEOUT = '(SELECT ld.timeout_s FROM light_defaults ld WHERE ld.id = 1)';
+const DEFAULT_LATE = '(SELECT ld.late_percent FROM light_defaults ld WHERE ld.id = 1)';
+
 /**
- * SQL: row `i` has sent no heartbeat for more than $timeout (seconds) at `now`, the red rule's
- * silence; a row that never sent one is not silent (grey). Every query that asks "silent?" (the
- * colour, its reason and time here, the workers' sweep and expiry in lib/store/instances.ts) uses
- * this one.
+ * SQL: the deadline that follows a last heartbeat `hb` under a rule's timeout `timeout` (an
+ * expression, NULL: the default). The same as the SQL function light_deadline (0019-timeout-rules),
+ * which the insert trigger uses; here without a function call per row (the ingest upsert).
  */
-export function silentSql(alias: string, timeoutParam: string, now = 'now()'): string {
-  return `${alias}.last_heartbeat_at < ${now} - make_interval(secs => ${timeoutParam})`;
+export function deadlineSql(hb: string, timeout: string): string {
+  return `${hb} + make_interval(secs => COALESCE(${timeout}, ${DEFAULT_TIMEOUT}))`;
+}
+
+/** SQL: the late time that follows `hb` (NULL: never late), like light_late_at. */
+export function lateAtSql(hb: string, timeout: string, latePercent: string): string {
+  return `CASE WHEN COALESCE(${latePercent}, ${DEFAULT_LATE}) > 0
+    THEN ${hb} + make_interval(secs => COALESCE(${timeout}, ${DEFAULT_TIMEOUT}) * COALESCE(${latePercent}, ${DEFAULT_LATE}) / 100.0) END`;
 }
 
 /**
- * SQL for the colour of `instances` row alias `i`; $timeout and $window are interval parameters in
- * seconds. `now`: the time to judge silence and warnings at; the workers pass their horizon (the
- * receive time up to which every report has been applied: workers/traffic-light.ts), so that a
- * backlog in the queue is never taken for silence.
+ * SQL: row `i` has sent no heartbeat since its deadline at `now`, the red rule's silence; a row
+ * that never sent one is not silent (grey). Every query that asks "silent?" (the colour, its
+ * reason and time here, the workers' sweep and expiry in lib/store/instances.ts) uses this one.
  */
-export function lightSql(alias: string, timeoutParam: string, windowParam: string, now = 'now()'): string {
+export function silentSql(alias: string, now = 'now()'): string {
+  return `${alias}.deadline < ${now}`;
+}
+
+/** SQL: row `i` is past its late time at `now` (false where it has none). */
+export function overdueSql(alias: string, now = 'now()'): string {
+  return `${alias}.late_at < ${now}`;
+}
+
+/**
+ * SQL for the colour of `instances` row alias `i`; $window is an interval parameter in seconds.
+ * `now`: the time to judge silence and warnings at; the workers pass their horizon (the receive
+ * time up to which every report has been applied: workers/traffic-light.ts), so that a backlog in
+ * the queue is never taken for silence.
+ */
+export function lightSql(alias: string, windowParam: string, now = 'now()'): string {
   const i = alias;
   return `CASE
     WHEN ${i}.last_heartbeat_at IS NULL OR ${i}.status = 'stopped' THEN 'grey'
-    WHEN ${silentSql(i, timeoutParam, now)} OR ${i}.status = 'error' THEN 'red'
+    WHEN ${silentSql(i, now)} OR ${i}.status = 'error' THEN 'red'
+    WHEN ${overdueSql(i, now)} THEN 'late'
     WHEN ${i}.status = 'degraded' OR ${i}.last_warning_at > ${now} - make_interval(secs => ${windowParam}) THEN 'yellow'
     ELSE 'green' END`;
 }
 
 /**
  * SQL that every row whose colour (lightSql) is `light` satisfies, in terms an index answers
- * (status, last_heartbeat_at, last_warning_at: indexes of 0009-read-path): a list filtered to a
- * colour other than green reads the few rows that may have it, not every row of the customer.
- * Only a pre-filter: the colour itself is still compared. Green is most rows: null (no pre-filter).
+ * (status, deadline, late_at, last_warning_at: indexes of 0009-read-path and 0019-timeout-rules): a
+ * list filtered to a colour other than green reads the few rows that may have it, not every row of
+ * the customer. Only a pre-filter: the colour itself is still compared. Green is most rows: null.
  */
-export function lightCandidateSql(alias: string, light: string, timeoutParam: string, windowParam: string, now = 'now()'): string | null {
+export function lightCandidateSql(alias: string, light: string, windowParam: string, now = 'now()'): string | null {
   const i = alias;
   if (light === 'grey') return `(${i}.last_heartbeat_at IS NULL OR ${i}.status = 'stopped')`;
-  if (light === 'red') return `(${i}.status = 'error' OR ${silentSql(i, timeoutParam, now)})`;
+  if (light === 'red') return `(${i}.status = 'error' OR ${silentSql(i, now)})`;
+  if (light === 'late') return overdueSql(i, now);
   if (light === 'yellow') return `(${i}.status = 'degraded' OR ${i}.last_warning_at > ${now} - make_interval(secs => ${windowParam}))`;
   return null;
 }
 
+/** SQL: the instance's timeout in whole seconds (its deadline minus its last heartbeat). */
+const timeoutOf = (i: string) => `round(extract(epoch FROM ${i}.deadline - ${i}.last_heartbeat_at))::bigint`;
+
 /** SQL for a short human reason for that colour. */
-export function lightReasonSql(alias: string, timeoutParam: string, windowParam: string, now = 'now()'): string {
+export function lightReasonSql(alias: string, windowParam: string, now = 'now()'): string {
   const i = alias;
   return `CASE
     WHEN ${i}.last_heartbeat_at IS NULL THEN 'no heartbeat yet'
     WHEN ${i}.status = 'stopped' THEN 'status stopped'
-    WHEN ${silentSql(i, timeoutParam, now)} THEN 'no heartbeat for more than ' || ${timeoutParam} || ' s'
+    WHEN ${silentSql(i, now)} THEN 'no heartbeat for more than ' || ${timeoutOf(i)} || ' s'
     WHEN ${i}.status = 'error' THEN 'status error'
+    WHEN ${overdueSql(i, now)} THEN 'heartbeat late: none for more than ' || round(extract(epoch FROM ${i}.late_at - ${i}.last_heartbeat_at))::bigint || ' s of ' || ${timeoutOf(i)} || ' s'
     WHEN ${i}.status = 'degraded' THEN 'status degraded'
     WHEN ${i}.last_warning_at > ${now} - make_interval(secs => ${windowParam}) THEN 'warning or error diagnostic in the last ' || (${windowParam} / 60)::int || ' min'
     ELSE 'ok' END`;
@@ -61,29 +94,29 @@ export function lightReasonSql(alias: string, timeoutParam: string, windowParam:
 
 /**
  * SQL for when the colour of row `i` changed to `newLight` (an expression), given that the stored
- * colour `i.light` differs: a silence turned red at last heartbeat + timeout; yellow turned green
- * when the last warning ran out or the status that ended `degraded` arrived, whichever is later;
- * anything else changed with the newest report. Never before the stored colour's own start, never
- * in the future.
+ * colour `i.light` differs: a silence turned red at its deadline and late at its late time; yellow
+ * turned green when the last warning ran out or the status that ended `degraded` arrived,
+ * whichever is later; anything else changed with the newest report. Never before the stored
+ * colour's own start, never in the future.
  */
-export function lightAtSql(alias: string, newLight: string, timeoutParam: string, windowParam: string, now = 'now()'): string {
+export function lightAtSql(alias: string, newLight: string, windowParam: string, now = 'now()'): string {
   const i = alias;
-  const timeout = `make_interval(secs => ${timeoutParam})`;
   const window = `make_interval(secs => ${windowParam})`;
   return `GREATEST(${i}.light_since, LEAST(now(), CASE
-    WHEN ${newLight} = 'red' AND ${silentSql(i, timeoutParam, now)} THEN ${i}.last_heartbeat_at + ${timeout}
+    WHEN ${newLight} = 'red' AND ${silentSql(i, now)} THEN ${i}.deadline
+    WHEN ${newLight} = 'late' AND ${overdueSql(i, now)} AND ${i}.late_at > ${i}.last_seen_at THEN ${i}.late_at
     WHEN ${newLight} = 'green' AND ${i}.light = 'yellow' THEN GREATEST(${i}.last_warning_at + ${window}, ${i}.status_at)
     ELSE ${i}.last_seen_at END))`;
 }
 
 /** SQL for since when row `i` has the colour the API shows (derived), whether or not a worker recorded it yet. */
-export function lightSinceSql(alias: string, timeoutParam: string, windowParam: string): string {
-  const derived = `(${lightSql(alias, timeoutParam, windowParam)})`;
+export function lightSinceSql(alias: string, windowParam: string): string {
+  const derived = `(${lightSql(alias, windowParam)})`;
   return `CASE WHEN ${derived} = ${alias}.light THEN COALESCE(${alias}.light_since, ${alias}.first_seen_at)
-    ELSE ${lightAtSql(alias, derived, timeoutParam, windowParam)} END`;
+    ELSE ${lightAtSql(alias, derived, windowParam)} END`;
 }
 
-export const LIGHTS = ['green', 'yellow', 'red', 'grey'] as const;
+export const LIGHTS = ['green', 'yellow', 'late', 'red', 'grey'] as const;
 export type LightColour = (typeof LIGHTS)[number];
 
 /** What recorded a change: a report (heartbeat, status, diagnostics), a Redis expiry event, the sweep. */
@@ -139,5 +172,9 @@ export interface LightMessage {
   events: LightEvent[];
 }
 
-/** A change that concerns red (to or from): what the webhooks are told about. */
-export const touchesRed = (e: Pick<LightEvent, 'from' | 'to'>) => e.from === 'red' || e.to === 'red';
+/**
+ * A change that concerns red or late (to or from): what the webhooks are told about. Late exists
+ * only where a customer asks for it (a timeout rule's late share), so a customer without it gets
+ * exactly the red changes it always got.
+ */
+export const notifiesWebhooks = (e: Pick<LightEvent, 'from' | 'to'>) => e.from === 'red' || e.to === 'red' || e.from === 'late' || e.to === 'late';

@@ -31,7 +31,7 @@ interface Def {
 const HTTP_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
 /** Seconds from the gateway's receive time to the worker's commit: milliseconds normally, minutes in a backlog. */
 const AGE_BUCKETS = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600];
-export const LIGHTS = ['green', 'yellow', 'red', 'grey'] as const;
+export const LIGHTS = ['green', 'yellow', 'late', 'red', 'grey'] as const;
 
 export const METRICS = {
   // Both HTTP processes.
@@ -49,7 +49,7 @@ export const METRICS = {
     type: 'counter',
     services: ['gateway', 'api'],
     labels: ['quota'],
-    init: [['artifact_bytes'], ['artifact_max_bytes'], ['stream_connections'], ['webhooks'], ['whitelist_rules'], ['ingest_requests_per_s'], ['ingest_bytes_per_s']],
+    init: [['artifact_bytes'], ['artifact_max_bytes'], ['stream_connections'], ['webhooks'], ['whitelist_rules'], ['timeout_rules'], ['ingest_requests_per_s'], ['ingest_bytes_per_s']],
     help: 'Requests refused because a customer is at one of its quotas, by quota: artifact_bytes and artifact_max_bytes (gateway, artifact-init), ingest_requests_per_s (batch entries one each) and ingest_bytes_per_s (gateway, 429), stream_connections, webhooks, whitelist_rules (api)',
   },
 

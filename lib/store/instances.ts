@@ -2,13 +2,14 @@
 // this instance belong to this customer", a 404 otherwise, never a 403 that would tell the id
 // exists), the list with its filters, order and keyset paging (lib/store/instance-order.ts), one
 // instance, and the counts per traffic-light colour. The colour is derived at read time from the
-// rule of lib/domain/traffic-light.ts, here always with the timeout and warning window as $2 and $3.
+// rule of lib/domain/traffic-light.ts, here always with the warning window as $2 (each instance's
+// deadline and late time are its own columns: lib/store/timeout-rules.ts).
 // At the end, the workers' side: the stored colour (counted, swept, the rows locked in the ingest
 // order), the ingest upsert and the heartbeat flusher's write (the colour's own changes:
 // lib/store/light-events.ts).
 import type { Pool, PoolClient } from '../infra/postgres.js';
 import { notFound } from '../contract/errors.js';
-import { lightSql, lightReasonSql, lightSinceSql, lightCandidateSql, silentSql, type LightColour } from '../domain/traffic-light.js';
+import { lightSql, lightReasonSql, lightSinceSql, lightCandidateSql, silentSql, overdueSql, deadlineSql, lateAtSql, type LightColour } from '../domain/traffic-light.js';
 import { instanceOrderBy, cursorColumns, afterSql, type OrderKey, type GroupKey } from './instance-order.js';
 import type { InstanceTimes, HeartbeatFields } from './live-heartbeats.js';
 
@@ -34,14 +35,13 @@ export const ownedInstanceSnapshot = (db: Db, customerId: string, id: string) =>
 export const ownedInstanceStatus = (db: Db, customerId: string, id: string) =>
   ownedColumns<{ status: string | null; status_message: string | null; status_at: Date | null; snapshot: unknown }>(db, customerId, id, 'status, status_message, status_at, snapshot');
 
-/** The thresholds of the traffic light (HEARTBEAT_TIMEOUT_S, WARNING_WINDOW_S). */
+/** The threshold of the traffic light that is not per instance (WARNING_WINDOW_S). */
 export interface LightParams {
-  timeoutS: number;
   windowS: number;
 }
 
-/** The colour of `instances i`, with the timeout and window as $2 and $3 (every query here). */
-const LIGHT = lightSql('i', '$2::float8', '$3::float8');
+/** The colour of `instances i`, with the window as $2 (every query here). */
+const LIGHT = lightSql('i', '$2::float8');
 
 /** The list's filters other than the colour (a count serves every colour of a filter). */
 export interface InstanceFilter {
@@ -69,13 +69,13 @@ export type LightCountsValue = Record<LightColour, number>;
 
 /** Counts per colour of the customer's instances matching the filter (every matching row is read). */
 export async function countLights(pool: Pool, customerId: string, light: LightParams, filter: InstanceFilter): Promise<LightCountsValue> {
-  const params: unknown[] = [customerId, light.timeoutS, light.windowS];
+  const params: unknown[] = [customerId, light.windowS];
   const where = filterSql('$1', filter, (v) => `$${params.push(v)}`);
   const r = await pool.query<{ light: LightColour; n: number }>(
     `SELECT light, count(*)::int AS n FROM (SELECT ${LIGHT} AS light FROM instances i WHERE ${where.join(' AND ')}) x GROUP BY light`,
     params,
   );
-  const out: LightCountsValue = { green: 0, yellow: 0, red: 0, grey: 0 };
+  const out: LightCountsValue = { green: 0, yellow: 0, late: 0, red: 0, grey: 0 };
   for (const row of r.rows) out[row.light] = row.n;
   return out;
 }
@@ -85,12 +85,14 @@ export async function countLights(pool: Pool, customerId: string, light: LightPa
 function instanceSelect(extra = ''): string {
   return `SELECT i.id, i.machine_id, i.machine, i.software,
                  CASE WHEN i.retired_at IS NOT NULL THEN 'grey' ELSE ${LIGHT} END AS light,
-                 CASE WHEN i.retired_at IS NOT NULL THEN 'retired' ELSE ${lightReasonSql('i', '$2::float8', '$3::float8')} END AS light_reason,
-                 CASE WHEN i.retired_at IS NOT NULL THEN i.retired_at ELSE ${lightSinceSql('i', '$2::float8', '$3::float8')} END AS light_since,
+                 CASE WHEN i.retired_at IS NOT NULL THEN 'retired' ELSE ${lightReasonSql('i', '$2::float8')} END AS light_reason,
+                 CASE WHEN i.retired_at IS NOT NULL THEN i.retired_at ELSE ${lightSinceSql('i', '$2::float8')} END AS light_since,
                  i.first_seen_at, i.last_seen_at, i.last_heartbeat_at, i.version, i.uptime_seconds, i.pid,
                  COALESCE(i.ip_addresses, '{}') AS ip_addresses, i.group_name, i.location, i.group_priority, i.sort_priority,
-                 i.status, i.status_message, i.status_at, i.agent_ts, i.clock_skew ${extra}
-            FROM instances i`;
+                 i.status, i.status_message, i.status_at, i.agent_ts, i.clock_skew,
+                 COALESCE(i.timeout_s, d.timeout_s) AS timeout_s, COALESCE(i.late_percent, d.late_percent) AS late_percent,
+                 CASE WHEN i.retired_at IS NULL THEN i.deadline END AS deadline, CASE WHEN i.retired_at IS NULL THEN i.late_at END AS late_at ${extra}
+            FROM instances i CROSS JOIN light_defaults d`;
 }
 
 /** An instance row as the api answers it (the column group_name is the field `group`). */
@@ -98,7 +100,7 @@ export type InstanceRow = InstanceTimes & Record<string, unknown>;
 
 /** The customer's instance with its snapshot (also when retired: `retired_at`); 404 otherwise. */
 export async function getInstance(pool: Pool, customerId: string, light: LightParams, id: string): Promise<InstanceRow> {
-  const r = await pool.query<InstanceRow>(`${instanceSelect(', i.snapshot, i.retired_at')} WHERE i.customer_id = $1 AND i.id = $4`, [customerId, light.timeoutS, light.windowS, id]);
+  const r = await pool.query<InstanceRow>(`${instanceSelect(', i.snapshot, i.retired_at')} WHERE i.customer_id = $1 AND i.id = $3 AND d.id = 1`, [customerId, light.windowS, id]);
   if (!r.rows[0]) throw notFound('no such instance');
   return r.rows[0];
 }
@@ -119,13 +121,13 @@ export interface InstancePage {
 
 /** A page of the customer's instances; each row also has the order's values as `_c0`, `_c1`, … (the cursor). */
 export async function listInstances(pool: Pool, customerId: string, light: LightParams, page: InstancePage): Promise<InstanceRow[]> {
-  const params: unknown[] = [customerId, light.timeoutS, light.windowS];
+  const params: unknown[] = [customerId, light.windowS];
   const param = (v: unknown) => `$${params.push(v)}`;
   const where = filterSql('$1', page.filter, param);
   const outer: string[] = [];
   if (page.light) {
     outer.push(`x.light = ${param(page.light)}`);
-    const candidates = lightCandidateSql('i', page.light, '$2::float8', '$3::float8');
+    const candidates = lightCandidateSql('i', page.light, '$2::float8');
     if (candidates) where.push(candidates);
   }
   // Keyset paging: the rows after the previous page's last row (an index walk from there).
@@ -134,6 +136,12 @@ export async function listInstances(pool: Pool, customerId: string, light: Light
                     ${outer.length ? `WHERE ${outer.join(' AND ')}` : ''}
                     ${instanceOrderBy(page.sort, page.groupBy)} LIMIT ${param(page.limit)} OFFSET ${param(page.offset)}`;
   return (await pool.query<InstanceRow>(sql, params)).rows;
+}
+
+/** HEARTBEAT_TIMEOUT_S and HEARTBEAT_LATE_PERCENT as the workers last applied them (lib/store/timeout-rules.ts). */
+export async function lightDefaults(db: Db): Promise<{ timeout_s: number; late_percent: number }> {
+  const r = await db.query<{ timeout_s: number; late_percent: number }>('SELECT timeout_s, late_percent FROM light_defaults WHERE id = 1');
+  return r.rows[0]!;
 }
 
 // ---- the workers' side: the stored colour (`light`, recorded by workers/traffic-light.ts) -----
@@ -152,38 +160,43 @@ export async function lockInstances(c: PoolClient, instanceIds: string[]): Promi
   await c.query(`SELECT 1 FROM instances WHERE id = ANY($1::uuid[]) ORDER BY machine_id, software COLLATE "C" FOR UPDATE`, [instanceIds]);
 }
 
-const SWEEP_SQL = `WITH h AS (SELECT LEAST(now(), to_timestamp($4::float8 / 1000)) AS t)
+const SWEEP_SQL = `WITH h AS (SELECT LEAST(now(), to_timestamp($3::float8 / 1000)) AS t)
        (SELECT id FROM instances i, h
-         WHERE light IN ('green', 'yellow') AND retired_at IS NULL AND ${silentSql('i', '$1::float8', 'h.t')}
-         ORDER BY last_heartbeat_at LIMIT $3)
+         WHERE light IN ('green', 'yellow', 'late') AND retired_at IS NULL AND ${silentSql('i', 'h.t')}
+         ORDER BY deadline LIMIT $2)
+       UNION
+       (SELECT id FROM instances i, h
+         WHERE light IN ('green', 'yellow') AND retired_at IS NULL AND late_at IS NOT NULL AND ${overdueSql('i', 'h.t')}
+         ORDER BY late_at LIMIT $2)
        UNION
        (SELECT id FROM instances, h
          WHERE light = 'yellow' AND retired_at IS NULL AND status IS DISTINCT FROM 'degraded'
-           AND (last_warning_at IS NULL OR last_warning_at <= h.t - make_interval(secs => $2::float8))
-         LIMIT $3)`;
+           AND (last_warning_at IS NULL OR last_warning_at <= h.t - make_interval(secs => $1::float8))
+         LIMIT $2)`;
 
 /**
  * The sweep's candidates (workers/light-sweep.ts), judged at the horizon (`horizonMs`, never after
- * now), at most `limit` of each kind: instances stored green or yellow that are silent (the red
- * rule's silentSql; oldest heartbeat first), and instances stored yellow, not degraded, whose last
- * warning ran out. The partial indexes instances_light_silent and instances_light_yellow serve
- * the two.
+ * now), at most `limit` of each kind: instances not red past their deadline (the red rule's
+ * silentSql; earliest deadline first), instances green or yellow past their late time, and
+ * instances stored yellow, not degraded, whose last warning ran out. The partial indexes
+ * instances_light_deadline, instances_light_late and instances_light_yellow serve the three.
  */
-export async function instancesDueForSweep(db: Db, heartbeatTimeoutS: number, warningWindowS: number, limit: number, horizonMs: number): Promise<string[]> {
-  const r = await db.query<{ id: string }>(SWEEP_SQL, [heartbeatTimeoutS, warningWindowS, limit, horizonMs]);
+export async function instancesDueForSweep(db: Db, warningWindowS: number, limit: number, horizonMs: number): Promise<string[]> {
+  const r = await db.query<{ id: string }>(SWEEP_SQL, [warningWindowS, limit, horizonMs]);
   return r.rows.map((x) => x.id);
 }
 
 /**
- * Of these instances, those stored green or yellow that are silent by the wall clock (silentSql
- * at now()), with when they fell silent (`due`: last heartbeat + timeout, ms since the epoch).
+ * Of these instances, those whose stored colour is behind their deadline or late time by the wall
+ * clock (silent but not red, or overdue but green or yellow), with when that time came (`due`, ms
+ * since the epoch).
  */
-export async function silentButLit(db: Db, instanceIds: string[], heartbeatTimeoutS: number): Promise<{ id: string; due: number }[]> {
+export async function silentButLit(db: Db, instanceIds: string[]): Promise<{ id: string; due: number }[]> {
   const r = await db.query<{ id: string; due: number }>(
-    `SELECT id, (extract(epoch FROM last_heartbeat_at) * 1000)::float8 + $2::float8 * 1000 AS due
-         FROM instances i WHERE id = ANY($1::uuid[]) AND light IN ('green', 'yellow') AND retired_at IS NULL
-          AND ${silentSql('i', '$2::float8')}`,
-    [instanceIds, heartbeatTimeoutS],
+    `SELECT id, (extract(epoch FROM CASE WHEN ${silentSql('i')} THEN deadline ELSE late_at END) * 1000)::float8 AS due
+         FROM instances i WHERE id = ANY($1::uuid[]) AND retired_at IS NULL
+          AND ((light IN ('green', 'yellow', 'late') AND ${silentSql('i')}) OR (light IN ('green', 'yellow') AND ${overdueSql('i')}))`,
+    [instanceIds],
   );
   return r.rows;
 }
@@ -192,15 +205,15 @@ export async function silentButLit(db: Db, instanceIds: string[], heartbeatTimeo
 // (workers/heartbeat-state.ts), both newest-wins on receive times, so a batch applied twice leaves
 // what it left once --------------------------------------------------------------------------
 
-/** Ids of existing instances (not retired), by (customer id, machine slug, software): one read for many. */
+/** Ids and rules (lib/store/timeout-rules.ts) of existing instances (not retired), by (customer id, machine slug, software): one read for many. */
 export async function findInstanceIds(
   db: Db,
   customerIds: string[],
   machines: string[],
   software: string[],
-): Promise<{ customer_id: string; slug: string; software: string; machine_id: string; instance_id: string }[]> {
-  const r = await db.query<{ customer_id: string; slug: string; software: string; machine_id: string; instance_id: string }>(
-    `SELECT m.customer_id, m.slug, i.software, m.id AS machine_id, i.id AS instance_id
+): Promise<{ customer_id: string; slug: string; software: string; machine_id: string; instance_id: string; timeout_s: number | null; late_percent: number | null }[]> {
+  const r = await db.query<{ customer_id: string; slug: string; software: string; machine_id: string; instance_id: string; timeout_s: number | null; late_percent: number | null }>(
+    `SELECT m.customer_id, m.slug, i.software, m.id AS machine_id, i.id AS instance_id, i.timeout_s, i.late_percent
          FROM unnest($1::uuid[], $2::text[], $3::text[]) AS k(customer_id, slug, software)
          JOIN machines m ON m.customer_id = k.customer_id AND m.slug = k.slug AND m.retired_at IS NULL
          JOIN instances i ON i.machine_id = m.id AND i.software = k.software AND i.retired_at IS NULL`,
@@ -223,6 +236,13 @@ function newest(timeCol: string, fields: string[], keepOld = true, src = 'EXCLUD
 }
 
 const HEARTBEAT_FIELD_COLUMNS = ['agent_ts', 'version', 'uptime_seconds', 'pid', 'ip_addresses', 'group_name', 'location', 'group_priority', 'sort_priority'];
+
+/**
+ * SET clauses for the deadline and late time (lib/store/timeout-rules.ts) that follow the row's new
+ * last heartbeat `hb` (an expression over the old row and the incoming one) and its rule.
+ */
+const DEADLINES = (hb: string) =>
+  `deadline = ${deadlineSql(hb, 'instances.timeout_s')}, late_at = ${lateAtSql(hb, 'instances.timeout_s', 'instances.late_percent')}`;
 
 /** Receive time of a row's last heartbeat in ms (exact: timestamptz keeps microseconds). */
 const PG_MS = (col: string) => `round(extract(epoch FROM ${col}) * 1000)::float8`;
@@ -263,6 +283,9 @@ export interface UpsertedInstance {
   machine_id: string;
   software: string;
   pg_ms: number | null;
+  /** The instance's rule (null: the default); a new instance's rule is set after this answer (its trigger). */
+  timeout_s: number | null;
+  late_percent: number | null;
 }
 
 /**
@@ -275,12 +298,13 @@ const RETIRED_AFTER = `SELECT 1 FROM instances r WHERE r.customer_id = t.custome
 
 const UPSERT_SQL = `INSERT INTO instances (customer_id, machine_id, software, first_seen_at, last_seen_at, last_heartbeat_at, agent_ts,
                             version, uptime_seconds, pid, ip_addresses, group_name, location, group_priority, sort_priority,
-                            status, status_message, status_at, snapshot, last_warning_at, clock_skew, machine)
+                            status, status_message, status_at, snapshot, last_warning_at, clock_skew, machine, deadline, late_at)
      SELECT customer_id, machine_id, software, to_timestamp(first_ms / 1000.0), to_timestamp(last_ms / 1000.0),
             to_timestamp(hb_ms / 1000.0), to_timestamp(agent_ms / 1000.0),
             version, uptime_seconds, pid, (SELECT array_agg(x) FROM jsonb_array_elements_text(ips::jsonb) x),
             group_name, location, group_priority, sort_priority,
-            status, status_message, to_timestamp(status_ms / 1000.0), snapshot::jsonb, to_timestamp(warn_ms / 1000.0), COALESCE(skew, false), machine
+            status, status_message, to_timestamp(status_ms / 1000.0), snapshot::jsonb, to_timestamp(warn_ms / 1000.0), COALESCE(skew, false), machine,
+            ${deadlineSql('to_timestamp(hb_ms / 1000.0)', 'NULL::int')}, ${lateAtSql('to_timestamp(hb_ms / 1000.0)', 'NULL::int', 'NULL::int')}
        FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::float8[], $5::float8[], $6::float8[], $7::float8[],
                    $8::text[], $9::bigint[], $10::bigint[], $11::text[], $12::text[], $13::text[], $14::bigint[], $15::bigint[],
                    $16::text[], $17::text[], $18::float8[], $19::text[], $20::float8[], $21::bool[], $22::text[]) WITH ORDINALITY
@@ -296,8 +320,9 @@ const UPSERT_SQL = `INSERT INTO instances (customer_id, machine_id, software, fi
         ${newest('last_heartbeat_at', ['clock_skew'], false)},
         status_at = GREATEST(instances.status_at, EXCLUDED.status_at),
         ${newest('status_at', ['status', 'status_message', 'snapshot'], false)},
-        last_warning_at = GREATEST(instances.last_warning_at, EXCLUDED.last_warning_at)
-     RETURNING id, machine_id, software, ${PG_MS('instances.last_heartbeat_at')} AS pg_ms`;
+        last_warning_at = GREATEST(instances.last_warning_at, EXCLUDED.last_warning_at),
+        ${DEADLINES('GREATEST(instances.last_heartbeat_at, EXCLUDED.last_heartbeat_at)')}
+     RETURNING id, machine_id, software, ${PG_MS('instances.last_heartbeat_at')} AS pg_ms, timeout_s, late_percent`;
 
 /**
  * The ingest upsert, in the transaction of `c` (race-safe: concurrent first reports of an instance
@@ -315,7 +340,8 @@ const FLUSH_SQL = `UPDATE instances SET
             last_seen_at = GREATEST(instances.last_seen_at, d.last_heartbeat_at),
             last_heartbeat_at = GREATEST(instances.last_heartbeat_at, d.last_heartbeat_at),
             ${newest('last_heartbeat_at', HEARTBEAT_FIELD_COLUMNS, true, 'd')},
-            ${newest('last_heartbeat_at', ['clock_skew'], false, 'd')}
+            ${newest('last_heartbeat_at', ['clock_skew'], false, 'd')},
+            ${DEADLINES('GREATEST(instances.last_heartbeat_at, d.last_heartbeat_at)')}
            FROM (SELECT id, to_timestamp(hb_ms / 1000.0) AS last_heartbeat_at, to_timestamp(agent_ms / 1000.0) AS agent_ts,
                         version, uptime_seconds, pid, (SELECT array_agg(x) FROM jsonb_array_elements_text(ips::jsonb) x) AS ip_addresses,
                         group_name, location, group_priority, sort_priority, skew AS clock_skew

@@ -55,25 +55,25 @@ function toEvent(r: OutboxRow): LightEvent {
 }
 
 /**
- * The time the SQL judges silence at: the horizon ($5, ms since the epoch), but never before the
+ * The time the SQL judges silence at: the horizon ($4, ms since the epoch), but never before the
  * time the stored colour was judged at. A report applied again (a batch retried, or redelivered
  * after a crash) is still in the stream, so the horizon goes back to its receive time; judged
  * there, an instance the sweep already found silent would look alive and flip back to green (and
  * red again at the next sweep: a change that never happened). Judgement time only moves forward.
  */
 const H = (alias: string) =>
-  `GREATEST(LEAST(now(), to_timestamp($5::float8 / 1000)), COALESCE(${alias}.light_judged_at, '-infinity'::timestamptz))`;
+  `GREATEST(LEAST(now(), to_timestamp($4::float8 / 1000)), COALESCE(${alias}.light_judged_at, '-infinity'::timestamptz))`;
 
 const TRANSITION_SQL = `
   WITH cur AS (
     SELECT i.id, i.customer_id, c.slug AS customer, i.machine_id, m.slug AS machine, i.software,
-           i.light AS old_light, ${lightSql('i', '$2::float8', '$3::float8', H('i'))} AS new_light,
-           ${lightReasonSql('i', '$2::float8', '$3::float8', H('i'))} AS reason, ${H('i')} AS judged_at,
-           i.light_since, i.last_heartbeat_at, i.last_warning_at, i.last_seen_at, i.status_at, i.light
+           i.light AS old_light, ${lightSql('i', '$2::float8', H('i'))} AS new_light,
+           ${lightReasonSql('i', '$2::float8', H('i'))} AS reason, ${H('i')} AS judged_at,
+           i.light_since, i.last_heartbeat_at, i.last_warning_at, i.last_seen_at, i.status_at, i.light, i.deadline, i.late_at
       FROM instances i JOIN machines m ON m.id = i.machine_id JOIN customers c ON c.id = i.customer_id
      WHERE i.id = ANY($1::uuid[]) AND i.retired_at IS NULL
   ), chg AS (
-    SELECT cur.*, ${lightAtSql('cur', 'cur.new_light', '$2::float8', '$3::float8', 'cur.judged_at')} AS at
+    SELECT cur.*, ${lightAtSql('cur', 'cur.new_light', '$2::float8', 'cur.judged_at')} AS at
       FROM cur WHERE cur.new_light <> cur.old_light
   ), upd AS (
     UPDATE instances i
@@ -85,7 +85,7 @@ const TRANSITION_SQL = `
               chg.old_light AS from_light, chg.new_light AS to_light, chg.reason, chg.at
   )
   INSERT INTO light_outbox (${OUTBOX_COLUMNS})
-  SELECT instance_id, seq, customer_id, customer, machine_id, machine, software, from_light, to_light, reason, $4::text, at, clock_timestamp()
+  SELECT instance_id, seq, customer_id, customer, machine_id, machine, software, from_light, to_light, reason, $3::text, at, clock_timestamp()
     FROM upd
   RETURNING ${OUTBOX_COLUMNS}`;
 
@@ -102,11 +102,10 @@ export async function recordLightChanges(
   c: PoolClient,
   instanceIds: string[],
   cause: LightCause,
-  heartbeatTimeoutS: number,
   warningWindowS: number,
   horizonMs: number,
 ): Promise<LightEvent[]> {
-  const r = await c.query<OutboxRow>(TRANSITION_SQL, [instanceIds, heartbeatTimeoutS, warningWindowS, cause, horizonMs]);
+  const r = await c.query<OutboxRow>(TRANSITION_SQL, [instanceIds, warningWindowS, cause, horizonMs]);
   return r.rows.map(toEvent);
 }
 

@@ -80,6 +80,8 @@ export const PG_CUSTOMER_TABLES = [
   'artifact_usage',
   'whitelist_rules',
   'help_texts',
+  'timeout_recomputes',
+  'timeout_rules',
   'instances',
   'machines',
   'api_tokens',

@@ -87,6 +87,15 @@ export const QUOTAS = [
     default: (q) => q.whitelistRules,
   },
   {
+    name: 'timeout_rules',
+    unit: 'count',
+    env: 'TIMEOUT_RULES_PER_CUSTOMER',
+    min: 0,
+    max: INT32,
+    description: 'timeout rules (per-instance timeouts and late shares)',
+    default: (q) => q.timeoutRules,
+  },
+  {
     name: 'ingest_requests_per_s',
     unit: 'per_s',
     env: 'QUOTA_INGEST_REQUESTS_PER_S',
@@ -217,11 +226,12 @@ export async function loadArtifactStored(pool: Pool, customerId: string): Promis
   return u ? { bytes: u.bytes, artifacts: u.artifacts, seq: u.seq } : NO_USAGE;
 }
 
-/** What a customer holds of the quotas counted in Postgres: webhooks, and whitelist rules not deleted. */
-export async function countQuotaUse(pool: Pool, customerId: string): Promise<{ webhooks: number; rules: number }> {
-  const r = await pool.query<{ webhooks: number; rules: number }>(
+/** What a customer holds of the quotas counted in Postgres: webhooks, whitelist rules not deleted, timeout rules. */
+export async function countQuotaUse(pool: Pool, customerId: string): Promise<{ webhooks: number; rules: number; timeoutRules: number }> {
+  const r = await pool.query<{ webhooks: number; rules: number; timeoutRules: number }>(
     `SELECT (SELECT count(*)::int FROM webhooks WHERE customer_id = $1) AS webhooks,
-                  (SELECT count(*)::int FROM whitelist_rules WHERE customer_id = $1 AND deleted_at IS NULL) AS rules`,
+                  (SELECT count(*)::int FROM whitelist_rules WHERE customer_id = $1 AND deleted_at IS NULL) AS rules,
+                  (SELECT count(*)::int FROM timeout_rules WHERE customer_id = $1) AS "timeoutRules"`,
     [customerId],
   );
   return r.rows[0]!;

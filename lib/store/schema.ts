@@ -680,6 +680,112 @@ export const postgresMigrations: Migration[] = [
        )`,
     ],
   },
+  {
+    id: '0019-timeout-rules',
+    sql: [
+      // Per-instance timeouts and the late colour (lib/store/timeout-rules.ts, docs/decisions.md
+      // "Timeouts per instance and late"). A rule of a customer sets the timeout (seconds of
+      // silence before red) and/or the late share (per cent of the timeout after which a silent
+      // instance turns late) for the whole customer, a software pattern (a glob; software_like is
+      // its LIKE form) or one instance. For each of the two values the most specific rule that
+      // sets it wins: instance, then the longest matching pattern (equal length: the first in
+      // byte order), then the customer's; none: light_defaults.
+      `ALTER TABLE customer_quotas ADD COLUMN timeout_rules integer CHECK (timeout_rules >= 0)`,
+      `CREATE TABLE timeout_rules (
+         id uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+         customer_id uuid NOT NULL REFERENCES customers(id) ON DELETE CASCADE,
+         scope text NOT NULL CHECK (scope IN ('customer', 'software', 'instance')),
+         software_pattern text,
+         software_like text,
+         instance_id uuid REFERENCES instances(id) ON DELETE CASCADE,
+         timeout_s integer CHECK (timeout_s BETWEEN 1 AND 2592000),
+         late_percent integer CHECK (late_percent BETWEEN 0 AND 99),
+         description text NOT NULL DEFAULT '',
+         created_at timestamptz NOT NULL DEFAULT now(),
+         updated_at timestamptz NOT NULL DEFAULT now(),
+         created_by uuid REFERENCES users(id) ON DELETE SET NULL,
+         CHECK ((scope = 'customer' AND software_pattern IS NULL AND instance_id IS NULL)
+             OR (scope = 'software' AND software_pattern IS NOT NULL AND software_like IS NOT NULL AND instance_id IS NULL)
+             OR (scope = 'instance' AND software_pattern IS NULL AND instance_id IS NOT NULL)),
+         CHECK (timeout_s IS NOT NULL OR late_percent IS NOT NULL)
+       )`,
+      `CREATE UNIQUE INDEX timeout_rules_customer ON timeout_rules (customer_id) WHERE scope = 'customer'`,
+      `CREATE UNIQUE INDEX timeout_rules_software ON timeout_rules (customer_id, software_pattern) WHERE scope = 'software'`,
+      `CREATE UNIQUE INDEX timeout_rules_instance ON timeout_rules (customer_id, instance_id) WHERE scope = 'instance'`,
+      `CREATE INDEX timeout_rules_instance_id ON timeout_rules (instance_id) WHERE instance_id IS NOT NULL`,
+      // HEARTBEAT_TIMEOUT_S and HEARTBEAT_LATE_PERCENT as the workers last applied them (a worker
+      // that starts with other values writes them and recomputes the deadlines: pending until done).
+      `CREATE TABLE light_defaults (
+         id smallint PRIMARY KEY CHECK (id = 1),
+         timeout_s integer NOT NULL,
+         late_percent integer NOT NULL,
+         pending boolean NOT NULL DEFAULT false,
+         applied_at timestamptz NOT NULL DEFAULT now()
+       )`,
+      `INSERT INTO light_defaults (id, timeout_s, late_percent) VALUES (1, 300, 0)`,
+      // A rule change whose recompute of the customer's instances has not finished yet: the api
+      // finishes it at once; the light sweep finishes one the api left (it died half-way).
+      `CREATE TABLE timeout_recomputes (
+         customer_id uuid PRIMARY KEY REFERENCES customers(id) ON DELETE CASCADE,
+         requested_at timestamptz NOT NULL
+       )`,
+      // The rule for one instance: each value from the most specific rule that sets it.
+      `CREATE FUNCTION timeout_rule_for(cust uuid, sw text, inst uuid, OUT timeout_s integer, OUT late_percent integer)
+       LANGUAGE sql STABLE AS $$
+         SELECT COALESCE((SELECT r.timeout_s FROM timeout_rules r WHERE r.customer_id = cust AND r.scope = 'instance' AND r.instance_id = inst),
+                         (SELECT r.timeout_s FROM timeout_rules r WHERE r.customer_id = cust AND r.scope = 'software' AND r.timeout_s IS NOT NULL
+                             AND sw LIKE r.software_like ORDER BY length(r.software_pattern) DESC, r.software_pattern COLLATE "C" LIMIT 1),
+                         (SELECT r.timeout_s FROM timeout_rules r WHERE r.customer_id = cust AND r.scope = 'customer')),
+                COALESCE((SELECT r.late_percent FROM timeout_rules r WHERE r.customer_id = cust AND r.scope = 'instance' AND r.instance_id = inst),
+                         (SELECT r.late_percent FROM timeout_rules r WHERE r.customer_id = cust AND r.scope = 'software' AND r.late_percent IS NOT NULL
+                             AND sw LIKE r.software_like ORDER BY length(r.software_pattern) DESC, r.software_pattern COLLATE "C" LIMIT 1),
+                         (SELECT r.late_percent FROM timeout_rules r WHERE r.customer_id = cust AND r.scope = 'customer'))
+       $$`,
+      // When a silent instance turns red and late (NULL: never late), from its last heartbeat and
+      // its rule's values (NULL: light_defaults). Every writer of last_heartbeat_at sets both.
+      `CREATE FUNCTION light_deadline(hb timestamptz, timeout_s integer) RETURNS timestamptz LANGUAGE sql STABLE AS $$
+         SELECT hb + make_interval(secs => COALESCE(timeout_s, (SELECT d.timeout_s FROM light_defaults d WHERE d.id = 1)))
+       $$`,
+      `CREATE FUNCTION light_late_at(hb timestamptz, timeout_s integer, late_percent integer) RETURNS timestamptz LANGUAGE sql STABLE AS $$
+         SELECT CASE WHEN p > 0 THEN hb + make_interval(secs => t * p / 100.0) END
+           FROM (SELECT COALESCE(timeout_s, d.timeout_s) AS t, COALESCE(late_percent, d.late_percent) AS p FROM light_defaults d WHERE d.id = 1) x
+       $$`,
+      `ALTER TABLE instances ADD COLUMN timeout_s integer, ADD COLUMN late_percent integer,
+         ADD COLUMN deadline timestamptz, ADD COLUMN late_at timestamptz`,
+      `UPDATE instances SET deadline = light_deadline(last_heartbeat_at, NULL), late_at = light_late_at(last_heartbeat_at, NULL, NULL)
+        WHERE last_heartbeat_at IS NOT NULL`,
+      // A new instance takes its rule (an AFTER INSERT trigger: it fires for rows the ingest upsert
+      // inserts, not for the conflicts it updates). The customer's row is key-share locked first,
+      // as its foreign key is: a rule change (which locks it FOR UPDATE before it recomputes the
+      // customer's instances) either waits for this insert to commit and then sees it, or commits
+      // first and is seen here (each statement of a volatile function takes a fresh snapshot).
+      `CREATE FUNCTION instances_timeout_rule() RETURNS trigger LANGUAGE plpgsql AS $$
+       DECLARE r record;
+       BEGIN
+         PERFORM 1 FROM customers WHERE id = NEW.customer_id FOR KEY SHARE;
+         SELECT * INTO r FROM timeout_rule_for(NEW.customer_id, NEW.software, NEW.id);
+         IF r.timeout_s IS NOT NULL OR r.late_percent IS NOT NULL THEN
+           UPDATE instances SET timeout_s = r.timeout_s, late_percent = r.late_percent,
+                  deadline = light_deadline(last_heartbeat_at, r.timeout_s), late_at = light_late_at(last_heartbeat_at, r.timeout_s, r.late_percent)
+            WHERE id = NEW.id;
+         END IF;
+         RETURN NULL;
+       END $$`,
+      `CREATE TRIGGER instances_timeout_rule AFTER INSERT ON instances FOR EACH ROW EXECUTE FUNCTION instances_timeout_rule()`,
+      `ALTER TABLE instances DROP CONSTRAINT instances_light_check`,
+      `ALTER TABLE instances ADD CONSTRAINT instances_light_check CHECK (light IN ('green', 'yellow', 'late', 'red', 'grey'))`,
+      // The sweep's candidates (lib/store/instances.ts instancesDueForSweep): past the deadline
+      // while not red, past late_at while green or yellow. The api's red and late filters.
+      `DROP INDEX instances_light_silent`,
+      `CREATE INDEX instances_light_deadline ON instances (deadline) WHERE light IN ('green', 'yellow', 'late') AND retired_at IS NULL`,
+      `CREATE INDEX instances_light_late ON instances (late_at) WHERE light IN ('green', 'yellow') AND retired_at IS NULL AND late_at IS NOT NULL`,
+      `CREATE INDEX instances_customer_deadline ON instances (customer_id, deadline)`,
+      `CREATE INDEX instances_customer_late ON instances (customer_id, late_at) WHERE late_at IS NOT NULL`,
+      // E-mail notifications learn the kind late.
+      `ALTER TABLE mail_subscriptions DROP CONSTRAINT mail_subscriptions_kinds`,
+      `ALTER TABLE mail_subscriptions ADD CONSTRAINT mail_subscriptions_kinds CHECK (kinds <@ ARRAY['red', 'late', 'yellow', 'green']::text[])`,
+    ],
+  },
 ];
 
 /** When the gateway received the report: a DateTime for partitions, and the exact ms. */

@@ -15,6 +15,7 @@ t.test('defaults come from the environment, one setting per quota', async (t) =>
     stream_connections: 50,
     webhooks: 10,
     whitelist_rules: 1000,
+    timeout_rules: 1000,
     ingest_requests_per_s: 2000,
     ingest_bytes_per_s: 1024 ** 2,
   });

@@ -7,8 +7,8 @@ const NString = Nullable(Type.String());
 const NTime = Type.Union([Type.String({ format: 'date-time' }), Type.Null()]);
 const NInt = Type.Union([Type.Integer(), Type.Null()]);
 
-export const Light = Type.Union([Type.Literal('green'), Type.Literal('yellow'), Type.Literal('red'), Type.Literal('grey')], {
-  description: 'traffic light, derived from the last receive time, the latest status and recent warnings',
+export const Light = Type.Union([Type.Literal('green'), Type.Literal('yellow'), Type.Literal('late'), Type.Literal('red'), Type.Literal('grey')], {
+  description: 'traffic light, derived from the last receive time (against the deadline and late time), the latest status and recent warnings',
 });
 export type Light = Static<typeof Light>;
 
@@ -37,6 +37,10 @@ export const Instance = Type.Object(
     status_at: NTime,
     agent_ts: { ...NTime, description: "the agent's clock at its newest heartbeat whose ts was plausible (docs/api.md \"Agent clocks\")" },
     clock_skew: Type.Boolean({ description: "the newest heartbeat's ts lay outside the plausible window: the agent's clock is wrong (the light uses receive time)" }),
+    timeout_s: Type.Integer({ description: "seconds of silence before red: the instance's timeout rule, else HEARTBEAT_TIMEOUT_S (docs/api.md \"Timeout rules\")" }),
+    late_percent: Type.Integer({ description: 'per cent of the timeout after which a silent instance turns late (0: never late)' }),
+    deadline: { ...NTime, description: 'when the instance turns red if no heartbeat comes first (null: never sent one, or retired)' },
+    late_at: { ...NTime, description: 'when it turns late if no heartbeat comes first (null: no late colour, never sent one, or retired)' },
   },
   { $id: 'Instance' },
 );

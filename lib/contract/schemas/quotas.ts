@@ -35,6 +35,7 @@ export const QuotaList = Type.Object(
       }),
       webhooks: quota('Webhooks (create beyond it: 409)', 'customer', { used: Count }),
       whitelist_rules: quota('Diagnostics whitelist rules (create beyond it: 409)', 'customer', { used: Count }),
+      timeout_rules: quota('Timeout rules (create beyond it: 409)', 'customer', { used: Count }),
       ingest_requests_per_s: quota('Ingest requests per second (enforced by the gateways)', 'customer', {}),
       ingest_bytes_per_s: quota('Ingest request bytes per second (enforced by the gateways)', 'customer', {}),
     }),
