@@ -743,12 +743,12 @@ export const postgresMigrations: Migration[] = [
        $$`,
       // When a silent instance turns red and late (NULL: never late), from its last heartbeat and
       // its rule's values (NULL: light_defaults). Every writer of last_heartbeat_at sets both.
-      `CREATE FUNCTION light_deadline(hb timestamptz, timeout_s integer) RETURNS timestamptz LANGUAGE sql STABLE AS $$
-         SELECT hb + make_interval(secs => COALESCE(timeout_s, (SELECT d.timeout_s FROM light_defaults d WHERE d.id = 1)))
+      `CREATE FUNCTION light_deadline(hb timestamptz, rule_timeout_s integer) RETURNS timestamptz LANGUAGE sql STABLE AS $$
+         SELECT hb + make_interval(secs => COALESCE(rule_timeout_s, (SELECT d.timeout_s FROM light_defaults d WHERE d.id = 1)))
        $$`,
-      `CREATE FUNCTION light_late_at(hb timestamptz, timeout_s integer, late_percent integer) RETURNS timestamptz LANGUAGE sql STABLE AS $$
+      `CREATE FUNCTION light_late_at(hb timestamptz, rule_timeout_s integer, rule_late_percent integer) RETURNS timestamptz LANGUAGE sql STABLE AS $$
          SELECT CASE WHEN p > 0 THEN hb + make_interval(secs => t * p / 100.0) END
-           FROM (SELECT COALESCE(timeout_s, d.timeout_s) AS t, COALESCE(late_percent, d.late_percent) AS p FROM light_defaults d WHERE d.id = 1) x
+           FROM (SELECT COALESCE(rule_timeout_s, d.timeout_s) AS t, COALESCE(rule_late_percent, d.late_percent) AS p FROM light_defaults d WHERE d.id = 1) x
        $$`,
       `ALTER TABLE instances ADD COLUMN timeout_s integer, ADD COLUMN late_percent integer,
          ADD COLUMN deadline timestamptz, ADD COLUMN late_at timestamptz`,
