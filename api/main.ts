@@ -16,6 +16,7 @@ import { buildApi } from './server.js';
 import { ArtifactStore } from '../lib/store/artifacts.js';
 import { subjects } from '../lib/contract/messages.js';
 import { CommandHints } from '../lib/store/commands.js';
+import { TimeoutRuleHints } from '../lib/store/timeout-rules.js';
 import { DeadLetters } from '../lib/store/dead-letters.js';
 
 const cfg = configOrExit('api');
@@ -35,6 +36,7 @@ if (sessions.ephemeral) log.warn('JWT_SECRET not set: sessions are signed with a
 // the agent-command hints to the gateways (their periodic re-read covers a hint not sent), the
 // artifact downloads (which answer 503 until the store is reachable) and the dead-letter routes.
 const hints = new CommandHints(subjects(cfg.subjectPrefix).control('commands'), (e) => log.warn({ err: e }, 'command hint not published'));
+const ruleHints = new TimeoutRuleHints(subjects(cfg.subjectPrefix).control('timeout-rules'), (e) => log.warn({ err: e }, 'timeout-rule hint not published'));
 const sseEvents = metrics.counter('fleet_api_light_stream_events_total');
 const lights = new LightHub(log, cfg.api.sseKeepaliveS, cfg.api.sseMaxClients, (n) => sseEvents.inc(n));
 let nc: NatsConnection | null = null;
@@ -47,6 +49,7 @@ void (async () => {
   deadLetters = new DeadLetters(c, cfg);
   lights.attach(c, cfg.subjectPrefix);
   hints.attach(c);
+  ruleHints.attach(c);
   await warnDurability(c, await c.jetstreamManager(), cfg, log).catch((e) => log.warn({ err: e }, 'NATS durability check failed'));
   for (;;) {
     try {
@@ -60,7 +63,7 @@ void (async () => {
 })().catch((e) => log.error({ err: e }, 'NATS connection failed: no live traffic-light stream, no downloads'));
 
 const whitelistChecks = new WhitelistChecks();
-const app = await buildApi({ cfg, log, metrics, pool, ch, redis, sessions, artifacts: () => artifacts, lights, hints, deadLetters: () => deadLetters, whitelistChecks });
+const app = await buildApi({ cfg, log, metrics, pool, ch, redis, sessions, artifacts: () => artifacts, lights, hints, ruleHints, deadLetters: () => deadLetters, whitelistChecks });
 await app.listen({ host: cfg.api.host, port: cfg.api.port });
 const addr = app.server.address();
 log.info({ host: cfg.api.host, port: typeof addr === 'object' && addr ? addr.port : cfg.api.port }, 'listening');

@@ -16,6 +16,7 @@ import type { ClickHouseClient } from '../lib/infra/clickhouse.js';
 import type { Redis } from '../lib/infra/redis.js';
 import type { ArtifactStore } from '../lib/store/artifacts.js';
 import type { CommandHints } from '../lib/store/commands.js';
+import type { TimeoutRuleHints } from '../lib/store/timeout-rules.js';
 import type { routes } from '../lib/contract/routes.js';
 import type { Sessions } from './session.js';
 import type { LightHub } from './light-stream.js';
@@ -36,6 +37,8 @@ export interface ApiDeps {
   lights: LightHub;
   /** Tells the gateways (core NATS) that an instance's open agent commands changed. */
   hints: CommandHints;
+  /** Tells the workers (core NATS) that a customer's timeout rules changed; absent: not told (their copies expire). */
+  ruleHints?: TimeoutRuleHints;
   /** The dead-letter stream; null until the api has connected to NATS (its routes answer 503). */
   deadLetters: () => DeadLetters | null;
   /** The check of a whitelist rule set against SUFFIX_CHAIN_MAX, in a worker thread. */

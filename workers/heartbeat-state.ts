@@ -17,7 +17,9 @@
 // Postgres write) when, atomically in one script: its heartbeat key exists (so its light is not
 // red for silence, and this heartbeat cannot change its colour) and its fingerprint equals the one
 // Postgres holds (no field changes). A skipped heartbeat extends the key, becomes the hash's
-// newest if it is, and puts the instance in hbdue at `pg + interval` (unless already there).
+// newest if it is, and puts the instance in hbdue at `pg + interval` (unless it is there
+// earlier: a rule that shortened the interval moves it forward; a claim moved forward may be
+// written twice, which is harmless).
 // Everything else goes to Postgres at once, as before (identity, changed fields, status, warnings,
 // a silent instance coming back) and records afterwards what Postgres holds.
 //
@@ -26,10 +28,13 @@
 // the ingest upsert (both statements in lib/store/instances.ts). So Postgres's last_heartbeat_at is never more than interval + one flush tick
 // behind, and each instance's interval is below 80 % of its own timeout, or of its late time where
 // it has one (lib/store/timeout-rules.ts; its rule as this worker last read it, from the upsert or
-// the id lookup, at most ID_TTL_MS old): a silence Postgres sees is real, and the traffic-light SQL
+// the id lookup; dropped when the api hints that the customer's rules changed, and at most ID_TTL_MS
+// old when a hint is lost): a silence Postgres sees is real, and the traffic-light SQL
 // (lib/domain/traffic-light.ts) keeps judging from Postgres alone. Where a worker's copy of a rule
-// is stale (a timeout shortened a moment ago), the sweep and the expiry listener write the waiting
-// heartbeat before they judge (repair), so a stale copy costs writes, never a wrong colour. The api merges the
+// is stale all the same, the sweep and the expiry listener drop the instance's heartbeat key and
+// write its waiting heartbeat before they judge (repair): a stale copy costs writes and, at worst,
+// a colour shown early for one sweep interval; never a change recorded wrongly, and never a
+// heartbeat skipped after its instance turned late or red. The api merges the
 // hash into what it shows (lib/store/live-heartbeats.ts): times exact to the millisecond.
 //
 // Scripts name keys they build from the prefix: a Redis Cluster is not supported (one primary with
@@ -90,7 +95,7 @@ for i = 1, n do
         redis.call('PEXPIREAT', hs, exp + keep, 'GT')
       end
       local pg = tonumber(st[2])
-      if at > pg then redis.call('ZADD', KEYS[1], 'NX', pg + interval, ARGV[a + 5]) end
+      if at > pg then redis.call('ZADD', KEYS[1], 'LT', pg + interval, ARGV[a + 5]) end
     end
   end
 end
@@ -268,14 +273,20 @@ export function effectiveIntervalMs(o: Pick<HeartbeatStateOptions, 'heartbeatTim
 /**
  * An instance's times under its rule (ms): its timeout, when a silence first changes its colour
  * (its late time where it has one, else the timeout), and its interval: as configured, but at most
- * 80 % of that first change, so that a flush always lands before Postgres's stale time could look
- * late or silent.
+ * 80 % of that first change, and at most 90 % of it less one flush tick (`tickMs`), so that a
+ * flush (interval + a tick + the write) always lands before Postgres's stale time could look late
+ * or silent. 0 (a first change too short for that): every heartbeat goes to Postgres at once.
  */
-export function instanceTimes(o: Pick<HeartbeatStateOptions, 'heartbeatTimeoutMs' | 'pgIntervalMs' | 'latePercent'>, id: Pick<Resolved, 'timeoutS' | 'latePercent'>) {
+export function instanceTimes(
+  o: Pick<HeartbeatStateOptions, 'heartbeatTimeoutMs' | 'pgIntervalMs' | 'latePercent'>,
+  id: Pick<Resolved, 'timeoutS' | 'latePercent'>,
+  tickMs = 0,
+) {
   const timeoutMs = id.timeoutS != null ? id.timeoutS * 1000 : o.heartbeatTimeoutMs;
   const late = id.latePercent ?? o.latePercent ?? 0;
   const firstChangeMs = late > 0 ? Math.floor((timeoutMs * late) / 100) : timeoutMs;
-  return { timeoutMs, firstChangeMs, intervalMs: Math.max(0, Math.min(o.pgIntervalMs, Math.floor(firstChangeMs * 0.8))) };
+  const intervalMs = Math.max(0, Math.min(o.pgIntervalMs, Math.floor(firstChangeMs * 0.8), Math.floor(firstChangeMs * 0.9) - tickMs));
+  return { timeoutMs, firstChangeMs, intervalMs };
 }
 
 /** A heartbeat-only update with its fields, as the scripts take it. */
@@ -295,8 +306,10 @@ export class HeartbeatState {
   /** The state hash outlives the heartbeat key by this. */
   private readonly keepMs: number;
   private readonly keys: ReturnType<typeof redisKeys>;
-  /** Instance key (customer|machine|software) -> ids, from Postgres writes. */
-  private readonly ids: LRUCache<string, Resolved>;
+  /** Instance key (customer|machine|software) -> ids and rule, from Postgres writes and lookups. */
+  private readonly ids: LRUCache<string, Resolved & { gen: number }>;
+  /** Customer id -> how often its rules changed since this worker started (a cached copy of an older generation is a miss). */
+  private readonly ruleGen = new Map<string, number>();
   /** Heartbeat-only updates that skipped Postgres, and heartbeat updates written (metrics). */
   readonly counts = { skipped: 0, written: 0, lookedUp: 0 };
 
@@ -317,12 +330,28 @@ export class HeartbeatState {
     return this.intervalMs > 0;
   }
 
+  /** The customer's timeout rules changed (lib/store/timeout-rules.ts TimeoutRuleHints): its cached copies are stale. O(1). */
+  rulesChanged(customerId: string): void {
+    this.ruleGen.set(customerId, (this.ruleGen.get(customerId) ?? 0) + 1);
+  }
+
+  private cached(u: InstanceUpdate): Resolved | undefined {
+    const hit = this.ids.get(u.key);
+    if (!hit || hit.gen !== (this.ruleGen.get(u.customerId) ?? 0)) return undefined;
+    const { gen: _, ...id } = hit;
+    return id;
+  }
+
+  private remember(u: InstanceUpdate, id: Resolved, gen = this.ruleGen.get(u.customerId) ?? 0): void {
+    this.ids.set(u.key, { ...id, gen });
+  }
+
   /**
    * An old heartbeat applied late (a backlog longer than the instance's first change of colour)
    * goes the careful way (Postgres at once), like any heartbeat of an instance without an interval.
    */
   private late(u: InstanceUpdate, id: Resolved, now: number): boolean {
-    const t = instanceTimes(this.o, id);
+    const t = instanceTimes(this.o, id, this.tickMs);
     return t.intervalMs === 0 || u.heartbeat!.at + t.firstChangeMs <= now;
   }
 
@@ -343,18 +372,20 @@ export class HeartbeatState {
     const misses: InstanceUpdate[] = [];
     for (const u of updates) {
       if (!u.onlyHeartbeats || !u.heartbeat) continue;
-      const id = this.ids.get(u.key);
+      const id = this.cached(u);
       if (id) {
         if (!this.late(u, id, now)) candidates.push({ p: this.prepare(u), id });
       } else misses.push(u);
     }
     if (misses.length > 0 && this.o.lookupIds) {
+      // The generations before the read: a change hinted while it runs makes these copies stale.
+      const gens = new Map(misses.map((u) => [u.customerId, this.ruleGen.get(u.customerId) ?? 0]));
       const found = await this.o.lookupIds(misses);
       this.counts.lookedUp += found.size;
       for (const u of misses) {
         const id = found.get(u.key);
         if (!id) continue;
-        this.ids.set(u.key, id);
+        this.remember(u, id, gens.get(u.customerId));
         if (!this.late(u, id, now)) candidates.push({ p: this.prepare(u), id });
       }
     }
@@ -365,7 +396,7 @@ export class HeartbeatState {
       for (const c of part) args.push(this.keys.heartbeatState(c.id.instanceId), this.keys.heartbeat(c.id.instanceId));
       args.push(this.intervalMs, this.keepMs);
       for (const { p, id } of part) {
-        const t = instanceTimes(this.o, id);
+        const t = instanceTimes(this.o, id, this.tickMs);
         args.push(p.f.at, p.fp, p.json, p.f.at + t.firstChangeMs, id.instanceId, t.intervalMs);
       }
       calls.push(
@@ -388,7 +419,7 @@ export class HeartbeatState {
   async written(written: { u: InstanceUpdate; id: Resolved; pgAt: number | null }[], now = Date.now()): Promise<void> {
     const withHb: { p: Prepared; id: Resolved; pgAt: number }[] = [];
     for (const w of written) {
-      this.ids.set(w.u.key, w.id);
+      this.remember(w.u, w.id);
       if (w.u.heartbeat) withHb.push({ p: this.prepare(w.u), id: w.id, pgAt: w.pgAt ?? w.u.heartbeat.at });
     }
     this.counts.written += withHb.length;
@@ -399,7 +430,7 @@ export class HeartbeatState {
       for (const c of part) args.push(this.keys.heartbeatState(c.id.instanceId), this.keys.heartbeat(c.id.instanceId));
       args.push(now, this.keepMs, this.enabled ? 1 : 0);
       for (const { p, id, pgAt } of part) {
-        const t = instanceTimes(this.o, id);
+        const t = instanceTimes(this.o, id, this.tickMs);
         args.push(p.f.at, p.fp, p.json, p.f.at + t.firstChangeMs, id.instanceId, p.u.customerId, id.machineId, pgAt, t.intervalMs);
       }
       calls.push(writtenScript(this.redis, 1 + 2 * part.length, ...args));
@@ -424,6 +455,13 @@ export class HeartbeatState {
       const args: (string | number)[] = [this.keys.heartbeatDue, this.intervalMs, this.keys.heartbeatStatePrefix, this.keys.heartbeatPrefix];
       for (const { c, pgAt } of done.slice(i, i + CHUNK)) args.push(c.instanceId, c.fields.at, c.fp, pgAt);
       await flushedScript(this.redis, 1, ...args);
+    }
+  }
+
+  /** Deletes these instances' heartbeat keys (no expiry event): their next heartbeats go to Postgres at once. */
+  async dropKeys(instanceIds: string[]): Promise<void> {
+    for (let i = 0; i < instanceIds.length; i += CHUNK) {
+      await this.redis.del(...instanceIds.slice(i, i + CHUNK).map((id) => this.keys.heartbeat(id)));
     }
   }
 
@@ -491,9 +529,13 @@ export class HeartbeatFlusher {
   /**
    * Writes the newest heartbeat of these instances now, if Postgres lacks it: before the expiry
    * listener and the sweep judge silence (they then see exact times even if a flush is late).
+   * First their heartbeat keys go: from then on each heartbeat of theirs reaches Postgres at once,
+   * so one that arrives while they are judged, or after they turned late or red, is never skipped
+   * (a key can outlive the instance's deadline when a worker's copy of its rule is stale).
    */
   async repair(instanceIds: string[]): Promise<number> {
     if (!this.state.enabled || instanceIds.length === 0) return 0;
+    await this.state.dropKeys(instanceIds);
     let n = 0;
     for (let i = 0; i < instanceIds.length; i += this.batch) {
       const claimed = await this.state.claim(this.batch, instanceIds.slice(i, i + this.batch));

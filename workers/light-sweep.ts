@@ -38,6 +38,8 @@ export class LightSweep {
     private readonly onEvents: (events: LightEvent[]) => void = () => {},
     /** Writes an instance's heartbeat still waiting for Postgres (workers/heartbeat-state.ts) before it is judged. */
     private readonly repair: (ids: string[]) => Promise<unknown> = async () => {},
+    /** A customer's rules were recomputed here (the workers' copies are stale: TimeoutRuleHints). */
+    private readonly rulesChanged: (customerId: string) => void = () => {},
   ) {}
 
   /** One run; skipped (ran: false) while another worker's run holds the lock. */
@@ -47,7 +49,10 @@ export class LightSweep {
       if (!(await tryLightSweepLock(lockClient))) return { ran: false, changes: 0, redelivered: 0 };
       try {
         const redelivered = await this.sink.drainOutbox(OUTBOX_GRACE_MS, this.opts.batch);
-        for (const customerId of await unfinishedRecomputes(this.pool, RECOMPUTE_GRACE_S)) await recomputeCustomer(this.pool, customerId);
+        for (const customerId of await unfinishedRecomputes(this.pool, RECOMPUTE_GRACE_S)) {
+          await recomputeCustomer(this.pool, customerId);
+          this.rulesChanged(customerId);
+        }
         let changes = 0;
         // Each candidate changes colour (or was just changed by someone else, or its waiting
         // heartbeat was written), so it is not found again; the bound only guards against a loop

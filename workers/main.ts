@@ -25,7 +25,7 @@ import { Webhooks } from './webhooks.js';
 import { MailDigests } from './mail-digest.js';
 import { Mailer } from '../lib/infra/mail.js';
 import { queueMailNotifications } from '../lib/store/mail-notifications.js';
-import { applyLightDefaults } from '../lib/store/timeout-rules.js';
+import { applyLightDefaults, TimeoutRuleHints } from '../lib/store/timeout-rules.js';
 import type { LightEvent } from '../lib/domain/traffic-light.js';
 import { sweepCommands } from './command-expiry.js';
 import { CommandHints, type InstanceRef } from '../lib/store/commands.js';
@@ -126,7 +126,9 @@ metrics.onScrape(() => {
 const flushedTotal = metrics.counter('fleet_worker_heartbeats_flushed_total');
 const flusher = new HeartbeatFlusher(pool, heartbeats, reportLights, log, (n) => flushedTotal.inc(n));
 const repair = (ids: string[]) => flusher.repair(ids);
-const sweep = new LightSweep(pool, sink, lightParams, horizon, { batch: cfg.light.sweepBatch }, countLights, repair);
+const ruleHints = new TimeoutRuleHints(subj.control('timeout-rules'), (e) => log.warn({ err: e }, 'timeout-rule hint not published'));
+ruleHints.attach(nc);
+const sweep = new LightSweep(pool, sink, lightParams, horizon, { batch: cfg.light.sweepBatch }, countLights, repair, (customerId) => ruleHints.publish(customerId));
 let expiry: ExpiryListener | null = null;
 if (cfg.light.expiryListener) {
   await retrying('Redis expiry events', () => ensureExpiryEvents(redis, log));
@@ -138,6 +140,8 @@ if (cfg.light.expiryListener) {
 /** Half the NATS server's default per-client buffer (max_pending, 64 MiB). */
 const PULL_BUFFER_BYTES = 32 * 1024 * 1024;
 const hints = new CommandHints(subj.control('commands'), (e) => log.warn({ err: e }, 'command hint not published'));
+// A customer's timeout rules changed (the api says so): this worker's copies of them are stale.
+TimeoutRuleHints.listen(nc, subj.control('timeout-rules'), (customerId) => heartbeats.rulesChanged(customerId));
 hints.attach(nc);
 
 // Opened before consuming starts: its JetStream requests must not queue behind a backlog's first batches.

@@ -57,6 +57,7 @@ export function timeoutRuleHandlers(d: ApiDeps): HandlersOf<'list_timeout_rules'
           `${p.customer} has ${made.full.count} timeout rules, its quota (${describeQuota('timeout_rules', made.full.max)}); delete one first, or ask the operator to raise the quota`,
         );
       }
+      d.ruleHints?.publish(p.customerId);
       return reply.code(201).send({ rule: rule(made.created), instances_changed: made.recomputed });
     },
 
@@ -71,12 +72,14 @@ export function timeoutRuleHandlers(d: ApiDeps): HandlersOf<'list_timeout_rules'
       });
       if (!out) throw notFound('no such rule');
       if ('empty' in out) throw badRequest('a rule keeps timeout_s, late_percent or both: delete it instead');
+      d.ruleHints?.publish(p.customerId);
       return { rule: rule(out.updated), instances_changed: out.recomputed };
     },
 
     async delete_timeout_rule(req, reply) {
       const p = principal(req);
       if (!(await deleteTimeoutRule(d.pool, p.customerId, req.params.id))) throw notFound('no such rule');
+      d.ruleHints?.publish(p.customerId);
       return reply.code(204).send();
     },
   };

@@ -96,7 +96,8 @@ export function lightReasonSql(alias: string, windowParam: string, now = 'now()'
  * SQL for when the colour of row `i` changed to `newLight` (an expression), given that the stored
  * colour `i.light` differs: a silence turned red at its deadline and late at its late time; yellow
  * turned green when the last warning ran out or the status that ended `degraded` arrived,
- * whichever is later; anything else changed with the newest report. Never before the stored
+ * whichever is later; red or late that no report ended (a timeout rule moved the deadline) ended
+ * when it was judged; anything else changed with the newest report. Never before the stored
  * colour's own start, never in the future.
  */
 export function lightAtSql(alias: string, newLight: string, windowParam: string, now = 'now()'): string {
@@ -106,6 +107,7 @@ export function lightAtSql(alias: string, newLight: string, windowParam: string,
     WHEN ${newLight} = 'red' AND ${silentSql(i, now)} THEN ${i}.deadline
     WHEN ${newLight} = 'late' AND ${overdueSql(i, now)} AND ${i}.late_at > ${i}.last_seen_at THEN ${i}.late_at
     WHEN ${newLight} = 'green' AND ${i}.light = 'yellow' THEN GREATEST(${i}.last_warning_at + ${window}, ${i}.status_at)
+    WHEN ${i}.light IN ('red', 'late') AND ${i}.last_seen_at <= ${i}.light_since THEN ${now}
     ELSE ${i}.last_seen_at END))`;
 }
 

@@ -172,14 +172,21 @@ const SWEEP_SQL = `WITH h AS (SELECT LEAST(now(), to_timestamp($3::float8 / 1000
        (SELECT id FROM instances, h
          WHERE light = 'yellow' AND retired_at IS NULL AND status IS DISTINCT FROM 'degraded'
            AND (last_warning_at IS NULL OR last_warning_at <= h.t - make_interval(secs => $1::float8))
+         LIMIT $2)
+       UNION
+       (SELECT id FROM instances, h
+         WHERE light IN ('red', 'late') AND retired_at IS NULL AND status IS DISTINCT FROM 'error' AND deadline >= h.t
+           AND (light = 'red' OR late_at IS NULL OR late_at >= h.t)
          LIMIT $2)`;
 
 /**
  * The sweep's candidates (workers/light-sweep.ts), judged at the horizon (`horizonMs`, never after
  * now), at most `limit` of each kind: instances not red past their deadline (the red rule's
- * silentSql; earliest deadline first), instances green or yellow past their late time, and
- * instances stored yellow, not degraded, whose last warning ran out. The partial indexes
- * instances_light_deadline, instances_light_late and instances_light_yellow serve the three.
+ * silentSql; earliest deadline first), instances green or yellow past their late time, instances
+ * stored yellow, not degraded, whose last warning ran out, and instances stored red or late (not
+ * for status error) whose times no longer say so: a timeout rule moved their deadline or late time
+ * into the future. The partial indexes instances_light_deadline, instances_light_late,
+ * instances_light_yellow and instances_light_alert serve the four.
  */
 export async function instancesDueForSweep(db: Db, warningWindowS: number, limit: number, horizonMs: number): Promise<string[]> {
   const r = await db.query<{ id: string }>(SWEEP_SQL, [warningWindowS, limit, horizonMs]);
@@ -283,7 +290,7 @@ export interface UpsertedInstance {
   machine_id: string;
   software: string;
   pg_ms: number | null;
-  /** The instance's rule (null: the default); a new instance's rule is set after this answer (its trigger). */
+  /** The instance's rule (lib/store/timeout-rules.ts; null: the default). */
   timeout_s: number | null;
   late_percent: number | null;
 }
@@ -322,7 +329,7 @@ const UPSERT_SQL = `INSERT INTO instances (customer_id, machine_id, software, fi
         ${newest('status_at', ['status', 'status_message', 'snapshot'], false)},
         last_warning_at = GREATEST(instances.last_warning_at, EXCLUDED.last_warning_at),
         ${DEADLINES('GREATEST(instances.last_heartbeat_at, EXCLUDED.last_heartbeat_at)')}
-     RETURNING id, machine_id, software, ${PG_MS('instances.last_heartbeat_at')} AS pg_ms, timeout_s, late_percent`;
+     RETURNING id, machine_id, software, ${PG_MS('instances.last_heartbeat_at')} AS pg_ms, timeout_s, late_percent, (xmax = 0) AS inserted`;
 
 /**
  * The ingest upsert, in the transaction of `c` (race-safe: concurrent first reports of an instance
@@ -332,8 +339,18 @@ const UPSERT_SQL = `INSERT INTO instances (customer_id, machine_id, software, fi
  * received before it is left out (RETIRED_AFTER), so an instance absent from the answer was not written.
  */
 export async function upsertInstances(c: PoolClient, columns: InstanceUpsertColumns): Promise<UpsertedInstance[]> {
-  const r = await c.query<UpsertedInstance>(UPSERT_SQL, columns);
-  return r.rows;
+  const r = await c.query<UpsertedInstance & { inserted?: boolean }>(UPSERT_SQL, columns);
+  // A new row's rule is set by its insert trigger, after RETURNING: read it (new instances are few).
+  const fresh = r.rows.filter((x) => x.inserted).map((x) => x.id);
+  const rules = new Map<string, { timeout_s: number | null; late_percent: number | null }>();
+  if (fresh.length) {
+    const q = await c.query<{ id: string; timeout_s: number | null; late_percent: number | null }>(
+      'SELECT id, timeout_s, late_percent FROM instances WHERE id = ANY($1::uuid[])',
+      [fresh],
+    );
+    for (const x of q.rows) rules.set(x.id, x);
+  }
+  return r.rows.map(({ inserted: _, ...x }) => ({ ...x, ...rules.get(x.id) }));
 }
 
 const FLUSH_SQL = `UPDATE instances SET

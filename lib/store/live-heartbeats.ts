@@ -115,6 +115,9 @@ export interface InstanceTimes {
   uptime_seconds?: number | null;
   pid?: number | null;
   ip_addresses?: string[] | null;
+  /** The deadline and late time follow the newest heartbeat (lib/store/timeout-rules.ts). */
+  deadline?: Date | string | null;
+  late_at?: Date | string | null;
   group_name?: string | null;
   location?: string | null;
   group_priority?: number | null;
@@ -147,6 +150,10 @@ export async function mergeLatest<R extends InstanceTimes>(redis: Redis, prefix:
     const at = new Date(f.at);
     const row = r as InstanceTimes;
     row.last_heartbeat_at = at;
+    // The times that follow the last heartbeat move with it, by the instance's own timeout.
+    const shift = stored === null ? null : f.at - stored;
+    if (shift !== null && r.deadline) row.deadline = new Date((ms(r.deadline) ?? 0) + shift);
+    if (shift !== null && r.late_at) row.late_at = new Date((ms(r.late_at) ?? 0) + shift);
     if ((ms(r.last_seen_at) ?? 0) < f.at) row.last_seen_at = at;
     if ('agent_ts' in r) row.agent_ts = f.agentTs === null ? (r.agent_ts ?? null) : new Date(f.agentTs);
     if ('clock_skew' in r) row.clock_skew = f.skew;

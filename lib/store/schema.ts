@@ -779,6 +779,7 @@ export const postgresMigrations: Migration[] = [
       `DROP INDEX instances_light_silent`,
       `CREATE INDEX instances_light_deadline ON instances (deadline) WHERE light IN ('green', 'yellow', 'late') AND retired_at IS NULL`,
       `CREATE INDEX instances_light_late ON instances (late_at) WHERE light IN ('green', 'yellow') AND retired_at IS NULL AND late_at IS NOT NULL`,
+      `CREATE INDEX instances_light_alert ON instances (deadline) WHERE light IN ('red', 'late') AND retired_at IS NULL`,
       `CREATE INDEX instances_customer_deadline ON instances (customer_id, deadline)`,
       `CREATE INDEX instances_customer_late ON instances (customer_id, late_at) WHERE late_at IS NOT NULL`,
       // E-mail notifications learn the kind late.

@@ -20,6 +20,12 @@
 //                key-share locks that row, then reads the rules) is either seen by the recompute
 //                or sees the new rule itself. A recompute that stops half-way (the api died) is
 //                recorded in `timeout_recomputes` and finished by the light sweep.
+//   the workers  keep each instance's rule with its id (workers/heartbeat-state.ts: its heartbeat
+//                key's expiry and how often it reaches Postgres follow from it). After a change
+//                the api tells them on core NATS (TimeoutRuleHints): each drops its copies of the
+//                customer's rules at once. A hint lost (NATS away) leaves a copy at most 10 minutes
+//                old; the sweep's repair keeps the colour right meanwhile.
+import type { NatsConnection, Subscription } from 'nats';
 import { withTx, type Pool, type PoolClient } from '../infra/postgres.js';
 import { deadlineSql, lateAtSql } from '../domain/traffic-light.js';
 import { lockInstances } from './instances.js';
@@ -296,4 +302,35 @@ export async function applyLightDefaults(pool: Pool, timeoutS: number, latePerce
   }
   await pool.query('UPDATE light_defaults SET pending = false WHERE id = 1 AND timeout_s = $1 AND late_percent = $2', [timeoutS, latePercent]);
   return true;
+}
+
+/**
+ * "The timeout rules of customer X changed": the api publishes it on core NATS after each change
+ * (fire-and-forget, like the command hints), the workers drop their copies of X's rules.
+ */
+export class TimeoutRuleHints {
+  private nc: NatsConnection | null = null;
+
+  constructor(
+    readonly subject: string,
+    private readonly onError: (e: unknown) => void = () => {},
+  ) {}
+
+  attach(nc: NatsConnection): void {
+    this.nc = nc;
+  }
+
+  publish(customerId: string): void {
+    if (this.nc === null || this.nc.isClosed()) return;
+    try {
+      this.nc.publish(this.subject, customerId);
+    } catch (e) {
+      this.onError(e);
+    }
+  }
+
+  /** The workers' side: `changed` with each customer id published. */
+  static listen(nc: NatsConnection, subject: string, changed: (customerId: string) => void): Subscription {
+    return nc.subscribe(subject, { callback: (err, msg) => !err && changed(msg.string()) });
+  }
 }
