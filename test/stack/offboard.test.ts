@@ -142,6 +142,15 @@ for (const [user, c] of [[goneOwner, gone], [keptAdmin, kept]] as const) {
   );
 }
 
+// Each customer holds a timeout rule for one of its instances, and a recompute that is not finished
+// (dated ahead, so the sweep leaves it while the test runs).
+for (const c of [gone, kept]) {
+  const rule = () =>
+    q(`INSERT INTO timeout_rules (customer_id, scope, instance_id, timeout_s) SELECT customer_id, 'instance', id, 600 FROM instances WHERE customer_id = $1 LIMIT 1`, [c.id]);
+  await eventually(async () => (await rule()).rowCount === 1, 10_000, 'a timeout rule on one of its instances');
+  await q(`INSERT INTO timeout_recomputes (customer_id, requested_at) VALUES ($1, now() + interval '1 hour')`, [c.id]);
+}
+
 t.test('a deleted customer leaves nothing in any store; its queued reports are dropped; the other customer keeps everything', async (t) => {
   // Everything of both is stored (ClickHouse rows are asynchronous): the starting point.
   await eventually(async () => Object.values(await chCounts(gone.id)).filter((n) => n > 0).length >= 5, 20_000, 'ClickHouse rows of the doomed customer');
