@@ -267,6 +267,7 @@ async function quotaReport(slug: string) {
         uploads_in_progress: reserved?.uploads ?? null,
         webhooks: counts.webhooks,
         whitelist_rules: counts.rules,
+        maintenance_windows: counts.maintenance_windows,
       },
     };
   });

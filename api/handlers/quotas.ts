@@ -42,6 +42,7 @@ export function quotaHandlers(d: ApiDeps): HandlersOf<'list_quotas'> {
           whitelist_rules: { ...scoped('whitelist_rules', 'customer'), used: counts.rules },
           ingest_requests_per_s: scoped('ingest_requests_per_s', 'customer'),
           ingest_bytes_per_s: scoped('ingest_bytes_per_s', 'customer'),
+          maintenance_windows: { ...scoped('maintenance_windows', 'customer'), used: counts.maintenance_windows },
         },
         refresh_ms: d.cfg.cacheRefreshMs,
       };
