@@ -540,7 +540,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env) {
       graceS: s.OFFBOARD_GRACE_S,
       sweepMs: s.OFFBOARD_SWEEP_MS,
     },
-    // Maintenance windows (lib/store/maintenance.ts, workers/maintenance.ts).
+    // Maintenance windows (lib/store/maintenance.ts; the job maintenance-occurrences of workers/main.ts).
     maintenance: {
       sweepMs: s.MAINTENANCE_SWEEP_MS,
     },

@@ -1,6 +1,6 @@
 // Maintenance windows of a customer (Postgres `maintenance_windows`) and their occurrences
 // (`maintenance_occurrences`), as the api manages them, as the worker job keeps the occurrences up
-// to date (workers/maintenance.ts), and the SQL fragments the traffic light asks them with (at the
+// to date (the job `maintenance-occurrences`, workers/main.ts), and the SQL fragments the traffic light asks them with (at the
 // end: the seam). When occurrences fall is lib/domain/maintenance.ts; docs/api.md "Maintenance
 // windows" and docs/operations.md "Maintenance windows" say what a window does.
 //
@@ -12,6 +12,7 @@
 import { withTx, type Pool, type PoolClient } from '../infra/postgres.js';
 import type { Config } from '../infra/config.js';
 import { loadQuotas } from './quotas.js';
+import type { MaintenanceWindow } from '../contract/schemas/maintenance.js';
 import {
   OCCURRENCE_HORIZON_MS,
   WEEKDAYS,
@@ -81,6 +82,32 @@ export async function listWindows(pool: Pool, customerId: string): Promise<{ now
   return {
     now,
     items: r.rows.map(({ now: _n, ...w }) => ({ ...w, next: currentOrNext(windowTimesOf(w), now) })),
+  };
+}
+
+const iso = (d: Date | null) => (d ? d.toISOString() : null);
+
+/** A stored window as the api (and the CLI) answers it. */
+export function windowView(w: MaintenanceWindowRow & { next: Occurrence | null }, now: Date): MaintenanceWindow {
+  const t = windowTimesOf(w);
+  return {
+    id: w.id,
+    scope: w.scope,
+    machine_id: w.machine_id,
+    machine: w.machine,
+    instance_id: w.instance_id,
+    software: w.software,
+    software_pattern: w.software_pattern,
+    kind: w.kind,
+    starts_at: iso(w.starts_at),
+    ends_at: iso(w.ends_at),
+    recurrence:
+      t.kind === 'recurring'
+        ? { time_zone: t.timeZone, start_time: t.startTime, duration_minutes: t.durationMinutes, days: t.days, valid_from: iso(t.validFrom), valid_until: iso(t.validUntil) }
+        : null,
+    description: w.description,
+    created_at: w.created_at.toISOString(),
+    next: w.next ? { starts_at: w.next.startsAt.toISOString(), ends_at: w.next.endsAt.toISOString(), in_progress: w.next.startsAt <= now && now < w.next.endsAt } : null,
   };
 }
 
@@ -192,7 +219,7 @@ async function syncOccurrences(c: PoolClient, windows: { id: string; times: Wind
 }
 
 /**
- * The job's run (workers/maintenance.ts): every window's occurrences brought up to date for the
+ * The job's run (queue maintenance-occurrences, workers/main.ts): every window's occurrences brought up to date for the
  * horizon around the database's now, `batch` windows per transaction (each locked FOR KEY SHARE
  * meanwhile, so that a window deleted at the same moment waits and takes its rows with it), then
  * the occurrences that ended more than 8 days ago deleted. Safe to repeat and to run beside the api.

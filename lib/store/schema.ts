@@ -718,7 +718,7 @@ export const postgresMigrations: Migration[] = [
       // Every occurrence of a window that overlaps [now - 8 days, now + 8 days], with the window's
       // scope copied (all NULL: the whole customer), so that the traffic light's SQL asks one table
       // (inMaintenanceSql and its siblings). Written with the window by the api, extended and
-      // pruned hourly by a worker job (workers/maintenance.ts).
+      // pruned hourly by a worker job (queue maintenance-occurrences, workers/main.ts).
       `CREATE TABLE maintenance_occurrences (
          window_id uuid NOT NULL REFERENCES maintenance_windows(id) ON DELETE CASCADE,
          customer_id uuid NOT NULL REFERENCES customers(id) ON DELETE CASCADE,
