@@ -257,8 +257,10 @@ export async function refreshOccurrences(pool: Pool, o: { batch?: number } = {})
 // Each takes the alias of an `instances` row in the caller's query (its id, customer_id,
 // machine_id and software are read) and SQL expressions for instants (`now()`, `$3`,
 // `i.last_heartbeat_at`), and gives an expression of the caller's row. Occurrences are known for
-// [now - 8 days, now + 8 days]: ask about instants within it. Served by the index
-// maintenance_occurrences (customer_id, ends_at).
+// [now - 8 days, now + 8 days]: ask about instants within it. In particular maintenanceEndSql
+// forgets a window that ended more than 8 days ago, so a silence timeout longer than 8 days would
+// not see its deadline start again: keep timeouts shorter, or widen OCCURRENCE_HORIZON_MS
+// (lib/domain/maintenance.ts) with them. Served by the index maintenance_occurrences (customer_id, ends_at).
 
 const IDENT = /^[A-Za-z_][A-Za-z0-9_]*$/;
 
