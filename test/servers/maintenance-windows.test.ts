@@ -183,7 +183,7 @@ t.test('the job: a second run changes nothing; a lost occurrence comes back; an 
   t.ok(rows.length > 0 && rows.every((r) => '03:00' === new Intl.DateTimeFormat('en-GB', { timeZone: 'Europe/Berlin', hour: '2-digit', minute: '2-digit' }).format(r.starts_at)), 'every stored start is 03:00 Berlin time');
 });
 
-t.test("another customer's machine or instance is not found; the quota holds", async (t) => {
+t.test("another customer's machine or instance is not found; the quota holds, also under concurrent creations", async (t) => {
   const wide = { kind: 'once' as const, startsAt: H(30), endsAt: H(31) };
   t.same(await createWindow(s.pool, cfg, A.id, { scope: { scope: 'machine', machineId: bM1 }, times: wide, description: '', createdBy: null }), { missing: 'machine' });
   t.same(await createWindow(s.pool, cfg, A.id, { scope: { scope: 'instance', instanceId: I.bM1agent }, times: wide, description: '', createdBy: null }), { missing: 'instance' });
@@ -193,5 +193,11 @@ t.test("another customer's machine or instance is not found; the quota holds", a
   t.same(await createWindow(s.pool, cfg, A.id, { scope: { scope: 'customer' }, times: wide, description: '', createdBy: null }), { full: { count: n, max: n } });
   t.equal((await listWindows(s.pool, A.id)).items.length, n, 'nothing written');
   t.notOk(await deleteWindow(s.pool, B.id, (await listWindows(s.pool, A.id)).items[0]!.id), "B cannot delete A's window");
+  // Ten at once with room for three: exactly three (the customer's row is locked per creation).
+  await setOverrides(s.pool, A.id, { maintenance_windows: n + 3 });
+  const racing = await Promise.all(Array.from({ length: 10 }, () => createWindow(s.pool, cfg, A.id, { scope: { scope: 'customer' }, times: wide, description: 'race', createdBy: null })));
+  t.equal(racing.filter((r) => 'created' in r).length, 3, 'three created');
+  t.equal(racing.filter((r) => 'full' in r).length, 7, 'seven refused');
+  t.equal((await listWindows(s.pool, A.id)).items.length, n + 3, 'the quota held under concurrent requests');
   await setOverrides(s.pool, A.id, { maintenance_windows: null });
 });
