@@ -26,6 +26,7 @@ import { artifactHandlers } from './handlers/artifacts.js';
 import { offboardingHandlers } from './handlers/offboarding.js';
 import { trafficLightHandlers } from './handlers/traffic-light.js';
 import { webhookHandlers } from './handlers/webhooks.js';
+import { maintenanceHandlers } from './handlers/maintenance.js';
 import { commandHandlers } from './handlers/commands.js';
 import { dashboardHandlers } from './handlers/dashboard.js';
 import { quotaHandlers } from './handlers/quotas.js';
@@ -155,6 +156,7 @@ export async function buildApi(d: ApiDeps): Promise<FastifyInstance> {
     ...notificationHandlers(d),
     ...timeoutRuleHandlers(d),
     ...offboardingHandlers(d),
+    ...maintenanceHandlers(d),
     api_healthz: () => ({ ok: true }),
     api_readyz: async (_req, reply) => {
       try {

@@ -20,6 +20,8 @@ import { revokeUserSessions } from '../lib/store/sessions.js';
 import { clearInstanceState, instanceIdBySlugs, machineIdBySlug, retireInstance, retireMachine, type Retirement } from '../lib/store/decommission.js';
 import { backup, restore, BackupError } from '../lib/store/backup.js';
 import { customerBySlug, markCustomerDeleting } from '../lib/store/offboarding.js';
+import { createWindow, deleteWindow, listWindows, windowView, type WindowScopeInput } from '../lib/store/maintenance.js';
+import { WEEKDAYS, canonicalTimeZone, windowTimesProblem, type Weekday, type WindowTimes } from '../lib/domain/maintenance.js';
 
 // Read when a command runs, not before: `fleet --help` works whatever the environment holds.
 let loaded: Config | undefined;
@@ -268,6 +270,7 @@ async function quotaReport(slug: string) {
         webhooks: counts.webhooks,
         whitelist_rules: counts.rules,
         timeout_rules: counts.timeoutRules,
+        maintenance_windows: counts.maintenance_windows,
       },
     };
   });
@@ -424,6 +427,128 @@ instanceCmd
   .action((slug: string, machine: string, software: string) =>
     retire(slug, `instance ${machine}/${software}`, (p, id) => instanceIdBySlugs(p, id, machine, software), retireInstance),
   );
+
+// Maintenance windows (docs/operations.md "Maintenance windows"): what the api's routes do, by
+// slugs, with the same checks and the same JSON.
+/** `90` (minutes), `90m`, `2h`, `1h30m`, `1d` -> minutes; null when it is none of these. */
+function parseMinutes(text: string): number | null {
+  if (/^[0-9]+$/.test(text)) return Number(text);
+  const m = /^(?:([0-9]+)d)?(?:([0-9]+)h)?(?:([0-9]+)m)?$/.exec(text);
+  if (!m || text === '') return null;
+  return Number(m[1] ?? 0) * 1440 + Number(m[2] ?? 0) * 60 + Number(m[3] ?? 0);
+}
+const isoOption = (name: string, v: string | undefined): Date | null => {
+  if (v === undefined) return null;
+  const d = new Date(v);
+  if (!/^\d{4}-\d{2}-\d{2}T/.test(v) || Number.isNaN(d.getTime())) fail(`${name} ${JSON.stringify(v)}: an ISO 8601 time with its zone, such as 2026-12-24T22:00:00Z or 2026-12-24T23:00:00+01:00`);
+  return d;
+};
+interface MaintenanceAddOptions {
+  machine?: string;
+  instance?: string;
+  software?: string;
+  start?: string;
+  end?: string;
+  days?: string;
+  at?: string;
+  duration?: string;
+  tz?: string;
+  from?: string;
+  until?: string;
+  description: string;
+}
+function maintenanceTimes(o: MaintenanceAddOptions): WindowTimes {
+  const once = o.start !== undefined || o.end !== undefined;
+  const rec = o.days !== undefined || o.at !== undefined || o.duration !== undefined || o.tz !== undefined || o.from !== undefined || o.until !== undefined;
+  if (once === rec) fail('a window is one-off (--start and --end) or recurring (--days, --at, --duration, --tz; --from, --until optional)');
+  let t: WindowTimes;
+  if (once) {
+    if (!o.start || !o.end) fail('a one-off window needs --start and --end');
+    t = { kind: 'once', startsAt: isoOption('--start', o.start)!, endsAt: isoOption('--end', o.end)! };
+  } else {
+    if (!o.days || !o.at || !o.duration || !o.tz) fail('a recurring window needs --days, --at, --duration and --tz');
+    const zone = canonicalTimeZone(o.tz!) ?? fail(`--tz ${JSON.stringify(o.tz)}: unknown time zone (an IANA name such as Europe/Berlin)`);
+    const days = o.days === 'daily' ? [...WEEKDAYS] : o.days!.split(',').map((d) => d.trim().toLowerCase().slice(0, 3));
+    for (const d of days) if (!(WEEKDAYS as readonly string[]).includes(d)) fail(`--days ${JSON.stringify(o.days)}: daily, or weekdays such as mon,wed,fri`);
+    if (!/^([01][0-9]|2[0-3]):[0-5][0-9]$/.test(o.at!)) fail(`--at ${JSON.stringify(o.at)}: a local time HH:MM`);
+    const minutes = parseMinutes(o.duration!) ?? fail(`--duration ${JSON.stringify(o.duration)}: minutes, or 90m, 2h, 1h30m, 1d`);
+    t = {
+      kind: 'recurring',
+      timeZone: zone,
+      startTime: o.at!,
+      durationMinutes: minutes,
+      days: [...new Set(days as Weekday[])].sort((a, b) => WEEKDAYS.indexOf(a) - WEEKDAYS.indexOf(b)),
+      validFrom: isoOption('--from', o.from),
+      validUntil: isoOption('--until', o.until),
+    };
+  }
+  const problem = windowTimesProblem(t);
+  if (problem) fail(problem);
+  if (t.kind === 'once' && t.endsAt <= new Date()) fail('--end is in the past: the window would never apply');
+  if (t.kind === 'recurring' && t.validUntil && t.validUntil <= new Date()) fail('--until is in the past: the window would never apply');
+  return t;
+}
+const maintenance = program.command('maintenance').description('maintenance windows: list, add (one-off or recurring), delete (docs/operations.md "Maintenance windows")');
+maintenance
+  .command('list <customer>')
+  .description("a customer's maintenance windows, each with its occurrence in progress or its next one (JSON, as GET /api/maintenance-windows)")
+  .action(async (slug: string) => {
+    const out = await withPool(async (p) => {
+      const c = (await findCustomer(p, slug)) ?? fail(`no customer ${slug}`);
+      const { now, items } = await listWindows(p, c.id);
+      return { items: items.map((w) => windowView(w, now)), now: now.toISOString() };
+    }).catch((e) => fail((e as Error).message));
+    process.stdout.write(JSON.stringify(out, null, 2) + '\n');
+  });
+maintenance
+  .command('add <customer>')
+  .description('define a maintenance window for the whole customer, or one machine, instance or software pattern; prints it (JSON)')
+  .option('--machine <machine>', 'only this machine (its slug)')
+  .option('--instance <machine/software>', 'only this instance')
+  .option('--software <pattern>', 'only instances whose software matches: * matches any run of characters (db-*)')
+  .option('--start <time>', 'one-off: start, ISO 8601 with zone (2026-12-24T22:00:00Z)')
+  .option('--end <time>', 'one-off: end, at most 31 days after the start')
+  .option('--days <days>', 'recurring: daily, or local weekdays such as mon,wed,fri')
+  .option('--at <HH:MM>', 'recurring: local start time')
+  .option('--duration <time>', 'recurring: how long, elapsed (90m, 2h, 1h30m; daily at most 22h)')
+  .option('--tz <zone>', 'recurring: IANA time zone (Europe/Berlin)')
+  .option('--from <time>', 'recurring: no occurrence starts before this (ISO 8601)')
+  .option('--until <time>', 'recurring: no occurrence starts at or after this (ISO 8601)')
+  .option('--description <text>', 'what it is for', '')
+  .action(async (slug: string, o: MaintenanceAddOptions) => {
+    const scopes = [o.machine, o.instance, o.software].filter((x) => x !== undefined).length;
+    if (scopes > 1) fail('one of --machine, --instance, --software (none: the whole customer)');
+    if (o.software !== undefined && !/^[a-z0-9*-]{1,128}$/.test(o.software)) fail(`--software ${JSON.stringify(o.software)}: lower-case letters, digits, - and *`);
+    if (o.description.length > 256) fail('--description: at most 256 characters');
+    const times = maintenanceTimes(o);
+    const out = await withPool(async (p) => {
+      const c = (await findCustomer(p, slug)) ?? fail(`no customer ${slug}`);
+      let scope: WindowScopeInput = { scope: 'customer' };
+      if (o.machine !== undefined) scope = { scope: 'machine', machineId: (await machineIdBySlug(p, c.id, o.machine)) ?? fail(`no machine ${o.machine} of ${slug}`) };
+      if (o.instance !== undefined) {
+        const [m, sw] = o.instance.split('/');
+        if (!m || !sw) fail('--instance: machine/software');
+        scope = { scope: 'instance', instanceId: (await instanceIdBySlugs(p, c.id, m!, sw!)) ?? fail(`no instance ${o.instance} of ${slug}`) };
+      }
+      if (o.software !== undefined) scope = { scope: 'software', softwarePattern: o.software };
+      const made = await createWindow(p, config(), c.id, { scope, times, description: o.description, createdBy: null });
+      if ('missing' in made) fail(`no such ${made.missing}`);
+      if ('full' in made) fail(`${slug} has ${made.full.count} maintenance windows, its quota (maintenance_windows = ${made.full.max}); delete one first, or raise it with fleet quota set ${slug} --maintenance-windows N`);
+      return windowView(made.created, new Date());
+    }).catch((e) => fail((e as Error).message));
+    process.stdout.write(JSON.stringify(out, null, 2) + '\n');
+  });
+maintenance
+  .command('delete <customer> <id>')
+  .description('remove a maintenance window and its occurrences (one in progress ends now)')
+  .action(async (slug: string, id: string) => {
+    if (!/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(id)) fail('the window id must be a UUID (see fleet maintenance list)');
+    await withPool(async (p) => {
+      const c = (await findCustomer(p, slug)) ?? fail(`no customer ${slug}`);
+      if (!(await deleteWindow(p, c.id, id))) fail(`no maintenance window ${id} of ${slug}`);
+    }).catch((e) => fail((e as Error).message));
+    process.stderr.write(`maintenance window ${id} deleted\n`);
+  });
 
 // Dead letters (docs/operations.md, "Dead letters"): reports the workers could not store.
 const deadLetters = program.command('dead-letters').description('reports the workers could not store: list, show, replay (docs/operations.md, "Dead letters")');

@@ -31,6 +31,8 @@ export const QUEUES = {
   offboarding: 'offboarding',
   /** Webhook deliveries of traffic-light changes, retried with exponential backoff (workers/webhooks.ts). */
   webhooks: 'light-webhooks',
+  /** Maintenance windows: occurrences extended to 8 days ahead, those ended 8 days ago dropped (lib/store/maintenance.ts refreshOccurrences). */
+  maintenance: 'maintenance-occurrences',
 } as const;
 export type QueueName = (typeof QUEUES)[keyof typeof QUEUES];
 

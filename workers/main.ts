@@ -37,6 +37,7 @@ import { DEPENDENCIES } from '../lib/infra/storage-errors.js';
 import { runRetention } from './retention.js';
 import { LiveCustomers } from './live-customers.js';
 import { runOffboarding } from './offboarding.js';
+import { refreshOccurrences } from '../lib/store/maintenance.js';
 
 const cfg = configOrExit('worker');
 const log = createLogger('worker', cfg.logLevel);
@@ -314,6 +315,9 @@ const jobs = [
       log: log.child({ job: QUEUES.offboarding }),
     }),
   }),
+  // Maintenance windows: every window's occurrences up to 8 days ahead, those ended 8 days ago gone
+  // (lib/store/maintenance.ts; the api writes a new window's own at once).
+  scheduledJob(jobCtx, { queue: QUEUES.maintenance, everyMs: cfg.maintenance.sweepMs, keep: 5, run: () => refreshOccurrences(pool) }),
 ];
 await retrying('the scheduled jobs (Redis)', async () => {
   await removeLegacyJobs(jobCtx);

@@ -76,7 +76,7 @@ function send(req: FastifyRequest, reply: FastifyReply, f: File, cache: string) 
 
 type Page = (req: FastifyRequest, reply: FastifyReply) => unknown;
 
-export function dashboardHandlers(_d: ApiDeps, dir = DASHBOARD_DIR): HandlersOf<'dashboard_asset'> & Record<'dashboard_fleet' | 'dashboard_login' | 'dashboard_instance' | 'dashboard_settings' | 'dashboard_dead_letters' | 'dashboard_invitation' | 'dashboard_password' | 'dashboard_reset_password', Page> {
+export function dashboardHandlers(_d: ApiDeps, dir = DASHBOARD_DIR): HandlersOf<'dashboard_asset'> & Record<'dashboard_fleet' | 'dashboard_login' | 'dashboard_instance' | 'dashboard_settings' | 'dashboard_dead_letters' | 'dashboard_invitation' | 'dashboard_password' | 'dashboard_reset_password' | 'dashboard_maintenance', Page> {
   let built: ReturnType<typeof load> = null;
   const files = () => {
     built ??= load(dir);
@@ -103,6 +103,7 @@ export function dashboardHandlers(_d: ApiDeps, dir = DASHBOARD_DIR): HandlersOf<
     dashboard_invitation: page,
     dashboard_password: page,
     dashboard_reset_password: page,
+    dashboard_maintenance: page,
     dashboard_asset: (req, reply) => {
       const f = files().assets.get(req.params.file);
       if (!f) throw notFound('no such file');

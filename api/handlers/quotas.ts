@@ -43,6 +43,7 @@ export function quotaHandlers(d: ApiDeps): HandlersOf<'list_quotas'> {
           timeout_rules: { ...scoped('timeout_rules', 'customer'), used: counts.timeoutRules },
           ingest_requests_per_s: scoped('ingest_requests_per_s', 'customer'),
           ingest_bytes_per_s: scoped('ingest_bytes_per_s', 'customer'),
+          maintenance_windows: { ...scoped('maintenance_windows', 'customer'), used: counts.maintenance_windows },
         },
         refresh_ms: d.cfg.cacheRefreshMs,
       };

@@ -12,6 +12,7 @@ import { FleetPage } from './pages/Fleet.js';
 import { InstancePage } from './pages/Instance.js';
 import { SettingsPage } from './pages/Settings.js';
 import { DeadLettersPage } from './pages/DeadLetters.js';
+import { MaintenancePage } from './pages/Maintenance.js';
 import { ChangePasswordPage, InvitationPage, ResetPasswordPage } from './pages/Account.js';
 import { ErrorNote, Loading, NotFoundNote, PageTitle } from './components/common.js';
 import { useTitle } from './components/title.js';
@@ -102,6 +103,7 @@ export function App() {
   else if (route.name === 'fleet') page = <FleetPage key={activeId} />;
   else if (route.name === 'instance') page = <InstancePage key={`${activeId}-${route.id}`} id={route.id} />;
   else if (route.name === 'settings') page = <SettingsPage key={activeId} />;
+  else if (route.name === 'maintenance') page = <MaintenancePage key={activeId} />;
   else page = <NotFound />;
 
   return (
@@ -146,6 +148,9 @@ function Header({ route }: { route: string }) {
             </a>
             <a href="/settings" aria-current={route === 'settings' ? 'page' : undefined}>
               {t('nav.settings')}
+            </a>
+            <a href="/maintenance" aria-current={route === 'maintenance' ? 'page' : undefined}>
+              {t('nav.maintenance')}
             </a>
             {me.is_system_admin && (
               <a href="/dead-letters" aria-current={route === 'deadletters' ? 'page' : undefined}>

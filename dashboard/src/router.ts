@@ -12,6 +12,7 @@ export type Route =
   | { name: 'invitation' }
   | { name: 'password' }
   | { name: 'resetpassword' }
+  | { name: 'maintenance' }
   | { name: 'notfound' };
 
 export function match(path: string): Route {
@@ -22,6 +23,7 @@ export function match(path: string): Route {
   if (path === '/invitation') return { name: 'invitation' };
   if (path === '/password') return { name: 'password' };
   if (path === '/reset-password') return { name: 'resetpassword' };
+  if (path === '/maintenance') return { name: 'maintenance' };
   const m = /^\/instances\/([^/]+)\/?$/.exec(path);
   if (m) return { name: 'instance', id: decodeURIComponent(m[1]!) };
   return { name: 'notfound' };

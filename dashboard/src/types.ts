@@ -13,6 +13,7 @@ import type * as Art from '../../lib/contract/schemas/artifacts.js';
 import type * as Cmd from '../../lib/contract/schemas/commands.js';
 import type * as DL from '../../lib/contract/schemas/dead-letters.js';
 import type * as Notify from '../../lib/contract/schemas/notifications.js';
+import type * as Maint from '../../lib/contract/schemas/maintenance.js';
 
 export type Light = Static<typeof Api.Light>;
 export type Instance = Static<typeof Api.Instance>;
@@ -63,3 +64,6 @@ export type DeadLetter = Static<typeof DL.DeadLetter>;
 export type DeadLetterList = Static<typeof DL.DeadLetterList>;
 export type DeadLetterDetail = Static<typeof DL.DeadLetterDetail>;
 export type ReplayAnswer = Static<typeof DL.ReplayAnswer>;
+
+/** A maintenance window with its current or next occurrence (GET /api/maintenance-windows). */
+export type MaintenanceWindow = Static<typeof Maint.MaintenanceWindow>;

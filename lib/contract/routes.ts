@@ -33,6 +33,7 @@ import { EmailNotifications, EmailNotificationsInput, UnsubscribeQuery } from '.
 import { DeadLetterQuery, DeadLetterList, DeadLetterParams, DeadLetterDetail, ReplayBody, ReplayAnswer } from './schemas/dead-letters.js';
 import { Retirement } from './schemas/decommission.js';
 import { TimeoutRuleChanged, TimeoutRuleInput, TimeoutRuleList, TimeoutRuleUpdate } from './schemas/timeout-rules.js';
+import { MaintenanceWindow, MaintenanceWindowBody, MaintenanceWindowList } from './schemas/maintenance.js';
 
 export type Service = 'gateway' | 'api';
 export type Method = 'GET' | 'POST' | 'PUT' | 'DELETE';
@@ -1210,6 +1211,45 @@ export const routes = [
     params: IdParams,
     responses: { 204: { description: 'deleted' }, 400: err('ill-formed id'), ...authErrors, 404: err('no such rule') },
   }),
+  // Maintenance windows (issue 25; api/handlers/maintenance.ts, lib/store/maintenance.ts).
+  route({
+    service: 'api',
+    method: 'GET',
+    path: '/api/maintenance-windows',
+    operationId: 'list_maintenance_windows',
+    summary: "The customer's maintenance windows, each with its occurrence in progress or its next one",
+    tags: ['maintenance'],
+    auth: 'viewer',
+    responses: { 200: { description: 'windows, oldest first', schema: MaintenanceWindowList }, ...authErrors },
+  }),
+  route({
+    service: 'api',
+    method: 'POST',
+    path: '/api/maintenance-windows',
+    operationId: 'create_maintenance_window',
+    summary: 'Define a maintenance window: one-off or recurring (in a time zone), for the customer, a machine, a software pattern or an instance',
+    tags: ['maintenance'],
+    auth: 'admin',
+    body: MaintenanceWindowBody,
+    responses: {
+      201: { description: 'created', schema: MaintenanceWindow },
+      400: err('bad body: the scope without its id or pattern (or with another), neither or both of starts_at/ends_at and recurrence, an unknown time zone, a duration over its bound, an end not after the start or already past'),
+      ...authErrors,
+      404: err('no such machine or instance'),
+      409: err('the customer has as many windows as its quota maintenance_windows allows (MAINTENANCE_WINDOWS_PER_CUSTOMER, 100 by default)'),
+    },
+  }),
+  route({
+    service: 'api',
+    method: 'DELETE',
+    path: '/api/maintenance-windows/{id}',
+    operationId: 'delete_maintenance_window',
+    summary: 'Remove a maintenance window and its occurrences (one in progress ends now)',
+    tags: ['maintenance'],
+    auth: 'admin',
+    params: IdParams,
+    responses: { 204: { description: 'deleted' }, 400: err('ill-formed id'), ...authErrors, 404: err('no such maintenance window') },
+  }),
   ...dashboardRoutes(),
   ...ops('api'),
 ] as const;
@@ -1240,6 +1280,7 @@ function dashboardRoutes() {
     page('/invitation', 'dashboard_invitation', 'Dashboard: accept an invitation (the token in the fragment #token=…)'),
     page('/password', 'dashboard_password', 'Dashboard: change the password'),
     page('/reset-password', 'dashboard_reset_password', 'Dashboard: ask for a password-reset link, or choose a new password with one (#token=…)'),
+    page('/maintenance', 'dashboard_maintenance', 'Dashboard: maintenance windows (list, add one-off or recurring, delete)'),
     route({
       service: 'api',
       method: 'GET',

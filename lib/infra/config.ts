@@ -219,6 +219,9 @@ export const Settings = Type.Object({
   // first), by a job that looks every OFFBOARD_SWEEP_MS.
   OFFBOARD_GRACE_S: Nat(60, 'a customer marked for deletion is purged from every store this long after the mark (reports already being applied land first)', 86_400),
   OFFBOARD_SWEEP_MS: Pos(30_000, 'how often one worker finishes the deletion of customers marked for it (and of deletions that stopped half-way)'),
+  // Maintenance windows (docs/operations.md "Maintenance windows").
+  MAINTENANCE_WINDOWS_PER_CUSTOMER: Nat(100, 'maintenance windows a customer may define, the default of the quota maintenance_windows (409 above)'),
+  MAINTENANCE_SWEEP_MS: Pos(3_600_000, "how often one worker extends every window's occurrences to 8 days ahead and drops those that ended more than 8 days ago"),
   LOG_LEVEL: Enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const, 'info', 'pino level'),
 });
 export type Settings = Static<typeof Settings>;
@@ -505,6 +508,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env) {
       timeoutRules: s.TIMEOUT_RULES_PER_CUSTOMER,
       ingestRequestsPerS: s.QUOTA_INGEST_REQUESTS_PER_S,
       ingestBytesPerS: s.QUOTA_INGEST_BYTES_PER_S,
+      maintenanceWindows: s.MAINTENANCE_WINDOWS_PER_CUSTOMER,
     },
     commands: {
       // A queued command not delivered within queueTtlS expires; a delivered one not acked within
@@ -542,6 +546,10 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env) {
     offboarding: {
       graceS: s.OFFBOARD_GRACE_S,
       sweepMs: s.OFFBOARD_SWEEP_MS,
+    },
+    // Maintenance windows (lib/store/maintenance.ts; the job maintenance-occurrences of workers/main.ts).
+    maintenance: {
+      sweepMs: s.MAINTENANCE_SWEEP_MS,
     },
     // E-mail notifications of traffic-light changes (workers/mail-digest.ts).
     notifications: {

@@ -49,8 +49,8 @@ export const METRICS = {
     type: 'counter',
     services: ['gateway', 'api'],
     labels: ['quota'],
-    init: [['artifact_bytes'], ['artifact_max_bytes'], ['stream_connections'], ['webhooks'], ['whitelist_rules'], ['timeout_rules'], ['ingest_requests_per_s'], ['ingest_bytes_per_s']],
-    help: 'Requests refused because a customer is at one of its quotas, by quota: artifact_bytes and artifact_max_bytes (gateway, artifact-init), ingest_requests_per_s (batch entries one each) and ingest_bytes_per_s (gateway, 429), stream_connections, webhooks, whitelist_rules (api)',
+    init: [['artifact_bytes'], ['artifact_max_bytes'], ['stream_connections'], ['webhooks'], ['whitelist_rules'], ['timeout_rules'], ['ingest_requests_per_s'], ['ingest_bytes_per_s'], ['maintenance_windows']],
+    help: 'Requests refused because a customer is at one of its quotas, by quota: artifact_bytes and artifact_max_bytes (gateway, artifact-init), ingest_requests_per_s (batch entries one each) and ingest_bytes_per_s (gateway, 429), stream_connections, webhooks, whitelist_rules, timeout_rules, maintenance_windows (api)',
   },
 
   // API tokens' last_used_at (lib/store/token-usage.ts), written in the background by both HTTP processes.

@@ -70,6 +70,8 @@ export async function customersToPurge(pool: Pool, graceS: number): Promise<Dele
 
 /** Every Postgres table with a customer_id column, deleted from in this order (children first). */
 export const PG_CUSTOMER_TABLES = [
+  'maintenance_occurrences',
+  'maintenance_windows',
   'mail_pending',
   'mail_subscriptions',
   'light_outbox',

@@ -11,7 +11,7 @@
 //
 // Where each is enforced: artifact_bytes and artifact_max_bytes at artifact-init (gateway,
 // lib/store/artifact-usage.ts keeps the reservations of uploads in progress), stream_connections when a
-// live stream opens (api, per replica), webhooks and whitelist_rules at create (api),
+// live stream opens (api, per replica), webhooks, whitelist_rules and maintenance_windows at create (api),
 // ingest_requests_per_s and ingest_bytes_per_s on the ingest path (gateway; stored and shown here).
 import { ingestRates, type Config } from '../infra/config.js';
 
@@ -112,6 +112,15 @@ export const QUOTAS = [
     max: BIG,
     description: 'ingest request bytes per second',
     default: (q) => q.ingestBytesPerS,
+  },
+  {
+    name: 'maintenance_windows',
+    unit: 'count',
+    env: 'MAINTENANCE_WINDOWS_PER_CUSTOMER',
+    min: 0,
+    max: INT32,
+    description: 'maintenance windows defined',
+    default: (q) => q.maintenanceWindows,
   },
 ] as const satisfies readonly (Omit<QuotaDef, 'name'> & { name: string })[];
 
@@ -226,12 +235,13 @@ export async function loadArtifactStored(pool: Pool, customerId: string): Promis
   return u ? { bytes: u.bytes, artifacts: u.artifacts, seq: u.seq } : NO_USAGE;
 }
 
-/** What a customer holds of the quotas counted in Postgres: webhooks, whitelist rules not deleted, timeout rules. */
-export async function countQuotaUse(pool: Pool, customerId: string): Promise<{ webhooks: number; rules: number; timeoutRules: number }> {
-  const r = await pool.query<{ webhooks: number; rules: number; timeoutRules: number }>(
+/** What a customer holds of the quotas counted in Postgres: webhooks, whitelist rules not deleted, timeout rules, maintenance windows. */
+export async function countQuotaUse(pool: Pool, customerId: string): Promise<{ webhooks: number; rules: number; timeoutRules: number; maintenance_windows: number }> {
+  const r = await pool.query<{ webhooks: number; rules: number; timeoutRules: number; maintenance_windows: number }>(
     `SELECT (SELECT count(*)::int FROM webhooks WHERE customer_id = $1) AS webhooks,
                   (SELECT count(*)::int FROM whitelist_rules WHERE customer_id = $1 AND deleted_at IS NULL) AS rules,
-                  (SELECT count(*)::int FROM timeout_rules WHERE customer_id = $1) AS "timeoutRules"`,
+                  (SELECT count(*)::int FROM timeout_rules WHERE customer_id = $1) AS "timeoutRules",
+                  (SELECT count(*)::int FROM maintenance_windows WHERE customer_id = $1) AS maintenance_windows`,
     [customerId],
   );
   return r.rows[0]!;

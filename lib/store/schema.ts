@@ -789,6 +789,61 @@ export const postgresMigrations: Migration[] = [
       `ALTER TABLE mail_subscriptions ADD CONSTRAINT mail_subscriptions_kinds CHECK (kinds <@ ARRAY['red', 'late', 'yellow', 'green']::text[])`,
     ],
   },
+  {
+    id: '0020-maintenance-windows',
+    sql: [
+      // Maintenance windows (lib/store/maintenance.ts, docs/api.md "Maintenance windows"): per
+      // customer, for the whole customer, one machine, a software pattern (kept as the glob and as
+      // the LIKE it becomes) or one instance. One-off: starts_at / ends_at. Recurring: a local
+      // start time (minutes after midnight) in time_zone on days (ISO weekdays, 1 = Monday),
+      // lasting duration_minutes, starting within [valid_from, valid_until).
+      `CREATE TABLE maintenance_windows (
+         ${CUSTOMER_ROW},
+         scope text NOT NULL CHECK (scope IN ('customer', 'machine', 'software', 'instance')),
+         machine_id uuid REFERENCES machines(id) ON DELETE CASCADE,
+         instance_id uuid REFERENCES instances(id) ON DELETE CASCADE,
+         software_pattern text,
+         software_like text,
+         kind text NOT NULL CHECK (kind IN ('once', 'recurring')),
+         starts_at timestamptz,
+         ends_at timestamptz,
+         time_zone text,
+         start_minute integer CHECK (start_minute BETWEEN 0 AND 1439),
+         duration_minutes integer CHECK (duration_minutes >= 1),
+         days smallint[],
+         valid_from timestamptz,
+         valid_until timestamptz,
+         description text NOT NULL DEFAULT '',
+         created_by uuid REFERENCES users(id) ON DELETE SET NULL,
+         created_at timestamptz NOT NULL DEFAULT now(),
+         CONSTRAINT maintenance_windows_scope CHECK (
+           (machine_id IS NOT NULL) = (scope = 'machine') AND (instance_id IS NOT NULL) = (scope = 'instance')
+           AND (software_pattern IS NOT NULL) = (scope = 'software') AND (software_like IS NOT NULL) = (scope = 'software')),
+         CONSTRAINT maintenance_windows_times CHECK (CASE kind
+           WHEN 'once' THEN starts_at IS NOT NULL AND ends_at > starts_at
+           ELSE time_zone IS NOT NULL AND start_minute IS NOT NULL AND duration_minutes IS NOT NULL AND cardinality(days) > 0 END)
+       )`,
+      `CREATE INDEX maintenance_windows_customer ON maintenance_windows (customer_id, created_at)`,
+      // Every occurrence of a window that overlaps [now - 8 days, now + 8 days], with the window's
+      // scope copied (all NULL: the whole customer), so that the traffic light's SQL asks one table
+      // (inMaintenanceSql and its siblings). Written with the window by the api, extended and
+      // pruned hourly by a worker job (queue maintenance-occurrences, workers/main.ts).
+      `CREATE TABLE maintenance_occurrences (
+         window_id uuid NOT NULL REFERENCES maintenance_windows(id) ON DELETE CASCADE,
+         customer_id uuid NOT NULL REFERENCES customers(id) ON DELETE CASCADE,
+         machine_id uuid,
+         instance_id uuid,
+         software_like text,
+         starts_at timestamptz NOT NULL,
+         ends_at timestamptz NOT NULL CHECK (ends_at > starts_at),
+         PRIMARY KEY (window_id, starts_at)
+       )`,
+      `CREATE INDEX maintenance_occurrences_customer ON maintenance_occurrences (customer_id, ends_at)`,
+      `CREATE INDEX maintenance_occurrences_ends ON maintenance_occurrences (ends_at)`,
+      // The quota maintenance_windows (lib/store/quotas.ts): NULL is the default (MAINTENANCE_WINDOWS_PER_CUSTOMER).
+      `ALTER TABLE customer_quotas ADD COLUMN maintenance_windows integer CHECK (maintenance_windows >= 0)`,
+    ],
+  },
 ];
 
 /** When the gateway received the report: a DateTime for partitions, and the exact ms. */

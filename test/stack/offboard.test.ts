@@ -64,7 +64,8 @@ async function populate(c: { customer: { id: string; slug: string }; token: stri
   await eventually(async () => (await q(`SELECT 1 FROM instances WHERE customer_id = $1 AND software = 'agent' AND status IS NOT NULL`, [id])).rowCount === 2, 15_000, `${slug}: instances`);
 
   // Rows the reports do not make: a webhook with a delivery, a whitelist rule, a command with an
-  // event, a help text, an undelivered change of colour, a quota override, an invitation, a member.
+  // event, a help text, an undelivered change of colour, a quota override, an invitation, a member,
+  // a maintenance window with its occurrence.
   const inst = (await q('SELECT id, machine_id FROM instances WHERE customer_id = $1 LIMIT 1', [id])).rows[0];
   const hook = (await q(`INSERT INTO webhooks (customer_id, url, secret) VALUES ($1, 'https://example.com/h', 's') RETURNING id`, [id])).rows[0].id;
   await q(
@@ -87,6 +88,14 @@ async function populate(c: { customer: { id: string; slug: string }; token: stri
     randomBytes(16).toString('hex'),
   ]);
   await q(`INSERT INTO conversions (kind, customer_id, dedup_key) VALUES ('licence_activated', $1, $2)`, [id, `test:${id}`]);
+  // A maintenance window of one machine, with its occurrence.
+  const mw = (
+    await q(
+      `INSERT INTO maintenance_windows (customer_id, scope, machine_id, kind, starts_at, ends_at) VALUES ($1, 'machine', $2, 'once', now() + interval '1 hour', now() + interval '2 hours') RETURNING id, starts_at, ends_at`,
+      [id, inst.machine_id],
+    )
+  ).rows[0];
+  await q(`INSERT INTO maintenance_occurrences (window_id, customer_id, machine_id, starts_at, ends_at) VALUES ($1, $2, $3, $4, $5)`, [mw.id, id, inst.machine_id, mw.starts_at, mw.ends_at]);
   // A dead letter on the customer's subject.
   await s.nc.jetstream().publish(`${dlBase}.${slug}`, Buffer.from('{"not":"a batch"}'));
   return { id, slug, token: c.token, chunks: 3 };

@@ -18,6 +18,7 @@ t.test('defaults come from the environment, one setting per quota', async (t) =>
     timeout_rules: 1000,
     ingest_requests_per_s: 2000,
     ingest_bytes_per_s: 1024 ** 2,
+    maintenance_windows: 100,
   });
   const env: Record<string, string> = {};
   QUOTAS.forEach((q, i) => (env[q.env] = String(i + 7)));

@@ -38,6 +38,7 @@ export const QuotaList = Type.Object(
       timeout_rules: quota('Timeout rules (create beyond it: 409)', 'customer', { used: Count }),
       ingest_requests_per_s: quota('Ingest requests per second (enforced by the gateways)', 'customer', {}),
       ingest_bytes_per_s: quota('Ingest request bytes per second (enforced by the gateways)', 'customer', {}),
+      maintenance_windows: quota('Maintenance windows (create beyond it: 409)', 'customer', { used: Count }),
     }),
     refresh_ms: Type.Integer({ description: 'an override is in force on every gateway within this (CACHE_REFRESH_MS), on the api at once' }),
   },

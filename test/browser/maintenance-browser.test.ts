@@ -1,0 +1,124 @@
+// Maintenance windows in the dashboard (headless Chromium against the real stack): an admin opens
+// the page "Maintenance", adds a one-off window for a machine (times in the browser's zone) and a
+// recurring one for a software pattern in another zone on two weekdays, sees the server's reason
+// for a window it refuses, and deletes one after confirming; each checked in the api. A viewer sees
+// the list without the form or delete buttons. WCAG A/AA by axe-core, no sideways scrolling at
+// phone width. Screenshots go to test/artifacts/.
+import t from 'tap';
+import type { Browser } from 'playwright-core';
+import { testStack, get, eventually } from '../helpers/stack.js';
+import { launchBrowser, browserUnavailable, screenshot, axeViolations, horizontalOverflow } from '../helpers/browser.js';
+
+const skip = browserUnavailable();
+if (skip) t.plan(0, `browser tests skipped: ${skip}`);
+else await run();
+
+async function run(): Promise<void> {
+  const s = await testStack(t, 'dashmaint');
+  const admin = await s.newUser('admin');
+  const viewer = await s.newUser('viewer');
+  const WAIT = 45_000;
+
+  // No assertion outside a subtest: tap would end the file there (and its teardown stop the stack).
+  for (const sw of ['agent', 'db-backup']) {
+    const r = await s.report('web-1', 'heartbeat', { version: '1.0' }, { software: sw });
+    if (r.status !== 200) throw new Error(`heartbeat web-1/${sw}: ${r.status}`);
+  }
+  const machineId = await eventually(async () => {
+    const items = (await get(`${s.apiUrl}/api/instances`, admin.jwt)).body.items as { machine_id: string }[];
+    return items.length === 2 ? items[0]!.machine_id : null;
+  }, 15_000, 'two instances');
+  const windows = async () => (await get(`${s.apiUrl}/api/maintenance-windows`, admin.jwt)).body.items as any[];
+
+  const browser: Browser = await launchBrowser();
+  t.teardown(() => browser.close());
+
+  async function session(user: { email: string; password: string }, width = 1280) {
+    const ctx = await browser.newContext({ viewport: { width, height: 900 }, locale: 'en-GB', timezoneId: 'Europe/Berlin' });
+    ctx.setDefaultTimeout(WAIT);
+    const page = await ctx.newPage();
+    const dialogs: string[] = [];
+    const errors: string[] = [];
+    page.on('dialog', (d) => {
+      dialogs.push(d.message());
+      void d.accept();
+    });
+    page.on('pageerror', (e) => errors.push(e.message));
+    await page.goto(`${s.apiUrl}/login`);
+    await page.fill('#login-email', user.email);
+    await page.fill('#login-password', user.password);
+    await page.keyboard.press('Enter');
+    await page.waitForURL((u) => u.pathname === '/');
+    return { ctx, page, dialogs, errors };
+  }
+
+  const a = await session(admin);
+  const page = a.page;
+  // Tomorrow 22:00 to 23:30 in Berlin (the browser's zone), as <input type="datetime-local"> takes it.
+  const day = new Date(Date.now() + 86_400_000).toLocaleDateString('sv-SE', { timeZone: 'Europe/Berlin' });
+
+  t.test('an admin adds a one-off window for a machine from the page "Maintenance"', async (t) => {
+    await page.click('nav >> text=Maintenance');
+    await page.waitForURL((u) => u.pathname === '/maintenance');
+    await page.locator('text=No maintenance windows.').waitFor();
+    await screenshot(page, 'maintenance-empty-desktop');
+    t.same((await axeViolations(page)).map((x) => `${x.id}: ${x.help}`), [], 'no WCAG A/AA violations');
+    await page.selectOption('#maint-scope', 'machine');
+    await page.locator('#maint-machine option', { hasText: 'web-1' }).waitFor({ state: 'attached' });
+    await page.fill('#maint-start', `${day}T22:00`);
+    await page.fill('#maint-end', `${day}T23:30`);
+    await page.fill('#maint-desc', 'switch firmware');
+    await page.click('button:has-text("Add window")');
+    await page.locator('tr[data-window]', { hasText: 'machine web-1' }).waitFor();
+    const [w] = await windows();
+    t.match(w, { scope: 'machine', machine_id: machineId, kind: 'once', description: 'switch firmware' });
+    const startBerlin = new Date(w.starts_at).toLocaleString('sv-SE', { timeZone: 'Europe/Berlin' });
+    t.equal(startBerlin, `${day} 22:00:00`, 'the start is 22:00 in the browser’s zone');
+    t.equal(new Date(w.ends_at).getTime() - new Date(w.starts_at).getTime(), 90 * 60_000);
+  });
+
+  t.test('a recurring window for a software pattern in another zone; a refused one shows the reason', async (t) => {
+    await page.selectOption('#maint-kind', 'recurring');
+    await page.selectOption('#maint-scope', 'software');
+    await page.fill('#maint-pattern', 'db-*');
+    await page.fill('#maint-zone', 'America/New_York');
+    await page.fill('#maint-time', '01:30');
+    await page.fill('#maint-minutes', '1400');
+    await page.click('button:has-text("Add window")');
+    await page.locator('.note.error', { hasText: 'duration_minutes: at most 1320' }).first().waitFor();
+    await screenshot(page, 'maintenance-refused-desktop');
+    t.equal((await windows()).length, 1, 'nothing stored');
+    for (const d of ['Mon', 'Tue', 'Wed', 'Thu', 'Fri']) await page.locator('label.check', { hasText: d }).locator('input').uncheck();
+    await page.fill('#maint-minutes', '90');
+    await page.click('button:has-text("Add window")');
+    const row = page.locator('tr[data-window]', { hasText: 'software db-*' });
+    await row.waitFor();
+    t.match(await row.textContent(), /Sat, Sun at 01:30 \(America\/New_York\) for 90 min/);
+    const w = (await windows()).find((x) => x.scope === 'software');
+    t.match(w, { software_pattern: 'db-*', kind: 'recurring', recurrence: { time_zone: 'America/New_York', start_time: '01:30', duration_minutes: 90, days: ['sat', 'sun'] } });
+    await screenshot(page, 'maintenance-two-windows-desktop');
+    t.same((await axeViolations(page)).map((x) => `${x.id}: ${x.help}`), [], 'no WCAG A/AA violations with the recurring form');
+  });
+
+  t.test('an admin deletes a window after confirming', async (t) => {
+    const row = page.locator('tr[data-window]', { hasText: 'machine web-1' });
+    await row.locator('button:has-text("Delete")').click();
+    await row.waitFor({ state: 'detached' });
+    t.match(a.dialogs.at(-1), /^Delete the maintenance window for machine web-1\?/, 'asked first');
+    t.same((await windows()).map((w) => w.scope), ['software'], 'gone in the api');
+    t.same(a.errors, [], 'no script errors');
+  });
+
+  t.test('a viewer sees the list, no form and no delete button; at phone width nothing scrolls sideways', async (t) => {
+    const v = await session(viewer, 390);
+    await v.page.goto(`${s.apiUrl}/maintenance`);
+    await v.page.locator('tr[data-window]', { hasText: 'software db-*' }).waitFor();
+    t.equal(await v.page.locator('#add-window').count(), 0, 'no form');
+    t.equal(await v.page.locator('tr[data-window] button').count(), 0, 'no delete button');
+    const o = await horizontalOverflow(v.page);
+    t.ok(o.scrollWidth <= o.width, `no sideways scrolling (${JSON.stringify(o)})`);
+    await screenshot(v.page, 'maintenance-viewer-phone');
+    t.same((await axeViolations(v.page)).map((x) => `${x.id}: ${x.help}`), [], 'no WCAG A/AA violations at phone width');
+    await v.ctx.close();
+  });
+}
