@@ -169,12 +169,4 @@ export function currentOrNext(w: WindowTimes, now: Date): Occurrence | null {
   return occurrencesBetween(w, from, new Date(from.getTime() + OCCURRENCE_HORIZON_MS))[0] ?? null;
 }
 
-/** `*` matches any run of characters (none too), everything else itself: the pattern as SQL LIKE (escape `\`). */
-export function globToLike(pattern: string): string {
-  return pattern.replace(/[\\%_]/g, (c) => `\\${c}`).replace(/\*/g, '%');
-}
-
-/** The same glob as a RegExp (tests, and the dashboard's preview). */
-export function globToRegExp(pattern: string): RegExp {
-  return new RegExp(`^${pattern.split('*').map((p) => p.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')).join('.*')}$`, 's');
-}
+export { globToLike, globToRegExp } from './glob.js';

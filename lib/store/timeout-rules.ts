@@ -28,6 +28,7 @@
 import type { NatsConnection, Subscription } from 'nats';
 import { withTx, type Pool, type PoolClient } from '../infra/postgres.js';
 import { deadlineSql, lateAtSql } from '../domain/traffic-light.js';
+import { globToLike } from '../domain/glob.js';
 import { lockInstances } from './instances.js';
 
 type Db = Pool | PoolClient;
@@ -52,10 +53,7 @@ const COLS = 'id, scope, software_pattern, instance_id, timeout_s, late_percent,
 /** Rows per recompute transaction. */
 export const RECOMPUTE_CHUNK = 1000;
 
-/** A glob (`*`: any run of characters, all else literal) as a LIKE pattern (escape `\`). */
-export function globToLike(glob: string): string {
-  return glob.replace(/[\\%_]/g, (c) => `\\${c}`).replace(/\*/g, '%');
-}
+export { globToLike };
 
 /** The customer's rules: the customer's first, then patterns, then instances. */
 export async function listTimeoutRules(db: Db, customerId: string): Promise<TimeoutRuleRow[]> {
