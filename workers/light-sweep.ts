@@ -6,7 +6,8 @@
 // and records their changes (the same conditional UPDATE as every other path, so a change the
 // expiry listener records at the same moment is still recorded once). It also delivers changes
 // left in the outbox by a worker that died or could not reach ClickHouse, and finishes a timeout
-// rule's recompute that its api left half-way (lib/store/timeout-rules.ts).
+// rule's recompute that its api left half-way (lib/store/timeout-rules.ts). It judges the instances
+// of a maintenance window that began (once per occurrence) and those whose window ended.
 //
 // A scheduled job (workers/jobs.ts) gives each run to one worker, and a Postgres advisory lock makes
 // sure that a run which outlasts the interval is never overlapped by the next one on another worker.
@@ -15,6 +16,7 @@ import type { LightEvent } from '../lib/domain/traffic-light.js';
 import { instancesDueForSweep } from '../lib/store/instances.js';
 import { tryLightSweepLock, releaseLightSweepLock } from '../lib/store/light-events.js';
 import { recomputeCustomer, unfinishedRecomputes } from '../lib/store/timeout-rules.js';
+import { instancesEnteringMaintenance, markEntered, occurrencesToEnter } from '../lib/store/maintenance.js';
 import { recordTransitionsTx, type Horizon, type LightEventSink, type LightParams } from './traffic-light.js';
 
 /** Outbox rows younger than this belong to a delivery still in progress. */
@@ -54,6 +56,27 @@ export class LightSweep {
           this.rulesChanged(customerId);
         }
         let changes = 0;
+        // Maintenance windows that began: their instances are judged (maintenance) once, from the
+        // window's side; each judged one records the window's end and is not returned again.
+        for (const o of await occurrencesToEnter(this.pool, await this.horizon.get())) {
+          let last = '';
+          let done = false;
+          for (let round = 0; round < 10_000; round++) {
+            const ids = await instancesEnteringMaintenance(this.pool, o, this.opts.batch);
+            if (ids.length === 0) {
+              done = true;
+              break;
+            }
+            // The same ones again: judged before the window began (a horizon behind): the next run.
+            if (ids.join() === last) break;
+            last = ids.join();
+            const events = await recordTransitionsTx(this.pool, ids, 'sweep', this.params, await this.horizon.get());
+            this.onEvents(events);
+            await this.sink.deliverOrLeave(events);
+            changes += events.length;
+          }
+          if (done) await markEntered(this.pool, o);
+        }
         // Each candidate changes colour (or was just changed by someone else, or its waiting
         // heartbeat was written), so it is not found again; the bound only guards against a loop
         // on something unforeseen.

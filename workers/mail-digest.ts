@@ -145,14 +145,14 @@ export class MailDigests {
 // ---- the texts ------------------------------------------------------------------------------
 
 const COLOURS: Record<Lang, Record<string, string>> = {
-  de: { red: 'rot', late: 'überfällig', yellow: 'gelb', green: 'grün', grey: 'grau' },
-  en: { red: 'red', late: 'late', yellow: 'yellow', green: 'green', grey: 'grey' },
+  de: { red: 'rot', late: 'überfällig', yellow: 'gelb', green: 'grün', grey: 'grau', maintenance: 'Wartung' },
+  en: { red: 'red', late: 'late', yellow: 'yellow', green: 'green', grey: 'grey', maintenance: 'maintenance' },
 };
 const KIND_NAMES: Record<Lang, Record<MailKind, string>> = {
-  de: { red: 'auf Rot', late: 'überfällig', yellow: 'auf Gelb', green: 'wieder grün' },
-  en: { red: 'turned red', late: 'late (heartbeat overdue)', yellow: 'turned yellow', green: 'recovered' },
+  de: { red: 'auf Rot', late: 'überfällig', yellow: 'auf Gelb', green: 'wieder grün', maintenance: 'in Wartung' },
+  en: { red: 'turned red', late: 'late (heartbeat overdue)', yellow: 'turned yellow', green: 'recovered', maintenance: 'in maintenance' },
 };
-const KIND_ORDER: MailKind[] = ['red', 'late', 'yellow', 'green'];
+const KIND_ORDER: MailKind[] = ['red', 'late', 'yellow', 'green', 'maintenance'];
 
 const timeOf = (d: Date, lang: Lang) =>
   d.toLocaleString(lang === 'de' ? 'de-DE' : 'en-GB', { dateStyle: 'medium', timeStyle: 'medium', timeZone: 'UTC' }) + ' UTC';

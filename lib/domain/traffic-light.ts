@@ -5,6 +5,8 @@
 // when no event fired.
 //
 //   grey    never sent a heartbeat, or latest status `stopped`
+//   maintenance  in a maintenance window (`maintenance_until` after now: lib/store/maintenance.ts);
+//           when it ends, the deadline and late time start again from its end
 //   red     no heartbeat since its deadline (last heartbeat + the instance's timeout), or latest status `error`
 //   late    no heartbeat since its late time (a share of the timeout; only where a rule or
 //           HEARTBEAT_LATE_PERCENT asks for it)
@@ -32,16 +34,25 @@ export function lateAtSql(hb: string, timeout: string, latePercent: string): str
 
 /**
  * SQL: row `i` has sent no heartbeat since its deadline at `now`, the red rule's silence; a row
- * that never sent one is not silent (grey). Every query that asks "silent?" (the colour, its
- * reason and time here, the workers' sweep and expiry in lib/store/instances.ts) uses this one.
+ * that never sent one is not silent (grey). The deadline starts again at the end of its latest
+ * maintenance (`maintenance_until`), whether or not a worker recorded that yet. Every query that
+ * asks "silent?" (the colour, its reason and time here, the workers' sweep and expiry in
+ * lib/store/instances.ts) uses this one.
  */
 export function silentSql(alias: string, now = 'now()'): string {
-  return `${alias}.deadline < ${now}`;
+  const i = alias;
+  return `GREATEST(${i}.deadline, ${deadlineSql(`${i}.maintenance_until`, `${i}.timeout_s`)}) < ${now}`;
 }
 
-/** SQL: row `i` is past its late time at `now` (false where it has none). */
+/** SQL: row `i` is past its late time at `now` (false where it has none), started again like the deadline. */
 export function overdueSql(alias: string, now = 'now()'): string {
-  return `${alias}.late_at < ${now}`;
+  const i = alias;
+  return `GREATEST(${i}.late_at, ${lateAtSql(`${i}.maintenance_until`, `${i}.timeout_s`, `${i}.late_percent`)}) < ${now}`;
+}
+
+/** SQL: row `i` is in a maintenance window at `now`. */
+export function inMaintenanceSql(alias: string, now = 'now()'): string {
+  return `${alias}.maintenance_until > ${now}`;
 }
 
 /**
@@ -54,6 +65,7 @@ export function lightSql(alias: string, windowParam: string, now = 'now()'): str
   const i = alias;
   return `CASE
     WHEN ${i}.last_heartbeat_at IS NULL OR ${i}.status = 'stopped' THEN 'grey'
+    WHEN ${inMaintenanceSql(i, now)} THEN 'maintenance'
     WHEN ${silentSql(i, now)} OR ${i}.status = 'error' THEN 'red'
     WHEN ${overdueSql(i, now)} THEN 'late'
     WHEN ${i}.status = 'degraded' OR ${i}.last_warning_at > ${now} - make_interval(secs => ${windowParam}) THEN 'yellow'
@@ -69,14 +81,18 @@ export function lightSql(alias: string, windowParam: string, now = 'now()'): str
 export function lightCandidateSql(alias: string, light: string, windowParam: string, now = 'now()'): string | null {
   const i = alias;
   if (light === 'grey') return `(${i}.last_heartbeat_at IS NULL OR ${i}.status = 'stopped')`;
-  if (light === 'red') return `(${i}.status = 'error' OR ${silentSql(i, now)})`;
-  if (light === 'late') return overdueSql(i, now);
+  // Silent or overdue implies past the stored deadline or late time: what the indexes answer.
+  if (light === 'maintenance') return inMaintenanceSql(i, now);
+  if (light === 'red') return `(${i}.status = 'error' OR ${i}.deadline < ${now})`;
+  if (light === 'late') return `${i}.late_at < ${now}`;
   if (light === 'yellow') return `(${i}.status = 'degraded' OR ${i}.last_warning_at > ${now} - make_interval(secs => ${windowParam}))`;
   return null;
 }
 
-/** SQL: the instance's timeout in whole seconds (its deadline minus its last heartbeat). */
-const timeoutOf = (i: string) => `round(extract(epoch FROM ${i}.deadline - ${i}.last_heartbeat_at))::bigint`;
+/** SQL: the instance's timeout in whole seconds (its rule's, else the default). */
+const timeoutOf = (i: string) => `COALESCE(${i}.timeout_s, ${DEFAULT_TIMEOUT})`;
+/** SQL: its late time's offset in whole seconds. */
+const lateOf = (i: string) => `round(${timeoutOf(i)} * COALESCE(${i}.late_percent, ${DEFAULT_LATE}) / 100.0)::bigint`;
 
 /** SQL for a short human reason for that colour. */
 export function lightReasonSql(alias: string, windowParam: string, now = 'now()'): string {
@@ -84,9 +100,10 @@ export function lightReasonSql(alias: string, windowParam: string, now = 'now()'
   return `CASE
     WHEN ${i}.last_heartbeat_at IS NULL THEN 'no heartbeat yet'
     WHEN ${i}.status = 'stopped' THEN 'status stopped'
+    WHEN ${inMaintenanceSql(i, now)} THEN 'maintenance window'
     WHEN ${silentSql(i, now)} THEN 'no heartbeat for more than ' || ${timeoutOf(i)} || ' s'
     WHEN ${i}.status = 'error' THEN 'status error'
-    WHEN ${overdueSql(i, now)} THEN 'heartbeat late: none for more than ' || round(extract(epoch FROM ${i}.late_at - ${i}.last_heartbeat_at))::bigint || ' s of ' || ${timeoutOf(i)} || ' s'
+    WHEN ${overdueSql(i, now)} THEN 'heartbeat late: none for more than ' || ${lateOf(i)} || ' s of ' || ${timeoutOf(i)} || ' s'
     WHEN ${i}.status = 'degraded' THEN 'status degraded'
     WHEN ${i}.last_warning_at > ${now} - make_interval(secs => ${windowParam}) THEN 'warning or error diagnostic in the last ' || (${windowParam} / 60)::int || ' min'
     ELSE 'ok' END`;
@@ -94,7 +111,9 @@ export function lightReasonSql(alias: string, windowParam: string, now = 'now()'
 
 /**
  * SQL for when the colour of row `i` changed to `newLight` (an expression), given that the stored
- * colour `i.light` differs: a silence turned red at its deadline and late at its late time; yellow
+ * colour `i.light` differs: maintenance began when it was judged (the sweep's tick after the
+ * window began) and ended with its window (unless a report came after); a silence turned red at
+ * its deadline and late at its late time; yellow
  * turned green when the last warning ran out or the status that ended `degraded` arrived,
  * whichever is later; red or late that no report ended (a timeout rule moved the deadline) ended
  * when it was judged; anything else changed with the newest report. Never before the stored
@@ -103,9 +122,13 @@ export function lightReasonSql(alias: string, windowParam: string, now = 'now()'
 export function lightAtSql(alias: string, newLight: string, windowParam: string, now = 'now()'): string {
   const i = alias;
   const window = `make_interval(secs => ${windowParam})`;
+  const deadline = `GREATEST(${i}.deadline, ${deadlineSql(`${i}.maintenance_until`, `${i}.timeout_s`)})`;
+  const lateAt = `GREATEST(${i}.late_at, ${lateAtSql(`${i}.maintenance_until`, `${i}.timeout_s`, `${i}.late_percent`)})`;
   return `GREATEST(${i}.light_since, LEAST(now(), CASE
-    WHEN ${newLight} = 'red' AND ${silentSql(i, now)} THEN ${i}.deadline
-    WHEN ${newLight} = 'late' AND ${overdueSql(i, now)} AND ${i}.late_at > ${i}.last_seen_at THEN ${i}.late_at
+    WHEN ${newLight} = 'maintenance' THEN ${now}
+    WHEN ${newLight} = 'red' AND ${silentSql(i, now)} THEN ${deadline}
+    WHEN ${newLight} = 'late' AND ${overdueSql(i, now)} AND ${lateAt} > ${i}.last_seen_at THEN ${lateAt}
+    WHEN ${i}.light = 'maintenance' AND ${i}.maintenance_until > ${i}.last_seen_at THEN ${i}.maintenance_until
     WHEN ${newLight} = 'green' AND ${i}.light = 'yellow' THEN GREATEST(${i}.last_warning_at + ${window}, ${i}.status_at)
     WHEN ${i}.light IN ('red', 'late') AND ${i}.last_seen_at <= ${i}.light_since THEN ${now}
     ELSE ${i}.last_seen_at END))`;
@@ -118,7 +141,7 @@ export function lightSinceSql(alias: string, windowParam: string): string {
     ELSE ${lightAtSql(alias, derived, windowParam)} END`;
 }
 
-export const LIGHTS = ['green', 'yellow', 'late', 'red', 'grey'] as const;
+export const LIGHTS = ['green', 'yellow', 'late', 'red', 'grey', 'maintenance'] as const;
 export type LightColour = (typeof LIGHTS)[number];
 
 /** What recorded a change: a report (heartbeat, status, diagnostics), a Redis expiry event, the sweep. */
@@ -175,8 +198,11 @@ export interface LightMessage {
 }
 
 /**
- * A change that concerns red or late (to or from): what the webhooks are told about. Late exists
- * only where a customer asks for it (a timeout rule's late share), so a customer without it gets
- * exactly the red changes it always got.
+ * A change that concerns red or late: what the webhooks are told about. Late exists only where a
+ * customer asks for it (a timeout rule's late share), so a customer without it gets exactly the
+ * red changes it always got. A change into maintenance is not told (a window is planned silence:
+ * red that a window began is over for now, and nothing fires during it); out of it, only a change
+ * to red or late.
  */
-export const notifiesWebhooks = (e: Pick<LightEvent, 'from' | 'to'>) => e.from === 'red' || e.to === 'red' || e.from === 'late' || e.to === 'late';
+export const notifiesWebhooks = (e: Pick<LightEvent, 'from' | 'to'>) =>
+  e.to === 'red' || e.to === 'late' || ((e.from === 'red' || e.from === 'late') && e.to !== 'maintenance');

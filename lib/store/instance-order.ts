@@ -27,7 +27,7 @@ const EXPR: Record<SortKey, KeyExpr> = {
   machine: { sql: 'x.machine', type: 'text', nullable: false },
   software: { sql: 'x.software', type: 'text', nullable: false },
   // Worst first: red, yellow, grey, green.
-  light: { sql: "CASE x.light WHEN 'red' THEN 0 WHEN 'late' THEN 1 WHEN 'yellow' THEN 2 WHEN 'grey' THEN 3 ELSE 4 END", type: 'int', nullable: false },
+  light: { sql: "CASE x.light WHEN 'red' THEN 0 WHEN 'late' THEN 1 WHEN 'yellow' THEN 2 WHEN 'maintenance' THEN 3 WHEN 'grey' THEN 4 ELSE 5 END", type: 'int', nullable: false },
   status: { sql: 'x.status', type: 'text', nullable: true },
   last_seen: { sql: 'x.last_seen_at', type: 'timestamptz', nullable: false },
   first_seen: { sql: 'x.first_seen_at', type: 'timestamptz', nullable: false },

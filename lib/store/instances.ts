@@ -75,7 +75,7 @@ export async function countLights(pool: Pool, customerId: string, light: LightPa
     `SELECT light, count(*)::int AS n FROM (SELECT ${LIGHT} AS light FROM instances i WHERE ${where.join(' AND ')}) x GROUP BY light`,
     params,
   );
-  const out: LightCountsValue = { green: 0, yellow: 0, late: 0, red: 0, grey: 0 };
+  const out: LightCountsValue = { green: 0, yellow: 0, late: 0, red: 0, grey: 0, maintenance: 0 };
   for (const row of r.rows) out[row.light] = row.n;
   return out;
 }
@@ -91,7 +91,9 @@ function instanceSelect(extra = ''): string {
                  COALESCE(i.ip_addresses, '{}') AS ip_addresses, i.group_name, i.location, i.group_priority, i.sort_priority,
                  i.status, i.status_message, i.status_at, i.agent_ts, i.clock_skew,
                  COALESCE(i.timeout_s, d.timeout_s) AS timeout_s, COALESCE(i.late_percent, d.late_percent) AS late_percent,
-                 CASE WHEN i.retired_at IS NULL THEN i.deadline END AS deadline, CASE WHEN i.retired_at IS NULL THEN i.late_at END AS late_at ${extra}
+                 CASE WHEN i.retired_at IS NULL THEN GREATEST(i.deadline, ${deadlineSql('i.maintenance_until', 'i.timeout_s')}) END AS deadline,
+                 CASE WHEN i.retired_at IS NULL THEN GREATEST(i.late_at, ${lateAtSql('i.maintenance_until', 'i.timeout_s', 'i.late_percent')}) END AS late_at,
+                 CASE WHEN i.retired_at IS NULL AND i.maintenance_until > now() THEN i.maintenance_until END AS maintenance_until ${extra}
             FROM instances i CROSS JOIN light_defaults d`;
 }
 
@@ -162,16 +164,20 @@ export async function lockInstances(c: PoolClient, instanceIds: string[]): Promi
 
 const SWEEP_SQL = `WITH h AS (SELECT LEAST(now(), to_timestamp($3::float8 / 1000)) AS t)
        (SELECT id FROM instances i, h
-         WHERE light IN ('green', 'yellow', 'late') AND retired_at IS NULL AND ${silentSql('i', 'h.t')}
+         WHERE light IN ('green', 'yellow', 'late') AND retired_at IS NULL AND deadline < h.t AND ${silentSql('i', 'h.t')}
          ORDER BY deadline LIMIT $2)
        UNION
        (SELECT id FROM instances i, h
-         WHERE light IN ('green', 'yellow') AND retired_at IS NULL AND late_at IS NOT NULL AND ${overdueSql('i', 'h.t')}
+         WHERE light IN ('green', 'yellow') AND retired_at IS NULL AND late_at < h.t AND ${overdueSql('i', 'h.t')}
          ORDER BY late_at LIMIT $2)
        UNION
        (SELECT id FROM instances, h
          WHERE light = 'yellow' AND retired_at IS NULL AND status IS DISTINCT FROM 'degraded'
            AND (last_warning_at IS NULL OR last_warning_at <= h.t - make_interval(secs => $1::float8))
+         LIMIT $2)
+       UNION
+       (SELECT id FROM instances, h
+         WHERE light = 'maintenance' AND retired_at IS NULL AND maintenance_until <= h.t
          LIMIT $2)
        UNION
        (SELECT id FROM instances, h
@@ -185,8 +191,10 @@ const SWEEP_SQL = `WITH h AS (SELECT LEAST(now(), to_timestamp($3::float8 / 1000
  * silentSql; earliest deadline first), instances green or yellow past their late time, instances
  * stored yellow, not degraded, whose last warning ran out, and instances stored red or late (not
  * for status error) whose times no longer say so: a timeout rule moved their deadline or late time
- * into the future. The partial indexes instances_light_deadline, instances_light_late,
- * instances_light_yellow and instances_light_alert serve the four.
+ * into the future; instances stored in maintenance whose window ended. The partial indexes
+ * instances_light_deadline, instances_light_late, instances_light_yellow, instances_light_alert
+ * and instances_light_maintenance serve the five. (Instances entering a window are found from the
+ * window's side: lib/store/maintenance.ts instancesEnteringMaintenance.)
  */
 export async function instancesDueForSweep(db: Db, warningWindowS: number, limit: number, horizonMs: number): Promise<string[]> {
   const r = await db.query<{ id: string }>(SWEEP_SQL, [warningWindowS, limit, horizonMs]);

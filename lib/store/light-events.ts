@@ -7,12 +7,15 @@
 //                lib/domain/traffic-light.ts, updates their `light` columns (light, light_since,
 //                light_reason, light_seq, light_judged_at) where the stored colour is still the
 //                one it saw, and writes each change into `light_outbox`, in the caller's transaction;
+//                it also keeps their maintenance end and the deadline and late time started again
+//                there (maintenance_until, deadline, late_at), changed or not;
 //   the outbox   changes recorded and not delivered yet: read oldest first, locked, and deleted
 //                once delivered;
 //   light_events every change, keyed by instance and seq (a copy delivered twice collapses).
 import type { Pool, PoolClient } from '../infra/postgres.js';
 import { insertRows, type ClickHouseClient } from '../infra/clickhouse.js';
-import { lightSql, lightReasonSql, lightAtSql, lightEventId, type LightCause, type LightColour, type LightEvent } from '../domain/traffic-light.js';
+import { lightSql, lightReasonSql, lightAtSql, lightEventId, deadlineSql, lateAtSql, type LightCause, type LightColour, type LightEvent } from '../domain/traffic-light.js';
+import { maintenanceUntilSql } from './maintenance.js';
 
 type Db = Pool | PoolClient;
 
@@ -64,29 +67,51 @@ function toEvent(r: OutboxRow): LightEvent {
 const H = (alias: string) =>
   `GREATEST(LEAST(now(), to_timestamp($4::float8 / 1000)), COALESCE(${alias}.light_judged_at, '-infinity'::timestamptz))`;
 
+// base: the rows as stored; mw: the end of the latest maintenance, in progress at the judgement
+// time (from the occurrences: lib/store/maintenance.ts) or past (as stored); cur: once it is past,
+// the deadline and late time started again at that end (not before: a window deleted early ends
+// sooner); judged: the colour; chg: rows whose colour or times change.
 const TRANSITION_SQL = `
-  WITH cur AS (
-    SELECT i.id, i.customer_id, c.slug AS customer, i.machine_id, m.slug AS machine, i.software,
-           i.light AS old_light, ${lightSql('i', '$2::float8', H('i'))} AS new_light,
-           ${lightReasonSql('i', '$2::float8', H('i'))} AS reason, ${H('i')} AS judged_at,
-           i.light_since, i.last_heartbeat_at, i.last_warning_at, i.last_seen_at, i.status_at, i.light, i.deadline, i.late_at
+  WITH base AS (
+    SELECT i.id, i.customer_id, c.slug AS customer, i.machine_id, m.slug AS machine, i.software, i.light, i.light_since,
+           i.last_heartbeat_at, i.last_warning_at, i.last_seen_at, i.status, i.status_at, i.timeout_s, i.late_percent,
+           i.deadline AS stored_deadline, i.late_at AS stored_late_at, i.maintenance_until AS stored_mu, ${H('i')} AS judged_at
       FROM instances i JOIN machines m ON m.id = i.machine_id JOIN customers c ON c.id = i.customer_id
      WHERE i.id = ANY($1::uuid[]) AND i.retired_at IS NULL
+  ), mw AS (
+    SELECT b.*, GREATEST(b.stored_mu, ${maintenanceUntilSql('b', 'b.judged_at')}) AS maintenance_until FROM base b
+  ), cur AS (
+    SELECT w.*,
+           CASE WHEN w.maintenance_until <= w.judged_at THEN GREATEST(w.stored_deadline, ${deadlineSql('w.maintenance_until', 'w.timeout_s')})
+                ELSE w.stored_deadline END AS deadline,
+           CASE WHEN w.maintenance_until <= w.judged_at THEN GREATEST(w.stored_late_at, ${lateAtSql('w.maintenance_until', 'w.timeout_s', 'w.late_percent')})
+                ELSE w.stored_late_at END AS late_at
+      FROM mw w
+  ), judged AS (
+    SELECT cur.*, cur.light AS old_light, ${lightSql('cur', '$2::float8', 'cur.judged_at')} AS new_light,
+           ${lightReasonSql('cur', '$2::float8', 'cur.judged_at')} AS reason
+      FROM cur
   ), chg AS (
-    SELECT cur.*, ${lightAtSql('cur', 'cur.new_light', '$2::float8', 'cur.judged_at')} AS at
-      FROM cur WHERE cur.new_light <> cur.old_light
+    SELECT j.*, j.new_light <> j.old_light AS changed, ${lightAtSql('j', 'j.new_light', '$2::float8', 'j.judged_at')} AS at
+      FROM judged j
+     WHERE j.new_light <> j.old_light OR j.maintenance_until IS DISTINCT FROM j.stored_mu
+        OR j.deadline IS DISTINCT FROM j.stored_deadline OR j.late_at IS DISTINCT FROM j.stored_late_at
   ), upd AS (
     UPDATE instances i
-       SET light = chg.new_light, light_since = chg.at, light_reason = chg.reason, light_seq = i.light_seq + 1,
-           light_judged_at = chg.judged_at
+       SET light = chg.new_light,
+           light_since = CASE WHEN chg.changed THEN chg.at ELSE i.light_since END,
+           light_reason = CASE WHEN chg.changed THEN chg.reason ELSE i.light_reason END,
+           light_seq = i.light_seq + CASE WHEN chg.changed THEN 1 ELSE 0 END,
+           light_judged_at = CASE WHEN chg.changed THEN chg.judged_at ELSE i.light_judged_at END,
+           maintenance_until = chg.maintenance_until, deadline = chg.deadline, late_at = chg.late_at
       FROM chg
      WHERE i.id = chg.id AND i.light = chg.old_light
-    RETURNING i.id AS instance_id, i.light_seq AS seq, chg.customer_id, chg.customer, chg.machine_id, chg.machine, chg.software,
+    RETURNING chg.changed, i.id AS instance_id, i.light_seq AS seq, chg.customer_id, chg.customer, chg.machine_id, chg.machine, chg.software,
               chg.old_light AS from_light, chg.new_light AS to_light, chg.reason, chg.at
   )
   INSERT INTO light_outbox (${OUTBOX_COLUMNS})
   SELECT instance_id, seq, customer_id, customer, machine_id, machine, software, from_light, to_light, reason, $3::text, at, clock_timestamp()
-    FROM upd
+    FROM upd WHERE changed
   RETURNING ${OUTBOX_COLUMNS}`;
 
 /**

@@ -180,8 +180,19 @@ export async function createWindow(
 
 /** Deletes one of the customer's windows, and its occurrences with it; false when it has none of that id. */
 export async function deleteWindow(pool: Pool, customerId: string, id: string): Promise<boolean> {
-  const r = await pool.query('DELETE FROM maintenance_windows WHERE customer_id = $1 AND id = $2', [customerId, id]);
-  return r.rowCount !== 0;
+  return withTx(pool, async (c) => {
+    const r = await c.query('DELETE FROM maintenance_windows WHERE customer_id = $1 AND id = $2', [customerId, id]);
+    if (r.rowCount === 0) return false;
+    // The customer's instances in maintenance now: those no other window covers end it now (the
+    // sweep judges them again: lib/store/light-events.ts), the others keep the end of what covers
+    // them (its occurrences are gone already, with their window).
+    await c.query(
+      `UPDATE instances i SET maintenance_until = COALESCE(${maintenanceUntilSql('i', 'now()')}, now())
+        WHERE i.customer_id = $1 AND i.maintenance_until > now()`,
+      [customerId],
+    );
+    return true;
+  });
 }
 
 /**
@@ -309,4 +320,45 @@ export function maintenanceUntilSql(alias: string, atSqlExpr: string): string {
        SELECT mw_n.ends_at FROM mw_chain JOIN maintenance_occurrences mw_n
            ON ${applies('mw_n', i)} AND mw_n.starts_at <= mw_chain.ends_at AND mw_n.ends_at > mw_chain.ends_at
      ) SELECT max(ends_at) FROM mw_chain)`;
+}
+
+// ---- the sweep's side (workers/light-sweep.ts): instances whose window began ----------------
+
+export interface ActiveOccurrence {
+  window_id: string;
+  starts_at: Date;
+}
+
+/**
+ * Occurrences in progress at `horizonMs` whose instances the sweep has not judged yet (entered_at
+ * NULL), oldest first.
+ */
+export async function occurrencesToEnter(db: Pool | PoolClient, horizonMs: number, limit = 100): Promise<ActiveOccurrence[]> {
+  const r = await db.query<ActiveOccurrence>(
+    `SELECT window_id, starts_at FROM maintenance_occurrences
+      WHERE entered_at IS NULL AND starts_at <= to_timestamp($1::float8 / 1000) AND ends_at > to_timestamp($1::float8 / 1000)
+      ORDER BY starts_at LIMIT $2`,
+    [horizonMs, limit],
+  );
+  return r.rows;
+}
+
+/**
+ * Up to `limit` instances (not retired) the occurrence applies to whose stored maintenance does not
+ * reach its end yet: judged, they take it (or a later end) and are not returned again.
+ */
+export async function instancesEnteringMaintenance(db: Pool | PoolClient, o: ActiveOccurrence, limit: number): Promise<string[]> {
+  const r = await db.query<{ id: string }>(
+    `SELECT i.id FROM maintenance_occurrences o JOIN instances i ON ${applies('o', 'i')}
+      WHERE o.window_id = $1 AND o.starts_at = $2 AND i.retired_at IS NULL
+        AND (i.maintenance_until IS NULL OR i.maintenance_until < o.ends_at)
+      LIMIT $3`,
+    [o.window_id, o.starts_at, limit],
+  );
+  return r.rows.map((x) => x.id);
+}
+
+/** Every instance of the occurrence judged: not asked again. */
+export async function markEntered(db: Pool | PoolClient, o: ActiveOccurrence): Promise<void> {
+  await db.query('UPDATE maintenance_occurrences SET entered_at = now() WHERE window_id = $1 AND starts_at = $2', [o.window_id, o.starts_at]);
 }

@@ -844,6 +844,26 @@ export const postgresMigrations: Migration[] = [
       `ALTER TABLE customer_quotas ADD COLUMN maintenance_windows integer CHECK (maintenance_windows >= 0)`,
     ],
   },
+  {
+    id: '0021-maintenance-light',
+    sql: [
+      // The traffic light reads the windows (docs/decisions.md "Maintenance windows and the light").
+      // maintenance_until: the end of the instance's latest maintenance, in progress (after now:
+      // the colour is maintenance) or past (its deadline and late time start again there). Set
+      // when a change is recorded (lib/store/light-events.ts), from the occurrences.
+      `ALTER TABLE instances ADD COLUMN maintenance_until timestamptz`,
+      `ALTER TABLE instances DROP CONSTRAINT instances_light_check`,
+      `ALTER TABLE instances ADD CONSTRAINT instances_light_check CHECK (light IN ('green', 'yellow', 'late', 'red', 'grey', 'maintenance'))`,
+      // The sweep's candidates leaving maintenance; the api's filter by the colour.
+      `CREATE INDEX instances_light_maintenance ON instances (maintenance_until) WHERE light = 'maintenance' AND retired_at IS NULL`,
+      `CREATE INDEX instances_customer_maintenance ON instances (customer_id, maintenance_until) WHERE maintenance_until IS NOT NULL`,
+      // An occurrence whose instances the sweep has judged since it began (entered_at): not asked again.
+      `ALTER TABLE maintenance_occurrences ADD COLUMN entered_at timestamptz`,
+      `CREATE INDEX maintenance_occurrences_entering ON maintenance_occurrences (starts_at) WHERE entered_at IS NULL`,
+      `ALTER TABLE mail_subscriptions DROP CONSTRAINT mail_subscriptions_kinds`,
+      `ALTER TABLE mail_subscriptions ADD CONSTRAINT mail_subscriptions_kinds CHECK (kinds <@ ARRAY['red', 'late', 'yellow', 'green', 'maintenance']::text[])`,
+    ],
+  },
 ];
 
 /** When the gateway received the report: a DateTime for partitions, and the exact ms. */

@@ -73,8 +73,8 @@ const outsider = await s.newUser('viewer', { customer: other.customer });
 t.test('subscriptions: a member sets their own; bad input 400; tokens and non-members 403', async (t) => {
   const fresh = await request('GET', url, en.jwt, undefined, { 'Accept-Language': 'de-DE,de;q=0.9' });
   t.equal(fresh.status, 200);
-  t.same(fresh.body, { customer: s.customer.slug, email: en.email, kinds: [], lang: 'de', available_kinds: ['red', 'late', 'yellow', 'green'], digest_interval_s: INTERVAL_S }, 'none yet: nothing mailed, the language from Accept-Language');
-  for (const body of [{ kinds: ['purple'] }, { kinds: ['red', 'red'] }, { kinds: ['red'], lang: 'fr' }, { kinds: ['red', 'late', 'yellow', 'green', 'red'] }, {}]) {
+  t.same(fresh.body, { customer: s.customer.slug, email: en.email, kinds: [], lang: 'de', available_kinds: ['red', 'late', 'yellow', 'green', 'maintenance'], digest_interval_s: INTERVAL_S }, 'none yet: nothing mailed, the language from Accept-Language');
+  for (const body of [{ kinds: ['purple'] }, { kinds: ['red', 'red'] }, { kinds: ['red'], lang: 'fr' }, { kinds: ['red', 'late', 'yellow', 'green', 'maintenance', 'red'] }, {}]) {
     const r = await put(en.jwt, body);
     t.equal(r.status, 400, `400 for ${JSON.stringify(body)}`);
     t.type(r.body.detail, 'string');

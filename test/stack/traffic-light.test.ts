@@ -168,11 +168,11 @@ t.test('summary and ?light= agree with the list; light_since is given', async (t
   const sum = await get(`${s.apiUrl}/api/fleet/summary`, viewer.jwt);
   t.equal(sum.status, 200);
   const all = await get(`${s.apiUrl}/api/instances`, viewer.jwt);
-  const counts: Record<string, number> = { green: 0, yellow: 0, late: 0, red: 0, grey: 0 };
+  const counts: Record<string, number> = { green: 0, yellow: 0, late: 0, red: 0, grey: 0, maintenance: 0 };
   for (const i of all.body.items) counts[i.light]++;
   t.same(sum.body, { total: all.body.total, lights: counts });
   t.ok(counts.green >= 1 && counts.grey >= 1, `counts ${JSON.stringify(counts)}`);
-  for (const light of ['green', 'yellow', 'late', 'red', 'grey']) {
+  for (const light of ['green', 'yellow', 'late', 'red', 'grey', 'maintenance']) {
     const l = await get(`${s.apiUrl}/api/instances?light=${light}`, viewer.jwt);
     t.equal(l.body.total, counts[light], `?light=${light}`);
     t.ok(l.body.items.every((i: { light: string }) => i.light === light));
@@ -181,7 +181,7 @@ t.test('summary and ?light= agree with the list; light_since is given', async (t
   const m4 = all.body.items.find((i: { machine: string }) => i.machine === 'm4');
   t.ok(Math.abs(Date.parse(m4.light_since) - Date.parse(m4.last_heartbeat_at)) < 1000, 'green since its first heartbeat');
   // Another customer counts nothing of this one's.
-  t.same((await get(`${s.apiUrl}/api/fleet/summary`, other.token)).body, { total: 0, lights: { green: 0, yellow: 0, late: 0, red: 0, grey: 0 } });
+  t.same((await get(`${s.apiUrl}/api/fleet/summary`, other.token)).body, { total: 0, lights: { green: 0, yellow: 0, late: 0, red: 0, grey: 0, maintenance: 0 } });
 });
 
 t.test('live stream: credentials required', async (t) => {

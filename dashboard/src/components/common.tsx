@@ -21,12 +21,14 @@ export function LightBadge({ light, reason, compact }: { light: Light; reason?: 
 }
 
 export function LightShape({ light }: { light: Light }) {
-  // green: circle, yellow: triangle, late: diamond, red: square (a stop sign), grey: ring.
+  // green: circle, yellow: triangle, late: diamond, red: square (a stop sign), grey: ring,
+  // maintenance: a bar (paused).
   return (
     <svg class="light-shape" viewBox="0 0 16 16" width="14" height="14" aria-hidden="true" focusable="false">
       {light === 'green' && <circle cx="8" cy="8" r="7" />}
       {light === 'yellow' && <path d="M8 1 L15 14.5 L1 14.5 Z" />}
       {light === 'late' && <path d="M8 0.5 L15.5 8 L8 15.5 L0.5 8 Z" />}
+      {light === 'maintenance' && <rect x="1" y="5.5" width="14" height="5" rx="1" />}
       {light === 'red' && <rect x="1.5" y="1.5" width="13" height="13" rx="2" />}
       {light === 'grey' && <circle cx="8" cy="8" r="5.5" fill="none" stroke-width="3" />}
     </svg>

@@ -18,7 +18,7 @@ import { ErrorNote, LightBadge, LightShape, Loading, PageTitle, TableHead, useFe
 import { Field } from '../components/forms.js';
 import { useTitle } from '../components/title.js';
 
-const LIGHTS: Light[] = ['red', 'late', 'yellow', 'green', 'grey'];
+const LIGHTS: Light[] = ['red', 'late', 'yellow', 'green', 'grey', 'maintenance'];
 export const PAGE = 100;
 type GroupBy = 'group' | 'location' | 'none';
 /** Where a page starts: an offset (grouped views) or the previous page's cursor (flat view). */
@@ -118,7 +118,7 @@ export function FleetPage() {
   }, liveState === 'live' ? 15_000 : 10_000);
   useInterval(() => void list.reload(), 60_000);
 
-  const counts: Record<Light, number> = summary?.lights ?? { red: 0, late: 0, yellow: 0, green: 0, grey: 0 };
+  const counts: Record<Light, number> = summary?.lights ?? { red: 0, late: 0, yellow: 0, green: 0, grey: 0, maintenance: 0 };
   const total = summary?.total ?? 0;
   const items = list.data?.items ?? [];
   const groups =

@@ -7,7 +7,7 @@ const NString = Nullable(Type.String());
 const NTime = Type.Union([Type.String({ format: 'date-time' }), Type.Null()]);
 const NInt = Type.Union([Type.Integer(), Type.Null()]);
 
-export const Light = Type.Union([Type.Literal('green'), Type.Literal('yellow'), Type.Literal('late'), Type.Literal('red'), Type.Literal('grey')], {
+export const Light = Type.Union([Type.Literal('green'), Type.Literal('yellow'), Type.Literal('late'), Type.Literal('red'), Type.Literal('grey'), Type.Literal('maintenance')], {
   description: 'traffic light, derived from the last receive time (against the deadline and late time), the latest status and recent warnings',
 });
 export type Light = Static<typeof Light>;
@@ -41,6 +41,7 @@ export const Instance = Type.Object(
     late_percent: Type.Integer({ description: 'per cent of the timeout after which a silent instance turns late (0: never late)' }),
     deadline: { ...NTime, description: 'when the instance turns red if no heartbeat comes first (null: never sent one, or retired)' },
     late_at: { ...NTime, description: 'when it turns late if no heartbeat comes first (null: no late colour, never sent one, or retired)' },
+    maintenance_until: { ...NTime, description: 'in a maintenance window until then (null: not in one); its deadline starts again there' },
   },
   { $id: 'Instance' },
 );

@@ -5,15 +5,16 @@ import { Type, type Static } from '@sinclair/typebox';
 /**
  * What a subscription can ask for. Each kind is a kind of change of an instance's traffic light:
  * `red` (turned red), `late` (turned late: its heartbeat is overdue), `yellow` (turned yellow),
- * `green` (recovered: from red, late or yellow to green). More kinds (maintenance) are added here,
- * in the kind function (lib/domain/notifications.ts) and in the table's CHECK (a migration).
+ * `green` (recovered: from red, late or yellow to green), `maintenance` (a maintenance window began
+ * for it). More kinds are added here, in the kind function (lib/domain/notifications.ts) and in
+ * the table's CHECK (a migration).
  */
-export const MAIL_KINDS = ['red', 'late', 'yellow', 'green'] as const;
+export const MAIL_KINDS = ['red', 'late', 'yellow', 'green', 'maintenance'] as const;
 export type MailKind = (typeof MAIL_KINDS)[number];
 
 const Kind = Type.Union(
   MAIL_KINDS.map((k) => Type.Literal(k)),
-  { description: 'red: an instance turned red; late: turned late (heartbeat overdue); yellow: turned yellow; green: recovered (from red, late or yellow to green)' },
+  { description: 'red: an instance turned red; late: turned late (heartbeat overdue); yellow: turned yellow; green: recovered (from red, late or yellow to green); maintenance: a maintenance window began for it' },
 );
 const Lang = Type.Union([Type.Literal('de'), Type.Literal('en')], { description: 'language of the e-mails' });
 

@@ -9,7 +9,7 @@ const NTime = Type.Union([Time, Type.Null()]);
 export const FleetSummary = Type.Object(
   {
     total: Type.Integer(),
-    lights: Type.Object({ green: Type.Integer(), yellow: Type.Integer(), late: Type.Integer(), red: Type.Integer(), grey: Type.Integer() }),
+    lights: Type.Object({ green: Type.Integer(), yellow: Type.Integer(), late: Type.Integer(), red: Type.Integer(), grey: Type.Integer(), maintenance: Type.Integer() }),
   },
   { $id: 'FleetSummary', description: 'instances per colour, derived at read time like GET /api/instances' },
 );
