@@ -7,6 +7,7 @@
 import t from 'tap';
 import type { Browser } from 'playwright-core';
 import { testStack, get, eventually } from '../helpers/stack.js';
+import { request } from '../helpers/http.js';
 import { launchBrowser, browserUnavailable, screenshot, axeViolations, horizontalOverflow } from '../helpers/browser.js';
 
 const skip = browserUnavailable();
@@ -106,6 +107,28 @@ async function run(): Promise<void> {
     await row.waitFor({ state: 'detached' });
     t.match(a.dialogs.at(-1), /^Delete the maintenance window for machine web-1\?/, 'asked first');
     t.same((await windows()).map((w) => w.scope), ['software'], 'gone in the api');
+    t.same(a.errors, [], 'no script errors');
+  });
+
+  t.test('a window in progress: the fleet shows its instance in maintenance, the others as they are', async (t) => {
+    const items = (await get(`${s.apiUrl}/api/instances`, admin.jwt)).body.items as { id: string; software: string }[];
+    const agent = items.find((i) => i.software === 'agent')!;
+    const r = await request('POST', `${s.apiUrl}/api/maintenance-windows`, admin.jwt, {
+      scope: 'instance',
+      instance_id: agent.id,
+      starts_at: new Date().toISOString(),
+      ends_at: new Date(Date.now() + 3_600_000).toISOString(),
+      description: 'disk swap',
+    });
+    t.equal(r.status, 201);
+    await page.goto(`${s.apiUrl}/`);
+    const row = page.locator('tr', { hasText: 'agent' }).filter({ hasText: 'web-1' }).first();
+    await row.locator('text=Maintenance').waitFor();
+    t.equal(await page.locator('tr', { hasText: 'db-backup' }).locator('text=Maintenance').count(), 0, 'the other instance is not in it');
+    const chip = page.locator('.light-filter .chip-maintenance');
+    await chip.waitFor();
+    t.match(await chip.textContent(), /1/, 'counted in the maintenance chip');
+    await screenshot(page, 'fleet-maintenance-desktop');
     t.same(a.errors, [], 'no script errors');
   });
 

@@ -63,6 +63,8 @@ t.test('retiring an instance: gone from the list and the counts, commands cancel
   t.ok([200, 202].includes((await s.report('r1', 'diagnostics', { items: [{ code: 7, severity: 1, message: 'note' }] })).status), 'diagnostics accepted');
   const inst = await liveInstance('r1');
   await liveInstance('r1', 'keep');
+  // Heartbeats have their own lane: the status (and the commands its snapshot advertises) may land later.
+  await eventually(async () => (await get(`${s.apiUrl}/api/instances/${inst.id}`, admin.jwt)).body.status === 'running', 10_000, 'the status applied');
   // A second heartbeat: it skips Postgres, so Redis holds the newest one (and a due entry).
   t.equal((await s.report('r1', 'heartbeat', {})).status, 200);
   const q = await post(`${s.apiUrl}/api/instances/${inst.id}/commands`, admin.jwt, { module: 'updater', command: 'check' });

@@ -76,7 +76,10 @@ t.test('5,000 instances falling silent together: each exactly one red event; hea
     const at = Date.now();
     await publishHeartbeats(s, silent, at);
     // Generous: a loaded 2-core machine may take a while; what must be exact are the counts.
-    await eventually(async () => (await countWhere(`m.slug LIKE 'bulk-%' AND i.light = 'red'`)) === 5000, 60_000, 'all 5,000 red');
+    await eventually(async () => (await countWhere(`m.slug LIKE 'bulk-%' AND i.light = 'red'`)) === 5000, 60_000, 'all 5,000 red').catch(async (e: unknown) => {
+      const r = await s.pool.query(`SELECT i.light, count(*)::int AS n, min(i.deadline) AS d0, max(i.deadline) AS d1, min(i.light_judged_at) AS j0, max(i.last_heartbeat_at) AS h FROM instances i JOIN machines m ON m.id = i.machine_id WHERE m.slug LIKE 'bulk-%' GROUP BY 1`);
+      throw new Error(`${String(e)}: ${JSON.stringify(r.rows)} now ${new Date().toISOString()}`);
+    });
     allRed = Date.now();
     t.pass(`all 5,000 red ${allRed - at - 2000} ms after their timeout`);
     // The live ones go on through what the 5,000 reds set off: two more full rounds.
