@@ -107,9 +107,9 @@ export function TimeoutsSection() {
     if (late !== null) body.late_percent = late;
     if (f.description.trim()) body.description = f.description.trim();
     const r = await post<TimeoutRuleChanged>('/api/timeout-rules', body);
+    await rules.reload();
     setF({ ...emptyForm, scope: f.scope });
     setSaved(t('timeouts.changed', { n: r.instances_changed }));
-    await rules.reload();
   });
   const remove = useAction(async (r: TimeoutRule) => {
     if (!confirm(t('timeouts.confirmDelete', { target: targetText(r, t) }))) return;
@@ -193,9 +193,9 @@ export function TimeoutsSection() {
               r={r}
               minS={minS}
               onDone={async (msg) => {
+                await rules.reload();
                 setEditing(null);
                 setSaved(msg);
-                await rules.reload();
               }}
               onCancel={() => setEditing(null)}
             />
@@ -242,6 +242,7 @@ function EditRow({ r, minS, onDone, onCancel }: { r: TimeoutRule; minS: number; 
     const ts = intOf(timeout);
     const lp = intOf(late);
     if (Number.isNaN(ts) || Number.isNaN(lp)) throw refusal(t('timeouts.wholeNumbers'));
+    if (ts === null && lp === null) throw refusal(t('timeouts.keepOne'));
     const body: TimeoutRuleUpdate = { timeout_s: ts, late_percent: lp, description: description.trim() };
     const out = await put<TimeoutRuleChanged>(`/api/timeout-rules/${r.id}`, body);
     await onDone(t('timeouts.changed', { n: out.instances_changed }));
