@@ -55,20 +55,3 @@ export function bytes(n: number, lang: Lang): string {
 export function number(n: number, lang: Lang, digits = 2): string {
   return new Intl.NumberFormat(locale(lang), { maximumFractionDigits: digits }).format(n);
 }
-
-/**
- * When a silent instance turns red (`deadline`) and late (`lateAt`, null: never): the api's stored
- * times, moved up to its last heartbeat plus its timeout (and late share) where that is later. The
- * api's `last_heartbeat_at` includes heartbeats not yet written to Postgres (at most
- * PG_HEARTBEAT_INTERVAL_S, capped at 80 % of the timeout or late time, behind), its `deadline` and
- * `late_at` are computed from the one Postgres holds: shown beside the last heartbeat, the page
- * counts from the same heartbeat. Null where the api has none (never a heartbeat, retired).
- */
-export function dueTimes(i: { last_heartbeat_at: string | null; timeout_s: number; late_percent: number; deadline: string | null; late_at: string | null }): {
-  deadline: string | null;
-  lateAt: string | null;
-} {
-  const hb = i.last_heartbeat_at ? Date.parse(i.last_heartbeat_at) : NaN;
-  const later = (stored: string | null, fromHb: number) => (stored === null || !(fromHb > Date.parse(stored)) ? stored : new Date(fromHb).toISOString());
-  return { deadline: later(i.deadline, hb + i.timeout_s * 1000), lateAt: later(i.late_at, hb + i.timeout_s * 10 * i.late_percent) };
-}

@@ -11,7 +11,7 @@ import { useEffect, useMemo, useRef, useState } from 'preact/hooks';
 import { get, qs } from '../api.js';
 import { useApp } from '../ctx.js';
 import { reasonText } from '../i18n.js';
-import { ago, dueTimes, shortTime } from '../format.js';
+import { ago, shortTime } from '../format.js';
 import { useLive, useLiveState } from '../live.js';
 import { navigate, useLocation } from '../router.js';
 import type { FleetSummary, Instance, InstanceList, Light } from '../types.js';
@@ -240,7 +240,7 @@ export function FleetPage() {
 /** When the row's instance turns red without a heartbeat ("red in 3 min"; the time in its tooltip). */
 function Deadline({ i }: { i: Instance }) {
   const { t, lang } = useApp();
-  const d = dueTimes(i).deadline;
+  const d = i.deadline;
   if (!d) return null;
   return (
     <div class="muted small" data-deadline={d}>

@@ -2,7 +2,7 @@
 // timeout (from its timeout rule or the default), its late share, and the deadline and late time
 // that follow from its last heartbeat (docs/api.md "Timeout rules").
 import { useApp } from '../../ctx.js';
-import { ago, dateTime, dueTimes, duration, shortTime } from '../../format.js';
+import { ago, dateTime, duration, shortTime } from '../../format.js';
 import type { InstanceDetail } from '../../types.js';
 import { statusKey } from '../Fleet.js';
 
@@ -10,7 +10,6 @@ export function Facts({ i }: { i: InstanceDetail }) {
   const { t, lang } = useApp();
   /** "in 3 min (18:40:12)" / "2 min ago (18:33:05)". */
   const when = (iso: string | null) => (iso ? `${ago(iso, lang)} (${shortTime(iso, lang)})` : '—');
-  const due = dueTimes(i);
   return (
     <dl class="facts">
       <Fact k={t('instance.status')} v={i.status ? t(statusKey(i.status)) : '—'} />
@@ -25,8 +24,8 @@ export function Facts({ i }: { i: InstanceDetail }) {
       <Fact k={t('instance.firstSeen')} v={dateTime(i.first_seen_at, lang)} />
       <Fact k={t('instance.timeout')} v={duration(i.timeout_s)} name="timeout" />
       {i.late_percent > 0 && <Fact k={t('instance.lateShare')} v={t('instance.lateShareValue', { p: i.late_percent, after: duration((i.timeout_s * i.late_percent) / 100) })} name="late-share" />}
-      <Fact k={t('instance.deadline')} v={when(due.deadline)} name="deadline" />
-      {due.lateAt && <Fact k={t('instance.lateAt')} v={when(due.lateAt)} name="late-at" />}
+      <Fact k={t('instance.deadline')} v={when(i.deadline)} name="deadline" />
+      {i.late_at && <Fact k={t('instance.lateAt')} v={when(i.late_at)} name="late-at" />}
     </dl>
   );
 }
