@@ -8,7 +8,7 @@ import { createCustomer, createToken, findCustomer, listTokens, parseExpiry, rev
 import { createUser, setMembership, MembershipError, findUserByLogin, newPassword, ROLES, type Role } from '../lib/store/accounts.js';
 import { withTx } from '../lib/infra/postgres.js';
 import { getLicence, deviceCount, licenceView, setLicence, TIERS, type LicenceChange, type Tier } from '../lib/store/licences.js';
-import { QUOTAS, QuotaError, countQuotaUse, loadArtifactStored, loadOverrides, parseBytes, quotaDefaults, quotaView, setOverrides, type QuotaName, type QuotaOverrides } from '../lib/store/quotas.js';
+import { QUOTAS, QuotaError, countQuotaUse, describeQuota, loadArtifactStored, loadOverrides, loadQuotas, parseBytes, quotaDefaults, quotaView, setOverrides, type QuotaName, type QuotaOverrides } from '../lib/store/quotas.js';
 import { ArtifactUsage } from '../lib/store/artifact-usage.js';
 import { createRedis } from '../lib/infra/redis.js';
 import { upload, UploadError } from './upload.js';
@@ -22,6 +22,9 @@ import { backup, restore, BackupError } from '../lib/store/backup.js';
 import { customerBySlug, markCustomerDeleting } from '../lib/store/offboarding.js';
 import { createWindow, deleteWindow, listWindows, windowView, type WindowScopeInput } from '../lib/store/maintenance.js';
 import { WEEKDAYS, canonicalTimeZone, windowTimesProblem, type Weekday, type WindowTimes } from '../lib/domain/maintenance.js';
+import { createTimeoutRule, deleteTimeoutRule, listTimeoutRules, updateTimeoutRule, type TimeoutRuleRow, type TimeoutRulePatch } from '../lib/store/timeout-rules.js';
+import { getInstance, lightDefaults } from '../lib/store/instances.js';
+import { TIMEOUT_RULE_MAX_S } from '../lib/contract/schemas/timeout-rules.js';
 
 // Read when a command runs, not before: `fleet --help` works whatever the environment holds.
 let loaded: Config | undefined;
@@ -634,6 +637,138 @@ program
     const r = await restore(config(), dir, { force: o.force, progress: say }).catch((e) => fail(e instanceof BackupError ? e.message : `restore: ${(e as Error).message}`));
     const skipped = r.skipped.length ? `; done by an earlier run: ${r.skipped.join(', ')}` : '';
     process.stdout.write(`restored backup ${r.backupId}: ${r.done.length} steps${skipped}. Start the workers: they apply the ${(r.messages.ingest ?? 0) + (r.messages.heartbeats ?? 0)} queued messages\n`);
+  });
+
+// Timeout rules (docs/operations.md "Per-instance timeouts", docs/api.md "Timeout rules"): the same
+// rules, checks and quota as /api/timeout-rules, by customer slug; a change recomputes the deadlines
+// of the instances it touches before the command answers.
+const timeoutRule = program.command('timeout-rule').description('timeout rules: how long an instance may be silent before red, and its late share (docs/operations.md "Per-instance timeouts")');
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+const UNIT_S: Record<string, number> = { s: 1, m: 60, h: 3600, d: 86_400 };
+/** `--timeout`: whole seconds, or with a unit (90s, 5m, 2h, 1d); `none` (set only) clears it. */
+function timeoutOption(v: string, clearable: boolean): number | null {
+  if (clearable && v === 'none') return null;
+  const m = /^(\d+)([smhd]?)$/.exec(v);
+  const n = m ? Number(m[1]) * UNIT_S[m[2] || 's']! : NaN;
+  const min = config().timeoutRuleMinS;
+  if (!Number.isSafeInteger(n) || n < min || n > TIMEOUT_RULE_MAX_S) {
+    fail(`--timeout ${JSON.stringify(v)}: seconds from ${min} (TIMEOUT_RULE_MIN_S) to ${TIMEOUT_RULE_MAX_S} (30 days), e.g. 90, 5m, 2h${clearable ? ', or none' : ''}`);
+  }
+  return n;
+}
+/** `--late`: per cent of the timeout, 0 (never late) to 99; `none` (set only) clears it. */
+function lateOption(v: string, clearable: boolean): number | null {
+  if (clearable && v === 'none') return null;
+  if (!/^\d{1,2}$/.test(v)) fail(`--late ${JSON.stringify(v)}: a whole per cent from 0 (never late) to 99${clearable ? ', or none' : ''}`);
+  return Number(v);
+}
+/** The rule as the api answers it (times as ISO 8601). */
+const ruleJson = (r: TimeoutRuleRow) => ({ ...r, created_at: r.created_at.toISOString(), updated_at: r.updated_at.toISOString() });
+async function customerIdOf(p: ReturnType<typeof createPool>, slug: string): Promise<string> {
+  const c = await findCustomer(p, slug);
+  if (!c) fail(`no customer ${slug}`);
+  return c.id;
+}
+
+timeoutRule
+  .command('list <customer>')
+  .description("a customer's timeout rules (tab-separated: id, scope, target, timeout s, late %, description; - where a rule leaves the value to the next), then the defaults")
+  .option('--json', 'JSON, as GET /api/timeout-rules answers')
+  .action(async (slug: string, o: { json?: boolean }) => {
+    const out = await withPool(async (p) => {
+      const id = await customerIdOf(p, slug);
+      const [items, defaults] = await Promise.all([listTimeoutRules(p, id), lightDefaults(p)]);
+      const names = new Map<string, string>();
+      for (const r of items) {
+        if (!r.instance_id) continue;
+        const i = await getInstance(p, id, { windowS: config().warningWindowS }, r.instance_id).catch(() => null);
+        if (i) names.set(r.instance_id, `${String(i.machine)}/${String(i.software)}`);
+      }
+      return { items, defaults, names };
+    });
+    if (o.json) {
+      process.stdout.write(JSON.stringify({ items: out.items.map(ruleJson), defaults: out.defaults, min_timeout_s: config().timeoutRuleMinS }, null, 2) + '\n');
+      return;
+    }
+    for (const r of out.items) {
+      const target = r.scope === 'customer' ? '*' : r.scope === 'software' ? r.software_pattern : `${out.names.get(r.instance_id!) ?? '?'} (${r.instance_id})`;
+      process.stdout.write([r.id, r.scope, target, r.timeout_s ?? '-', r.late_percent ?? '-', r.description || '-'].join('\t') + '\n');
+    }
+    process.stderr.write(`${out.items.length} rule(s); without one: timeout ${out.defaults.timeout_s} s, late ${out.defaults.late_percent} % (HEARTBEAT_TIMEOUT_S, HEARTBEAT_LATE_PERCENT as the workers applied them)\n`);
+  });
+
+timeoutRule
+  .command('add <customer>')
+  .description('add a rule for the whole customer, a software pattern or one instance; its instances take it at once (prints the rule and how many instances changed, JSON)')
+  .option('--customer-wide', 'for every instance of the customer')
+  .option('--software <glob>', 'for instances whose software matches: * any run of characters, everything else itself (case-sensitive)')
+  .option('--instance <id>', 'for one instance: its id, or machine/software')
+  .option('--timeout <s>', 'seconds of silence before red (90, 5m, 2h, 1d)')
+  .option('--late <percent>', 'per cent of the timeout after which a silent instance turns late (0: never)')
+  .option('--description <text>', 'what the rule is for', '')
+  .action(async (slug: string, o: { customerWide?: boolean; software?: string; instance?: string; timeout?: string; late?: string; description: string }) => {
+    const targets = [o.customerWide, o.software, o.instance].filter((x) => x !== undefined).length;
+    if (targets !== 1) fail('give exactly one of --customer-wide, --software <glob>, --instance <id>');
+    if (o.software !== undefined && (o.software.length < 1 || o.software.length > 128)) fail('--software: a pattern of 1 to 128 characters');
+    if (o.timeout === undefined && o.late === undefined) fail('a rule sets --timeout, --late or both');
+    if (o.description.length > 500) fail('--description: at most 500 characters');
+    const timeoutS = o.timeout === undefined ? null : timeoutOption(o.timeout, false);
+    const latePercent = o.late === undefined ? null : lateOption(o.late, false);
+    const out = await withPool(async (p) => {
+      const id = await customerIdOf(p, slug);
+      let instanceId: string | null = null;
+      if (o.instance !== undefined) {
+        const slash = o.instance.indexOf('/');
+        instanceId = UUID.test(o.instance) ? o.instance.toLowerCase() : slash > 0 ? await instanceIdBySlugs(p, id, o.instance.slice(0, slash), o.instance.slice(slash + 1)) : null;
+        if (!instanceId) fail(`no instance ${o.instance} of ${slug}: give its id or machine/software`);
+      }
+      const max = (await loadQuotas(p, config(), id)).timeout_rules;
+      const scope = o.customerWide ? 'customer' : o.software !== undefined ? 'software' : 'instance';
+      const made = await createTimeoutRule(p, id, { scope, softwarePattern: o.software ?? null, instanceId, timeoutS, latePercent, description: o.description, createdBy: null }, max);
+      if ('noInstance' in made) fail(`no instance ${o.instance} of ${slug}`);
+      if ('exists' in made) fail(`a rule for this target exists already (${made.exists}): change it with fleet timeout-rule set ${slug} ${made.exists}`);
+      if ('full' in made) fail(`${slug} has ${made.full.count} timeout rules, its quota (${describeQuota('timeout_rules', made.full.max)}); delete one first, or raise it with fleet quota set ${slug} --timeout-rules <n>`);
+      return made;
+    }).catch((e) => fail((e as Error).message));
+    process.stdout.write(JSON.stringify({ rule: ruleJson(out.created), instances_changed: out.recomputed }, null, 2) + '\n');
+  });
+
+timeoutRule
+  .command('set <customer> <id>')
+  .description("change a rule's timeout, late share or description (none clears a value; a rule keeps at least one); its instances follow at once")
+  .option('--timeout <s>', 'seconds of silence before red (90, 5m, 2h, 1d), or none')
+  .option('--late <percent>', 'per cent of the timeout after which a silent instance turns late (0: never), or none')
+  .option('--description <text>', 'what the rule is for')
+  .action(async (slug: string, ruleId: string, o: { timeout?: string; late?: string; description?: string }) => {
+    if (!UUID.test(ruleId)) fail('the rule id is a UUID (see fleet timeout-rule list)');
+    const patch: TimeoutRulePatch = {};
+    if (o.timeout !== undefined) patch.timeoutS = timeoutOption(o.timeout, true);
+    if (o.late !== undefined) patch.latePercent = lateOption(o.late, true);
+    if (o.description !== undefined) {
+      if (o.description.length > 500) fail('--description: at most 500 characters');
+      patch.description = o.description;
+    }
+    if (Object.keys(patch).length === 0) fail('nothing to change: give --timeout, --late and/or --description');
+    const out = await withPool(async (p) => {
+      const r = await updateTimeoutRule(p, await customerIdOf(p, slug), ruleId, patch);
+      if (!r) fail(`no timeout rule ${ruleId} of ${slug}`);
+      if ('empty' in r) fail('a rule keeps --timeout, --late or both: delete it instead');
+      return r;
+    }).catch((e) => fail((e as Error).message));
+    process.stdout.write(JSON.stringify({ rule: ruleJson(out.updated), instances_changed: out.recomputed }, null, 2) + '\n');
+  });
+
+timeoutRule
+  .command('delete <customer> <id>')
+  .description('remove a rule; its instances fall back to the next rule or the defaults at once')
+  .action(async (slug: string, ruleId: string) => {
+    if (!UUID.test(ruleId)) fail('the rule id is a UUID (see fleet timeout-rule list)');
+    const out = await withPool(async (p) => {
+      const r = await deleteTimeoutRule(p, await customerIdOf(p, slug), ruleId);
+      if (!r) fail(`no timeout rule ${ruleId} of ${slug}`);
+      return r;
+    }).catch((e) => fail((e as Error).message));
+    process.stdout.write(`deleted ${ruleId}\t${out.recomputed} instance(s) changed\n`);
   });
 
 await program.parseAsync(process.argv).catch((e) => fail((e as Error).message));

@@ -60,7 +60,7 @@ export function instanceHandlers(d: ApiDeps): HandlersOf<'get_instance' | 'list_
       const pageOf = { filter, light: q.light, sort: q.sort, keys, groupBy: q.group_by, after, limit: limit + 1, offset: q.offset ?? 0 };
       // The total from the counts per colour (cached per customer and filter: api/light-counts.ts).
       const [counts, rows] = await Promise.all([lightCounts(d).get(p.customerId, filter), listInstances(d.pool, p.customerId, light, pageOf)]);
-      const total = q.light ? counts[q.light] : counts.green + counts.yellow + counts.red + counts.grey;
+      const total = q.light ? counts[q.light] : Object.values(counts).reduce((a, n) => a + n, 0);
       const more = rows.length > limit;
       const page = more ? rows.slice(0, limit) : rows;
       const last = page[page.length - 1];

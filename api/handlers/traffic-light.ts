@@ -22,7 +22,7 @@ export function trafficLightHandlers(d: ApiDeps): HandlersOf<'fleet_light_stream
       // customer for up to API_COUNT_CACHE_MS (api/light-counts.ts).
       const q = req.query;
       const lights = await lightCounts(d).get(p.customerId, { machine: q.machine, software: q.software, group: q.group, location: q.location, q: q.q });
-      return { total: lights.green + lights.yellow + lights.red + lights.grey, lights: { ...lights } };
+      return { total: Object.values(lights).reduce((a, n) => a + n, 0), lights: { ...lights } };
     },
 
     async list_instance_light_events(req) {

@@ -484,6 +484,46 @@ const en = {
   'maint.confirmDelete': 'Delete the maintenance window for {what}?',
   'maint.onceHint': 'At most 31 days; the end must be in the future.',
   'maint.recurringHint': 'The duration is real time: across a change of daylight-saving time the window ends an hour earlier or later on the clock. A start time the clock skips starts when the gap ends; one it repeats, at the first. Daily windows last at most 22 hours.',
+
+  // Timeouts (per-instance timeout rules and the late colour).
+  'reason.late': 'heartbeat late: none for more than {late} s of {timeout} s',
+  'fleet.deadline': 'red {when}',
+  'instance.timeout': 'Timeout (red after)',
+  'instance.lateShare': 'Late after',
+  'instance.lateShareValue': '{p} % of the timeout ({after})',
+  'instance.deadline': 'Deadline (red)',
+  'instance.maintenanceUntil': 'In maintenance until',
+  'instance.lateAt': 'Late from',
+  'timeouts.title': 'Timeouts',
+  'timeouts.intro': 'How long an instance may stay silent before its light turns red, and after which share of that it turns late. For each of the two values the most specific rule that sets it wins: the instance’s, then the longest matching software pattern, then the rule for the whole customer, then the defaults. A field left empty leaves its value to the next rule. A change applies at once.',
+  'timeouts.defaults': 'Without a rule: red after {timeout}, {late}.',
+  'timeouts.lateAfter': 'late after {p} % ({after})',
+  'timeouts.neverLate': 'never late',
+  'timeouts.scope': 'Applies to',
+  'timeouts.scope.customer': 'Whole customer',
+  'timeouts.scope.software': 'Software pattern',
+  'timeouts.scope.instance': 'One instance',
+  'timeouts.wholeCustomer': 'every instance',
+  'timeouts.pattern': 'Software pattern (* for any characters)',
+  'timeouts.instance': 'Instance',
+  'timeouts.instanceHint': 'machine name or id',
+  'timeouts.pickInstance': 'Pick an instance from the list (type its machine name), or paste its id.',
+  'timeouts.timeout': 'Timeout in seconds',
+  'timeouts.timeoutHint': 'at least {min}',
+  'timeouts.late': 'Late after (%)',
+  'timeouts.lateHint': '0–99',
+  'timeouts.description': 'Description',
+  'timeouts.timeoutCol': 'Timeout',
+  'timeouts.lateCol': 'Late after',
+  'timeouts.inherited': 'inherited',
+  'timeouts.wholeNumbers': 'Timeout and late share are whole numbers.',
+  'timeouts.keepOne': 'A rule keeps a timeout, a late share or both: delete it instead.',
+  'timeouts.add': 'Add rule',
+  'timeouts.edit': 'Edit',
+  'timeouts.save': 'Save',
+  'timeouts.none': 'No rules: every instance has the defaults.',
+  'timeouts.changed': 'Saved: {n} instance(s) got new values.',
+  'timeouts.confirmDelete': 'Delete the timeout rule for {target}? Its instances fall back to the next rule or the defaults.',
 };
 
 export type Key = keyof typeof en;
@@ -968,6 +1008,46 @@ const de: Record<Key, string> = {
   'maint.confirmDelete': 'Wartungsfenster für {what} löschen?',
   'maint.onceHint': 'Höchstens 31 Tage; das Ende muss in der Zukunft liegen.',
   'maint.recurringHint': 'Die Dauer ist echte Zeit: über eine Zeitumstellung endet das Fenster auf der Uhr eine Stunde früher oder später. Eine Startzeit, die die Uhr überspringt, beginnt am Ende der Lücke; eine, die sie wiederholt, beim ersten Mal. Tägliche Fenster dauern höchstens 22 Stunden.',
+
+  // Timeouts (Zeitlimits je Instanz und die Farbe „überfällig“).
+  'reason.late': 'Heartbeat überfällig: seit mehr als {late} s von {timeout} s keiner',
+  'fleet.deadline': 'rot {when}',
+  'instance.timeout': 'Zeitlimit (rot nach)',
+  'instance.lateShare': 'Überfällig nach',
+  'instance.lateShareValue': '{p} % des Zeitlimits ({after})',
+  'instance.deadline': 'Frist (rot)',
+  'instance.maintenanceUntil': 'In Wartung bis',
+  'instance.lateAt': 'Überfällig ab',
+  'timeouts.title': 'Zeitlimits',
+  'timeouts.intro': 'Wie lange eine Instanz schweigen darf, bevor ihre Ampel rot wird, und nach welchem Anteil davon sie überfällig wird. Für jeden der beiden Werte gilt die genaueste Regel, die ihn setzt: die der Instanz, dann das längste passende Software-Muster, dann die Regel für den ganzen Kunden, dann die Voreinstellung. Ein leeres Feld überlässt seinen Wert der nächsten Regel. Eine Änderung gilt sofort.',
+  'timeouts.defaults': 'Ohne Regel: rot nach {timeout}, {late}.',
+  'timeouts.lateAfter': 'überfällig nach {p} % ({after})',
+  'timeouts.neverLate': 'nie überfällig',
+  'timeouts.scope': 'Gilt für',
+  'timeouts.scope.customer': 'Ganzer Kunde',
+  'timeouts.scope.software': 'Software-Muster',
+  'timeouts.scope.instance': 'Eine Instanz',
+  'timeouts.wholeCustomer': 'jede Instanz',
+  'timeouts.pattern': 'Software-Muster (* für beliebige Zeichen)',
+  'timeouts.instance': 'Instanz',
+  'timeouts.instanceHint': 'Maschinenname oder ID',
+  'timeouts.pickInstance': 'Eine Instanz aus der Liste wählen (Maschinennamen tippen) oder ihre ID einfügen.',
+  'timeouts.timeout': 'Zeitlimit in Sekunden',
+  'timeouts.timeoutHint': 'mindestens {min}',
+  'timeouts.late': 'Überfällig nach (%)',
+  'timeouts.lateHint': '0–99',
+  'timeouts.description': 'Beschreibung',
+  'timeouts.timeoutCol': 'Zeitlimit',
+  'timeouts.lateCol': 'Überfällig nach',
+  'timeouts.inherited': 'geerbt',
+  'timeouts.wholeNumbers': 'Zeitlimit und Anteil sind ganze Zahlen.',
+  'timeouts.keepOne': 'Eine Regel behält ein Zeitlimit, einen Anteil oder beides: sonst löschen.',
+  'timeouts.add': 'Regel hinzufügen',
+  'timeouts.edit': 'Bearbeiten',
+  'timeouts.save': 'Speichern',
+  'timeouts.none': 'Keine Regeln: Jede Instanz hat die Voreinstellung.',
+  'timeouts.changed': 'Gespeichert: {n} Instanz(en) haben neue Werte.',
+  'timeouts.confirmDelete': 'Die Zeitlimit-Regel für {target} löschen? Ihre Instanzen fallen auf die nächste Regel oder die Voreinstellung zurück.',
 };
 
 /** The server's reason for a colour (lib/domain/traffic-light.ts) in the page's language; unknown ones as sent. */
@@ -984,6 +1064,8 @@ export function reasonText(reason: string | null | undefined, t: Translate): str
   if (fixed[reason]) return t(fixed[reason]!);
   let m = /^no heartbeat for more than (\d+(?:\.\d+)?) s$/.exec(reason);
   if (m) return t('reason.silent', { s: m[1]! });
+  m = /^heartbeat late: none for more than (\d+) s of (\d+) s$/.exec(reason);
+  if (m) return t('reason.late', { late: m[1]!, timeout: m[2]! });
   m = /^warning or error diagnostic in the last (\d+) min$/.exec(reason);
   if (m) return t('reason.warning', { min: m[1]! });
   return reason;

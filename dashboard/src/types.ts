@@ -14,6 +14,7 @@ import type * as Cmd from '../../lib/contract/schemas/commands.js';
 import type * as DL from '../../lib/contract/schemas/dead-letters.js';
 import type * as Notify from '../../lib/contract/schemas/notifications.js';
 import type * as Maint from '../../lib/contract/schemas/maintenance.js';
+import type * as TR from '../../lib/contract/schemas/timeout-rules.js';
 
 export type Light = Static<typeof Api.Light>;
 export type Instance = Static<typeof Api.Instance>;
@@ -67,3 +68,10 @@ export type ReplayAnswer = Static<typeof DL.ReplayAnswer>;
 
 /** A maintenance window with its current or next occurrence (GET /api/maintenance-windows). */
 export type MaintenanceWindow = Static<typeof Maint.MaintenanceWindow>;
+
+/** Timeout rules (docs/api.md "Timeout rules"). */
+export type TimeoutRule = Static<typeof TR.TimeoutRule>;
+export type TimeoutRuleList = Static<typeof TR.TimeoutRuleList>;
+export type TimeoutRuleInput = Static<typeof TR.TimeoutRuleInput>;
+export type TimeoutRuleUpdate = Static<typeof TR.TimeoutRuleUpdate>;
+export type TimeoutRuleChanged = Static<typeof TR.TimeoutRuleChanged>;

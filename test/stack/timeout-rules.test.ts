@@ -132,6 +132,13 @@ t.test('the api: viewers read, admins write; bad input 400; another customer 404
   for (const r of mine.filter((x) => x.scope === 'software')) t.equal((await request('DELETE', `${RULES}/${r.id}`, otherAdmin.jwt)).status, 204);
   const cleared = await request('PUT', `${RULES}/${first.body.rule.id}`, otherAdmin.jwt, { timeout_s: null });
   t.equal(cleared.status, 400, 'a rule keeps one value');
+  // null clears a value (it is not taken for 0), 0 is a value.
+  const url = `${RULES}/${first.body.rule.id}`;
+  t.equal((await request('PUT', url, otherAdmin.jwt, { late_percent: 0 })).body.rule.late_percent, 0, '0: never late, set');
+  const nulled = await request('PUT', url, otherAdmin.jwt, { late_percent: null });
+  t.equal(nulled.status, 200);
+  t.equal(nulled.body.rule.late_percent, null, 'null: cleared, not 0');
+  t.equal((await request('PUT', url, otherAdmin.jwt, { timeout_s: null, late_percent: null })).status, 400, 'both cleared: 400');
   const shown = await find('o1', 'agent', otherAdmin.jwt);
   t.equal(shown?.timeout_s, 120, "the other customer's instance took its customer rule");
 });

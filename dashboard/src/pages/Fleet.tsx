@@ -5,7 +5,8 @@
 // list's keyset cursor (`next`). Filters go to the server too (`light`, `q`), and the counts come
 // from the fleet summary with the same filter. Colours change live from the event stream; the page
 // is read again on every (re)connect of the stream and, as a safety net, every minute (every 10 s
-// while the stream is down).
+// while the stream is down). Each row shows when its instance turns red if no heartbeat comes (its
+// deadline, relative; the absolute time in its tooltip), read again when one comes back from late or red.
 import { useEffect, useMemo, useRef, useState } from 'preact/hooks';
 import { get, qs } from '../api.js';
 import { useApp } from '../ctx.js';
@@ -100,7 +101,11 @@ export function FleetPage() {
       if (summary && e.from) {
         setSummary({ ...summary, lights: { ...summary.lights, [e.from]: Math.max(0, summary.lights[e.from] - 1), [e.to]: summary.lights[e.to] + 1 } });
       }
-      if (!known && list.data && list.data.total <= list.data.items.length && current.length === 1) {
+      if ((e.from === 'late' || e.from === 'red' || e.from === 'maintenance') && known) {
+        // Back from late or red: a heartbeat came, and with it a new deadline (read once for a burst).
+        if (reloadSoon.current) clearTimeout(reloadSoon.current);
+        reloadSoon.current = setTimeout(() => void list.reload(), 1000);
+      } else if (!known && list.data && list.data.total <= list.data.items.length && current.length === 1) {
         // A new instance of a fleet that fits on one page: read it again, once for a burst of
         // changes. (A paged fleet shows newcomers on the next read: every minute, or on paging.)
         if (reloadSoon.current) clearTimeout(reloadSoon.current);
@@ -218,6 +223,7 @@ export function FleetPage() {
                   </td>
                   <td data-label={t('fleet.col.heartbeat')}>
                     {i.last_heartbeat_at ? <time dateTime={i.last_heartbeat_at} title={shortTime(i.last_heartbeat_at, lang)}>{ago(i.last_heartbeat_at, lang)}</time> : <span class="muted">{t('fleet.never')}</span>}
+                    {i.light !== 'grey' && <Deadline i={i} />}
                   </td>
                   <td data-label={t('fleet.col.version')}>{i.version ?? <span class="muted">—</span>}</td>
                 </tr>
@@ -228,6 +234,20 @@ export function FleetPage() {
       ))}
       {items.length > 20 && pager()}
     </>
+  );
+}
+
+/** When the row's instance turns red without a heartbeat ("red in 3 min"; the time in its tooltip). */
+function Deadline({ i }: { i: Instance }) {
+  const { t, lang } = useApp();
+  const d = i.deadline;
+  if (!d) return null;
+  return (
+    <div class="muted small" data-deadline={d}>
+      <time dateTime={d} title={shortTime(d, lang)}>
+        {t('fleet.deadline', { when: ago(d, lang) })}
+      </time>
+    </div>
   );
 }
 

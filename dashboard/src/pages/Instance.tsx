@@ -34,6 +34,8 @@ export function InstancePage({ id }: { id: string }) {
       if (m.type === 'open') return void inst.reload();
       if (m.event.instance_id !== id) return;
       inst.setData((d) => (d ? { ...d, light: m.event.to, light_reason: m.event.reason, light_since: m.event.at } : d));
+      // A change away from late or red came with a heartbeat: its deadline moved too.
+      if (m.event.from === 'late' || m.event.from === 'red' || m.event.from === 'maintenance') void inst.reload();
     },
     [id, inst.reload],
   );

@@ -73,10 +73,17 @@ export const TimeoutRuleInput = Type.Object(
 );
 export type TimeoutRuleInput = Static<typeof TimeoutRuleInput>;
 
+/**
+ * A nullable integer as one schema (`type: ['integer', 'null']`), not a union: the api's validator
+ * coerces types, and would turn null into 0 in a union's integer branch (or 0 into null in its null
+ * branch), clearing a value into "never late".
+ */
+const NullableInt = (s: typeof TimeoutS) => Type.Unsafe<number | null>({ ...s, type: ['integer', 'null'] });
+
 export const TimeoutRuleUpdate = Type.Object(
   {
-    timeout_s: Type.Optional(Type.Union([TimeoutS, Type.Null()])),
-    late_percent: Type.Optional(Type.Union([LatePercent, Type.Null()])),
+    timeout_s: Type.Optional(NullableInt(TimeoutS)),
+    late_percent: Type.Optional(NullableInt(LatePercent)),
     description: Type.Optional(Description),
   },
   { $id: 'TimeoutRuleUpdate', additionalProperties: false, description: 'absent: unchanged; null: cleared (a rule keeps at least one of the two)' },
