@@ -47,6 +47,7 @@ const en = {
   'reason.ok': 'ok',
   'reason.noHeartbeatYet': 'no heartbeat yet',
   'reason.stopped': 'status stopped',
+  'reason.maintenance': 'maintenance window',
   'reason.silent': 'no heartbeat for more than {s} s',
   'reason.error': 'status error',
   'reason.degraded': 'status degraded',
@@ -580,6 +581,7 @@ const de: Record<Key, string> = {
   'retire.retired': 'Außer Betrieb seit {when}. Sie gehört nicht mehr zur Flotte; meldet sie sich wieder, kommt sie als neue Instanz zurück.',
   'reason.noHeartbeatYet': 'noch kein Heartbeat',
   'reason.stopped': 'Status gestoppt',
+  'reason.maintenance': 'Wartungsfenster',
   'reason.silent': 'seit mehr als {s} s kein Heartbeat',
   'reason.error': 'Status Fehler',
   'reason.degraded': 'Status eingeschränkt',
@@ -1060,6 +1062,7 @@ export function reasonText(reason: string | null | undefined, t: Translate): str
     'status error': 'reason.error',
     'status degraded': 'reason.degraded',
     retired: 'reason.retired',
+    'maintenance window': 'reason.maintenance',
   };
   if (fixed[reason]) return t(fixed[reason]!);
   let m = /^no heartbeat for more than (\d+(?:\.\d+)?) s$/.exec(reason);

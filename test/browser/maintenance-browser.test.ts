@@ -123,8 +123,9 @@ async function run(): Promise<void> {
     t.equal(r.status, 201);
     await page.goto(`${s.apiUrl}/`);
     const row = page.locator('tr', { hasText: 'agent' }).filter({ hasText: 'web-1' }).first();
-    await row.locator('text=Maintenance').waitFor();
-    t.equal(await page.locator('tr', { hasText: 'db-backup' }).locator('text=Maintenance').count(), 0, 'the other instance is not in it');
+    await row.locator('.light-word', { hasText: /^Maintenance$/ }).waitFor();
+    t.match(await row.textContent(), /maintenance window/, 'with its reason');
+    t.equal(await page.locator('tr', { hasText: 'db-backup' }).locator('.light-word', { hasText: /^Maintenance$/ }).count(), 0, 'the other instance is not in it');
     const chip = page.locator('.light-filter .chip-maintenance');
     await chip.waitFor();
     t.match(await chip.textContent(), /1/, 'counted in the maintenance chip');

@@ -78,7 +78,8 @@ t.test('5,000 instances falling silent together: each exactly one red event; hea
     // Generous: a loaded 2-core machine may take a while; what must be exact are the counts.
     await eventually(async () => (await countWhere(`m.slug LIKE 'bulk-%' AND i.light = 'red'`)) === 5000, 60_000, 'all 5,000 red').catch(async (e: unknown) => {
       const r = await s.pool.query(`SELECT i.light, count(*)::int AS n, min(i.deadline) AS d0, max(i.deadline) AS d1, min(i.light_judged_at) AS j0, max(i.last_heartbeat_at) AS h FROM instances i JOIN machines m ON m.id = i.machine_id WHERE m.slug LIKE 'bulk-%' GROUP BY 1`);
-      throw new Error(`${String(e)}: ${JSON.stringify(r.rows)} now ${new Date().toISOString()}`);
+      const logs = s.procs.flatMap((p) => p.lines.filter((l) => Number(l.level) >= 40).slice(-5).map((l) => JSON.stringify(l).slice(0, 600)));
+      throw new Error(`${String(e)}: ${JSON.stringify(r.rows)} now ${new Date().toISOString()}; warnings: ${logs.join(' | ')}`);
     });
     allRed = Date.now();
     t.pass(`all 5,000 red ${allRed - at - 2000} ms after their timeout`);
@@ -101,7 +102,10 @@ t.test('5,000 instances falling silent together: each exactly one red event; hea
   const greens = await eventually(async () => {
     const r = await chRows<{ seq: string; n: string }>(s.ch, `SELECT seq, count() AS n FROM light_events FINAL WHERE machine LIKE 'bulk-%' AND from_light = 'red' AND to_light = 'green' GROUP BY seq`);
     return r.reduce((a, x) => a + Number(x.n), 0) === 5000 ? r : null;
-  }, 60_000, 'the marker: all 5,000 green again');
+  }, 60_000, 'the marker: all 5,000 green again').catch((e: unknown) => {
+    const logs = s.procs.flatMap((p) => p.lines.filter((l) => Number(l.level) >= 40).slice(-6).map((l) => JSON.stringify(l).slice(0, 700)));
+    throw new Error(`${String(e)}; warnings: ${logs.join(' | ')}`);
+  });
   t.same(greens.map((x) => [Number(x.seq), Number(x.n)]), [[3, 5000]], 'the marker is the third change of every silent instance: no second red before it');
   // The live ones: red after the test stopped heartbeating is each one's last change. Once it is
   // recorded and every change up to it is in ClickHouse, any red recorded while it heartbeat is there.
