@@ -71,6 +71,9 @@ async function run(): Promise<void> {
     await page.waitForURL((u) => u.pathname === '/');
     t.match(a.dialogs.at(-1), /^Retire old-01 \/ agent\?/, 'asked first');
     await page.locator('[data-count=all]', { hasText: /^3$/ }).waitFor();
+    // The count comes with the summary, the rows with the list: the page reads them apart.
+    await row(ids.get('keep-01/agent')!).waitFor();
+    await row(ids.get('old-01/agent')!).waitFor({ state: 'detached' });
     t.equal(await row(ids.get('old-01/agent')!).count(), 0, 'gone from the list');
     t.equal(await row(ids.get('keep-01/agent')!).count(), 1, 'the others stay');
     await screenshot(page, 'retire-fleet-after-instance-desktop');
