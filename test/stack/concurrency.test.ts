@@ -23,7 +23,10 @@ t.test('50 concurrent first reports for one new instance: all 200, one row', asy
   await eventually(async () => {
     const r = await chRows<{ n: string }>(s.ch, `SELECT (SELECT count() FROM heartbeats FINAL) + (SELECT count() FROM status_history FINAL) + (SELECT count() FROM diagnostics FINAL) AS n`);
     return Number(r[0]!.n) === 50;
-  }, 15_000, 'all 50 reports in ClickHouse');
+  }, 15_000, 'all 50 reports in ClickHouse').catch((e: unknown) => {
+    const logs = s.procs.flatMap((p) => p.lines.filter((l) => Number(l.level) >= 40).slice(-4).map((l) => JSON.stringify(l).slice(0, 900)));
+    throw new Error(`${String(e)}; warnings: ${logs.join(' | ')}`);
+  });
   const m = await s.pool.query(`SELECT count(*)::int AS n FROM machines WHERE slug = 'new-machine'`);
   const i = await s.pool.query(`SELECT count(*)::int AS n FROM instances WHERE software = 'new-agent'`);
   t.equal(m.rows[0].n, 1, 'one machine');
