@@ -333,6 +333,8 @@ export async function startPostgres(cfg: Config, log: Log, opts: { fast?: boolea
     '-D', data, '-p', String(cfg.ports.postgres), '-k', dir,
     '-c', 'listen_addresses=127.0.0.1', '-c', 'max_connections=300', '-c', 'shared_buffers=256MB',
   ];
+  // PG_SLOWLOG=<ms>: log statements slower than that, with parse, bind and execute times (test/README.md).
+  if (/^\d+$/.test(process.env.PG_SLOWLOG ?? '')) args.push('-c', `log_min_duration_statement=${process.env.PG_SLOWLOG}`);
   // Test stacks are thrown away after the run: skip fsync there.
   if (opts.fast) args.push('-c', 'fsync=off', '-c', 'synchronous_commit=off', '-c', 'full_page_writes=off');
   await ensurePortFree(cfg.ports.postgres, 'PG_PORT');

@@ -71,23 +71,27 @@ const H = (alias: string) =>
 // time (from the occurrences: lib/store/maintenance.ts) or past (as stored); cur: once it is past,
 // the deadline and late time started again at that end (not before: a window deleted early ends
 // sooner); judged: the colour; chg: rows whose colour or times change.
-const TRANSITION_SQL = `
-  WITH base AS (
+// Every step is MATERIALIZED: inlined, each reference to a column of mw or cur copied its whole
+// expression (the recursive subquery and its InitPlans) into every CASE of the colour, its reason
+// and its time, and planning alone took up to a second per report, under the instance's row lock,
+// so concurrent reports of one instance queued behind it (the concurrency stack test).
+export const TRANSITION_SQL = `
+  WITH base AS MATERIALIZED (
     SELECT i.id, i.customer_id, c.slug AS customer, i.machine_id, m.slug AS machine, i.software, i.light, i.light_since,
            i.last_heartbeat_at, i.last_warning_at, i.last_seen_at, i.status, i.status_at, i.timeout_s, i.late_percent,
            i.deadline AS stored_deadline, i.late_at AS stored_late_at, i.maintenance_until AS stored_mu, ${H('i')} AS judged_at
       FROM instances i JOIN machines m ON m.id = i.machine_id JOIN customers c ON c.id = i.customer_id
      WHERE i.id = ANY($1::uuid[]) AND i.retired_at IS NULL
-  ), mw AS (
+  ), mw AS MATERIALIZED (
     SELECT b.*, GREATEST(b.stored_mu, ${maintenanceUntilSql('b', 'b.judged_at')}) AS maintenance_until FROM base b
-  ), cur AS (
+  ), cur AS MATERIALIZED (
     SELECT w.*,
            CASE WHEN w.maintenance_until <= w.judged_at THEN GREATEST(w.stored_deadline, ${deadlineSql('w.maintenance_until', 'w.timeout_s')})
                 ELSE w.stored_deadline END AS deadline,
            CASE WHEN w.maintenance_until <= w.judged_at THEN GREATEST(w.stored_late_at, ${lateAtSql('w.maintenance_until', 'w.timeout_s', 'w.late_percent')})
                 ELSE w.stored_late_at END AS late_at
       FROM mw w
-  ), judged AS (
+  ), judged AS MATERIALIZED (
     SELECT cur.*, cur.light AS old_light, ${lightSql('cur', '$2::float8', 'cur.judged_at')} AS new_light,
            ${lightReasonSql('cur', '$2::float8', 'cur.judged_at')} AS reason
       FROM cur
@@ -130,7 +134,9 @@ export async function recordLightChanges(
   warningWindowS: number,
   horizonMs: number,
 ): Promise<LightEvent[]> {
-  const r = await c.query<OutboxRow>(TRANSITION_SQL, [instanceIds, warningWindowS, cause, horizonMs]);
+  // Named: each connection parses it once, and Postgres may keep a generic plan (planning it is a
+  // good part of its cost for one instance; see TRANSITION_SQL).
+  const r = await c.query<OutboxRow>({ name: 'light-transition', text: TRANSITION_SQL, values: [instanceIds, warningWindowS, cause, horizonMs] });
   return r.rows.map(toEvent);
 }
 

@@ -4,7 +4,8 @@
 // maintenanceUntilSql) per instance and instant, with overlapping and touching windows and two
 // customers (one's windows never apply to the other's instances, whatever their names); the
 // occurrences stored for a recurring window; the job's run
-// (refreshOccurrences) repeated, extending, pruning; the quota and another customer's ids.
+// (refreshOccurrences) repeated, extending, pruning; the quota and another customer's ids; the plan
+// of the light's recording statement (lib/store/light-events.ts) holds the maintenance chain once.
 import t from 'tap';
 import { randomUUID } from 'node:crypto';
 import { testStack } from '../helpers/stack.js';
@@ -21,6 +22,7 @@ import {
   type WindowScopeInput,
 } from '../../lib/store/maintenance.js';
 import { setOverrides } from '../../lib/store/quotas.js';
+import { TRANSITION_SQL } from '../../lib/store/light-events.js';
 
 const s = await testStack(t, 'maintwin', { gateway: false, worker: false, api: false });
 const cfg = loadConfig(s.env);
@@ -137,6 +139,15 @@ t.test('the fragments can use the index (customer_id, ends_at)', async (t) => {
     c.release();
   }
   t.throws(() => inMaintenanceSql('i; DROP TABLE x', 'now()'), /not an SQL alias/);
+});
+
+// Inlined CTEs copied the maintenance chain into every CASE of the colour, its reason and its time:
+// planning the recording statement took up to a second per report, under the instance's row lock.
+t.test("the recording statement plans the maintenance chain once and each default's InitPlan a bounded number of times", async (t) => {
+  const plan = (await q(`EXPLAIN ${TRANSITION_SQL}`, [[I.aM1agent], 900, 'report', Date.now()])).rows.map((r) => r['QUERY PLAN'] as string);
+  t.equal(plan.filter((l) => l.includes('Recursive Union')).length, 1, 'one recursive union (the maintenance chain)');
+  const subplans = plan.filter((l) => /InitPlan|SubPlan/.test(l)).length;
+  t.ok(subplans <= 60, `at most 60 sub-plans (${subplans} now; inlined there were 375)`);
 });
 
 t.test('a recurring window: the stored occurrences are its horizon as lib/domain/maintenance.ts computes it (the daylight-saving rules: test/unit/maintenance.test.ts)', async (t) => {
