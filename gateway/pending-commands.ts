@@ -21,6 +21,7 @@ import { Events, type NatsConnection, type Subscription } from 'nats';
 import type { Pool } from '../lib/infra/postgres.js';
 import type { Metrics } from '../lib/infra/metrics.js';
 import { HttpError, notFound } from '../lib/contract/errors.js';
+import { listenHints } from '../lib/infra/hints.js';
 import { commandInstance, decodeHint, instanceKeyOf, listOpenCommands, listOpenCommandsOf, type OpenCommandRow } from '../lib/store/commands.js';
 import { RateLimiter } from './rate-limiter.js';
 
@@ -79,12 +80,9 @@ export class PendingCommands {
   /** Loads every open command, then follows hints and re-reads periodically. */
   async start(): Promise<void> {
     // Subscribe first: a hint that arrives during the first load is applied after it.
-    this.sub = this.o.nc.subscribe(this.o.subject, {
-      callback: (err, msg) => {
-        if (err) return;
-        for (const r of decodeHint(msg.data)) this.dirty.add(instanceKeyOf(r.customerId, r.machine, r.software));
-        void this.kick();
-      },
+    this.sub = listenHints(this.o.nc, this.o.subject, decodeHint, (refs) => {
+      for (const r of refs) this.dirty.add(instanceKeyOf(r.customerId, r.machine, r.software));
+      void this.kick();
     });
     this.fullDue = true;
     await this.kick();

@@ -35,6 +35,12 @@
 //   `…control.commands`  {"i":[[customer id, machine slug, software slug], …]}: the open agent
 //                        commands of these instances changed (queued, delivered, acked, cancelled,
 //                        expired, timed out); every gateway re-reads them (lib/store/commands.ts).
+//   `…control.timeout-rules`  a customer id (UTF-8 text): its timeout rules changed; every worker
+//                        drops its cached copies of them (lib/store/timeout-rules.ts).
+//   `…control.light.<customer id>`  {"v":1,"events":[…]}: that customer's traffic-light changes
+//                        (LightEvent, lib/domain/traffic-light.ts LightMessage), for the api's
+//                        live stream (api/light-stream.ts); a dashboard that missed one re-reads.
+// lib/infra/hints.ts publishes and reads them: best effort, each reader also polls.
 //
 // The codec. One report on the wire (WireReport) has short keys, so a batch of 512 small reports
 // stays small; everything past the codec works on the readable Report. encodeReport, toReport and

@@ -13,9 +13,9 @@
 //   succeeded | failed   the agent's ack (through the gateway and JetStream, applied by a worker)
 //   expired | timed_out  the sweep job (workers/command-expiry.ts)
 //   cancelled            POST /api/commands/{id}/cancel while queued
-import type { NatsConnection } from 'nats';
 import type { Pool, PoolClient } from '../infra/postgres.js';
 import { withTx, isoTime as iso } from '../infra/postgres.js';
+import { HintPublisher } from '../infra/hints.js';
 import { HttpError, notFound, unprocessable } from '../contract/errors.js';
 import { treeErrors } from '../domain/storable.js';
 import type { AvailableCommand, Command, CommandState } from '../contract/schemas/commands.js';
@@ -247,32 +247,22 @@ export function decodeHint(data: Uint8Array): InstanceRef[] {
 
 /**
  * Publishes "the open commands of these instances changed" on `${SUBJECT_PREFIX}.control.commands`
- * after a commit. Best effort (core NATS, no connection yet, or a publish error): every gateway
- * also re-reads all open commands every COMMAND_RESYNC_MS.
+ * after a commit (lib/infra/hints.ts: best effort); every gateway also re-reads all open commands
+ * every COMMAND_RESYNC_MS. Each instance once, at most 1000 per message (≈ 100 KB, well under
+ * NATS's max_payload).
  */
-export class CommandHints {
-  private nc: NatsConnection | null = null;
-
-  constructor(
-    readonly subject: string,
-    private readonly onError: (e: unknown) => void = () => {},
-  ) {}
-
-  attach(nc: NatsConnection): void {
-    this.nc = nc;
-  }
-
-  publish(refs: InstanceRef[]): void {
-    if (refs.length === 0 || this.nc === null || this.nc.isClosed()) return;
-    const seen = new Map<string, InstanceRef>();
-    for (const r of refs) seen.set(instanceKeyOf(r.customerId, r.machine, r.software), r);
-    const all = [...seen.values()];
-    try {
-      // At most 1000 instances (≈ 100 KB) per message: well under NATS's max_payload.
-      for (let i = 0; i < all.length; i += 1000) this.nc.publish(this.subject, encodeHint(all.slice(i, i + 1000)));
-    } catch (e) {
-      this.onError(e);
-    }
+export class CommandHints extends HintPublisher<InstanceRef[]> {
+  constructor(subject: string, onError?: (e: unknown) => void) {
+    super(
+      subject,
+      (refs) => {
+        const all = [...new Map(refs.map((r) => [instanceKeyOf(r.customerId, r.machine, r.software), r])).values()];
+        const out: Uint8Array[] = [];
+        for (let i = 0; i < all.length; i += 1000) out.push(encodeHint(all.slice(i, i + 1000)));
+        return out;
+      },
+      onError,
+    );
   }
 }
 

@@ -27,6 +27,7 @@
 //                old; the sweep's repair keeps the colour right meanwhile.
 import type { NatsConnection, Subscription } from 'nats';
 import { withTx, type Pool, type PoolClient } from '../infra/postgres.js';
+import { HintPublisher, listenHints } from '../infra/hints.js';
 import { deadlineSql, lateAtSql } from '../domain/traffic-light.js';
 import { globToLike } from '../domain/glob.js';
 import { lockInstances } from './instances.js';
@@ -303,32 +304,17 @@ export async function applyLightDefaults(pool: Pool, timeoutS: number, latePerce
 }
 
 /**
- * "The timeout rules of customer X changed": the api publishes it on core NATS after each change
- * (fire-and-forget, like the command hints), the workers drop their copies of X's rules.
+ * "The timeout rules of customer X changed" on `${SUBJECT_PREFIX}.control.timeout-rules` (the
+ * customer id as the message): the api publishes it after each change (lib/infra/hints.ts: best
+ * effort), the workers drop their copies of X's rules; copies also expire after 10 minutes.
  */
-export class TimeoutRuleHints {
-  private nc: NatsConnection | null = null;
-
-  constructor(
-    readonly subject: string,
-    private readonly onError: (e: unknown) => void = () => {},
-  ) {}
-
-  attach(nc: NatsConnection): void {
-    this.nc = nc;
-  }
-
-  publish(customerId: string): void {
-    if (this.nc === null || this.nc.isClosed()) return;
-    try {
-      this.nc.publish(this.subject, customerId);
-    } catch (e) {
-      this.onError(e);
-    }
+export class TimeoutRuleHints extends HintPublisher<string> {
+  constructor(subject: string, onError?: (e: unknown) => void) {
+    super(subject, (customerId) => [customerId], onError);
   }
 
   /** The workers' side: `changed` with each customer id published. */
   static listen(nc: NatsConnection, subject: string, changed: (customerId: string) => void): Subscription {
-    return nc.subscribe(subject, { callback: (err, msg) => !err && changed(msg.string()) });
+    return listenHints(nc, subject, (data) => Buffer.from(data).toString('utf8') || null, changed);
   }
 }
