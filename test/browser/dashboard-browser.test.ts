@@ -13,7 +13,7 @@ import t from 'tap';
 import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { testStack, post, get, eventually } from '../helpers/stack.js';
 import { addMembership } from '../../lib/store/accounts.js';
-import { launchBrowser, browserUnavailable, screenshot, axeViolations, horizontalOverflow, untilInPage } from '../helpers/browser.js';
+import { launchBrowser, browserUnavailable, screenshot, expectNoAxeViolations, horizontalOverflow, untilInPage } from '../helpers/browser.js';
 import { randomUUID } from 'node:crypto';
 import { subjects, encodeBatch, encodeReport, type Report } from '../../lib/contract/messages.js';
 import { deadLetterOf } from '../../lib/store/dead-letters.js';
@@ -141,16 +141,6 @@ async function run(): Promise<void> {
     await page.keyboard.press('Enter');
     await page.waitForURL((u) => u.pathname === path);
   }
-
-  async function expectNoAxeViolations(tt: Test, page: Page, what: string) {
-    const v = await axeViolations(page);
-    tt.same(
-      v.map((x) => `${x.id} (${x.impact}): ${x.help} @ ${x.nodes.map((n) => n.target.join(' ')).join(' | ')}`),
-      [],
-      `${what}: no WCAG A/AA violations`,
-    );
-  }
-  type Test = { same(a: unknown, b: unknown, m: string): unknown };
 
   const d = await newContext(desktop);
   const page = d.page;

@@ -5,7 +5,7 @@
 import t from 'tap';
 import type { Browser, Page } from 'playwright-core';
 import { testStack, post, get, eventually } from '../helpers/stack.js';
-import { launchBrowser, browserUnavailable, screenshot, axeViolations } from '../helpers/browser.js';
+import { launchBrowser, browserUnavailable, screenshot, expectNoAxeViolations, logInSession } from '../helpers/browser.js';
 
 const skip = browserUnavailable();
 if (skip) t.plan(0, `browser tests skipped: ${skip}`);
@@ -36,24 +36,7 @@ async function run(): Promise<void> {
   const browser: Browser = await launchBrowser();
   t.teardown(() => browser.close());
 
-  async function session(user: { email: string; password: string }) {
-    const ctx = await browser.newContext({ viewport: { width: 1280, height: 900 }, locale: 'en-GB', timezoneId: 'Europe/Berlin' });
-    ctx.setDefaultTimeout(WAIT);
-    const page = await ctx.newPage();
-    const dialogs: string[] = [];
-    const errors: string[] = [];
-    page.on('dialog', (d) => {
-      dialogs.push(d.message());
-      void d.accept();
-    });
-    page.on('pageerror', (e) => errors.push(e.message));
-    await page.goto(`${s.apiUrl}/login`);
-    await page.fill('#login-email', user.email);
-    await page.fill('#login-password', user.password);
-    await page.keyboard.press('Enter');
-    await page.waitForURL((u) => u.pathname === '/');
-    return { ctx, page, dialogs, errors };
-  }
+  const session = (user: { email: string; password: string }) => logInSession(browser, s.apiUrl, user, { waitMs: WAIT });
 
   const a = await session(admin);
   const page: Page = a.page;
@@ -65,8 +48,7 @@ async function run(): Promise<void> {
     await page.locator('#retire').waitFor();
     await page.locator('#retire').scrollIntoViewIfNeeded();
     await screenshot(page, 'retire-instance-page-desktop');
-    const v = await axeViolations(page);
-    t.same(v.map((x) => `${x.id}: ${x.help}`), [], 'no WCAG A/AA violations');
+    await expectNoAxeViolations(t, page, 'instance page');
     await page.click('button:has-text("Retire this instance")');
     await page.waitForURL((u) => u.pathname === '/');
     t.match(a.dialogs.at(-1), /^Retire old-01 \/ agent\?/, 'asked first');

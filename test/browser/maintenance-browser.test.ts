@@ -8,7 +8,7 @@ import t from 'tap';
 import type { Browser } from 'playwright-core';
 import { testStack, get, eventually } from '../helpers/stack.js';
 import { request } from '../helpers/http.js';
-import { launchBrowser, browserUnavailable, screenshot, axeViolations, horizontalOverflow } from '../helpers/browser.js';
+import { launchBrowser, browserUnavailable, screenshot, expectNoAxeViolations, horizontalOverflow, logInSession } from '../helpers/browser.js';
 
 const skip = browserUnavailable();
 if (skip) t.plan(0, `browser tests skipped: ${skip}`);
@@ -34,24 +34,7 @@ async function run(): Promise<void> {
   const browser: Browser = await launchBrowser();
   t.teardown(() => browser.close());
 
-  async function session(user: { email: string; password: string }, width = 1280) {
-    const ctx = await browser.newContext({ viewport: { width, height: 900 }, locale: 'en-GB', timezoneId: 'Europe/Berlin' });
-    ctx.setDefaultTimeout(WAIT);
-    const page = await ctx.newPage();
-    const dialogs: string[] = [];
-    const errors: string[] = [];
-    page.on('dialog', (d) => {
-      dialogs.push(d.message());
-      void d.accept();
-    });
-    page.on('pageerror', (e) => errors.push(e.message));
-    await page.goto(`${s.apiUrl}/login`);
-    await page.fill('#login-email', user.email);
-    await page.fill('#login-password', user.password);
-    await page.keyboard.press('Enter');
-    await page.waitForURL((u) => u.pathname === '/');
-    return { ctx, page, dialogs, errors };
-  }
+  const session = (user: { email: string; password: string }, width = 1280) => logInSession(browser, s.apiUrl, user, { width, waitMs: WAIT });
 
   const a = await session(admin);
   const page = a.page;
@@ -63,7 +46,7 @@ async function run(): Promise<void> {
     await page.waitForURL((u) => u.pathname === '/maintenance');
     await page.locator('text=No maintenance windows.').waitFor();
     await screenshot(page, 'maintenance-empty-desktop');
-    t.same((await axeViolations(page)).map((x) => `${x.id}: ${x.help}`), [], 'no WCAG A/AA violations');
+    await expectNoAxeViolations(t, page, 'maintenance page');
     await page.selectOption('#maint-scope', 'machine');
     await page.locator('#maint-machine option', { hasText: 'web-1' }).waitFor({ state: 'attached' });
     await page.fill('#maint-start', `${day}T22:00`);
@@ -98,7 +81,7 @@ async function run(): Promise<void> {
     const w = (await windows()).find((x) => x.scope === 'software');
     t.match(w, { software_pattern: 'db-*', kind: 'recurring', recurrence: { time_zone: 'America/New_York', start_time: '01:30', duration_minutes: 90, days: ['sat', 'sun'] } });
     await screenshot(page, 'maintenance-two-windows-desktop');
-    t.same((await axeViolations(page)).map((x) => `${x.id}: ${x.help}`), [], 'no WCAG A/AA violations with the recurring form');
+    await expectNoAxeViolations(t, page, 'maintenance page with the recurring form');
   });
 
   t.test('an admin deletes a window after confirming', async (t) => {
@@ -142,7 +125,7 @@ async function run(): Promise<void> {
     const o = await horizontalOverflow(v.page);
     t.ok(o.scrollWidth <= o.width, `no sideways scrolling (${JSON.stringify(o)})`);
     await screenshot(v.page, 'maintenance-viewer-phone');
-    t.same((await axeViolations(v.page)).map((x) => `${x.id}: ${x.help}`), [], 'no WCAG A/AA violations at phone width');
+    await expectNoAxeViolations(t, v.page, 'maintenance page at phone width');
     await v.ctx.close();
   });
 }

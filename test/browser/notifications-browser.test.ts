@@ -5,9 +5,9 @@
 // settings then show. Screenshots at desktop and phone width (test/artifacts/); every page passes
 // axe-core's WCAG A/AA checks and fits a phone's width.
 import t from 'tap';
-import type { Browser, Page } from 'playwright-core';
+import type { Browser } from 'playwright-core';
 import { testStack, get, eventually } from '../helpers/stack.js';
-import { launchBrowser, browserUnavailable, screenshot, axeViolations, horizontalOverflow } from '../helpers/browser.js';
+import { launchBrowser, browserUnavailable, screenshot, expectNoAxeViolations, horizontalOverflow, logInSession } from '../helpers/browser.js';
 import { smtpServer } from '../helpers/smtp.js';
 
 const skip = browserUnavailable();
@@ -33,32 +33,10 @@ async function run(): Promise<void> {
   const browser: Browser = await launchBrowser();
   t.teardown(() => browser.close());
 
-  async function expectNoAxeViolations(tt: { same(a: unknown, b: unknown, m: string): unknown }, page: Page, what: string) {
-    const v = await axeViolations(page);
-    tt.same(
-      v.map((x) => `${x.id} (${x.impact}): ${x.help} @ ${x.nodes.map((n) => n.target.join(' ')).join(' | ')}`),
-      [],
-      `${what}: no WCAG A/AA violations`,
-    );
-  }
-
   async function session(viewport: { width: number; height: number }) {
-    const ctx = await browser.newContext({ viewport, locale: 'en-GB', timezoneId: 'Europe/Berlin' });
-    ctx.setDefaultTimeout(WAIT);
-    const page = await ctx.newPage();
-    const errors: string[] = [];
-    page.on('pageerror', (e) => errors.push(e.message));
-    page.on('console', (m) => {
-      if (/Content Security Policy/i.test(m.text())) errors.push(m.text());
-    });
-    await page.goto(`${s.apiUrl}/login?next=%2Fsettings`);
-    await page.locator('#login-email').waitFor();
-    await page.fill('#login-email', viewer.email);
-    await page.fill('#login-password', viewer.password);
-    await page.click('button[type=submit]');
-    await page.waitForURL((u) => u.pathname === '/settings');
-    await page.locator('#notifications #notify-kinds').waitFor();
-    return { ctx, page, errors };
+    const d = await logInSession(browser, s.apiUrl, viewer, { width: viewport.width, waitMs: WAIT, path: '/settings' });
+    await d.page.locator('#notifications #notify-kinds').waitFor();
+    return d;
   }
 
   const d = await session({ width: 1280, height: 900 });

@@ -7,9 +7,9 @@
 // counts, its deadline); the admin deletes the instance's rule and the instance has the defaults again. The
 // e-mail settings offer "turns late". Screenshots go to test/artifacts/.
 import t from 'tap';
-import type { Browser, Page } from 'playwright-core';
+import type { Browser } from 'playwright-core';
 import { testStack, get, post, eventually } from '../helpers/stack.js';
-import { launchBrowser, browserUnavailable, screenshot, axeViolations } from '../helpers/browser.js';
+import { launchBrowser, browserUnavailable, screenshot, expectNoAxeViolations, logInSession } from '../helpers/browser.js';
 
 const skip = browserUnavailable();
 if (skip) t.plan(0, `browser tests skipped: ${skip}`);
@@ -41,32 +41,7 @@ async function run(): Promise<void> {
   const browser: Browser = await launchBrowser();
   t.teardown(() => browser.close());
 
-  async function session(user: { email: string; password: string }) {
-    const ctx = await browser.newContext({ viewport: { width: 1280, height: 900 }, locale: 'en-GB', timezoneId: 'Europe/Berlin' });
-    ctx.setDefaultTimeout(WAIT);
-    const page = await ctx.newPage();
-    const dialogs: string[] = [];
-    const errors: string[] = [];
-    page.on('dialog', (d) => {
-      dialogs.push(d.message());
-      void d.accept();
-    });
-    page.on('pageerror', (e) => errors.push(e.message));
-    page.on('console', (m) => {
-      if (/Content Security Policy/i.test(m.text())) errors.push(m.text());
-    });
-    await page.goto(`${s.apiUrl}/login`);
-    await page.fill('#login-email', user.email);
-    await page.fill('#login-password', user.password);
-    await page.keyboard.press('Enter');
-    await page.waitForURL((u) => u.pathname === '/');
-    return { ctx, page, dialogs, errors };
-  }
-  async function noAxeViolations(tt: { same(a: unknown, b: unknown, m: string): unknown }, page: Page, what: string) {
-    const v = await axeViolations(page);
-    tt.same(v.map((x) => `${x.id}: ${x.help} @ ${x.nodes.map((n) => n.target.join(' ')).join(' | ')}`), [], `${what}: no WCAG A/AA violations`);
-  }
-
+  const session = (user: { email: string; password: string }) => logInSession(browser, s.apiUrl, user, { waitMs: WAIT });
   const a = await session(admin);
   const page = a.page;
   const fact = (name: string) => page.locator(`[data-fact=${name}] dd`);
@@ -111,7 +86,7 @@ async function run(): Promise<void> {
     t.match(await api(ids['kiosk-2']), { timeout_s: 300, late_percent: 0 }, 'the other instance keeps the defaults');
     await timeouts.scrollIntoViewIfNeeded();
     await screenshot(page, 'timeouts-settings-desktop');
-    await noAxeViolations(t, page, 'settings with timeouts');
+    await expectNoAxeViolations(t, page, 'settings with timeouts');
   });
 
   t.test("a second rule for the same instance: the api's refusal next to the form", async (t) => {
@@ -133,7 +108,7 @@ async function run(): Promise<void> {
     t.match(await fact('deadline').textContent(), /^in (59|60) min \(\d\d:\d\d:\d\d\)$/);
     t.match(await fact('late-at').textContent(), /^in (29|30) min \(\d\d:\d\d:\d\d\)$/);
     await screenshot(page, 'timeouts-instance-deadline-desktop');
-    await noAxeViolations(t, page, 'instance page');
+    await expectNoAxeViolations(t, page, 'instance page');
   });
 
   t.test('the admin shortens the rule: 20 s, late at 25 %', async (t) => {
@@ -216,7 +191,7 @@ async function run(): Promise<void> {
     t.equal(await row.locator('[data-deadline]').getAttribute('data-deadline'), i.deadline, "the row's deadline is the api's");
     t.match(await row.locator('[data-deadline]').textContent(), /^red in \d+ sec$/);
     await screenshot(page, 'timeouts-fleet-late-desktop');
-    await noAxeViolations(t, page, 'fleet with a late instance');
+    await expectNoAxeViolations(t, page, 'fleet with a late instance');
     await page.locator(`tr[data-instance="${door}"][data-light=red]`).waitFor({ timeout: 40_000 });
     await page.locator('[data-count=late]', { hasText: /^0$/ }).waitFor();
     t.equal(await page.locator('[data-count=red]').textContent(), '2', 'door-1 and kiosk-1');

@@ -2,7 +2,7 @@
 // deploy/bootstrap.mjs), driven by playwright-core. Never a downloaded browser. Each launch gets a
 // fresh profile in a temporary folder (Playwright makes and removes it), nothing in the background
 // talks to the internet.
-import { chromium, type Browser, type Page } from 'playwright-core';
+import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
 import { existsSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { ROOT } from '../../deploy/service-process.js';
@@ -89,4 +89,55 @@ export async function untilInPage(page: Page, expression: string, ms = 5_000): P
     if (Date.now() > until) throw new Error(`not true in the page within ${ms} ms: ${expression}`);
     await new Promise((r) => setTimeout(r, 50));
   }
+}
+
+/** A user's page in a fresh context: dialogs accepted and recorded, page errors and CSP refusals recorded. */
+export interface Session {
+  ctx: BrowserContext;
+  page: Page;
+  dialogs: string[];
+  errors: string[];
+}
+
+/**
+ * Logs `user` in through the login page (fields filled, Enter) and waits for `path` (the login
+ * page's `next`). In Berlin time and British English, `width` × 900, every wait `waitMs`.
+ */
+export async function logInSession(
+  browser: Browser,
+  apiUrl: string,
+  user: { email: string; password: string },
+  o: { width?: number; waitMs?: number; path?: string } = {},
+): Promise<Session> {
+  const path = o.path ?? '/';
+  const ctx = await browser.newContext({ viewport: { width: o.width ?? 1280, height: 900 }, locale: 'en-GB', timezoneId: 'Europe/Berlin' });
+  ctx.setDefaultTimeout(o.waitMs ?? 15_000);
+  const page = await ctx.newPage();
+  const dialogs: string[] = [];
+  const errors: string[] = [];
+  page.on('dialog', (d) => {
+    dialogs.push(d.message());
+    void d.accept();
+  });
+  page.on('pageerror', (e) => errors.push(e.message));
+  page.on('console', (m) => {
+    if (/Content Security Policy/i.test(m.text())) errors.push(m.text());
+  });
+  await page.goto(`${apiUrl}/login${path === '/' ? '' : `?next=${encodeURIComponent(path)}`}`);
+  await page.locator('#login-email').waitFor();
+  await page.fill('#login-email', user.email);
+  await page.fill('#login-password', user.password);
+  await page.keyboard.press('Enter');
+  await page.waitForURL((u) => u.pathname === path);
+  return { ctx, page, dialogs, errors };
+}
+
+/** One assertion: axe-core finds no WCAG A/AA violation on the page as it is now (each named with where). */
+export async function expectNoAxeViolations(t: { same(a: unknown, b: unknown, m: string): unknown }, page: Page, what: string): Promise<void> {
+  const v = await axeViolations(page);
+  t.same(
+    v.map((x) => `${x.id} (${x.impact}): ${x.help} @ ${x.nodes.map((n) => n.target.join(' ')).join(' | ')}`),
+    [],
+    `${what}: no WCAG A/AA violations`,
+  );
 }
