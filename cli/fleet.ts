@@ -23,7 +23,7 @@ import { customerBySlug, markCustomerDeleting } from '../lib/store/offboarding.j
 import { createWindow, deleteWindow, listWindows, windowView, type WindowScopeInput } from '../lib/store/maintenance.js';
 import { WEEKDAYS, canonicalTimeZone, windowTimesProblem, type Weekday, type WindowTimes } from '../lib/domain/maintenance.js';
 import { createTimeoutRule, deleteTimeoutRule, listTimeoutRules, updateTimeoutRule, type TimeoutRuleRow, type TimeoutRulePatch } from '../lib/store/timeout-rules.js';
-import { getInstance, lightDefaults } from '../lib/store/instances.js';
+import { lightDefaults } from '../lib/store/instances.js';
 import { TIMEOUT_RULE_MAX_S } from '../lib/contract/schemas/timeout-rules.js';
 
 // Read when a command runs, not before: `fleet --help` works whatever the environment holds.
@@ -678,20 +678,14 @@ timeoutRule
     const out = await withPool(async (p) => {
       const id = await customerIdOf(p, slug);
       const [items, defaults] = await Promise.all([listTimeoutRules(p, id), lightDefaults(p)]);
-      const names = new Map<string, string>();
-      for (const r of items) {
-        if (!r.instance_id) continue;
-        const i = await getInstance(p, id, { windowS: config().warningWindowS }, r.instance_id).catch(() => null);
-        if (i) names.set(r.instance_id, `${String(i.machine)}/${String(i.software)}`);
-      }
-      return { items, defaults, names };
+      return { items, defaults };
     });
     if (o.json) {
       process.stdout.write(JSON.stringify({ items: out.items.map(ruleJson), defaults: out.defaults, min_timeout_s: config().timeoutRuleMinS }, null, 2) + '\n');
       return;
     }
     for (const r of out.items) {
-      const target = r.scope === 'customer' ? '*' : r.scope === 'software' ? r.software_pattern : `${out.names.get(r.instance_id!) ?? '?'} (${r.instance_id})`;
+      const target = r.scope === 'customer' ? '*' : r.scope === 'software' ? r.software_pattern : `${r.machine ?? '?'}/${r.software ?? '?'} (${r.instance_id})`;
       process.stdout.write([r.id, r.scope, target, r.timeout_s ?? '-', r.late_percent ?? '-', r.description || '-'].join('\t') + '\n');
     }
     process.stderr.write(`${out.items.length} rule(s); without one: timeout ${out.defaults.timeout_s} s, late ${out.defaults.late_percent} % (HEARTBEAT_TIMEOUT_S, HEARTBEAT_LATE_PERCENT as the workers applied them)\n`);

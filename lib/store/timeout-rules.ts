@@ -42,6 +42,9 @@ export interface TimeoutRuleRow {
   scope: TimeoutScope;
   software_pattern: string | null;
   instance_id: string | null;
+  /** Scope instance: its machine's name and its software (one read with the rule, not one per rule). */
+  machine: string | null;
+  software: string | null;
   timeout_s: number | null;
   late_percent: number | null;
   description: string;
@@ -49,7 +52,9 @@ export interface TimeoutRuleRow {
   updated_at: Date;
 }
 
-const COLS = 'id, scope, software_pattern, instance_id, timeout_s, late_percent, description, created_at, updated_at';
+const COLS = `id, scope, software_pattern, instance_id, timeout_s, late_percent, description, created_at, updated_at,
+  (SELECT m.slug FROM instances ri JOIN machines m ON m.id = ri.machine_id WHERE ri.id = timeout_rules.instance_id) AS machine,
+  (SELECT ri.software FROM instances ri WHERE ri.id = timeout_rules.instance_id) AS software`;
 
 /** Rows per recompute transaction. */
 export const RECOMPUTE_CHUNK = 1000;

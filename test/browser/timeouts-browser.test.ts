@@ -77,7 +77,7 @@ async function run(): Promise<void> {
     t.equal(await ruleRow.count(), 1);
     t.match(await ruleRow.textContent(), /One instance: kiosk-1 \/ agent.*1 h 0 min.*50 %.*kiosk in the hall/);
     const rules = (await get(`${s.apiUrl}/api/timeout-rules`, admin.jwt)).body;
-    t.match(rules.items, [{ scope: 'instance', instance_id: kiosk, software_pattern: null, timeout_s: 3600, late_percent: 50, description: 'kiosk in the hall' }], 'stored');
+    t.match(rules.items, [{ scope: 'instance', instance_id: kiosk, machine: 'kiosk-1', software: 'agent', software_pattern: null, timeout_s: 3600, late_percent: 50, description: 'kiosk in the hall' }], 'stored');
     ruleId = rules.items[0].id;
     const i = await api();
     t.match(i, { timeout_s: 3600, late_percent: 50 });

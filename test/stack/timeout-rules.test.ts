@@ -202,6 +202,8 @@ t.test('a shortened timeout never turns a reporting instance red, although its h
   // expires: the deadline Postgres holds passes again and again while it reports.
   const made = await post(RULES, admin.jwt, { scope: 'instance', instance_id: before.id, timeout_s: MIN_S });
   t.equal(made.status, 201);
+  t.match(made.body.rule, { instance_id: before.id, machine: 's1', software: 'steady' }, "the rule names its instance's machine and software");
+  t.match((await get(RULES, admin.jwt)).body.items.find((r: { id: string }) => r.id === made.body.rule.id), { machine: 's1', software: 'steady' }, 'so does the list');
   t.equal(made.body.instances_changed, 1);
   await sleep(6000);
   const seen = await find('s1', 'steady');

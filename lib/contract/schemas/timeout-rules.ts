@@ -23,6 +23,8 @@ export const TimeoutRule = Type.Object(
     scope: Scope,
     software_pattern: Type.Union([Type.String(), Type.Null()]),
     instance_id: Type.Union([Type.String({ format: 'uuid' }), Type.Null()]),
+    machine: Type.Union([Type.String(), Type.Null()], { description: "scope instance: its machine's name" }),
+    software: Type.Union([Type.String(), Type.Null()], { description: "scope instance: the instance's software" }),
     timeout_s: Type.Union([TimeoutS, Type.Null()], { description: 'null: this rule leaves the timeout to a less specific rule or the default' }),
     late_percent: Type.Union([LatePercent, Type.Null()], { description: 'null: this rule leaves the late share to a less specific rule or the default' }),
     description: Type.String(),

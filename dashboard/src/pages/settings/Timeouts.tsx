@@ -31,30 +31,10 @@ function intOf(v: string): number | null {
   return /^\d+$/.test(s) ? Number(s) : NaN;
 }
 
-// Instance names for rules of scope instance, read once per page load.
-const names = new Map<string, Promise<string | null>>();
-function instanceName(id: string): Promise<string | null> {
-  let p = names.get(id);
-  if (!p) {
-    p = get<Instance>(`/api/instances/${id}`).then(
-      (i) => `${i.machine} / ${i.software}`,
-      () => null,
-    );
-    names.set(id, p);
-  }
-  return p;
-}
-
-function InstanceTarget({ id }: { id: string }) {
-  const [name, setName] = useState<string | null>(null);
-  useEffect(() => {
-    let live = true;
-    void instanceName(id).then((n) => live && setName(n));
-    return () => void (live = false);
-  }, [id]);
+function InstanceTarget({ rule }: { rule: TimeoutRule }) {
   return (
-    <a href={`/instances/${id}`} data-instance-target={id}>
-      {name ?? <code>{id}</code>}
+    <a href={`/instances/${rule.instance_id}`} data-instance-target={rule.instance_id}>
+      {rule.machine !== null && rule.software !== null ? `${rule.machine} / ${rule.software}` : <code>{rule.instance_id}</code>}
     </a>
   );
 }
@@ -203,7 +183,7 @@ export function TimeoutsSection() {
             <tr key={r.id} data-rule={r.id}>
               <td data-label={t('timeouts.scope')}>
                 <span class="muted small">{t(`timeouts.scope.${r.scope}`)}: </span>
-                {r.scope === 'instance' && r.instance_id ? <InstanceTarget id={r.instance_id} /> : r.scope === 'software' ? <code>{r.software_pattern}</code> : t('timeouts.wholeCustomer')}
+                {r.scope === 'instance' && r.instance_id ? <InstanceTarget rule={r} /> : r.scope === 'software' ? <code>{r.software_pattern}</code> : t('timeouts.wholeCustomer')}
               </td>
               <td data-label={t('timeouts.timeoutCol')}>{r.timeout_s === null ? <span class="muted">{t('timeouts.inherited')}</span> : duration(r.timeout_s)}</td>
               <td data-label={t('timeouts.lateCol')}>{r.late_percent === null ? <span class="muted">{t('timeouts.inherited')}</span> : r.late_percent === 0 ? t('timeouts.neverLate') : `${r.late_percent} %`}</td>
@@ -254,7 +234,7 @@ function EditRow({ r, minS, onDone, onCancel }: { r: TimeoutRule; minS: number; 
         <ActionForm class="inline-form" onSubmit={save.run}>
           <span class="field">
             <span class="muted small">{t(`timeouts.scope.${r.scope}`)}</span>
-            {r.scope === 'instance' && r.instance_id ? <InstanceTarget id={r.instance_id} /> : r.scope === 'software' ? <code>{r.software_pattern}</code> : t('timeouts.wholeCustomer')}
+            {r.scope === 'instance' && r.instance_id ? <InstanceTarget rule={r} /> : r.scope === 'software' ? <code>{r.software_pattern}</code> : t('timeouts.wholeCustomer')}
           </span>
           <Field id={`${id}-timeout`} label={t('timeouts.timeout')}>
             <input id={`${id}-timeout`} type="number" min={minS} max={2_592_000} step={1} value={timeout} onInput={(e) => setTimeoutS(e.currentTarget.value)} placeholder={t('timeouts.inherited')} />
