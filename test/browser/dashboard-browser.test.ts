@@ -423,6 +423,8 @@ async function run(): Promise<void> {
 
   t.test('settings: licence, onboarding checklist, support contacts, a whitelist rule added from the page', async (t) => {
     t.match(await page.locator('#licence').textContent(), /[3-6] of 5 devices/, 'device count and limit');
+    // The checklist is read apart from the licence: wait for its last step.
+    await page.locator('#onboarding li[data-step=help_texts]').waitFor();
     const steps = await page.locator('#onboarding li[data-step]').evaluateAll((els) => els.map((e) => [e.getAttribute('data-step'), e.classList.contains('done')]));
     t.same(steps.slice(0, 5), [
       ['token_created', true],

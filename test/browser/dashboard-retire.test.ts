@@ -78,6 +78,10 @@ async function run(): Promise<void> {
     await page.waitForURL((u) => u.pathname === '/');
     t.match(a.dialogs.at(-1), /^Retire machine old-02 with all its software\?/);
     await page.locator('[data-count=all]', { hasText: /^1$/ }).waitFor();
+    // The rows come with the list, apart from the count (as above).
+    await row(ids.get('keep-01/agent')!).waitFor();
+    await row(ids.get('old-02/agent')!).waitFor({ state: 'detached' });
+    await row(ids.get('old-02/backup')!).waitFor({ state: 'detached' });
     t.equal(await row(ids.get('old-02/agent')!).count(), 0);
     t.equal(await row(ids.get('old-02/backup')!).count(), 0);
     t.equal(await row(ids.get('keep-01/agent')!).count(), 1);
