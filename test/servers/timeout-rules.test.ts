@@ -3,7 +3,9 @@
 // functions and the statements' expressions compute the same times, that a new instance takes its
 // rule (also when it races a rule change), that a change recomputes every instance across chunk
 // boundaries and only the customer's own, that a recompute left half-way is found again, and that
-// changed defaults move the deadlines of exactly the instances without a rule.
+// changed defaults move the deadlines of exactly the instances without a rule. Hostile: the whole
+// quota of the longest near-miss patterns under ingest; Postgres refusing writes half-way through a
+// recompute (the rest is finished later).
 import t from 'tap';
 import { randomUUID } from 'node:crypto';
 import { testStack } from '../helpers/stack.js';
@@ -244,4 +246,72 @@ t.test('changed defaults move the deadlines of the instances without a rule, and
   t.equal(secs((await row('d1', 'plain', c)).deadline, plain.last_heartbeat_at), 900);
   t.equal((await s.pool.query('SELECT pending FROM light_defaults')).rows[0].pending, false);
   t.ok(await applyLightDefaults(s.pool, 300, 0), 'back to the defaults of the other tests');
+});
+
+t.test('hostile: the whole quota of the longest patterns, each a near miss for LIKE, under ingest; every new instance takes its longest match', async (t) => {
+  const c = (await s.newCustomer(`tmh-${randomUUID().slice(0, 8)}`)).customer;
+  const QUOTA = 1000;
+  // 998 patterns of up to 128 characters, 61 stars each: `*a*a…*a*-<i>` (a software of 60 a's and
+  // more matches only its own i); 'a*' sets the late share for all of them; the customer rule the rest.
+  const long = (i: number) => `${'*a'.repeat(60)}*-${i}`;
+  for (let i = 0; i < QUOTA - 2; i++) await create(c, { scope: 'software', softwarePattern: long(i), timeoutS: 100 + i });
+  t.ok(long(QUOTA - 3).length <= 128, 'the longest pattern the api takes');
+  await create(c, { scope: 'software', softwarePattern: 'a*', latePercent: 10 });
+  await create(c, { scope: 'customer', timeoutS: 6000 });
+  t.same(await createTimeoutRule(s.pool, c.id, rule({ scope: 'software', softwarePattern: 'z*', timeoutS: 100 }), QUOTA), { full: { count: QUOTA, max: QUOTA } }, 'the quota is full');
+
+  // 300 new instances (software names of the longest allowed, 64 characters) in one batch, with
+  // another customer's instances of the same names in it.
+  const name = (i: number) => `${'a'.repeat(64 - 1 - String(i).length)}-${i}`;
+  const reports: Report[] = [];
+  for (let i = 0; i < 300; i++) reports.push(hb(`h${i % 10}`, name(i), c), hb(`h${i % 10}`, name(i), other));
+  reports.push(hb('h0', 'b-x', c));
+  await applyBatch(deps, reports, []);
+  const rows = (
+    await s.pool.query<{ software: string; timeout_s: number | null; late_percent: number | null; customer_id: string }>(
+      `SELECT software, timeout_s, late_percent, customer_id FROM instances WHERE customer_id = ANY($1::uuid[]) AND machine_id IN (SELECT id FROM machines WHERE slug LIKE 'h%')`,
+      [[c.id, other.id]],
+    )
+  ).rows;
+  const mine = rows.filter((r) => r.customer_id === c.id);
+  t.equal(mine.length, 301, 'every instance of the customer');
+  const wrong = mine.filter((r) => {
+    if (r.software === 'b-x') return r.timeout_s !== 6000 || r.late_percent !== null;
+    const i = Number(r.software.split('-')[1]);
+    return r.timeout_s !== 100 + i || r.late_percent !== 10;
+  });
+  t.same(wrong, [], 'each: the timeout of its own long pattern, the late share of a*, b-x the customer rule');
+  t.same(rows.filter((r) => r.customer_id === other.id && (r.timeout_s !== null || r.late_percent !== null)), [], "the other customer's instances of the same names: no rule");
+});
+
+t.test('Postgres refuses writes half-way through a recompute: the rule stands, the instances done stay done, the rest is finished later', async (t) => {
+  const c = (await s.newCustomer(`tmr-${randomUUID().slice(0, 8)}`)).customer;
+  const n = RECOMPUTE_CHUNK + 200;
+  const reports: Report[] = [];
+  for (let i = 0; i < n; i++) reports.push(hb(`r${String(i % 20).padStart(2, '0')}`, `sw-${String(i).padStart(4, '0')}`, c));
+  for (let i = 0; i < reports.length; i += 500) await applyBatch(deps, reports.slice(i, i + 500), []);
+  // The second chunk's first instance in the recompute's order (machine, software, id) refuses, as
+  // a read-only Postgres answers (SQLSTATE 25006).
+  const order = (await s.pool.query<{ id: string }>(`SELECT id FROM instances WHERE customer_id = $1 ORDER BY machine, software, id`, [c.id])).rows;
+  const victim = order[RECOMPUTE_CHUNK]!.id;
+  const fn = `refuse_${randomUUID().replace(/-/g, '')}`;
+  await s.pool.query(`CREATE FUNCTION ${fn}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+      RAISE EXCEPTION 'cannot execute UPDATE in a read-only transaction' USING ERRCODE = '25006'; END $$`);
+  await s.pool.query(`CREATE TRIGGER ${fn} BEFORE UPDATE ON instances FOR EACH ROW WHEN (OLD.id = '${victim}'::uuid) EXECUTE FUNCTION ${fn}()`);
+  try {
+    await t.rejects(create(c, { timeoutS: 777 }), { name: 'DependencyUnavailableError' }, 'the call fails as an outage (the api answers 503), not as bad input');
+  } finally {
+    await s.pool.query(`DROP TRIGGER ${fn} ON instances`);
+    await s.pool.query(`DROP FUNCTION ${fn}()`);
+  }
+  const rules = await s.pool.query(`SELECT timeout_s FROM timeout_rules WHERE customer_id = $1`, [c.id]);
+  t.same(rules.rows, [{ timeout_s: 777 }], 'the rule was committed before the recompute');
+  const done = await s.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM instances WHERE customer_id = $1 AND timeout_s = 777`, [c.id]);
+  t.equal(done.rows[0]!.n, RECOMPUTE_CHUNK, 'the first chunk committed, the second rolled back whole');
+  await s.pool.query(`UPDATE timeout_recomputes SET requested_at = now() - interval '2 min' WHERE customer_id = $1`, [c.id]);
+  t.ok((await unfinishedRecomputes(s.pool, 60)).includes(c.id), 'its mark stayed: the sweep finds it');
+  t.equal(await recomputeCustomer(s.pool, c.id), n - RECOMPUTE_CHUNK, 'the rest, once Postgres writes again');
+  const all = await s.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM instances WHERE customer_id = $1 AND timeout_s = 777 AND deadline = last_heartbeat_at + interval '777 s'`, [c.id]);
+  t.equal(all.rows[0]!.n, n, 'every instance and deadline');
+  t.notOk((await unfinishedRecomputes(s.pool, -60)).includes(c.id), 'no mark left');
 });
