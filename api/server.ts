@@ -7,6 +7,7 @@ import type { Socket } from 'node:net';
 import { STATUS_CODES } from 'node:http';
 import cookie from '@fastify/cookie';
 import { HttpError } from '../lib/contract/errors.js';
+import { DependencyUnavailableError } from '../lib/infra/storage-errors.js';
 import { routesOf, colonPath, checkHandlers, allowedMethods } from '../lib/contract/routes.js';
 import { toFieldErrors } from '../lib/contract/validation.js';
 import { resolvePrincipal, authorise } from './auth.js';
@@ -220,6 +221,11 @@ export async function buildApi(d: ApiDeps): Promise<FastifyInstance> {
       return reply.code(400).send({ detail: `invalid ${fe.validationContext ?? 'request'}: ${fe.message}`, errors });
     }
     if (fe.statusCode && fe.statusCode < 500) return reply.code(fe.statusCode).send({ detail: fe.message });
+    // A server under the api is down or refuses writes (read-only, full): an outage, not our bug.
+    if (err instanceof DependencyUnavailableError) {
+      req.log.warn({ err }, 'request failed: a dependency is unavailable');
+      return reply.code(503).header('Retry-After', '5').send({ detail: `${err.dependency} unavailable; retry later` });
+    }
     req.log.error({ err }, 'request failed');
     return reply.code(500).send({ detail: 'internal error' });
   });

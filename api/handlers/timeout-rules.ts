@@ -13,6 +13,22 @@ export function timeoutRuleHandlers(d: ApiDeps): HandlersOf<'list_timeout_rules'
   const quotaRefusals = d.metrics.counter('fleet_quota_refusals_total');
   const minS = d.cfg.timeoutRuleMinS;
   const rule = (r: TimeoutRuleRow) => apiRow(r);
+  // One change of a customer's rules at a time on this replica: a change rewrites every instance
+  // it may touch (all of the customer's, for a customer-wide rule), so a customer looping over
+  // concurrent changes would spend Postgres' writes that every other customer needs. Another change
+  // of the same customer meanwhile: 429 at once, holding nothing (docs/api.md "Timeout rules").
+  const applying = new Set<string>();
+  async function oneAtATime<T>(customerId: string, f: () => Promise<T>): Promise<T> {
+    if (applying.has(customerId)) {
+      throw new HttpError(429, "another change of this customer's timeout rules is being applied to its instances; retry when it has finished", { retryAfterS: 1 });
+    }
+    applying.add(customerId);
+    try {
+      return await f();
+    } finally {
+      applying.delete(customerId);
+    }
+  }
   const checkTimeout = (t: number | null | undefined) => {
     if (t != null && t < minS) throw badRequest(`timeout_s: at least ${minS} s (TIMEOUT_RULE_MIN_S): each instance of a rule reaches Postgres at least every 80 % of its timeout`);
   };
@@ -34,7 +50,7 @@ export function timeoutRuleHandlers(d: ApiDeps): HandlersOf<'list_timeout_rules'
       if (b.timeout_s === undefined && b.late_percent === undefined) throw badRequest('a rule sets timeout_s, late_percent or both');
       checkTimeout(b.timeout_s);
       const max = (await loadQuotas(d.pool, d.cfg, p.customerId)).timeout_rules;
-      const made = await createTimeoutRule(
+      const made = await oneAtATime(p.customerId, () => createTimeoutRule(
         d.pool,
         p.customerId,
         {
@@ -47,7 +63,7 @@ export function timeoutRuleHandlers(d: ApiDeps): HandlersOf<'list_timeout_rules'
           createdBy: p.userId ?? null,
         },
         max,
-      );
+      ));
       if ('noInstance' in made) throw notFound('no such instance');
       if ('exists' in made) throw new HttpError(409, `a rule for this target exists already (${made.exists}): change it with PUT /api/timeout-rules/${made.exists}`);
       if ('full' in made) {
@@ -65,11 +81,11 @@ export function timeoutRuleHandlers(d: ApiDeps): HandlersOf<'list_timeout_rules'
       const p = principal(req);
       const b = req.body;
       checkTimeout(b.timeout_s);
-      const out = await updateTimeoutRule(d.pool, p.customerId, req.params.id, {
+      const out = await oneAtATime(p.customerId, () => updateTimeoutRule(d.pool, p.customerId, req.params.id, {
         ...(b.timeout_s !== undefined ? { timeoutS: b.timeout_s } : {}),
         ...(b.late_percent !== undefined ? { latePercent: b.late_percent } : {}),
         ...(b.description !== undefined ? { description: b.description } : {}),
-      });
+      }));
       if (!out) throw notFound('no such rule');
       if ('empty' in out) throw badRequest('a rule keeps timeout_s, late_percent or both: delete it instead');
       d.ruleHints?.publish(p.customerId);
@@ -78,7 +94,7 @@ export function timeoutRuleHandlers(d: ApiDeps): HandlersOf<'list_timeout_rules'
 
     async delete_timeout_rule(req, reply) {
       const p = principal(req);
-      if (!(await deleteTimeoutRule(d.pool, p.customerId, req.params.id))) throw notFound('no such rule');
+      if (!(await oneAtATime(p.customerId, () => deleteTimeoutRule(d.pool, p.customerId, req.params.id)))) throw notFound('no such rule');
       d.ruleHints?.publish(p.customerId);
       return reply.code(204).send();
     },

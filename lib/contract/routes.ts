@@ -1181,6 +1181,7 @@ export const routes = [
       ...authErrors,
       404: err('no such instance'),
       409: err('a rule for this target exists already (change it with PUT), or the customer has as many rules as its quota timeout_rules allows (TIMEOUT_RULES_PER_CUSTOMER, 1000 by default)'),
+      429: err("another change of this customer's timeout rules is being applied on this api replica; see Retry-After"),
     },
   }),
   route({
@@ -1198,6 +1199,7 @@ export const routes = [
       400: err('bad body, a timeout below TIMEOUT_RULE_MIN_S, or both values cleared'),
       ...authErrors,
       404: err('no such rule'),
+      429: err("another change of this customer's timeout rules is being applied on this api replica; see Retry-After"),
     },
   }),
   route({
@@ -1209,7 +1211,13 @@ export const routes = [
     tags: ['traffic light'],
     auth: 'admin',
     params: IdParams,
-    responses: { 204: { description: 'deleted' }, 400: err('ill-formed id'), ...authErrors, 404: err('no such rule') },
+    responses: {
+      204: { description: 'deleted' },
+      400: err('ill-formed id'),
+      ...authErrors,
+      404: err('no such rule'),
+      429: err("another change of this customer's timeout rules is being applied on this api replica; see Retry-After"),
+    },
   }),
   // Maintenance windows (issue 25; api/handlers/maintenance.ts, lib/store/maintenance.ts).
   route({

@@ -2,11 +2,12 @@
 // (ALTER SYSTEM reaches every database of a server): read-only for a while (SQLSTATE 25006),
 // and the worker's role's password changed (28P01; pg_hba asks that role for its password).
 // Reports acknowledged during the fault wait, the worker says so, none is dead-lettered, and
-// afterwards each is stored exactly once, its instance created (test/helpers/outage.ts).
+// afterwards each is stored exactly once, its instance created (test/helpers/outage.ts). The api's
+// writes meanwhile answer 503 with Retry-After (an outage), its reads go on.
 import t from 'tap';
 import pg from 'pg';
 import { readFileSync, writeFileSync } from 'node:fs';
-import { testStack } from '../helpers/stack.js';
+import { testStack, eventually, post, get } from '../helpers/stack.js';
 import { freePort } from '../helpers/nats-server.js';
 import { OwnPostgres } from '../helpers/postgres-server.js';
 import { outageTest } from '../helpers/outage.js';
@@ -39,7 +40,6 @@ await admin('SELECT pg_reload_conf()');
 const s = await testStack(t, 'outpg', {
   pgUrl: `postgres://${ROLE}:right-1@127.0.0.1:${server.port}/postgres`,
   worker: false,
-  api: false,
   env: { WORKER_RETRY_MAX_MS: '1000' },
 });
 const port = await freePort();
@@ -62,4 +62,28 @@ t.test("the role's password changed: the reports wait until it is right again, t
     start: () => admin(`ALTER ROLE ${ROLE} PASSWORD 'wrong-2'`, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '${ROLE}'`),
     end: () => admin(`ALTER ROLE ${ROLE} PASSWORD 'right-1'`),
   });
+});
+
+t.test('read-only Postgres under the api: a write is 503 with Retry-After (an outage, not 500), reads still answer, and the write goes through afterwards', async (t) => {
+  const api = { url: s.apiUrl };
+  const user = await s.newUser('admin');
+  const rule = { scope: 'customer', timeout_s: 600 };
+  await admin('ALTER SYSTEM SET default_transaction_read_only = on', 'SELECT pg_reload_conf()');
+  try {
+    // pg_reload_conf reaches each backend at its next statement: a few tries.
+    const refused = await eventually(async () => {
+      const r = await post(`${api.url}/api/timeout-rules`, user.jwt, rule);
+      return r.status === 503 ? r : null;
+    }, 10_000, 'the write refused as an outage');
+    t.equal(refused.headers.get('retry-after'), '5');
+    t.same(refused.body, { detail: 'postgres unavailable; retry later' }, "no server text in the answer");
+    t.equal((await get(`${api.url}/api/instances`, user.jwt)).status, 200, 'reads still answer');
+  } finally {
+    await admin('SET default_transaction_read_only = off', 'ALTER SYSTEM RESET default_transaction_read_only', 'SELECT pg_reload_conf()');
+  }
+  const made = await eventually(async () => {
+    const r = await post(`${api.url}/api/timeout-rules`, user.jwt, rule);
+    return r.status === 201 ? r : null;
+  }, 10_000, 'the write once Postgres takes writes again');
+  t.equal(made.body.rule.timeout_s, 600);
 });

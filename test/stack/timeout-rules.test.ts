@@ -4,7 +4,8 @@
 // with its own webhook delivery and e-mail, while another customer's instance of the same name
 // keeps the default; a rule that shortens the timeout of an instance whose heartbeats skip
 // Postgres (the worker's copy of its rule is stale) never turns it red while it reports; a rule
-// deleted turns a red instance back without a report.
+// deleted turns a red instance back without a report; a customer changing its rules in a loop gets
+// 429 for a change while its last is applied, and another customer's changes go through.
 import t from 'tap';
 import { createServer, type IncomingMessage } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -236,4 +237,38 @@ t.test('a shortened timeout never turns a reporting instance red, although its h
   }, 10_000, 'the change back recorded');
   t.same(ev.map((e) => e.to_light), ['green', 'red', 'green']);
   t.ok(Number(ev[2]!.at_ms) > Date.parse(red.light_since), 'changed back when judged, after it turned red');
+});
+
+t.test("a customer changing its rules in a loop: one change at a time per api replica (429 at once, nothing held); another customer's change goes through meanwhile", async (t) => {
+  const theirRule = ((await get(RULES, otherAdmin.jwt)).body.items as { id: string; scope: string }[]).find((r) => r.scope === 'customer')!;
+  const hold = await s.pool.connect();
+  let first: Promise<{ status: number; body: any }> | null = null;
+  try {
+    await hold.query('BEGIN');
+    // A rule change locks its customer's row first; held here, the first change waits inside.
+    await hold.query('SELECT 1 FROM customers WHERE id = $1 FOR UPDATE', [s.customer.id]);
+    first = post(RULES, admin.jwt, { scope: 'software', software_pattern: 'loop-*', timeout_s: 100 });
+    await eventually(async () => {
+      const r = await s.pool.query(
+        `SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%FROM customers WHERE id = $1 FOR UPDATE%'`,
+      );
+      return r.rows[0].n >= 1;
+    }, 10_000, 'the first change waits on the lock');
+    const again = await post(RULES, admin.jwt, { scope: 'software', software_pattern: 'loop2-*', timeout_s: 100 });
+    t.equal(again.status, 429, 'a second change of the same customer: 429 at once');
+    t.equal(again.headers.get('retry-after'), '1');
+    t.match(again.body.detail, /being applied/);
+    t.equal((await request('PUT', `${RULES}/${theirRule.id}`, admin.jwt, { timeout_s: 100 })).status, 429, 'PUT too, before it looks for the rule');
+    t.equal((await request('DELETE', `${RULES}/${theirRule.id}`, admin.jwt)).status, 429, 'DELETE too');
+    const theirs = await request('PUT', `${RULES}/${theirRule.id}`, otherAdmin.jwt, { timeout_s: 150 });
+    t.equal(theirs.status, 200, "another customer's change is not held up");
+    await hold.query('COMMIT');
+  } finally {
+    hold.release();
+  }
+  const made = await first!;
+  t.equal(made.status, 201, 'the first change went through once the lock was free');
+  const next = await post(RULES, admin.jwt, { scope: 'software', software_pattern: 'loop2-*', timeout_s: 100 });
+  t.equal(next.status, 201, 'free again once it finished');
+  for (const id of [made.body.rule.id, next.body.rule.id]) t.equal((await request('DELETE', `${RULES}/${id}`, admin.jwt)).status, 204);
 });
