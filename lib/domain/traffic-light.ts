@@ -111,21 +111,22 @@ export function lightReasonSql(alias: string, windowParam: string, now = 'now()'
 
 /**
  * SQL for when the colour of row `i` changed to `newLight` (an expression), given that the stored
- * colour `i.light` differs: maintenance began when it was judged (the sweep's tick after the
- * window began) and ended with its window (unless a report came after); a silence turned red at
+ * colour `i.light` differs: maintenance began at `maintenanceFrom` (the recording statement gives
+ * its window's start; else when it was judged) and ended with its window (unless a report came
+ * after); a silence turned red at
  * its deadline and late at its late time; yellow
  * turned green when the last warning ran out or the status that ended `degraded` arrived,
  * whichever is later; red or late that no report ended (a timeout rule moved the deadline) ended
  * when it was judged; anything else changed with the newest report. Never before the stored
  * colour's own start, never in the future.
  */
-export function lightAtSql(alias: string, newLight: string, windowParam: string, now = 'now()'): string {
+export function lightAtSql(alias: string, newLight: string, windowParam: string, now = 'now()', maintenanceFrom = now): string {
   const i = alias;
   const window = `make_interval(secs => ${windowParam})`;
   const deadline = `GREATEST(${i}.deadline, ${deadlineSql(`${i}.maintenance_until`, `${i}.timeout_s`)})`;
   const lateAt = `GREATEST(${i}.late_at, ${lateAtSql(`${i}.maintenance_until`, `${i}.timeout_s`, `${i}.late_percent`)})`;
   return `GREATEST(${i}.light_since, LEAST(now(), CASE
-    WHEN ${newLight} = 'maintenance' THEN ${now}
+    WHEN ${newLight} = 'maintenance' THEN ${maintenanceFrom}
     WHEN ${newLight} = 'red' AND ${silentSql(i, now)} THEN ${deadline}
     WHEN ${newLight} = 'late' AND ${overdueSql(i, now)} AND ${lateAt} > ${i}.last_seen_at THEN ${lateAt}
     WHEN ${i}.light = 'maintenance' AND ${i}.maintenance_until > ${i}.last_seen_at THEN ${i}.maintenance_until

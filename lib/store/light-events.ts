@@ -15,7 +15,7 @@
 import type { Pool, PoolClient } from '../infra/postgres.js';
 import { insertRows, type ClickHouseClient } from '../infra/clickhouse.js';
 import { lightSql, lightReasonSql, lightAtSql, lightEventId, deadlineSql, lateAtSql, type LightCause, type LightColour, type LightEvent } from '../domain/traffic-light.js';
-import { maintenanceUntilSql } from './maintenance.js';
+import { maintenanceFromSql, maintenanceUntilSql } from './maintenance.js';
 
 type Db = Pool | PoolClient;
 
@@ -70,7 +70,8 @@ const H = (alias: string) =>
 // base: the rows as stored; mw: the end of the latest maintenance, in progress at the judgement
 // time (from the occurrences: lib/store/maintenance.ts) or past (as stored); cur: once it is past,
 // the deadline and late time started again at that end (not before: a window deleted early ends
-// sooner); judged: the colour; chg: rows whose colour or times change.
+// sooner), and for a row entering maintenance when that began (its window's start: the change's
+// time); judged: the colour; chg: rows whose colour or times change.
 // Every step is MATERIALIZED: inlined, each reference to a column of mw or cur copied its whole
 // expression (the recursive subquery and its InitPlans) into every CASE of the colour, its reason
 // and its time, and planning alone took up to a second per report, under the instance's row lock,
@@ -89,14 +90,15 @@ export const TRANSITION_SQL = `
            CASE WHEN w.maintenance_until <= w.judged_at THEN GREATEST(w.stored_deadline, ${deadlineSql('w.maintenance_until', 'w.timeout_s')})
                 ELSE w.stored_deadline END AS deadline,
            CASE WHEN w.maintenance_until <= w.judged_at THEN GREATEST(w.stored_late_at, ${lateAtSql('w.maintenance_until', 'w.timeout_s', 'w.late_percent')})
-                ELSE w.stored_late_at END AS late_at
+                ELSE w.stored_late_at END AS late_at,
+           CASE WHEN w.maintenance_until > w.judged_at AND w.light <> 'maintenance' THEN ${maintenanceFromSql('w', 'w.judged_at')} END AS maintenance_from
       FROM mw w
   ), judged AS MATERIALIZED (
     SELECT cur.*, cur.light AS old_light, ${lightSql('cur', '$2::float8', 'cur.judged_at')} AS new_light,
            ${lightReasonSql('cur', '$2::float8', 'cur.judged_at')} AS reason
       FROM cur
   ), chg AS (
-    SELECT j.*, j.new_light <> j.old_light AS changed, ${lightAtSql('j', 'j.new_light', '$2::float8', 'j.judged_at')} AS at
+    SELECT j.*, j.new_light <> j.old_light AS changed, ${lightAtSql('j', 'j.new_light', '$2::float8', 'j.judged_at', 'COALESCE(j.maintenance_from, j.judged_at)')} AS at
       FROM judged j
      WHERE j.new_light <> j.old_light OR j.maintenance_until IS DISTINCT FROM j.stored_mu
         OR j.deadline IS DISTINCT FROM j.stored_deadline OR j.late_at IS DISTINCT FROM j.stored_late_at

@@ -322,6 +322,24 @@ export function maintenanceUntilSql(alias: string, atSqlExpr: string): string {
      ) SELECT max(ends_at) FROM mw_chain)`;
 }
 
+/**
+ * timestamptz or NULL (not in maintenance at `at`): when the instance's maintenance in progress at
+ * `at` began: the start of the union of the occurrences covering `at` and of those before them
+ * that overlap or touch them, chained backwards (one from 02:00 to 04:00 and one from 03:00 to
+ * 06:00, at 05:00: 02:00). A change into maintenance is recorded at this time, not when a worker
+ * noticed it (lib/store/light-events.ts).
+ */
+export function maintenanceFromSql(alias: string, atSqlExpr: string): string {
+  const i = ident(alias);
+  return `(WITH RECURSIVE mf_chain(starts_at) AS (
+       SELECT mf_o.starts_at FROM maintenance_occurrences mf_o
+        WHERE ${applies('mf_o', i)} AND mf_o.ends_at > (${atSqlExpr}) AND mf_o.starts_at <= (${atSqlExpr})
+       UNION
+       SELECT mf_p.starts_at FROM mf_chain JOIN maintenance_occurrences mf_p
+           ON ${applies('mf_p', i)} AND mf_p.ends_at >= mf_chain.starts_at AND mf_p.starts_at < mf_chain.starts_at
+     ) SELECT min(starts_at) FROM mf_chain)`;
+}
+
 // ---- the sweep's side (workers/light-sweep.ts): instances whose window began ----------------
 
 export interface ActiveOccurrence {

@@ -1,7 +1,7 @@
 // Maintenance windows in Postgres (lib/store/maintenance.ts), against the real server: windows of
 // each scope (the whole customer, a machine, a software pattern, an instance) and the answers of
 // the seam's SQL fragments for the traffic light (inMaintenanceSql, maintenanceEndSql,
-// maintenanceUntilSql) per instance and instant, with overlapping and touching windows and two
+// maintenanceUntilSql, maintenanceFromSql) per instance and instant, with overlapping and touching windows and two
 // customers (one's windows never apply to the other's instances, whatever their names); the
 // occurrences stored for a recurring window; the job's run
 // (refreshOccurrences) repeated, extending, pruning; the quota and another customer's ids; the plan
@@ -17,6 +17,7 @@ import {
   inMaintenanceSql,
   listWindows,
   maintenanceEndSql,
+  maintenanceFromSql,
   maintenanceUntilSql,
   refreshOccurrences,
   type WindowScopeInput,
@@ -82,6 +83,7 @@ async function answers(fragment: string, params: unknown[]): Promise<Record<stri
 }
 const inM = (h: number) => answers(inMaintenanceSql('i', '$1'), [H(h)]);
 const until = (h: number) => answers(maintenanceUntilSql('i', '$1'), [H(h)]);
+const from = (h: number) => answers(maintenanceFromSql('i', '$1'), [H(h)]);
 const ended = (after: number, at: number) => answers(maintenanceEndSql('i', '$1', '$2'), [H(after), H(at)]);
 const only = (...yes: string[]) => Object.fromEntries(Object.keys(I).map((k) => [k, yes.includes(k)]));
 
@@ -111,6 +113,16 @@ t.test('maintenanceUntilSql: the end of the union of overlapping and touching wi
   t.equal((await until(11)).aM2agent, 12, 'A/m2/agent from the start of 11-12');
   t.equal((await until(0.5)).aM1agent, 1, 'a single window: its end');
   t.same(await until(12), Object.fromEntries(Object.keys(I).map((k) => [k, null])), 'at the last end: none');
+});
+
+t.test('maintenanceFromSql: the start of the union of overlapping and touching windows, chained backwards', async (t) => {
+  t.equal((await from(11.5)).aM1agent, 8, 'A/m1/agent at 11.5: 11-12 (agent) touches 9-11 (machine), which overlaps 8-10: since 8');
+  t.equal((await from(9.5)).aM1db, 9, 'A/m1/db-backup: only the machine window 9-11');
+  t.equal((await from(11.5)).aM2agent, 11, 'A/m2/agent: 11-12 alone (6-7 ended long before)');
+  t.equal((await from(0)).aM1agent, 0, 'from the start instant');
+  t.equal((await from(1)).aM1agent, null, 'at an end instant: not in maintenance');
+  t.equal((await from(15.5)).bM1agent, 15, 'B: its own windows (13-14 does not touch 15-16)');
+  t.equal((await from(11.5)).bM1agent, null, "A's windows never reach B");
 });
 
 t.test('maintenanceEndSql: the latest end within (after, at]', async (t) => {
@@ -143,9 +155,9 @@ t.test('the fragments can use the index (customer_id, ends_at)', async (t) => {
 
 // Inlined CTEs copied the maintenance chain into every CASE of the colour, its reason and its time:
 // planning the recording statement took up to a second per report, under the instance's row lock.
-t.test("the recording statement plans the maintenance chain once and each default's InitPlan a bounded number of times", async (t) => {
+t.test("the recording statement plans each maintenance chain once and each default's InitPlan a bounded number of times", async (t) => {
   const plan = (await q(`EXPLAIN ${TRANSITION_SQL}`, [[I.aM1agent], 900, 'report', Date.now()])).rows.map((r) => r['QUERY PLAN'] as string);
-  t.equal(plan.filter((l) => l.includes('Recursive Union')).length, 1, 'one recursive union (the maintenance chain)');
+  t.equal(plan.filter((l) => l.includes('Recursive Union')).length, 2, "two recursive unions: the maintenance's chain forwards (its end) and backwards (its start)");
   const subplans = plan.filter((l) => /InitPlan|SubPlan/.test(l)).length;
   t.ok(subplans <= 60, `at most 60 sub-plans (${subplans} now; inlined there were 375)`);
 });

@@ -135,6 +135,7 @@ t.test('silent through a window: maintenance, not red; after it green, then red 
     }, 20_000, `the changes of ${id} from its window on`);
   const evA = await fromWindow(a!.id);
   t.same(path(evA), ['green>maintenance', 'maintenance>green', 'green>red']);
+  t.equal(Number(evA[0]!.at_ms), w0, 'a entered maintenance when its window began, not when a worker noticed');
   t.equal(Number(evA[1]!.at_ms), wa.endsAt, 'a left maintenance at its end');
   t.equal(Number(evA[2]!.at_ms), wa.endsAt + TIMEOUT_MS, 'a turned red one timeout after it');
   const evB = await fromWindow(b!.id);
@@ -142,6 +143,7 @@ t.test('silent through a window: maintenance, not red; after it green, then red 
   t.equal(Number(evB[2]!.at_ms), wb.endsAt + TIMEOUT_MS);
   const evC = await fromWindow(c!.id);
   t.same(path(evC), ['green>maintenance', 'maintenance>green', 'green>red'], 'c: one maintenance for the two windows');
+  t.equal(Number(evC[0]!.at_ms), w0, 'c: from the start of the pattern window');
   t.equal(Number(evC[1]!.at_ms), wc2.endsAt, 'c left maintenance when the later window ended');
   t.equal(Number(evC[2]!.at_ms), wc2.endsAt + TIMEOUT_MS);
   const evD = await fromWindow(d!.id);
