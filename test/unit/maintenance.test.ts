@@ -71,6 +71,16 @@ t.test('America/New_York, spring forward (8 March 2026, 02:00 EST -> 03:00 EDT) 
   ]);
 });
 
+t.test('America/Santiago, spring forward at midnight (6 September 2020, 00:00 -04 -> 01:00 -03): 00:00 starts at 01:00, on its own day', async (t) => {
+  // Found by the property below: the gap begins on the day before, at 23:59:59.
+  const w = rec({ timeZone: 'America/Santiago', startTime: '00:00', durationMinutes: 1 });
+  t.same(iso(occurrencesBetween(w, D('2020-09-05T00:00:00Z'), D('2020-09-07T12:00:00Z'))), [
+    ['2020-09-05T04:00:00.000Z', '2020-09-05T04:01:00.000Z'], // 00:00 -04
+    ['2020-09-06T04:00:00.000Z', '2020-09-06T04:01:00.000Z'], // 01:00 -03, the end of the gap
+    ['2020-09-07T03:00:00.000Z', '2020-09-07T03:01:00.000Z'], // 00:00 -03
+  ]);
+});
+
 t.test('across midnight: an occurrence that started the local day before is found from the next day', async (t) => {
   const w = rec({ timeZone: 'Europe/Berlin', startTime: '23:00', durationMinutes: 180, days: ['fri'] });
   // Friday 12 June 2026 23:00 CEST (21:00Z) to Saturday 02:00 CEST; asked from Saturday 00:30 local.
@@ -200,8 +210,11 @@ t.test('property: sorted, never overlapping, each exactly the duration, each ove
           // In a gap: the clock jumped at this instant, from before the start time to after it.
           const before = DateTime.fromMillis(s - 1000, { zone: w.timeZone });
           if (!(before.offset < local.offset)) throw new Error(`${local.toISO()} is not at the local start time ${w.startTime} nor at a change`);
+          // Wall-clock minutes of the occurrence's local day: a gap at midnight (Santiago) begins on
+          // the day before, at a negative minute.
           const want = h * 60 + m;
-          if (!(before.hour * 60 + before.minute < want && local.hour * 60 + local.minute > want)) throw new Error(`${local.toISO()}: the gap does not skip ${w.startTime}`);
+          const wall = (d: DateTime) => d.hour * 60 + d.minute - (d.toISODate()! < local.toISODate()! ? 1440 : 0);
+          if (!(wall(before) < want && wall(local) > want)) throw new Error(`${local.toISO()}: the gap does not skip ${w.startTime}`);
         }
       }
     }),
