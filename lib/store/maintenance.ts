@@ -312,14 +312,7 @@ export function maintenanceEndSql(alias: string, afterSqlExpr: string, atSqlExpr
  * touching them, chained (one from 02:00 to 04:00 and one from 03:00 (or 04:00) to 06:00: 06:00).
  */
 export function maintenanceUntilSql(alias: string, atSqlExpr: string): string {
-  const i = ident(alias);
-  return `(WITH RECURSIVE mw_chain(ends_at) AS (
-       SELECT mw_o.ends_at FROM maintenance_occurrences mw_o
-        WHERE ${applies('mw_o', i)} AND mw_o.ends_at > (${atSqlExpr}) AND mw_o.starts_at <= (${atSqlExpr})
-       UNION
-       SELECT mw_n.ends_at FROM mw_chain JOIN maintenance_occurrences mw_n
-           ON ${applies('mw_n', i)} AND mw_n.starts_at <= mw_chain.ends_at AND mw_n.ends_at > mw_chain.ends_at
-     ) SELECT max(ends_at) FROM mw_chain)`;
+  return chainSql(alias, atSqlExpr, 'forward');
 }
 
 /**
@@ -330,14 +323,28 @@ export function maintenanceUntilSql(alias: string, atSqlExpr: string): string {
  * noticed it (lib/store/light-events.ts).
  */
 export function maintenanceFromSql(alias: string, atSqlExpr: string): string {
+  return chainSql(alias, atSqlExpr, 'backward');
+}
+
+/**
+ * The chain of the occurrences covering `at` and of those that overlap or touch them, followed
+ * forward (its latest end) or backward (its earliest start); alias prefixes mw_ and mf_, so both
+ * can stand in one statement.
+ */
+function chainSql(alias: string, atSqlExpr: string, way: 'forward' | 'backward'): string {
   const i = ident(alias);
-  return `(WITH RECURSIVE mf_chain(starts_at) AS (
-       SELECT mf_o.starts_at FROM maintenance_occurrences mf_o
-        WHERE ${applies('mf_o', i)} AND mf_o.ends_at > (${atSqlExpr}) AND mf_o.starts_at <= (${atSqlExpr})
+  const [p, col, agg] = way === 'forward' ? (['mw', 'ends_at', 'max'] as const) : (['mf', 'starts_at', 'min'] as const);
+  const next = `${p}_n`;
+  const step =
+    way === 'forward'
+      ? `${next}.starts_at <= ${p}_chain.ends_at AND ${next}.ends_at > ${p}_chain.ends_at`
+      : `${next}.ends_at >= ${p}_chain.starts_at AND ${next}.starts_at < ${p}_chain.starts_at`;
+  return `(WITH RECURSIVE ${p}_chain(${col}) AS (
+       SELECT ${p}_o.${col} FROM maintenance_occurrences ${p}_o
+        WHERE ${applies(`${p}_o`, i)} AND ${p}_o.ends_at > (${atSqlExpr}) AND ${p}_o.starts_at <= (${atSqlExpr})
        UNION
-       SELECT mf_p.starts_at FROM mf_chain JOIN maintenance_occurrences mf_p
-           ON ${applies('mf_p', i)} AND mf_p.ends_at >= mf_chain.starts_at AND mf_p.starts_at < mf_chain.starts_at
-     ) SELECT min(starts_at) FROM mf_chain)`;
+       SELECT ${next}.${col} FROM ${p}_chain JOIN maintenance_occurrences ${next} ON ${applies(next, i)} AND ${step}
+     ) SELECT ${agg}(${col}) FROM ${p}_chain)`;
 }
 
 // ---- the sweep's side (workers/light-sweep.ts): instances whose window began ----------------
