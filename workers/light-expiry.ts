@@ -11,7 +11,7 @@ import type { Pool } from '../lib/infra/postgres.js';
 import type { Logger } from '../lib/infra/log.js';
 import type { LightEvent } from '../lib/domain/traffic-light.js';
 import { silentButLit } from '../lib/store/instances.js';
-import { recordTransitionsTx, type Horizon, type LightEventSink, type LightParams } from './traffic-light.js';
+import { recordFreeTransitionsTx, type Horizon, type LightEventSink, type LightParams } from './traffic-light.js';
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 /** Expiry events that arrive together are handled together, after this short wait. */
@@ -114,6 +114,9 @@ export class ExpiryListener {
   }
 
   private async drain(): Promise<void> {
+    // Delivering a batch's changes (ClickHouse, NATS, the outbox) overlaps with recording the next
+    // batch: one delivery at a time, in order, and drain() ends only after the last one.
+    let delivering: Promise<void> = Promise.resolve();
     while (this.pending.size && !this.stopped) {
       const ids: string[] = [];
       for (const id of this.pending) {
@@ -124,18 +127,30 @@ export class ExpiryListener {
       try {
         const t0 = Date.now();
         await this.repair(ids);
-        const events = await recordTransitionsTx(this.pool, ids, 'expiry', this.params, await this.horizon.get());
+        // Rows the sweep (or a report) holds right now are skipped, not waited for: they are
+        // among the unchanged ones below, and looked at again after DEFER_RETRY_MS.
+        const { events } = await recordFreeTransitionsTx(this.pool, ids, 'expiry', this.params, await this.horizon.get());
         const t1 = Date.now();
         this.onEvents(events);
         const changed = new Set(events.map((e) => e.instance_id));
         for (const id of changed) this.deferred.delete(id);
-        await Promise.all([this.sink.deliverOrLeave(events), this.deferUnsettled(ids.filter((id) => !changed.has(id)))]);
-        this.log.debug({ expired: ids.length, changes: events.length, recordMs: t1 - t0, deliverMs: Date.now() - t1, waiting: this.pending.size }, 'expired heartbeats handled');
+        const unchanged = ids.filter((id) => !changed.has(id));
+        const previous = delivering;
+        delivering = (async () => {
+          await previous;
+          const t2 = Date.now();
+          await Promise.all([this.sink.deliverOrLeave(events), this.deferUnsettled(unchanged)]);
+          this.log.debug({ expired: ids.length, changes: events.length, recordMs: t1 - t0, deliverMs: Date.now() - t2, waiting: this.pending.size }, 'expired heartbeats handled');
+        })().catch((e) => {
+          // The deferral's read failed (Postgres away): what is not red yet is the sweep's.
+          this.log.warn({ err: e, instances: unchanged.length }, 'expired heartbeats not looked at again; the sweep will');
+        });
       } catch (e) {
         // Postgres away: these instances are left to the sweep, which finds them by their times.
         this.log.warn({ err: e, instances: ids.length }, 'expired heartbeats not recorded; the sweep will');
       }
     }
+    await delivering;
   }
 
   /** Of these (expired, not changed), the ones silent by the wall clock: the horizon is behind. */

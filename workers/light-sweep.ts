@@ -17,7 +17,7 @@ import { instancesDueForSweep } from '../lib/store/instances.js';
 import { tryLightSweepLock, releaseLightSweepLock } from '../lib/store/light-events.js';
 import { recomputeCustomer, unfinishedRecomputes } from '../lib/store/timeout-rules.js';
 import { instancesEnteringMaintenance, markEntered, occurrencesToEnter } from '../lib/store/maintenance.js';
-import { recordTransitionsTx, type Horizon, type LightEventSink, type LightParams } from './traffic-light.js';
+import { recordFreeTransitionsTx, recordTransitionsTx, type Horizon, type LightEventSink, type LightParams } from './traffic-light.js';
 
 /** Outbox rows younger than this belong to a delivery still in progress. */
 const OUTBOX_GRACE_MS = 5000;
@@ -86,11 +86,14 @@ export class LightSweep {
           if (ids.length === 0) break;
           // A candidate whose newest heartbeat was still waiting for Postgres is no longer one.
           await this.repair(ids);
-          const events = await recordTransitionsTx(this.pool, ids, 'sweep', this.params, horizon);
+          // Candidates another transaction holds (the expiry listener recording the same silence,
+          // a report) are skipped, not waited for; whatever that leaves unchanged is found by the
+          // next round or run.
+          const { events, skipped } = await recordFreeTransitionsTx(this.pool, ids, 'sweep', this.params, horizon);
           this.onEvents(events);
           await this.sink.deliverOrLeave(events);
           changes += events.length;
-          if (ids.length < this.opts.batch) break;
+          if (ids.length < this.opts.batch || skipped.length === ids.length) break;
         }
         return { ran: true, changes, redelivered };
       } finally {

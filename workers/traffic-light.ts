@@ -19,7 +19,7 @@ import type { ClickHouseClient } from '../lib/infra/clickhouse.js';
 import type { Logger } from '../lib/infra/log.js';
 import { subjects } from '../lib/contract/messages.js';
 import { notifiesWebhooks, type LightCause, type LightEvent, type LightMessage } from '../lib/domain/traffic-light.js';
-import { lockInstances } from '../lib/store/instances.js';
+import { lockFreeInstances, lockInstances } from '../lib/store/instances.js';
 import { recordLightChanges, lockOutboxOlderThan, deleteFromOutbox, insertLightEvents } from '../lib/store/light-events.js';
 import { chTime } from './reports.js';
 
@@ -50,6 +50,27 @@ export async function recordTransitions(
 export async function recordTransitionsTx(pool: Pool, instanceIds: string[], cause: LightCause, p: LightParams, horizonMs: number): Promise<LightEvent[]> {
   if (instanceIds.length === 0) return [];
   return withTx(pool, (c) => recordTransitions(c, instanceIds, cause, p, horizonMs, true));
+}
+
+/**
+ * `recordTransitionsTx` for the rows no other transaction holds (lockFreeInstances); the ids of
+ * the others come back in `skipped`, not judged: someone is writing them right now (the other of
+ * expiry listener and sweep, a report), and the caller looks at them again.
+ */
+export async function recordFreeTransitionsTx(
+  pool: Pool,
+  instanceIds: string[],
+  cause: LightCause,
+  p: LightParams,
+  horizonMs: number,
+): Promise<{ events: LightEvent[]; skipped: string[] }> {
+  if (instanceIds.length === 0) return { events: [], skipped: [] };
+  return withTx(pool, async (c) => {
+    const locked = await lockFreeInstances(c, instanceIds);
+    const held = new Set(locked);
+    const events = await recordTransitions(c, locked, cause, p, horizonMs, false);
+    return { events, skipped: instanceIds.filter((id) => !held.has(id)) };
+  });
 }
 
 /**

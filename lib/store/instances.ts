@@ -162,6 +162,18 @@ export async function lockInstances(c: PoolClient, instanceIds: string[]): Promi
   await c.query(`SELECT 1 FROM instances WHERE id = ANY($1::uuid[]) ORDER BY machine_id, software COLLATE "C" FOR UPDATE`, [instanceIds]);
 }
 
+/**
+ * Locks those of these instances' rows that no other transaction holds, in the transaction of
+ * `c`, and returns their ids; the others are skipped, never waited for (so no order is needed:
+ * nothing here waits, nothing can deadlock). The expiry listener and the sweep judge many rows at
+ * once and often the same ones at the same moment (100,000 instances silent together): each takes
+ * what the other does not hold, instead of queueing behind the other's whole batch.
+ */
+export async function lockFreeInstances(c: PoolClient, instanceIds: string[]): Promise<string[]> {
+  const r = await c.query<{ id: string }>(`SELECT id FROM instances WHERE id = ANY($1::uuid[]) FOR UPDATE SKIP LOCKED`, [instanceIds]);
+  return r.rows.map((x) => x.id);
+}
+
 const SWEEP_SQL = `WITH h AS (SELECT LEAST(now(), to_timestamp($3::float8 / 1000)) AS t)
        (SELECT id FROM instances i, h
          WHERE light IN ('green', 'yellow', 'late') AND retired_at IS NULL AND deadline < h.t AND ${silentSql('i', 'h.t')}

@@ -88,6 +88,43 @@ t.test('a change committed but never delivered (worker died) is delivered from t
   t.pass('delivered and removed from the outbox');
 });
 
+// The sweep skips rows another transaction holds (workers/light-sweep.ts: the expiry listener
+// judging the same silence, a report) instead of waiting behind them. Before, one held row stopped
+// the whole batch: none of these ten turned red while the test held the first.
+t.test('a row another transaction holds does not stop the sweep; it is judged once released', async (t) => {
+  const machines = Array.from({ length: 10 }, (_, i) => `held-${i}`);
+  const rs = await Promise.all(machines.map((m) => post(ingest(m, 'heartbeat'), s.token, {})));
+  t.same([...new Set(rs.map((r) => r.status))], [200]);
+  await eventually(async () => {
+    const r = await s.pool.query(`SELECT count(*)::int AS n FROM instances WHERE machine LIKE 'held-%' AND light = 'green'`);
+    return r.rows[0].n === 10;
+  }, 5000, 'all ten green');
+  const held = (await stored(s, 'held-0'))!;
+  const c = await s.pool.connect();
+  try {
+    await c.query('BEGIN');
+    await c.query('SELECT 1 FROM instances WHERE id = $1 FOR UPDATE', [held.id]);
+    await eventually(async () => {
+      const r = await s.pool.query(`SELECT count(*)::int AS n FROM instances WHERE machine LIKE 'held-%' AND light = 'red'`);
+      return r.rows[0].n === 9;
+    }, 10_000, 'the other nine red while one row is held');
+    await sleep(1000);
+    t.equal((await stored(s, 'held-0'))!.light, 'green', 'the held one is not judged while held (two sweeps later)');
+  } finally {
+    await c.query('COMMIT');
+    c.release();
+  }
+  await eventually(async () => (await stored(s, 'held-0'))?.light === 'red', 5000, 'held-0 red once released');
+  const ev = await eventually(async () => {
+    const e = (await events(s, `machine LIKE 'held-%'`)).filter((x) => x.to_light === 'red');
+    return e.length >= 10 ? e : null;
+  }, 5000, 'ten red events');
+  t.equal(ev.length, 10, 'one red event per instance');
+  t.equal(new Set(ev.map((e) => e.instance_id)).size, 10);
+  const first = ev.find((e) => e.instance_id === held.id)!;
+  t.equal(first.at_ms, held.last_heartbeat_ms! + 2000, 'the held one red since its own deadline, not since it was released');
+});
+
 t.test('a heartbeat received in time but applied late (workers down) never turns its instance red', async (t) => {
   t.equal((await post(ingest('late', 'heartbeat'), s.token, {})).status, 200);
   const first = await eventually(async () => {
