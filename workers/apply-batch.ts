@@ -33,6 +33,7 @@ import { noteNewMachines } from './licences.js';
 import type { HeartbeatState, Resolved } from './heartbeat-state.js';
 import { upsertMachines, dropMachinesWithoutInstances, type MachineSeen } from '../lib/store/machines.js';
 import { upsertInstances } from '../lib/store/instances.js';
+import type { TableGrowth } from '../lib/store/table-growth.js';
 import { reportRowStart, heartbeatRow, diagnosticRow, statusRow, insertReportRows, type ReportTable } from '../lib/store/history.js';
 import { rejectionRow, insertRejectionRows } from '../lib/store/rejections.js';
 import { recordMilestones } from './onboarding.js';
@@ -59,6 +60,8 @@ export interface ApplyDeps extends CommandDeps {
   rows?: RowLedger;
   /** Customers whose reports are applied (not being deleted); without it every report is (workers/live-customers.ts). */
   customers?: LiveCustomers;
+  /** Told how many machines and instances the upsert inserted: analyses them after fast growth (lib/store/table-growth.ts). */
+  growth?: TableGrowth;
 }
 
 /** ClickHouse rows that landed before, per table and report id (workers/outages.ts LandedRows). */
@@ -91,7 +94,7 @@ export async function applyBatch(d: ApplyDeps, all: Report[], rejections: Reject
   const written =
     toWrite.length > 0
       ? await withTx(d.pool, async (c) => {
-          const w = await upsertMachinesAndInstances(c, toWrite);
+          const w = await upsertMachinesAndInstances(c, toWrite, d.growth);
           if (d.lights) lightEvents = await d.lights.inTransaction(c, [...w.values()].map((x) => x.instanceId));
           return w;
         })
@@ -142,7 +145,7 @@ async function settleIdempotencyKeys(d: ApplyDeps, reports: Report[]): Promise<v
 const ms = (v: number | null | undefined) => (v === null || v === undefined ? null : v);
 
 /** Machines then instances, in key order (consistent lock order across concurrent workers). */
-async function upsertMachinesAndInstances(c: PoolClient, updates: InstanceUpdate[]): Promise<Map<string, Resolved & { pgAt: number | null }>> {
+async function upsertMachinesAndInstances(c: PoolClient, updates: InstanceUpdate[], growth?: TableGrowth): Promise<Map<string, Resolved & { pgAt: number | null }>> {
   const machines = new Map<string, MachineSeen>();
   for (const u of updates) {
     const k = machineKey(u.customerId, u.machine);
@@ -193,6 +196,8 @@ async function upsertMachinesAndInstances(c: PoolClient, updates: InstanceUpdate
     col((u) => u.heartbeat?.skew ?? null),
     col((u) => u.machine),
   ]);
+  growth?.note('machines', mrows.filter((r) => r.inserted).length);
+  growth?.note('instances', irows.filter((r) => r.inserted).length);
   // A machine made now that has no instance: retired while this upsert waited for its lock.
   const kept = new Set(irows.map((r) => r.machine_id));
   const orphans = mrows.filter((r) => r.inserted && !kept.has(r.id)).map((r) => r.id);

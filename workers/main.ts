@@ -36,6 +36,7 @@ import { DeadLetters } from '../lib/store/dead-letters.js';
 import { DEPENDENCIES } from '../lib/infra/storage-errors.js';
 import { runRetention } from './retention.js';
 import { LiveCustomers } from './live-customers.js';
+import { TableGrowth } from '../lib/store/table-growth.js';
 import { runOffboarding } from './offboarding.js';
 import { refreshOccurrences } from '../lib/store/maintenance.js';
 
@@ -169,6 +170,8 @@ const applyDeps = {
   artifactUsage,
   // Reports of customers being deleted are dropped (lib/store/offboarding.ts).
   customers: new LiveCustomers(pool),
+  // Planner statistics of machines and instances after fast growth (lib/store/table-growth.ts).
+  growth: new TableGrowth(pool, log),
   log,
   ackTimeoutS: cfg.commands.ackTimeoutS,
   commandsChanged: (refs: InstanceRef[]) => hints.publish(refs),

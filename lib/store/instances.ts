@@ -313,6 +313,8 @@ export interface UpsertedInstance {
   /** The instance's rule (lib/store/timeout-rules.ts; null: the default). */
   timeout_s: number | null;
   late_percent: number | null;
+  /** The upsert inserted the row (a new instance). */
+  inserted: boolean;
 }
 
 /**
@@ -359,7 +361,7 @@ const UPSERT_SQL = `INSERT INTO instances (customer_id, machine_id, software, fi
  * received before it is left out (RETIRED_AFTER), so an instance absent from the answer was not written.
  */
 export async function upsertInstances(c: PoolClient, columns: InstanceUpsertColumns): Promise<UpsertedInstance[]> {
-  const r = await c.query<UpsertedInstance & { inserted?: boolean }>(UPSERT_SQL, columns);
+  const r = await c.query<UpsertedInstance>(UPSERT_SQL, columns);
   // A new row's rule is set by its insert trigger, after RETURNING: read it (new instances are few).
   const fresh = r.rows.filter((x) => x.inserted).map((x) => x.id);
   const rules = new Map<string, { timeout_s: number | null; late_percent: number | null }>();
@@ -370,7 +372,7 @@ export async function upsertInstances(c: PoolClient, columns: InstanceUpsertColu
     );
     for (const x of q.rows) rules.set(x.id, x);
   }
-  return r.rows.map(({ inserted: _, ...x }) => ({ ...x, ...rules.get(x.id) }));
+  return r.rows.map((x) => ({ ...x, ...rules.get(x.id) }));
 }
 
 const FLUSH_SQL = `UPDATE instances SET
