@@ -16,7 +16,8 @@ import { chmodSync, chownSync, existsSync, mkdirSync, rmSync, writeFileSync } fr
 import { join } from 'node:path';
 import { loadConfig, type Config } from '../lib/infra/config.js';
 import { migrate } from '../lib/store/migrate.js';
-import { connectNats, ensureStreams } from '../lib/infra/nats.js';
+import { connectNats, ensureStreams, placeStreamLeaders } from '../lib/infra/nats.js';
+import { ingestPartitions } from '../lib/contract/messages.js';
 import {
   clickhouseCommand,
   clickhouseConfig,
@@ -355,6 +356,9 @@ export class Cluster {
       DATA_DIR: d,
       NATS_URL: natsUrl,
       STREAM_REPLICAS: '3',
+      // Three ingest partitions, each stream's leader on its own server (prepare): one server's core
+      // carries one partition's share of ingest (docs/architecture.md "Partitions").
+      STREAM_PARTITIONS: '3',
       DATABASE_URL: `postgres://postgres@127.0.0.1:${p.postgres}/fleet`,
       REDIS_URL: `redis://127.0.0.1:${p.redis}/0`,
       CLICKHOUSE_URL: `http://127.0.0.1:${p.clickhouseProxy}`,
@@ -398,6 +402,16 @@ export class Cluster {
     try {
       // A new JetStream cluster answers only once its meta leader is elected and every peer joined.
       await retry('the R3 streams', log, async () => ensureStreams(await nc.jetstreamManager({ timeout: 5000 }), this.cfg));
+      // Each partition's leaders (its main stream and heartbeat lane) on one server, the partitions'
+      // on different servers.
+      await retry("the partitions' leaders apart", log, async () => {
+        const jsm = await nc.jetstreamManager({ timeout: 5000 });
+        const groups = ingestPartitions(this.cfg.streamName, this.cfg.subjectPrefix, this.cfg.streamPartitions).map((x) => [x.streams.reports, x.streams.heartbeats]);
+        const leaders = await placeStreamLeaders(nc, jsm, groups);
+        const apart = new Set(groups.map((g) => leaders[g[0]!])).size === Math.min(groups.length, this.nats.length);
+        if (!apart || groups.some((g) => g.some((x) => leaders[x] !== leaders[g[0]!]))) throw new Error(`leaders not placed: ${JSON.stringify(leaders)}`);
+        log(`partition leaders: ${JSON.stringify(leaders)}`);
+      });
     } finally {
       await nc.close();
     }

@@ -260,7 +260,7 @@ export class Uploads {
     // Queue the artifact first, then mark the upload complete: a failure in between leaves it
     // open, and the retry queues the same artifact id again (the worker's insert is idempotent).
     call.reportId = artifactId;
-    const queued = await new Promise<HttpError | null>((resolve) => d.publisher.add(msg, resolve));
+    const queued = await new Promise<HttpError | null>((resolve) => d.publisher.add(msg, resolve, 'reports', rec.customer_id, rec.machine));
     if (queued) return queued;
     try {
       await store.updateUpload(rec.id, (r) => (r.state === 'complete' ? null : { ...r, state: 'complete', artifact_id: artifactId, completed_ms: now }));

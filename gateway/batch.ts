@@ -27,7 +27,7 @@ import type { Call, Outcome, PreparedReport } from './types.js';
 import type { BatchKind } from '../lib/contract/schemas/ingest.js';
 import type { Ingest } from './ingest.js';
 import { keyReused, keyRegisterUnavailable } from './idempotency.js';
-import { laneOf } from './publisher.js';
+import { laneOf } from '../lib/contract/messages.js';
 
 const ENTRY_BODIES = ['entries', '*', 'body'];
 const EMPTY = Buffer.alloc(0);
@@ -190,7 +190,7 @@ export class BatchIngest {
           entries.labels(kind, String(p.answer.status)).inc();
         }
         if (--pending === 0 && queued) finish();
-      }), laneOf(kind));
+      }), laneOf(kind), p.customerId, p.machine);
     }
 
     function finish(): void {

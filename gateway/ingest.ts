@@ -17,7 +17,7 @@
 import { randomUUID } from 'node:crypto';
 import { HttpError } from '../lib/contract/errors.js';
 import { idempotentReportId } from '../lib/contract/ids.js';
-import { encodeReport } from '../lib/contract/messages.js';
+import { encodeReport, laneOf } from '../lib/contract/messages.js';
 import type { Validator } from '../lib/contract/validation.js';
 import type { ReportKind } from '../lib/contract/schemas/ingest.js';
 import { reportChecker, type ReportChecker, type CheckedKind } from '../lib/domain/report-check.js';
@@ -26,7 +26,6 @@ import { IngestRates } from './rates.js';
 import { acceptedAnswer } from './help-coverage.js';
 import { keyReused, keyRegisterUnavailable } from './idempotency.js';
 import { KINDS, authorise, parseBearer, missingBearer, pathRefusal, parseJsonObject, deepRefusal, schemaRefusal, type ParsedBody } from './admission.js';
-import { laneOf } from './publisher.js';
 import type { Call, Done, Gate, GatewayDeps, IngestPath, JsonKind, JsonRoute, PreparedReport, RateMode, Refusal } from './types.js';
 
 type PathOf = Pick<IngestPath, 'customer'> & Partial<IngestPath>;
@@ -138,7 +137,7 @@ export class Ingest {
     );
     if (report.length > this.d.publisher.maxReportBytes) return new HttpError(413, `report of ${report.length} bytes is over the queue's message limit`);
     const answer = offer ? { status: 200, body: offer.body } : acceptedAnswer(kind, data, tok.customerId, path.software, this.d.help);
-    return { id, report, answer };
+    return { id, report, customerId: tok.customerId, machine: path.machine, answer };
   }
 
   /**
@@ -148,7 +147,7 @@ export class Ingest {
    */
   publish(call: Call, kind: JsonKind, p: PreparedReport, keyedBody: unknown, done: Done): void {
     call.reportId = p.id;
-    const queue = () => this.d.publisher.add(p.report, call.guard((err: HttpError | null) => done(err ?? p.answer)), laneOf(kind));
+    const queue = () => this.d.publisher.add(p.report, call.guard((err: HttpError | null) => done(err ?? p.answer)), laneOf(kind), p.customerId, p.machine);
     if (keyedBody === undefined) return queue();
     this.d.idempotency
       .claim([{ id: p.id, body: keyedBody }])

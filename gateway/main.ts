@@ -8,12 +8,12 @@ import { createLogger } from '../lib/infra/log.js';
 import { createMetrics } from '../lib/infra/metrics.js';
 import { createPool } from '../lib/infra/postgres.js';
 import { connectNats, ensureStreams, warnDurability } from '../lib/infra/nats.js';
-import { subjects, heartbeatStream } from '../lib/contract/messages.js';
+import { subjects, ingestPartitions, partitionOf } from '../lib/contract/messages.js';
 import { loadUws, UwsFallbackError, type us_listen_socket } from './http/uws.js';
 import { TokenCache } from './token-cache.js';
 import { TokenUsage } from '../lib/store/token-usage.js';
 import { LicenceGate } from './licence-gate.js';
-import { BatchPublisher, LanePublisher } from './publisher.js';
+import { BatchPublisher, IngestPublisher } from './publisher.js';
 import { RejectionLog } from './rejection-log.js';
 import { registerRoutes } from './http/routes.js';
 import { HelpCoverage } from './help-coverage.js';
@@ -129,11 +129,15 @@ const laneOptions = {
   maxBytes: cfg.gateway.publishMaxBytes,
   maxInflight: cfg.gateway.publishMaxInflight,
 };
-// Two lanes (lib/contract/messages.ts): heartbeats never share a message or a queue with other reports.
-const publisher = new LanePublisher({
-  reports: new BatchPublisher(nc, js, { ...laneOptions, subject: subj.reports, streamName: cfg.streamName }, publishStats),
-  heartbeats: new BatchPublisher(nc, js, { ...laneOptions, subject: subj.heartbeats, streamName: heartbeatStream(cfg.streamName) }, publishStats),
-});
+// Two lanes per partition (lib/contract/messages.ts): heartbeats never share a message or a queue
+// with other reports, and a machine's reports go to its partition's streams.
+const partitions = ingestPartitions(cfg.streamName, cfg.subjectPrefix, cfg.streamPartitions);
+const publisher = new IngestPublisher(
+  partitions.map((p) => ({
+    reports: new BatchPublisher(nc, js, { ...laneOptions, subject: p.subjects.reports, streamName: p.streams.reports }, publishStats),
+    heartbeats: new BatchPublisher(nc, js, { ...laneOptions, subject: p.subjects.heartbeats, streamName: p.streams.heartbeats }, publishStats),
+  })),
+);
 publisher.connected = !nc.isClosed();
 
 void (async () => {
@@ -149,7 +153,10 @@ void (async () => {
   }
 })();
 
-const rejections = new RejectionLog(nc, subj.rejections, cfg.gateway.rejectionLogRate, cfg.gateway.rejectionLogBurst, () => publisher.connected);
+// A rejection goes to the partition of its customer and source address: a flood from one source
+// fills one partition's share of the log, never every partition.
+const rejectionSubject = (r: { customer_id: string; remote: string }) => partitions[partitionOf(r.customer_id, r.remote, partitions.length)]!.subjects.rejections;
+const rejections = new RejectionLog(nc, rejectionSubject, cfg.gateway.rejectionLogRate, cfg.gateway.rejectionLogBurst, () => publisher.connected);
 const rejectionsDropped = metrics.counter('fleet_gateway_rejection_log_dropped_total');
 const readyGauge = metrics.gauge('fleet_gateway_ready');
 let droppedReported = 0;

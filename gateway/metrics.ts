@@ -132,7 +132,7 @@ export function metricsRoute(core: Ingest): JsonRoute {
               log.warn({ err: e }, 'metric id register (Redis) failed after the records were queued');
               done(unavailable('the records are queued, but the duplicate register (Redis) did not answer'));
             });
-          }));
+          }), 'reports', tok.customerId, path.machine);
         },
         (e) => {
           log.warn({ err: e }, 'metric id register (Redis) unavailable');

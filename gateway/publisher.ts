@@ -6,7 +6,7 @@
 // else (disconnected, no stream, stream full, timeout) fails every report of the group with 503.
 import { randomUUID } from 'node:crypto';
 import type { JetStreamClient, NatsConnection, PubAck } from 'nats';
-import { encodeBatch } from '../lib/contract/messages.js';
+import { encodeBatch, partitionOf, type Lane } from '../lib/contract/messages.js';
 import { QueueUnavailableError } from '../lib/contract/errors.js';
 import { JetStreamApiCodes, jsApiCode } from '../lib/infra/jetstream-errors.js';
 
@@ -181,40 +181,43 @@ function classify(e: unknown): QueueUnavailableError {
   return new QueueUnavailableError(`queue unavailable: ${m}`, 2);
 }
 
-/** Which stream a report goes to (lib/contract/messages.ts): heartbeats have a lane of their own. */
-export type Lane = 'reports' | 'heartbeats';
-export const laneOf = (kind: string): Lane => (kind === 'heartbeat' ? 'heartbeats' : 'reports');
-
 /**
- * The gateway's publisher: one BatchPublisher per lane. Heartbeats are grouped apart from other
- * reports and go to the heartbeat lane's stream, so that no heartbeat shares a message, or a place
- * in the queue, with a large report (docs/architecture.md "Lanes").
+ * The gateway's publisher: one BatchPublisher per partition and lane (lib/contract/messages.ts).
+ * Heartbeats are grouped apart from other reports and go to their partition's heartbeat lane, so
+ * that no heartbeat shares a message, or a place in the queue, with a large report
+ * (docs/architecture.md "Lanes"); a machine's reports go to its partition (`partitionOf`), so one
+ * partition's stream leader carries only its share (docs/architecture.md "Partitions").
  */
-export class LanePublisher {
-  constructor(private readonly lanes: Record<Lane, BatchPublisher>) {}
+export class IngestPublisher {
+  private readonly all: BatchPublisher[];
 
-  add(report: Buffer, settle: Settle, lane: Lane = 'reports'): void {
-    this.lanes[lane].add(report, settle);
+  constructor(private readonly partitions: Record<Lane, BatchPublisher>[]) {
+    if (partitions.length === 0) throw new Error('no ingest partition');
+    this.all = partitions.flatMap((p) => [p.reports, p.heartbeats]);
+  }
+
+  /** Queues a report of this customer's machine in its lane of the machine's partition. */
+  add(report: Buffer, settle: Settle, lane: Lane, customerId: string, machine: string): void {
+    this.partitions[partitionOf(customerId, machine, this.partitions.length)]![lane].add(report, settle);
   }
 
   get maxReportBytes(): number {
-    return this.lanes.reports.maxReportBytes;
+    return this.partitions[0]!.reports.maxReportBytes;
   }
 
   get connected(): boolean {
-    return this.lanes.reports.connected;
+    return this.all[0]!.connected;
   }
 
   set connected(v: boolean) {
-    this.lanes.reports.connected = v;
-    this.lanes.heartbeats.connected = v;
+    for (const p of this.all) p.connected = v;
   }
 
   get outstanding(): number {
-    return this.lanes.reports.outstanding + this.lanes.heartbeats.outstanding;
+    return this.all.reduce((n, p) => n + p.outstanding, 0);
   }
 
   async idle(): Promise<void> {
-    await Promise.all([this.lanes.reports.idle(), this.lanes.heartbeats.idle()]);
+    await Promise.all(this.all.map((p) => p.idle()));
   }
 }

@@ -1,5 +1,5 @@
 // The ingest rejection log, gateway side: every rejected request becomes a RejectionRecord on
-// `${prefix}.rejections` (stored by JetStream, written to ClickHouse by the workers). Never the
+// `${prefix}.rejections` of an ingest partition (stored by JetStream, written to ClickHouse by the workers). Never the
 // token or the body. A flood must not become a flood of rows: each source (remote address) may log
 // REJECTION_LOG_RATE_PER_S records (burst REJECTION_LOG_BURST), the gateway as a whole ten times
 // that; past that, rejections are counted, and every 5 s one record per source carries the count
@@ -27,7 +27,8 @@ export class RejectionLog {
 
   constructor(
     private readonly nc: NatsConnection,
-    private readonly subject: string,
+    /** The subject of a record: one, or chosen per record (the gateway's: its ingest partition). */
+    private readonly subject: string | ((r: RejectionRecord) => string),
     rate: number,
     burst: number,
     private readonly isConnected: () => boolean,
@@ -53,6 +54,10 @@ export class RejectionLog {
     this.emit({ ...r, id: randomUUID(), dropped: 0 });
   }
 
+  private subjectOf(rec: RejectionRecord): string {
+    return typeof this.subject === 'string' ? this.subject : this.subject(rec);
+  }
+
   private emit(rec: RejectionRecord): void {
     if (!this.isConnected()) {
       if (this.buffer.length < BUFFER_MAX) this.buffer.push(rec);
@@ -65,7 +70,7 @@ export class RejectionLog {
       // here would end the process.
       if (this.buffer.length > 0) this.drainBuffer();
       // A plain publish on a stream subject: JetStream stores it; the request is not held up.
-      this.nc.publish(this.subject, encodeJson(rec));
+      this.nc.publish(this.subjectOf(rec), encodeJson(rec));
       this.written++;
     } catch {
       if (this.buffer.length < BUFFER_MAX) this.buffer.push(rec);
@@ -76,7 +81,7 @@ export class RejectionLog {
   /** Publishes the buffered records in order; one that cannot be published stays buffered (and throws). */
   private drainBuffer(): void {
     while (this.buffer.length > 0) {
-      this.nc.publish(this.subject, encodeJson(this.buffer[0]!));
+      this.nc.publish(this.subjectOf(this.buffer[0]!), encodeJson(this.buffer[0]!));
       this.buffer.shift();
       this.written++;
     }

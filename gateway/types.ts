@@ -11,7 +11,7 @@ import type { ArtifactStore } from '../lib/store/artifacts.js';
 import type { QuotaCache } from '../lib/store/quotas.js';
 import type { ArtifactUsage } from '../lib/store/artifact-usage.js';
 import type { TokenCache, TokenInfo } from './token-cache.js';
-import type { LanePublisher } from './publisher.js';
+import type { IngestPublisher } from './publisher.js';
 import type { RejectionLog } from './rejection-log.js';
 import type { LicenceGate } from './licence-gate.js';
 import type { HelpCoverage } from './help-coverage.js';
@@ -23,7 +23,7 @@ export interface GatewayDeps {
   log: Logger;
   metrics: Metrics<'gateway'>;
   tokens: TokenCache;
-  publisher: LanePublisher;
+  publisher: IngestPublisher;
   rejections: RejectionLog;
   help: HelpCoverage;
   /** Refuses machines new to a customer past its licence grace period (in memory, no query). */
@@ -123,6 +123,9 @@ export interface JsonRoute {
 export interface PreparedReport {
   id: string;
   report: Buffer;
+  /** Whose machine it is: its ingest partition (lib/contract/messages.ts partitionOf). */
+  customerId: string;
+  machine: string;
   answer: { status: number; body: string | Uint8Array };
 }
 

@@ -44,6 +44,8 @@ import { chTime } from './reports.js';
 export interface ConsumerOptions {
   /** Which stream this consumer pulls (lib/contract/messages.ts): `reports` (the main one) or `heartbeats`; a metric label. */
   lane: string;
+  /** Which ingest partition's stream (lib/contract/messages.ts): a metric label, `0` without partitions. */
+  partition: string;
   reportsSubject: string;
   rejectionsSubject: string;
   deadLetterSubject: string;
@@ -130,11 +132,11 @@ export class IngestConsumer {
       retries: metrics.counter('fleet_worker_retries_total'),
       deadLetters: metrics.counter('fleet_worker_dead_letters_total'),
       isolations: metrics.counter('fleet_worker_isolations_total'),
-      pending: metrics.gauge('fleet_worker_consumer_pending').labels(opts.lane),
-      ackPending: metrics.gauge('fleet_worker_consumer_ack_pending').labels(opts.lane),
-      stalls: metrics.counter('fleet_worker_consumer_stalls_total').labels(opts.lane),
+      pending: metrics.gauge('fleet_worker_consumer_pending').labels(opts.lane, opts.partition),
+      ackPending: metrics.gauge('fleet_worker_consumer_ack_pending').labels(opts.lane, opts.partition),
+      stalls: metrics.counter('fleet_worker_consumer_stalls_total').labels(opts.lane, opts.partition),
     };
-    const lastDelivery = metrics.gauge('fleet_worker_last_delivery_age_seconds').labels(opts.lane);
+    const lastDelivery = metrics.gauge('fleet_worker_last_delivery_age_seconds').labels(opts.lane, opts.partition);
     metrics.onScrape(() => lastDelivery.set(this.puller ? (Date.now() - this.puller.lastDeliveryAt) / 1000 : 0));
   }
 
@@ -211,7 +213,7 @@ export class IngestConsumer {
     try {
       info = await this.consumer.info(false);
     } catch (e) {
-      this.log.warn({ err: e, lane: this.opts.lane }, 'consumer state unknown (NATS)');
+      this.log.warn({ err: e, lane: this.opts.lane, partition: this.opts.partition }, 'consumer state unknown (NATS)');
       return;
     } finally {
       this.watching = false;

@@ -8,8 +8,8 @@ import { createMetrics } from '../lib/infra/metrics.js';
 import { createPool } from '../lib/infra/postgres.js';
 import { createClickHouse } from '../lib/infra/clickhouse.js';
 import { createRedis } from '../lib/infra/redis.js';
-import { connectNats, ensureStreams, ensureConsumer, warnDurability } from '../lib/infra/nats.js';
-import { subjects, ingestStreams, heartbeatStream } from '../lib/contract/messages.js';
+import { connectNats, ensureStreams, ensureConsumer, existingIngestStreams, warnDurability } from '../lib/infra/nats.js';
+import { subjects, ingestStreams, partitionOfStream, type Lane } from '../lib/contract/messages.js';
 import { IngestConsumer } from './ingest-consumer.js';
 import { Readiness, probeDependencies, serveHealth } from './health.js';
 import { reportChecker } from '../lib/domain/report-check.js';
@@ -74,9 +74,13 @@ redis.on('error', (e) => log.warn({ err: e }, 'redis error'));
 const stopProbes = probeDependencies(readiness, { pool, ch, redis }, cfg.worker.healthIntervalMs, log);
 const nc = await connectNats(cfg.natsUrl, `worker-${process.pid}`);
 const jsm = await nc.jetstreamManager();
+// The ingest streams (lib/contract/messages.ts): every partition's main stream and heartbeat lane.
+// A worker consumes every one that exists, not only the STREAM_PARTITIONS it was given (below).
+const ingestNames: string[] = [];
 await retrying('the JetStream stream and consumer', async () => {
   await ensureStreams(jsm, cfg);
-  for (const stream of ingestStreams(cfg.streamName)) await ensureConsumer(jsm, stream, cfg.worker.consumerName, cfg.worker.ackWaitS);
+  for (const stream of ingestStreams(cfg.streamName, cfg.streamPartitions)) await ensureConsumer(jsm, stream, cfg.worker.consumerName, cfg.worker.ackWaitS);
+  for (const stream of await existingIngestStreams(jsm, cfg.streamName)) if (!ingestNames.includes(stream)) ingestNames.push(stream);
 });
 await warnDurability(nc, jsm, cfg, log).catch((e) => log.warn({ err: e }, 'NATS durability check failed'));
 const js = nc.jetstream();
@@ -108,7 +112,8 @@ if (!mailer.configured) log.info('SMTP_HOST not set: notification e-mails are wr
 const mailDigestOutcomes = metrics.counter('fleet_worker_mail_digests_total');
 const digests = new MailDigests(pool, mailer, { intervalS: cfg.notifications.digestIntervalS, ratePerS: cfg.notifications.ratePerS, maxLines: cfg.notifications.maxLines, dashboardUrl: cfg.api.publicDashboardUrl }, log.child({ job: QUEUES.mailDigest }), (o) => mailDigestOutcomes.labels(o).inc());
 const horizonLag = metrics.gauge('fleet_worker_light_horizon_lag_seconds');
-const horizon = new Horizon(jsm, ingestStreams(cfg.streamName), log, (ms) => horizonLag.set(ms / 1000));
+// Every ingest stream, whichever lanes this worker pulls: the list grows when a partition appears.
+const horizon = new Horizon(jsm, ingestNames, log, (ms) => horizonLag.set(ms / 1000));
 const reportLights = new ReportLights(sink, lightParams, horizon, countLights);
 // Heartbeats that change nothing reach Postgres later, by the flusher (workers/heartbeat-state.ts);
 // the expiry listener and the sweep write an instance's pending heartbeat before judging it.
@@ -190,15 +195,47 @@ const consumerOptions = {
   stallMs: cfg.worker.stallTimeoutMs,
   watchdogMs: Math.min(5000, Math.max(250, cfg.worker.stallTimeoutMs / 4)),
 };
-// Two lanes (lib/contract/messages.ts, docs/architecture.md "Lanes"): the main stream, and the heartbeats'
-// own, pulled side by side, so that no heartbeat waits behind a backlog of large reports.
-// WORKER_LANES picks some: a fleet can run workers for heartbeats alone.
-const lanes = cfg.worker.lanes.map((lane) => ({ lane, stream: lane === 'heartbeats' ? heartbeatStream(cfg.streamName) : cfg.streamName }));
-const consumers: IngestConsumer[] = [];
-for (const { lane, stream } of lanes) {
-  const durable = await retrying(`the durable consumer (${lane})`, () => js.consumers.get(stream, cfg.worker.consumerName));
-  consumers.push(new IngestConsumer(durable, js, applyDeps, checker, { ...consumerOptions, lane }, log.child({ lane }), metrics));
+// Two lanes per partition (lib/contract/messages.ts, docs/architecture.md "Lanes", "Partitions"):
+// each partition's main stream and its heartbeats' own, pulled side by side, so that no heartbeat
+// waits behind a backlog of large reports. WORKER_LANES picks some: a fleet can run workers for
+// heartbeats alone. Every ingest stream that exists is consumed (ingestNames): partitions a
+// gateway with a larger STREAM_PARTITIONS made, and the streams of before a change of it, so that
+// no accepted report waits for a worker that does not know its stream; the stream watch below
+// looks for new ones every 5 s.
+interface Pulled {
+  lane: Lane;
+  partition: string;
+  stream: string;
+  consumer: IngestConsumer;
 }
+const pulled: Pulled[] = [];
+const consumers: IngestConsumer[] = [];
+let consuming = false;
+async function pullNewStreams(): Promise<void> {
+  for (const stream of ingestNames) {
+    const p = partitionOfStream(cfg.streamName, cfg.subjectPrefix, stream);
+    if (!p || !cfg.worker.lanes.includes(p.lane) || pulled.some((x) => x.stream === stream)) continue;
+    const partition = p.label === 'unpartitioned' && cfg.streamPartitions === 1 ? '0' : p.label;
+    await ensureConsumer(jsm, stream, cfg.worker.consumerName, cfg.worker.ackWaitS);
+    const durable = await js.consumers.get(stream, cfg.worker.consumerName);
+    const consumer = new IngestConsumer(
+      durable,
+      js,
+      applyDeps,
+      checker,
+      { ...consumerOptions, reportsSubject: p.subjects.reports, rejectionsSubject: p.subjects.rejections, lane: p.lane, partition },
+      log.child({ lane: p.lane, partition }),
+      metrics,
+    );
+    pulled.push({ lane: p.lane, partition, stream, consumer });
+    consumers.push(consumer);
+    if (consuming) {
+      consumer.start();
+      log.info({ stream, lane: p.lane, partition }, 'consuming a new ingest stream');
+    }
+  }
+}
+await retrying('the durable consumers', pullNewStreams);
 // A dependency is in an outage while a message of either lane waits for it.
 const outage = metrics.gauge('fleet_worker_outage');
 metrics.onScrape(() => {
@@ -206,13 +243,14 @@ metrics.onScrape(() => {
   for (const d of DEPENDENCIES) outage.labels(d).set(now.has(d) ? 1 : 0);
 });
 for (const c of consumers) c.start();
+consuming = true;
 flusher.start();
 log.info({ intervalMs: heartbeats.intervalMs, tickMs: heartbeats.tickMs }, 'heartbeats that change nothing reach Postgres within the interval');
 // The consumer's own state (stalls, saturation, NATS unreachable) and what its messages wait for
 // (an outage: a dependency that refuses them) join the dependency probes in /readyz.
 const consumerHealth = setInterval(() => {
-  const problems = consumers.map((c, i) => [lanes[i]!.lane, c.problem()] as const).filter(([, p]) => p !== null);
-  readiness.set('consumer', problems.length === 0 ? null : problems.map(([lane, p]) => (lanes.length > 1 ? `${lane}: ${p}` : p)).join('; '));
+  const problems = pulled.map((x) => [x.partition === '0' ? x.lane : `${x.lane} ${x.partition}`, x.consumer.problem()] as const).filter(([, p]) => p !== null);
+  readiness.set('consumer', problems.length === 0 ? null : problems.map(([lane, p]) => (pulled.length > 1 ? `${lane}: ${p}` : p)).join('; '));
   const waits = consumers.map((c) => c.outageProblem()).filter((p) => p !== null);
   readiness.set('outage', waits.length === 0 ? null : [...new Set(waits)].join('; '));
 }, 1000);
@@ -223,17 +261,27 @@ metrics.onScrape(() => ready.set(readiness.problem() === null ? 1 : 0));
 const stream = { bytes: metrics.gauge('fleet_worker_stream_bytes'), max: metrics.gauge('fleet_worker_stream_max_bytes'), messages: metrics.gauge('fleet_worker_stream_messages') };
 const readStream = () =>
   Promise.all(
-    lanes.map(({ lane, stream: name }) =>
+    pulled.map(({ lane, partition, stream: name }) =>
       jsm.streams.info(name).then(
         (i) => {
-          stream.bytes.labels(lane).set(i.state.bytes);
-          stream.max.labels(lane).set(i.config.max_bytes);
-          stream.messages.labels(lane).set(i.state.messages);
+          stream.bytes.labels(lane, partition).set(i.state.bytes);
+          stream.max.labels(lane, partition).set(i.config.max_bytes);
+          stream.messages.labels(lane, partition).set(i.state.messages);
         },
         (e) => log.debug({ err: e, stream: name }, 'stream state unknown (NATS)'),
       ),
     ),
   );
+// Ingest streams that appeared since (a gateway with a larger STREAM_PARTITIONS): the horizon
+// counts them at once, and this worker pulls them.
+const findStreams = async () => {
+  try {
+    for (const name of await existingIngestStreams(jsm, cfg.streamName)) if (!ingestNames.includes(name)) ingestNames.push(name);
+    await pullNewStreams();
+  } catch (e) {
+    log.debug({ err: e }, 'ingest streams unknown (NATS)');
+  }
+};
 // Dead letters waiting, per customer: the dead-letter stream's per-subject counts (one request,
 // however many dead letters it holds; lib/store/dead-letters.ts), read with the stream's fill level.
 const deadLetters = new DeadLetters(nc, cfg);
@@ -248,7 +296,7 @@ const readDeadLetters = () =>
   );
 void readStream();
 void readDeadLetters();
-const streamWatch = setInterval(() => void readStream().then(readDeadLetters), 5000);
+const streamWatch = setInterval(() => void findStreams().then(readStream).then(readDeadLetters), 5000);
 streamWatch.unref();
 // Instances per traffic-light colour: counted by one worker per interval, served by every worker.
 const census = new LightCensus(pool, redis, cfg.redisPrefix, cfg.light.censusIntervalMs);
@@ -328,7 +376,7 @@ await retrying('the scheduled jobs (Redis)', async () => {
 });
 
 readiness.set('startup', null);
-log.info({ streams: lanes.map((l) => l.stream), consumer: cfg.worker.consumerName, pullMaxMessages }, 'consuming');
+log.info({ streams: pulled.map((l) => l.stream), consumer: cfg.worker.consumerName, pullMaxMessages }, 'consuming');
 
 life.onShutdown(async (why) => {
   log.info({ why }, 'shutting down: finishing the batch in hand');

@@ -140,14 +140,85 @@ export function subjects(prefix: string) {
   };
 }
 
-/** The heartbeat lane's stream. */
+/** The heartbeat lane's stream (of a partition's main stream). */
 export function heartbeatStream(streamName: string): string {
   return `${streamName}_HB`;
 }
 
-/** Every stream workers consume: the main one and the heartbeat lane. */
-export function ingestStreams(streamName: string): string[] {
-  return [streamName, heartbeatStream(streamName)];
+/** The lanes: heartbeats have a stream of their own in every partition. */
+export type Lane = 'reports' | 'heartbeats';
+export const laneOf = (kind: string): Lane => (kind === 'heartbeat' ? 'heartbeats' : 'reports');
+
+/**
+ * The ingest partition of a machine's reports: FNV-1a (32 bits) of `<customer id>/<machine slug>`
+ * modulo the number of partitions. Stable across processes and versions (gateways, dead-letter
+ * replay and the bench must agree), and every report of one machine, so of each of its instances,
+ * lands in one partition and keeps its order there.
+ */
+export function partitionOf(customerId: string, machine: string, partitions: number): number {
+  if (partitions <= 1) return 0;
+  let h = 0x811c9dc5;
+  const key = `${customerId}/${machine}`;
+  for (let i = 0; i < key.length; i++) {
+    h ^= key.charCodeAt(i);
+    h = Math.imul(h, 0x01000193);
+  }
+  return (h >>> 0) % partitions;
+}
+
+/** One partition's streams and subjects (`partitions` = 1: the names of a stack without partitions). */
+export interface IngestPartition {
+  partition: number;
+  /** The main stream (`reports` and `rejections` subjects) and the heartbeat lane's. */
+  streams: Record<Lane, string>;
+  subjects: { reports: string; heartbeats: string; rejections: string };
+}
+
+/**
+ * The ingest partitions (docs/architecture.md "Partitions"). One partition keeps the names of
+ * before: streams `${STREAM_NAME}` and `${STREAM_NAME}_HB`, subjects `${SUBJECT_PREFIX}.reports`,
+ * `.heartbeats`, `.rejections`. N > 1: partition p has streams `${STREAM_NAME}_<p>` and
+ * `${STREAM_NAME}_<p>_HB`, subjects `${SUBJECT_PREFIX}.p<p>.reports` (`.heartbeats`, `.rejections`).
+ */
+export function ingestPartition(streamName: string, prefix: string, partition: number, partitions: number): IngestPartition {
+  const main = partitions <= 1 ? streamName : `${streamName}_${partition}`;
+  const p = partitions <= 1 ? prefix : `${prefix}.p${partition}`;
+  return {
+    partition,
+    streams: { reports: main, heartbeats: heartbeatStream(main) },
+    subjects: { reports: `${p}.reports`, heartbeats: `${p}.heartbeats`, rejections: `${p}.rejections` },
+  };
+}
+
+export function ingestPartitions(streamName: string, prefix: string, partitions: number): IngestPartition[] {
+  return Array.from({ length: Math.max(1, partitions) }, (_, i) => ingestPartition(streamName, prefix, i, partitions));
+}
+
+/** The partition (streams and subjects) a stream of ingestStreamOf belongs to, with the stream's lane. */
+export function partitionOfStream(streamName: string, prefix: string, name: string): (IngestPartition & { lane: Lane; label: string }) | null {
+  const of = ingestStreamOf(streamName, name);
+  if (!of) return null;
+  // Any count above one names partition p alike.
+  const p = of.partition === null ? ingestPartition(streamName, prefix, 0, 1) : ingestPartition(streamName, prefix, of.partition, of.partition + 2);
+  return { ...p, lane: of.lane, label: of.partition === null ? 'unpartitioned' : String(of.partition) };
+}
+
+/** Every stream of `partitions` ingest partitions that workers consume: each partition's main stream and heartbeat lane. */
+export function ingestStreams(streamName: string, partitions = 1): string[] {
+  return ingestPartitions(streamName, '', partitions).flatMap((p) => [p.streams.reports, p.streams.heartbeats]);
+}
+
+/**
+ * Whether `name` is one of the ingest streams of `streamName` under any number of partitions (a
+ * worker consumes every one that exists: partitions made by a gateway with a larger
+ * STREAM_PARTITIONS, or the unpartitioned streams left from before a change of it); its lane
+ * and partition, else null.
+ */
+export function ingestStreamOf(streamName: string, name: string): { lane: Lane; partition: number | null } | null {
+  if (!name.startsWith(streamName)) return null;
+  const m = /^(?:_(\d{1,3}))?(_HB)?$/.exec(name.slice(streamName.length));
+  if (!m) return null;
+  return { lane: m[2] ? 'heartbeats' : 'reports', partition: m[1] === undefined ? null : Number(m[1]) };
 }
 
 export function deadLetterStream(streamName: string): string {

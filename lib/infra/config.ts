@@ -51,6 +51,7 @@ export const Settings = Type.Object({
   STREAM_MAX_BYTES: Pos(8 * 1024 ** 3, 'stream size; when full, ingest answers 503'),
   STREAM_HEARTBEAT_MAX_BYTES: Pos(2 * 1024 ** 3, "the heartbeat lane's stream size; when full, heartbeats are answered 503"),
   STREAM_REPLICAS: Int(1, 1, 5, 'JetStream replicas (3 on a NATS cluster)'),
+  STREAM_PARTITIONS: Int(1, 1, 64, "ingest partitions: each its own pair of streams (main and heartbeat lane) and so its own stream leader; a machine's reports go to one partition by a hash of customer and machine (docs/architecture.md \"Partitions\"); STREAM_MAX_BYTES and STREAM_HEARTBEAT_MAX_BYTES are shared out between them"),
 
   GATEWAY_HOST: Str('127.0.0.1', 'gateway listen address', HOST),
   GATEWAY_FAULT_INJECTION: Bool(false, 'tests only: a request with X-Fleet-Fault: handler|body|publish throws at that step (the error boundary answers 500)'),
@@ -344,6 +345,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env) {
     // a stream's max_bytes on its servers' disks, so the lane does not ask for the main stream's.
     heartbeatStreamMaxBytes: s.STREAM_HEARTBEAT_MAX_BYTES,
     streamReplicas: s.STREAM_REPLICAS,
+    // Ingest partitions (lib/contract/messages.ts ingestPartitions): 1 keeps the unpartitioned names.
+    streamPartitions: s.STREAM_PARTITIONS,
     // Behind proxies: which hops to trust for the client address (lib/infra/client-address.ts); the
     // same rule in the gateway and the api.
     trustProxy,

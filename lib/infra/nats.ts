@@ -11,7 +11,7 @@ import {
   type JetStreamManager,
   type StreamConfig,
 } from 'nats';
-import { subjects, deadLetterStream, heartbeatStream } from '../contract/messages.js';
+import { subjects, deadLetterStream, ingestPartitions, ingestStreamOf } from '../contract/messages.js';
 import { isNotFound } from './jetstream-errors.js';
 
 export type { NatsConnection };
@@ -36,6 +36,8 @@ export interface StreamSettings {
   /** The heartbeat lane's limit; the main stream's when not given. */
   heartbeatStreamMaxBytes?: number;
   streamReplicas: number;
+  /** Ingest partitions (lib/contract/messages.ts); 1 when not given. */
+  streamPartitions?: number;
 }
 
 
@@ -68,8 +70,12 @@ export async function ensureStreams(jsm: JetStreamManager, s: StreamSettings): P
       num_replicas: s.streamReplicas,
       duplicate_window: nanos(120_000),
     });
-  await workQueue(s.streamName, [subj.reports, subj.rejections], s.streamMaxBytes);
-  await workQueue(heartbeatStream(s.streamName), [subj.heartbeats], s.heartbeatStreamMaxBytes ?? s.streamMaxBytes);
+  // The size limits are the totals: each partition's streams hold their share.
+  const n = Math.max(1, s.streamPartitions ?? 1);
+  for (const p of ingestPartitions(s.streamName, s.subjectPrefix, n)) {
+    await workQueue(p.streams.reports, [p.subjects.reports, p.subjects.rejections], Math.floor(s.streamMaxBytes / n));
+    await workQueue(p.streams.heartbeats, [p.subjects.heartbeats], Math.floor((s.heartbeatStreamMaxBytes ?? s.streamMaxBytes) / n));
+  }
   await upsertStream(jsm, {
     name: deadLetterStream(s.streamName),
     // Per customer: `<deadLetter>.<customer slug>` (lib/store/dead-letters.ts); the bare subject holds dead
@@ -80,6 +86,60 @@ export async function ensureStreams(jsm: JetStreamManager, s: StreamSettings): P
     max_age: nanos(30 * 86_400_000),
     num_replicas: s.streamReplicas,
   });
+}
+
+/**
+ * Every ingest stream of `streamName` that exists on the server, under any number of partitions
+ * (lib/contract/messages.ts ingestStreamOf), sorted by name: a worker consumes them all, so that
+ * reports queued under another STREAM_PARTITIONS (a gateway configured with more, or the streams
+ * of before a change of it) are applied too.
+ */
+export async function existingIngestStreams(jsm: JetStreamManager, streamName: string): Promise<string[]> {
+  const out: string[] = [];
+  for await (const name of jsm.streams.names()) if (ingestStreamOf(streamName, name)) out.push(name);
+  return out.sort();
+}
+
+/**
+ * Places the leaders of replicated (R > 1) streams: the streams of one group share a leader, and
+ * the groups' leaders are on different servers where there are enough. A stream in the wrong place
+ * is asked to step down (its servers elect another replica; JetStream picks which), one per round,
+ * until everything is placed or `rounds` is spent. For ingest partitions: a group is one
+ * partition's main stream and heartbeat lane, so one server's core carries one partition's share
+ * of ingest, and losing a server interrupts one partition. Returns each stream's leader afterwards.
+ */
+export async function placeStreamLeaders(nc: NatsConnection, jsm: JetStreamManager, groups: string[][], rounds = 40): Promise<Record<string, string>> {
+  const streams = groups.flat();
+  const leaders = async () => {
+    const out: Record<string, string> = {};
+    for (const name of streams) out[name] = (await jsm.streams.info(name)).cluster?.leader ?? '';
+    return out;
+  };
+  for (let round = 0; round < rounds; round++) {
+    const now = await leaders();
+    const taken = new Set<string>();
+    let move: string | undefined;
+    for (const group of groups) {
+      const anchor = now[group[0]!]!;
+      if (!anchor) continue;
+      if (taken.has(anchor)) {
+        move = group[0];
+        break;
+      }
+      taken.add(anchor);
+      move = group.find((x) => now[x] && now[x] !== anchor);
+      if (move) break;
+    }
+    if (!move) return now;
+    await nc.request(`$JS.API.STREAM.LEADER.STEPDOWN.${move}`, undefined, { timeout: 5000 }).catch(() => undefined);
+    // The election takes a moment; the next round looks again.
+    for (let i = 0; i < 50; i++) {
+      await new Promise((r) => setTimeout(r, 100));
+      const l = (await jsm.streams.info(move).catch(() => null))?.cluster?.leader;
+      if (l && l !== now[move]) break;
+    }
+  }
+  return leaders();
 }
 
 /** The durable pull consumer that every worker replica shares (one per stream: the main one and the heartbeat lane). */
@@ -141,11 +201,11 @@ interface WarnLog {
  * ingest stream falls short of the production requirement. A stream not made yet counts with the
  * replicas it will be made with (STREAM_REPLICAS).
  */
-export async function warnDurability(nc: NatsConnection, jsm: JetStreamManager, s: { streamName: string; streamReplicas: number }, log: WarnLog): Promise<string[]> {
+export async function warnDurability(nc: NatsConnection, jsm: JetStreamManager, s: { streamName: string; streamReplicas: number; streamPartitions?: number }, log: WarnLog): Promise<string[]> {
   const version = nc.info?.version ?? '0.0.0';
   let replicas = s.streamReplicas;
   try {
-    replicas = (await jsm.streams.info(s.streamName)).config.num_replicas;
+    replicas = (await jsm.streams.info(ingestPartitions(s.streamName, '', s.streamPartitions ?? 1)[0]!.streams.reports)).config.num_replicas;
   } catch (e) {
     if (!isNotFound(e)) throw e;
   }

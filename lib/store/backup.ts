@@ -58,6 +58,14 @@ import { publishStreamFile, writeStreamFile, type StreamFileSummary } from './ba
 
 export const BACKUP_FORMAT = 1;
 
+/**
+ * Backups know the two ingest streams of one partition (the manifest's roles `ingest` and
+ * `heartbeats`); a stack with STREAM_PARTITIONS > 1 is refused rather than half backed up
+ * (docs/operations.md "Backup and restore").
+ */
+const PARTITIONS_UNSUPPORTED =
+  'backup and restore cover one ingest partition (STREAM_PARTITIONS=1); this stack has more, and its partitioned streams would be left out: not backed up';
+
 /** The streams of a stack, by their role (the names differ between stacks: STREAM_NAME). */
 export const STREAM_ROLES = ['ingest', 'heartbeats', 'dead_letters', 'uploads', 'artifacts'] as const;
 export type StreamRole = (typeof STREAM_ROLES)[number];
@@ -196,6 +204,7 @@ export interface BackupOptions {
 export async function backup(cfg: Config, dir: string, o: BackupOptions = {}): Promise<Manifest> {
   const say = o.progress ?? (() => {});
   if (existsSync(join(dir, 'manifest.json'))) throw new BackupError(`${dir} holds a backup already (manifest.json); choose an empty folder`);
+  if (cfg.streamPartitions > 1) throw new BackupError(PARTITIONS_UNSUPPORTED);
   mkdirSync(join(dir, 'streams'), { recursive: true });
   mkdirSync(join(dir, 'clickhouse'), { recursive: true });
   const started = Date.now();
@@ -431,6 +440,7 @@ async function targetContents(pool: Pool, ch: ClickHouseClient, nc: NatsConnecti
  * restore stopped half-way is finished by running it again.
  */
 export async function restore(cfg: Config, dir: string, o: RestoreOptions = {}): Promise<RestoreResult> {
+  if (cfg.streamPartitions > 1) throw new BackupError(PARTITIONS_UNSUPPORTED);
   const say = o.progress ?? (() => {});
   const m = readManifest(dir);
   await say('verify', 'sizes and SHA-256 of every file');

@@ -22,7 +22,7 @@
 // two replays of one dead letter within the ingest stream's duplicate window (2 minutes) are one
 // message, and a replay interrupted between the PubAck and the delete can be run again at once.
 import { headers as natsHeaders, type JetStreamClient, type JetStreamManager, type MsgHdrs, type NatsConnection, type StoredMsg } from 'nats';
-import { decodeBatch, deadLetterStream, subjects, toReport, type RejectionRecord, type Report } from '../contract/messages.js';
+import { decodeBatch, deadLetterStream, ingestPartitions, partitionOf, subjects, toReport, type IngestPartition, type RejectionRecord, type Report } from '../contract/messages.js';
 import { isSlug } from '../contract/ids.js';
 import { JetStreamApiCodes, jsApiCode } from '../infra/jetstream-errors.js';
 import type { DeadLetterDetailT, DeadLetterListT, DeadLetterReportT, DeadLetterT, RenderedBodyT, ReplayAnswerT, ReplayItemT } from '../contract/schemas/dead-letters.js';
@@ -369,6 +369,8 @@ const isMissing = (e: unknown) => jsApiCode(e) === JetStreamApiCodes.NoMessageFo
 export interface DeadLetterNames {
   streamName: string;
   subjectPrefix: string;
+  /** Ingest partitions (STREAM_PARTITIONS): a replayed report goes to its machine's; 1 when not given. */
+  streamPartitions?: number;
 }
 
 export interface ReplaySelection extends DeadLetterFilter {
@@ -384,6 +386,7 @@ export class DeadLetters {
   /** The bare dead-letter subject; customers' dead letters are on `<base>.<customer>`. */
   readonly base: string;
   private readonly subj: ReturnType<typeof subjects>;
+  private readonly partitions: IngestPartition[];
   private readonly js: JetStreamClient;
   private jsmP: Promise<JetStreamManager> | null = null;
 
@@ -393,6 +396,7 @@ export class DeadLetters {
   ) {
     this.stream = deadLetterStream(names.streamName);
     this.subj = subjects(names.subjectPrefix);
+    this.partitions = ingestPartitions(names.streamName, names.subjectPrefix, names.streamPartitions ?? 1);
     this.base = this.subj.deadLetter;
     this.js = nc.jetstream();
   }
@@ -536,7 +540,16 @@ export class DeadLetters {
   private async replayOne(p: Parsed, dryRun: boolean): Promise<ReplayItemT> {
     const s = p.summary;
     const item = (result: ReplayItemT['result'], detail: string): ReplayItemT => ({ seq: s.seq, report_ids: s.report_ids, customer: s.customer, kind: s.kind, result, detail });
-    const target = p.reports ? this.subj.reports : p.rejection ? this.subj.rejections : null;
+    // Back into the ingest partition of its machine (of its source, for a rejection record).
+    const n = this.partitions.length;
+    const r0 = p.reports?.[0];
+    const target = r0
+      ? this.partitions[partitionOf(r0.customerId, r0.machine, n)]!.subjects.reports
+      : p.reports
+        ? this.partitions[0]!.subjects.reports
+        : p.rejection
+          ? this.partitions[partitionOf(String(p.rejection.customer_id ?? ''), String(p.rejection.remote ?? ''), n)]!.subjects.rejections
+          : null;
     if (!target) return item(dryRun ? 'would-skip' : 'skipped', 'undecodable: neither a report batch nor a rejection record; kept in the dead-letter stream');
     if (dryRun) return item('would-replay', `would republish ${p.reports ? `${p.reports.length} report${p.reports.length === 1 ? '' : 's'}` : 'a rejection record'} to ${target}`);
     let duplicate = false;

@@ -16,6 +16,7 @@ import type { Answer } from './http.js';
 import { ROOT } from '../../deploy/service-process.js';
 import { clusterRun, recordClusterResult, type ClusterRun } from '../../bench/results.js';
 import { storedOnce as storedIn } from './stored-once.js';
+import { ingestPartitions, type IngestPartition } from '../../lib/contract/messages.js';
 
 export interface TestCluster {
   c: Cluster;
@@ -31,8 +32,10 @@ export interface TestCluster {
   https(method: string, path: string, token: string | null, body?: unknown, headers?: Record<string, string>, from?: string): Promise<Answer>;
   /** A Server-Sent Events stream through nginx: its raw text so far. */
   stream(path: string, token: string): Promise<{ status: number; headers: Headers; text(): string; close(): Promise<void> }>;
-  /** The server name (n1, n2, n3) of the ingest stream's leader. */
-  streamLeader(): Promise<string>;
+  /** The server name (n1, n2, n3) of a stream's leader (default: partition 0's main stream). */
+  streamLeader(stream?: string): Promise<string>;
+  /** The ingest partitions (lib/contract/messages.ts): their streams and subjects. */
+  partitions: IngestPartition[];
   /** The run this file belongs to (bench/results.ts `clusterRun`). */
   run: ClusterRun;
   /**
@@ -127,16 +130,17 @@ export async function testCluster(t: Test, name: string): Promise<TestCluster> {
       },
     };
   };
-  const streamLeader = async () => {
+  const partitions = ingestPartitions(c.cfg.streamName, c.cfg.subjectPrefix, c.cfg.streamPartitions);
+  const streamLeader = async (name = partitions[0]!.streams.reports) => {
     const jsm = await nc.jetstreamManager({ timeout: 5000 });
-    const info = await jsm.streams.info(c.cfg.streamName);
+    const info = await jsm.streams.info(name);
     const leader = info.cluster?.leader;
     if (!leader) throw new Error('the stream has no leader');
     return leader;
   };
   const run = clusterRun(ROOT, name);
   const record = (failure: string, entry: Record<string, unknown>) => recordClusterResult(join(ROOT, 'bench', 'results'), run, failure, { test_file: `test/cluster/${name}.test.ts`, ...entry });
-  return { c, pool, ch, replica: (i) => replicas[i]!, nc, customer, token, https, stream, streamLeader, run, record };
+  return { c, pool, ch, replica: (i) => replicas[i]!, nc, customer, token, https, stream, streamLeader, partitions, run, record };
 }
 
 /** The cluster's data folder of a test (for the log files under it). */
@@ -147,8 +151,9 @@ export const clusterDataDir = (name: string) => join(resolve(process.env.DATA_DI
  * each) and diagnostics, one after another. Records every answer, what was acknowledged (200, 202 for diagnostics), and
  * when (for the time without service).
  */
-export function steadyIngest(k: TestCluster, prefix: string, clients = 6) {
-  const acked: { kind: 'heartbeat' | 'diagnostics'; marker: string; at: number }[] = [];
+export function steadyIngest(k: TestCluster, prefix: string, clients = 6, machines: string[] = Array.from({ length: 10 }, (_, i) => `${prefix}-m${i}`)) {
+  const acked: { kind: 'heartbeat' | 'diagnostics'; marker: string; machine: string; at: number }[] = [];
+  const answered: { machine: string; status: string; at: number }[] = [];
   const answers = new Map<string, number>();
   const note = (key: string) => answers.set(key, (answers.get(key) ?? 0) + 1);
   let running = true;
@@ -159,11 +164,13 @@ export function steadyIngest(k: TestCluster, prefix: string, clients = 6) {
       const n = seq++;
       const kind = n % 4 === 0 ? 'diagnostics' : 'heartbeat';
       const marker = `${prefix}-${n}`;
+      const machine = machines[n % machines.length]!;
       const body = kind === 'heartbeat' ? { version: marker } : { items: [{ code: n % 1000, severity: 0, message: marker }] };
       try {
-        const r = await k.https('POST', `/api/ingest/${k.customer.slug}/${prefix}-m${n % 10}/agent/${kind}`, k.token, body);
+        const r = await k.https('POST', `/api/ingest/${k.customer.slug}/${machine}/agent/${kind}`, k.token, body);
         note(String(r.status));
-        if (r.status === 200 || r.status === 202) acked.push({ kind, marker, at: Date.now() });
+        answered.push({ machine, status: String(r.status), at: Date.now() });
+        if (r.status === 200 || r.status === 202) acked.push({ kind, marker, machine, at: Date.now() });
         else if (r.status === 503 && !r.headers.get('retry-after')) note('503 without Retry-After');
       } catch {
         note('network');
@@ -174,15 +181,16 @@ export function steadyIngest(k: TestCluster, prefix: string, clients = 6) {
   const done = Promise.all(Array.from({ length: clients }, client));
   return {
     acked,
+    answered,
     answers,
     /** Acknowledged reports after time `t` (ms). */
     ackedSince: (t: number) => acked.filter((a) => a.at > t).length,
     /** The longest time between two acknowledged reports from `from` on (ms). */
-    longestGap(from: number): number {
+    longestGap(from: number, of: (machine: string) => boolean = () => true): number {
       let gap = 0;
       let last = from;
       for (const a of acked) {
-        if (a.at < from) continue;
+        if (a.at < from || !of(a.machine)) continue;
         gap = Math.max(gap, a.at - last);
         last = a.at;
       }

@@ -136,6 +136,7 @@ export async function testStack(t: Test, name: string, opts: StackOptions = {}):
     streamMaxBytes: Number(env.STREAM_MAX_BYTES),
     heartbeatStreamMaxBytes: Number(env.STREAM_HEARTBEAT_MAX_BYTES),
     streamReplicas: 1,
+    streamPartitions: Number(env.STREAM_PARTITIONS || 1),
   });
   const customer = await createCustomer(pool, `c-${id}`);
   const { token } = await createToken(pool, customer.id, 'test');
@@ -261,8 +262,8 @@ export async function eventually<T>(fn: () => Promise<T | null | undefined | fal
  */
 export async function drained(s: Pick<TestStack, 'nc' | 'env'>, ms = 30_000): Promise<void> {
   const jsm = await s.nc.jetstreamManager();
-  // Both lanes: the main stream and the heartbeat lane's (lib/contract/messages.ts).
-  const streams = ingestStreams(s.env.STREAM_NAME!);
+  // Both lanes of every partition: the main stream and the heartbeat lane's (lib/contract/messages.ts).
+  const streams = ingestStreams(s.env.STREAM_NAME!, Number(s.env.STREAM_PARTITIONS || 1));
   await eventually(
     async () => {
       const infos = await Promise.all(streams.map((n) => jsm.streams.info(n)));
@@ -289,7 +290,7 @@ export async function drained(s: Pick<TestStack, 'nc' | 'env'>, ms = 30_000): Pr
 export async function consumed(s: Pick<TestStack, 'nc' | 'env'>, ms = 30_000): Promise<void> {
   const jsm = await s.nc.jetstreamManager();
   await eventually(
-    async () => (await Promise.all(ingestStreams(s.env.STREAM_NAME!).map((n) => jsm.consumers.info(n, 'workers')))).every((i) => i.num_pending + i.num_ack_pending === 0),
+    async () => (await Promise.all(ingestStreams(s.env.STREAM_NAME!, Number(s.env.STREAM_PARTITIONS || 1)).map((n) => jsm.consumers.info(n, 'workers')))).every((i) => i.num_pending + i.num_ack_pending === 0),
     ms,
     "the workers' consumers of both lanes have nothing pending or unacked",
   );

@@ -20,7 +20,7 @@ import { LicenceGate } from '../../gateway/licence-gate.js';
 import { PendingCommands } from '../../gateway/pending-commands.js';
 import { IdempotencyRegister } from '../../gateway/idempotency.js';
 import { RejectionLog } from '../../gateway/rejection-log.js';
-import { BatchPublisher, LanePublisher } from '../../gateway/publisher.js';
+import { BatchPublisher, IngestPublisher } from '../../gateway/publisher.js';
 import { Ingest, isRefusal } from '../../gateway/ingest.js';
 import { BatchIngest } from '../../gateway/batch.js';
 import type { Answer, Call, GatewayDeps, IngestPath, JsonKind, Outcome } from '../../gateway/types.js';
@@ -42,10 +42,10 @@ await Promise.all([tokens.start(), help.start(), licences.start(), quotas.start(
 const js = s.nc.jetstream();
 const lane = { timeoutMs: 5000, maxReports: 512, maxBytes: 512 * 1024, maxInflight: 4 };
 const stats = { published: () => {}, failed: (_n: number, reason: string) => t.fail(`publish failed: ${reason}`) };
-const publisher = new LanePublisher({
+const publisher = new IngestPublisher([{
   reports: new BatchPublisher(s.nc, js, { ...lane, subject: subj.reports, streamName: cfg.streamName }, stats),
   heartbeats: new BatchPublisher(s.nc, js, { ...lane, subject: subj.heartbeats, streamName: heartbeatStream(cfg.streamName) }, stats),
-});
+}]);
 publisher.connected = true;
 const deps: GatewayDeps = {
   cfg,

@@ -127,6 +127,7 @@ t.test('a pull that stops delivering is found by the watchdog, logged, shown as 
     checker,
     {
       lane: 'reports',
+      partition: '0',
       reportsSubject: subj.reports,
       rejectionsSubject: subj.rejections,
       deadLetterSubject: subj.deadLetter,
@@ -151,7 +152,7 @@ t.test('a pull that stops delivering is found by the watchdog, logged, shown as 
   await eventually(async () => (await chRows(w.ch, `SELECT 1 FROM heartbeats FINAL WHERE machine = 'stuck'`)).length === 1, 10_000, 'the report applied after the restart');
   t.ok(pulls >= 4, `the pull was started afresh (${pulls} pulls)`);
   t.ok(lines.some((l) => l.level === 50 && /consumer stalled/.test(l.msg ?? '')), 'an error line in the log');
-  t.match(await metrics.text(), /fleet_worker_consumer_stalls_total\{lane="reports",service="worker"\} [3-9]/, 'each stall counted');
+  t.match(await metrics.text(), /fleet_worker_consumer_stalls_total\{lane="reports",partition="0",service="worker"\} [3-9]/, 'each stall counted');
   await eventually(async () => consumer.problem() === null, 5000, 'ready again once it delivers');
   await consumer.stop();
 });
@@ -198,6 +199,7 @@ t.test('a consumer at its max_ack_pending delivers nothing to anyone: not ready 
     checker,
     {
       lane: 'reports',
+      partition: '0',
       reportsSubject: subj.reports,
       rejectionsSubject: subj.rejections,
       deadLetterSubject: subj.deadLetter,

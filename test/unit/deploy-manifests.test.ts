@@ -287,7 +287,7 @@ t.test('autoscaling: the gateway on CPU, the workers on the backlog prometheus-a
   const def = (METRICS as Record<string, { type: string; services: readonly string[] }>)[series];
   t.ok(def?.services.includes('worker') && def.type === 'gauge', `the workers export the gauge ${series} (lib/infra/metrics.ts)`);
   t.match(readFileSync(join(ROOT, 'dist', 'workers', 'ingest-consumer.js'), 'utf8'), `'${series}'`, `and set it (workers/ingest-consumer.ts)`);
-  t.match(rule.metricsQuery, /^sum\(max\(<<\.Series>>\{<<\.LabelMatchers>>\}\) by \(namespace, lane\)\) by \(namespace\)$/, 'every worker reports the same consumers: the largest per lane, the lanes added');
+  t.match(rule.metricsQuery, /^sum\(max\(<<\.Series>>\{<<\.LabelMatchers>>\}\) by \(namespace, lane, partition\)\) by \(namespace\)$/, 'every worker reports the same consumers: the largest per lane and partition, all added');
 });
 
 t.test('NATS chart values: JetStream on 3 servers, fsync before acknowledging, 8 MB payloads', async (t) => {
