@@ -165,6 +165,11 @@ export async function runBench(cfg: Config, root: string, args: string[]): Promi
       // ordinary ones: theirs stored exactly once, their heartbeats applied within 1 s (p99), no restarts.
       results.hostile_soak = runScript('hostile-soak', ['--seconds', opt.quick ? '60' : '600'], {});
     }
+    if (want('nats-partitions')) {
+      // NATS CPU per message and report at R1 and R3, on a three-server cluster of its own (the
+      // capacity model's partitions and nodes).
+      results.nats_partitions = runScript('nats-partitions', opt.quick ? ['--messages', '2000'] : [], {});
+    }
     if (want('commands')) {
       results.commands = runScript('commands', [], opt.quick ? { BENCH_INSTANCES: '2000', BENCH_DURATION_S: '3', BENCH_ROUNDS: '1', BENCH_WARMUP_S: '1' } : {});
     }

@@ -276,7 +276,18 @@ const readStream = () =>
 // counts them at once, and this worker pulls them.
 const findStreams = async () => {
   try {
-    for (const name of await existingIngestStreams(jsm, cfg.streamName)) if (!ingestNames.includes(name)) ingestNames.push(name);
+    const now = await existingIngestStreams(jsm, cfg.streamName);
+    for (const name of now) if (!ingestNames.includes(name)) ingestNames.push(name);
+    // A stream deleted (an old partition, drained): its consumer stops, the horizon forgets it.
+    for (const gone of ingestNames.filter((n) => !now.includes(n))) {
+      ingestNames.splice(ingestNames.indexOf(gone), 1);
+      const i = pulled.findIndex((x) => x.stream === gone);
+      if (i < 0) continue;
+      const [x] = pulled.splice(i, 1);
+      consumers.splice(consumers.indexOf(x!.consumer), 1);
+      log.info({ stream: gone }, 'an ingest stream was deleted: its consumer stops');
+      await x!.consumer.stop();
+    }
     await pullNewStreams();
   } catch (e) {
     log.debug({ err: e }, 'ingest streams unknown (NATS)');

@@ -13,6 +13,7 @@
 // (`light_events`, keyed by instance and seq), publishes them on NATS for the api's live stream,
 // queues the webhooks and the e-mail notifications (workers/mail-digest.ts), and only then deletes them from the outbox. A worker that dies in between
 // leaves them in the outbox; the sweep delivers them again (every copy is the same event).
+import { isNotFound } from '../lib/infra/jetstream-errors.js';
 import type { JetStreamManager, NatsConnection } from 'nats';
 import { withTx, type Pool, type PoolClient } from '../lib/infra/postgres.js';
 import type { ClickHouseClient } from '../lib/infra/clickhouse.js';
@@ -112,9 +113,11 @@ export class Horizon {
   private async fetch(): Promise<number> {
     const asked = Date.now();
     try {
-      const infos = await Promise.all(this.streamNames.map((n) => this.jsm!.streams.info(n)));
+      // A stream deleted meanwhile (an old partition, drained and removed) holds nothing.
+      const infos = await Promise.all(this.streamNames.map((n) => this.jsm!.streams.info(n).catch((e) => (isNotFound(e) ? null : Promise.reject(e)))));
       let oldest = asked;
       for (const info of infos) {
+        if (!info) continue;
         const first = info.state.messages > 0 ? Date.parse(info.state.first_ts) : asked;
         if (Number.isFinite(first)) oldest = Math.min(oldest, first);
       }

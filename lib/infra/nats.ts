@@ -110,9 +110,15 @@ export async function existingIngestStreams(jsm: JetStreamManager, streamName: s
  */
 export async function placeStreamLeaders(nc: NatsConnection, jsm: JetStreamManager, groups: string[][], rounds = 40): Promise<Record<string, string>> {
   const streams = groups.flat();
+  // A stream of one replica has nowhere else to go: it is where it is.
+  const fixed = new Set<string>();
   const leaders = async () => {
     const out: Record<string, string> = {};
-    for (const name of streams) out[name] = (await jsm.streams.info(name)).cluster?.leader ?? '';
+    for (const name of streams) {
+      const info = await jsm.streams.info(name);
+      out[name] = info.cluster?.leader ?? '';
+      if (info.config.num_replicas <= 1) fixed.add(name);
+    }
     return out;
   };
   for (let round = 0; round < rounds; round++) {
@@ -122,12 +128,12 @@ export async function placeStreamLeaders(nc: NatsConnection, jsm: JetStreamManag
     for (const group of groups) {
       const anchor = now[group[0]!]!;
       if (!anchor) continue;
-      if (taken.has(anchor)) {
+      if (taken.has(anchor) && !fixed.has(group[0]!)) {
         move = group[0];
         break;
       }
       taken.add(anchor);
-      move = group.find((x) => now[x] && now[x] !== anchor);
+      move = group.find((x) => now[x] && now[x] !== anchor && !fixed.has(x));
       if (move) break;
     }
     if (!move) return now;

@@ -118,6 +118,22 @@ t.test('the unpartitioned streams left from before a change of STREAM_PARTITIONS
   await eventually(async () => (await messages(`${NAME}_HB`)) === 0, 10_000, 'and acked');
 });
 
+t.test('old streams deleted once drained: the worker stops their consumers, and the light goes on judging', async (t) => {
+  const worker = s.procs.filter((p) => p.name === 'worker').at(-1)!;
+  const from = worker.lines.length;
+  await jsm.streams.delete(NAME);
+  await jsm.streams.delete(`${NAME}_HB`);
+  for (const name of [NAME, `${NAME}_HB`]) await worker.waitFor((l) => l.msg === 'an ingest stream was deleted: its consumer stops' && l.stream === name, 15_000);
+  t.pass('both consumers stopped');
+  const [m] = machinesOf('after-delete', 0, 1);
+  t.equal((await s.report(m!, 'heartbeat', { version: 'after-delete' })).status, 200);
+  await eventually(async () => (await storedOnce(s.ch, 'heartbeats', 'version', ['after-delete'])).missing.length === 0, 30_000, 'applied');
+  // The horizon (every ingest stream's oldest message) forgets the deleted ones instead of failing on them.
+  await new Promise((r) => setTimeout(r, 1000));
+  const stuck = worker.lines.slice(from).filter((l) => String(l.msg).startsWith('stream state unknown (NATS): the traffic light keeps its last horizon'));
+  t.equal(stuck.length, 0, 'the horizon never stuck on a deleted stream');
+});
+
 t.test("a replayed dead letter goes back into its machine's partition", async (t) => {
   await Promise.all(s.procs.filter((p) => p.name === 'worker').map((p) => p.stop()));
   const [m] = machinesOf('replayed', 2, 1);
