@@ -329,6 +329,47 @@ export async function runBench(cfg: Config, root: string, args: string[]): Promi
       await g.p.stop();
       await w.p.stop();
     }
+    out.heartbeat_saturation = await saturation();
+    return out;
+  }
+
+  /**
+   * The whole pipeline's CPU per heartbeat at saturation (issue 26): wrk, 1 thread × 64
+   * connections over the fixtures' machines, for `D.wrkS × 2` s, against one gateway and one worker
+   * with the rate limits lifted; CPU from /proc of every process, from before the load until the
+   * last report is applied. Beside the paced figure (`heartbeat`): at saturation the gateway's
+   * groups are large, which flatters the per-report cost.
+   */
+  async function saturation() {
+    await purge();
+    const w = await startProc('worker', 'workers/main.js', {}, 'consuming');
+    const g = await startProc('gateway', 'gateway/main.js', { RATE_LIMIT_PER_S: '10000000', RATE_LIMIT_BURST: '10000000', ...LIFTED_CUSTOMER_RATES });
+    const targets = fx.targets('heartbeat', 'cost-saturation');
+    const url = `http://127.0.0.1:${g.port}`;
+    // Every instance known first, and the processes warm.
+    await wrk({ url, targetsFile: targets, bodyFile: fx.body('heartbeat'), seconds: D.warmS, root });
+    while (!(await drained())) await sleep(100);
+    await sleep(1500);
+    const procs = { gateway: g.p.child.pid, worker: w.p.child.pid };
+    const a = await snapshot(cfg.dataDir, procs, pool);
+    const load = await wrk({ url, targetsFile: targets, bodyFile: fx.body('heartbeat'), seconds: D.wrkS * 2, root });
+    while (!(await drained())) await sleep(100);
+    await sleep(1500);
+    const b = await snapshot(cfg.dataDir, procs, pool);
+    const ok = load.requests - load.non2xx;
+    const r = perHundredThousand(a, b, ok);
+    const out = {
+      offered_rate: 'wrk 1×64',
+      achieved_rate: Math.round(load.requestsPerS),
+      failed: load.non2xx + load.socketErrors,
+      latency_p50_ms: load.latencyP50Ms,
+      latency_p99_ms: load.latencyP99Ms,
+      ...r,
+      cpu_us_per_heartbeat: Math.round(r.cpu_s_per_100k.total * 10 * 10) / 10,
+    };
+    log(`cost at saturation: ${JSON.stringify(out)}`);
+    await g.p.stop();
+    await w.p.stop();
     return out;
   }
 
