@@ -25,6 +25,7 @@ import { WEEKDAYS, canonicalTimeZone, windowTimesProblem, type Weekday, type Win
 import { createTimeoutRule, deleteTimeoutRule, listTimeoutRules, updateTimeoutRule, type TimeoutRuleRow, type TimeoutRulePatch } from '../lib/store/timeout-rules.js';
 import { lightDefaults } from '../lib/store/instances.js';
 import { TIMEOUT_RULE_MAX_S } from '../lib/contract/schemas/timeout-rules.js';
+import { connectNats, existingIngestStreams, placeStreamLeaders } from '../lib/infra/nats.js';
 
 // Read when a command runs, not before: `fleet --help` works whatever the environment holds.
 let loaded: Config | undefined;
@@ -637,6 +638,39 @@ program
     const r = await restore(config(), dir, { force: o.force, progress: say }).catch((e) => fail(e instanceof BackupError ? e.message : `restore: ${(e as Error).message}`));
     const skipped = r.skipped.length ? `; done by an earlier run: ${r.skipped.join(', ')}` : '';
     process.stdout.write(`restored backup ${r.backupId}: ${r.done.length} steps${skipped}. Start the workers: they apply the ${(r.messages.ingest ?? 0) + (r.messages.heartbeats ?? 0)} queued messages\n`);
+  });
+
+// Ingest streams (docs/architecture.md "Partitions"): each partition's streams, their leaders and
+// what they hold; `--place` puts each partition's leaders on a server of its own.
+program
+  .command('streams')
+  .description('the ingest streams of every partition that exists: leader, replicas, messages; --place moves the leaders so that each partition is led by a server of its own')
+  .option('--place', "ask misplaced leaders to step down until each partition's two streams share a leader and the partitions' leaders are on different servers")
+  .action(async (o: { place?: boolean }) => {
+    const cfg = config();
+    const nc = await connectNats(cfg.natsUrl, 'fleet-cli');
+    try {
+      const jsm = await nc.jetstreamManager({ timeout: 10_000 });
+      const names = await existingIngestStreams(jsm, cfg.streamName);
+      if (names.length === 0) fail(`no ingest stream of ${cfg.streamName} on ${cfg.natsUrl}`);
+      if (o.place) {
+        // Group each partition's main stream with its heartbeat lane.
+        const groups = new Map<string, string[]>();
+        for (const n of names) {
+          const main = n.replace(/_HB$/, '');
+          groups.set(main, [...(groups.get(main) ?? []), n].sort());
+        }
+        await placeStreamLeaders(nc, jsm, [...groups.values()]);
+      }
+      process.stdout.write('stream\tleader\treplicas\tmessages\tbytes\n');
+      for (const n of names) {
+        const i = await jsm.streams.info(n);
+        const replicas = [i.cluster?.leader, ...(i.cluster?.replicas ?? []).map((r) => `${r.name}${r.current ? '' : ' (behind)'}`)].filter(Boolean).join(',');
+        process.stdout.write(`${n}\t${i.cluster?.leader ?? '-'}\t${replicas || '-'}\t${i.state.messages}\t${i.state.bytes}\n`);
+      }
+    } finally {
+      await nc.close();
+    }
   });
 
 // Timeout rules (docs/operations.md "Per-instance timeouts", docs/api.md "Timeout rules"): the same

@@ -8,6 +8,9 @@ import { eventually } from '../helpers/stack.js';
 import { testCluster, steadyIngest, storedOnce } from '../helpers/cluster.js';
 import { NATS_REQUIRED, versionBelow } from '../../lib/infra/nats.js';
 import { partitionOf } from '../../lib/contract/messages.js';
+import { spawnSync } from 'node:child_process';
+import { join } from 'node:path';
+import { ROOT } from '../../deploy/service-process.js';
 
 const k = await testCluster(t, 'edge');
 const slug = k.customer.slug;
@@ -190,6 +193,31 @@ t.test("kill -9 of one partition's leader during steady ingest: only that partit
     lost,
   });
   t.comment(`figures kept in ${file}`);
+});
+
+t.test("after the kill two partitions share a leader; `fleet streams --place` puts each on a server of its own again", async (t) => {
+  const fleet = (...args: string[]) => {
+    const r = spawnSync(process.execPath, [join(ROOT, 'bin', 'fleet.js'), 'streams', ...args], { env: { ...process.env, ...k.c.env }, encoding: 'utf8', timeout: 180_000 });
+    t.equal(r.status, 0, `fleet streams ${args.join(' ')}: ${r.stderr}`);
+    return r.stdout
+      .trim()
+      .split('\n')
+      .slice(1)
+      .map((l) => l.split('\t'))
+      .map(([stream, leader]) => ({ stream: stream!, leader: leader! }));
+  };
+  const rows = fleet();
+  t.same(rows.map((r) => r.stream), k.partitions.flatMap((p) => [p.streams.reports, p.streams.heartbeats]).sort(), 'every partition\'s two streams listed');
+  const leaderOf = (rs: { stream: string; leader: string }[], p: number) => rs.find((r) => r.stream === k.partitions[p]!.streams.reports)!.leader;
+  const before = k.partitions.map((p) => leaderOf(rows, p.partition));
+  t.comment(`leaders after the kill: ${before.join(', ')}`);
+  const placed = fleet('--place');
+  const after = k.partitions.map((p) => leaderOf(placed, p.partition));
+  t.equal(new Set(after).size, 3, `three partitions, three leaders: ${after.join(', ')}`);
+  for (const p of k.partitions) t.equal(placed.find((r) => r.stream === p.streams.heartbeats)!.leader, after[p.partition], `partition ${p.partition}: both streams led by ${after[p.partition]}`);
+  // Ingest goes on after the move.
+  const r = await k.https('POST', `/api/ingest/${k.customer.slug}/placed-m1/agent/heartbeat`, k.token, {});
+  t.equal(r.status, 200);
 });
 
 t.test('every process warns once about an old NATS server it finds, and not about the replicas (R3)', async (t) => {
