@@ -198,7 +198,8 @@ const consumerOptions = {
 // Two lanes per partition (lib/contract/messages.ts, docs/architecture.md "Lanes", "Partitions"):
 // each partition's main stream and its heartbeats' own, pulled side by side, so that no heartbeat
 // waits behind a backlog of large reports. WORKER_LANES picks some: a fleet can run workers for
-// heartbeats alone. Every ingest stream that exists is consumed (ingestNames): partitions a
+// heartbeats alone; WORKER_PARTITIONS picks partitions. Every ingest stream that exists is
+// consumed (ingestNames), unless WORKER_PARTITIONS names some: partitions a
 // gateway with a larger STREAM_PARTITIONS made, and the streams of before a change of it, so that
 // no accepted report waits for a worker that does not know its stream; the stream watch below
 // looks for new ones every 5 s.
@@ -215,6 +216,9 @@ async function pullNewStreams(): Promise<void> {
   for (const stream of ingestNames) {
     const p = partitionOfStream(cfg.streamName, cfg.subjectPrefix, stream);
     if (!p || !cfg.worker.lanes.includes(p.lane) || pulled.some((x) => x.stream === stream)) continue;
+    // WORKER_PARTITIONS: a worker of some partitions leaves the others (and the unpartitioned
+    // streams) to the workers that pull them.
+    if (cfg.worker.partitions && (p.label === 'unpartitioned' || !cfg.worker.partitions.includes(p.partition))) continue;
     const partition = p.label === 'unpartitioned' && cfg.streamPartitions === 1 ? '0' : p.label;
     await ensureConsumer(jsm, stream, cfg.worker.consumerName, cfg.worker.ackWaitS);
     const durable = await js.consumers.get(stream, cfg.worker.consumerName);

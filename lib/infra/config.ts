@@ -97,6 +97,10 @@ export const Settings = Type.Object({
     pattern: '^(reports|heartbeats)(,(reports|heartbeats))?$',
     allowed: 'reports, heartbeats, or both joined by a comma',
   }),
+  WORKER_PARTITIONS: Str('', "the ingest partitions this worker pulls (docs/architecture.md \"Partitions\"): numbers joined by commas; empty: every partition that exists, and the unpartitioned streams", {
+    pattern: '^([0-9]{1,2}(,[0-9]{1,2})*)?$',
+    allowed: 'empty, or partition numbers (0-63) joined by commas',
+  }),
   ACK_WAIT_S: Pos(30, 'unacked messages are redelivered after this'),
   WORKER_RETRY_MAX_MS: Int(30_000, 100, 3_600_000, 'the longest wait before a report waiting for an outage is tried again (the wait doubles from 0.5 s)'),
 
@@ -395,6 +399,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env) {
       // Which streams this worker pulls (docs/architecture.md "Lanes"): a fleet can give heartbeats
       // workers of their own, so that no report of another kind shares their CPU.
       lanes: [...new Set(s.WORKER_LANES.split(','))] as ('reports' | 'heartbeats')[],
+      // Which partitions (docs/architecture.md "Partitions"): null, every one; else these numbers.
+      partitions: s.WORKER_PARTITIONS === '' ? null : [...new Set(s.WORKER_PARTITIONS.split(',').map(Number))],
       ackWaitS: s.ACK_WAIT_S,
       // A report that waits for an outage is retried after 0.5 s, 1 s, 2 s, … at most this long
       // apart, for as long as the outage lasts (never dead-lettered for it).

@@ -171,3 +171,19 @@ t.test("the traffic light's horizon waits for the oldest message of any partitio
   await new Promise((r) => setTimeout(r, Horizon.CACHE_MS + 10));
   t.ok((await horizon.get()) > at, 'and moves on once it is applied');
 });
+
+t.test('WORKER_PARTITIONS: a worker of partition 1 applies its reports and leaves partition 0 to others', async (t) => {
+  await Promise.all(s.procs.filter((p) => p.name === 'worker').map((p) => p.stop()));
+  await s.startWorker({ WORKER_PARTITIONS: '1' });
+  const [m0] = machinesOf('subset', 0, 1);
+  const [m1] = machinesOf('subset', 1, 1);
+  t.equal((await s.report(m0!, 'heartbeat', { version: 'subset-p0' })).status, 200);
+  t.equal((await s.report(m1!, 'heartbeat', { version: 'subset-p1' })).status, 200);
+  await eventually(async () => (await storedOnce(s.ch, 'heartbeats', 'version', ['subset-p1'])).missing.length === 0, 30_000, "partition 1's heartbeat applied");
+  await new Promise((r) => setTimeout(r, 1000));
+  t.equal(await messages(parts[0]!.streams.heartbeats), 1, "partition 0's heartbeat waits in its stream: no worker of this one pulls it");
+  t.same((await storedOnce(s.ch, 'heartbeats', 'version', ['subset-p0'])).missing, ['subset-p0'], 'not applied');
+  await s.startWorker();
+  await eventually(async () => (await storedOnce(s.ch, 'heartbeats', 'version', ['subset-p0'])).missing.length === 0, 30_000, 'applied by a worker of every partition');
+  await drained(s, 30_000);
+});
