@@ -34,6 +34,7 @@ import { reconcileLicences } from '../lib/store/licences.js';
 import { LightCensus } from './light-census.js';
 import { DeadLetters } from '../lib/store/dead-letters.js';
 import { DEPENDENCIES } from '../lib/infra/storage-errors.js';
+import { isNotFound } from '../lib/infra/jetstream-errors.js';
 import { runRetention } from './retention.js';
 import { LiveCustomers } from './live-customers.js';
 import { TableGrowth } from '../lib/store/table-growth.js';
@@ -283,7 +284,14 @@ const findStreams = async () => {
     const now = await existingIngestStreams(jsm, cfg.streamName);
     for (const name of now) if (!ingestNames.includes(name)) ingestNames.push(name);
     // A stream deleted (an old partition, drained): its consumer stops, the horizon forgets it.
+    // Only when the server says so of that stream: a list cut short (a JetStream election) is not
+    // a deletion.
     for (const gone of ingestNames.filter((n) => !now.includes(n))) {
+      const deleted = await jsm.streams.info(gone).then(
+        () => false,
+        (e) => isNotFound(e),
+      );
+      if (!deleted) continue;
       ingestNames.splice(ingestNames.indexOf(gone), 1);
       const i = pulled.findIndex((x) => x.stream === gone);
       if (i < 0) continue;
