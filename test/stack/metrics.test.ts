@@ -171,9 +171,15 @@ t.test('routes: `logcollector` is still an ordinary software for the other repor
   t.equal(wrongSoftware.status, 404, 'metrics exist only under logcollector');
   const wrongMethod = await get(url('m7'), s.token);
   t.equal(wrongMethod.status, 405);
-  const i = await eventually(async () => (await get(`${s.apiUrl}/api/instances?machine=m7`, s.token)).body.items?.[0]);
+  // The status report (main lane) may create the instance before the heartbeat (its own lane) is
+  // applied: wait for the heartbeat's version, not for the first row.
+  const i = await eventually(async () => {
+    const item = (await get(`${s.apiUrl}/api/instances?machine=m7`, s.token)).body.items?.[0];
+    return item?.version === '1.0' ? item : null;
+  }, 30_000, "the heartbeat's version stored");
   t.equal(i.software, 'logcollector');
   t.equal(i.version, '1.0');
+  t.equal(i.status, 'running', 'and the status report');
 });
 
 t.test('read API: customer-scoped, ill-formed input refused', async (t) => {
