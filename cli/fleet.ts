@@ -26,6 +26,7 @@ import { createTimeoutRule, deleteTimeoutRule, listTimeoutRules, updateTimeoutRu
 import { lightDefaults } from '../lib/store/instances.js';
 import { TIMEOUT_RULE_MAX_S } from '../lib/contract/schemas/timeout-rules.js';
 import { connectNats, existingIngestStreams, placeStreamLeaders } from '../lib/infra/nats.js';
+import { partitionOfStream } from '../lib/contract/messages.js';
 
 // Read when a command runs, not before: `fleet --help` works whatever the environment holds.
 let loaded: Config | undefined;
@@ -657,7 +658,7 @@ program
         // Group each partition's main stream with its heartbeat lane.
         const groups = new Map<string, string[]>();
         for (const n of names) {
-          const main = n.replace(/_HB$/, '');
+          const main = partitionOfStream(cfg.streamName, cfg.subjectPrefix, n)!.streams.reports;
           groups.set(main, [...(groups.get(main) ?? []), n].sort());
         }
         await placeStreamLeaders(nc, jsm, [...groups.values()]);

@@ -211,7 +211,6 @@ interface Pulled {
   consumer: IngestConsumer;
 }
 const pulled: Pulled[] = [];
-const consumers: IngestConsumer[] = [];
 let consuming = false;
 async function pullNewStreams(): Promise<void> {
   for (const stream of ingestNames) {
@@ -233,7 +232,6 @@ async function pullNewStreams(): Promise<void> {
       metrics,
     );
     pulled.push({ lane: p.lane, partition, stream, consumer });
-    consumers.push(consumer);
     if (consuming) {
       consumer.start();
       log.info({ stream, lane: p.lane, partition }, 'consuming a new ingest stream');
@@ -244,10 +242,10 @@ await retrying('the durable consumers', pullNewStreams);
 // A dependency is in an outage while a message of either lane waits for it.
 const outage = metrics.gauge('fleet_worker_outage');
 metrics.onScrape(() => {
-  const now = new Set(consumers.flatMap((c) => c.outages.current().map((o) => o.dependency)));
+  const now = new Set(pulled.flatMap(({ consumer: c }) => c.outages.current().map((o) => o.dependency)));
   for (const d of DEPENDENCIES) outage.labels(d).set(now.has(d) ? 1 : 0);
 });
-for (const c of consumers) c.start();
+for (const { consumer } of pulled) consumer.start();
 consuming = true;
 flusher.start();
 log.info({ intervalMs: heartbeats.intervalMs, tickMs: heartbeats.tickMs }, 'heartbeats that change nothing reach Postgres within the interval');
@@ -256,7 +254,7 @@ log.info({ intervalMs: heartbeats.intervalMs, tickMs: heartbeats.tickMs }, 'hear
 const consumerHealth = setInterval(() => {
   const problems = pulled.map((x) => [x.partition === '0' ? x.lane : `${x.lane} ${x.partition}`, x.consumer.problem()] as const).filter(([, p]) => p !== null);
   readiness.set('consumer', problems.length === 0 ? null : problems.map(([lane, p]) => (pulled.length > 1 ? `${lane}: ${p}` : p)).join('; '));
-  const waits = consumers.map((c) => c.outageProblem()).filter((p) => p !== null);
+  const waits = pulled.map(({ consumer: c }) => c.outageProblem()).filter((p) => p !== null);
   readiness.set('outage', waits.length === 0 ? null : [...new Set(waits)].join('; '));
 }, 1000);
 consumerHealth.unref();
@@ -296,7 +294,6 @@ const findStreams = async () => {
       const i = pulled.findIndex((x) => x.stream === gone);
       if (i < 0) continue;
       const [x] = pulled.splice(i, 1);
-      consumers.splice(consumers.indexOf(x!.consumer), 1);
       log.info({ stream: gone }, 'an ingest stream was deleted: its consumer stops');
       await x!.consumer.stop();
     }
@@ -403,7 +400,7 @@ log.info({ streams: pulled.map((l) => l.stream), consumer: cfg.worker.consumerNa
 
 life.onShutdown(async (why) => {
   log.info({ why }, 'shutting down: finishing the batch in hand');
-  await Promise.all(consumers.map((c) => c.stop()));
+  await Promise.all(pulled.map(({ consumer: c }) => c.stop()));
   await flusher.stop();
   clearInterval(consumerHealth);
   clearInterval(streamWatch);
