@@ -98,12 +98,14 @@ t.test("B's heartbeats are applied within 1 s (p99) while A sends everything it 
   })();
 
   // A's live streams: as many as its quota lets it open, held open the whole time.
-  const streams: AbortController[] = [];
+  // Each Response is held until the end: fetch cancels the body of one that is garbage collected,
+  // which closes its stream (and once let a 51st stream in).
+  const streams: { ac: AbortController; r: Response }[] = [];
   for (let i = 0; i < Number(shipped.QUOTA_STREAM_CONNECTIONS); i++) {
     const ac = new AbortController();
     const r = await fetch(`${s.apiUrl}/api/fleet/stream`, { headers: { Authorization: `Bearer ${s.token}` }, signal: ac.signal });
     t.equal(r.status, 200, `A's live stream ${i + 1}`);
-    streams.push(ac);
+    streams.push({ ac, r });
   }
   const over = await fetch(`${s.apiUrl}/api/fleet/stream`, { headers: { Authorization: `Bearer ${s.token}` } });
   t.equal(over.status, 429, 'one more is over its quota');
@@ -113,7 +115,9 @@ t.test("B's heartbeats are applied within 1 s (p99) while A sends everything it 
   const stop = () => Date.now() > until;
   await Promise.all([...Array.from({ length: 4 }, (_, lane) => hostile(stop, lane)), ...Array.from({ length: B_MACHINES }, (_, m) => quiet(stop, m))]);
   t.comment(`A's answers: ${[...aAnswers].map(([k, v]) => `${k}: ${v}`).join(', ')}`);
-  for (const ac of streams) ac.abort();
+  const used = await request('GET', `${s.apiUrl}/api/quotas`, s.token);
+  t.equal(used.body.quotas?.stream_connections?.used, streams.length, `A's ${streams.length} streams still open on the api after the load`);
+  for (const { ac } of streams) ac.abort();
 
   // Every B heartbeat answered 200 and nothing refused.
   const refused = beats.filter((x) => x.status !== 200);
