@@ -18,7 +18,7 @@ import { LIMITS } from '../lib/store/dead-letters.js';
 import { passwordProblem } from '../lib/domain/passwords.js';
 import { revokeUserSessions } from '../lib/store/sessions.js';
 import { clearInstanceState, instanceIdBySlugs, machineIdBySlug, retireInstance, retireMachine, type Retirement } from '../lib/store/decommission.js';
-import { backup, restore, BackupError } from '../lib/store/backup.js';
+import { backup, restore, BackupError, ingestRoleStream } from '../lib/store/backup.js';
 import { customerBySlug, markCustomerDeleting } from '../lib/store/offboarding.js';
 import { createWindow, deleteWindow, listWindows, windowView, type WindowScopeInput } from '../lib/store/maintenance.js';
 import { WEEKDAYS, canonicalTimeZone, windowTimesProblem, type Weekday, type WindowTimes } from '../lib/domain/maintenance.js';
@@ -638,7 +638,7 @@ program
   .action(async (dir: string, o: { force?: boolean }) => {
     const r = await restore(config(), dir, { force: o.force, progress: say }).catch((e) => fail(e instanceof BackupError ? e.message : `restore: ${(e as Error).message}`));
     const skipped = r.skipped.length ? `; done by an earlier run: ${r.skipped.join(', ')}` : '';
-    process.stdout.write(`restored backup ${r.backupId}: ${r.done.length} steps${skipped}. Start the workers: they apply the ${(r.messages.ingest ?? 0) + (r.messages.heartbeats ?? 0)} queued messages\n`);
+    process.stdout.write(`restored backup ${r.backupId}: ${r.done.length} steps${skipped}. Start the workers: they apply the ${Object.entries(r.messages).reduce((n, [role, k]) => n + (ingestRoleStream('', '', role) ? k : 0), 0)} queued messages\n`);
   });
 
 // Ingest streams (docs/architecture.md "Partitions"): each partition's streams, their leaders and

@@ -11,7 +11,7 @@ import {
   type JetStreamManager,
   type StreamConfig,
 } from 'nats';
-import { subjects, deadLetterStream, ingestPartitions, ingestStreamOf } from '../contract/messages.js';
+import { subjects, deadLetterStream, ingestPartitions, ingestStreamOf, type IngestPartition } from '../contract/messages.js';
 import { isNotFound } from './jetstream-errors.js';
 
 export type { NatsConnection };
@@ -52,11 +52,12 @@ async function upsertStream(jsm: JetStreamManager, cfg: Partial<StreamConfig> & 
 }
 
 /**
- * Creates or updates the ingest stream, its heartbeat lane and its dead-letter stream (lib/contract/messages.ts).
- * Idempotent; any process may call it.
+ * Creates or updates one ingest partition's main stream and heartbeat lane. The size limits of
+ * `s` are totals: each of its STREAM_PARTITIONS partitions holds its share (a partition outside
+ * that count, such as one a restore brings from a stack with more, gets the same share).
  */
-export async function ensureStreams(jsm: JetStreamManager, s: StreamSettings): Promise<void> {
-  const subj = subjects(s.subjectPrefix);
+export async function ensureIngestPartition(jsm: JetStreamManager, s: StreamSettings, p: IngestPartition): Promise<void> {
+  const n = Math.max(1, s.streamPartitions ?? 1);
   const workQueue = (name: string, streamSubjects: string[], maxBytes: number) =>
     upsertStream(jsm, {
       name,
@@ -70,12 +71,17 @@ export async function ensureStreams(jsm: JetStreamManager, s: StreamSettings): P
       num_replicas: s.streamReplicas,
       duplicate_window: nanos(120_000),
     });
-  // The size limits are the totals: each partition's streams hold their share.
-  const n = Math.max(1, s.streamPartitions ?? 1);
-  for (const p of ingestPartitions(s.streamName, s.subjectPrefix, n)) {
-    await workQueue(p.streams.reports, [p.subjects.reports, p.subjects.rejections], Math.floor(s.streamMaxBytes / n));
-    await workQueue(p.streams.heartbeats, [p.subjects.heartbeats], Math.floor((s.heartbeatStreamMaxBytes ?? s.streamMaxBytes) / n));
-  }
+  await workQueue(p.streams.reports, [p.subjects.reports, p.subjects.rejections], Math.floor(s.streamMaxBytes / n));
+  await workQueue(p.streams.heartbeats, [p.subjects.heartbeats], Math.floor((s.heartbeatStreamMaxBytes ?? s.streamMaxBytes) / n));
+}
+
+/**
+ * Creates or updates the ingest stream, its heartbeat lane and its dead-letter stream (lib/contract/messages.ts).
+ * Idempotent; any process may call it.
+ */
+export async function ensureStreams(jsm: JetStreamManager, s: StreamSettings): Promise<void> {
+  const subj = subjects(s.subjectPrefix);
+  for (const p of ingestPartitions(s.streamName, s.subjectPrefix, Math.max(1, s.streamPartitions ?? 1))) await ensureIngestPartition(jsm, s, p);
   await upsertStream(jsm, {
     name: deadLetterStream(s.streamName),
     // Per customer: `<deadLetter>.<customer slug>` (lib/store/dead-letters.ts); the bare subject holds dead

@@ -2,10 +2,11 @@
 //
 // What a backup holds, in the order it is taken (the order is what makes the cut-off exact):
 //
-//   1. the cut-off: the time C, then each ingest lane's last sequence number L (stream info asked
+//   1. the cut-off: the time C, then each ingest stream's last sequence number L (stream info asked
 //      after C: a report whose 200 was sent before C was stored by JetStream before C, so at a
-//      sequence ≤ L);
-//   2. the messages of both ingest lanes up to L that are still in them (not yet applied), then the
+//      sequence ≤ L). The ingest streams are both lanes of every partition that exists (any
+//      STREAM_PARTITIONS, and unpartitioned streams left from before a change of it);
+//   2. the messages of each ingest stream up to L that are still in it (not yet applied), then the
 //      dead-letter stream: streams/*.bin (lib/store/backup-streams.ts);
 //   3. Postgres: one REPEATABLE READ snapshot, exported to pg_dump (--snapshot) and counted in the
 //      same transaction (postgres.dump, custom format): taken after 2, so every report of 2 that a
@@ -43,11 +44,11 @@ import { createGunzip, createGzip } from 'node:zlib';
 import pg from 'pg';
 import type { Config } from '../infra/config.js';
 import { chIdent, createClickHouse, queryRows, type ClickHouseClient } from '../infra/clickhouse.js';
-import { connectNats, ensureStreams, type NatsConnection } from '../infra/nats.js';
+import { connectNats, ensureIngestPartition, ensureStreams, existingIngestStreams, type NatsConnection } from '../infra/nats.js';
 import { createPool, withTx, type Pool } from '../infra/postgres.js';
 import { createRedis, redisKeys, type Redis } from '../infra/redis.js';
 import { isNotFound } from '../infra/jetstream-errors.js';
-import { deadLetterStream, heartbeatStream, subjects } from '../contract/messages.js';
+import { deadLetterStream, ingestPartition, ingestStreamOf, ingestStreams, subjects, type IngestPartition } from '../contract/messages.js';
 import { ArtifactStore, bucketNames } from './artifacts.js';
 import { decodeFields, type HeartbeatFields } from './live-heartbeats.js';
 import { lockInstances, writeHeartbeats } from './instances.js';
@@ -56,42 +57,55 @@ import { migrate } from './migrate.js';
 import { CH_RETENTION_TABLES, dropPartitionSql, listPartitions } from './retention.js';
 import { publishStreamFile, writeStreamFile, type StreamFileSummary } from './backup-streams.js';
 
-export const BACKUP_FORMAT = 1;
-
 /**
- * Backups know the two ingest streams of one partition (the manifest's roles `ingest` and
- * `heartbeats`); a stack with STREAM_PARTITIONS > 1 is refused rather than half backed up
- * (docs/operations.md "Backup and restore").
+ * 2: a role per ingest stream of every partition (`ingest_<p>`, `heartbeats_<p>`). Format 1 had
+ * the roles `ingest` and `heartbeats` alone, which 2 keeps for unpartitioned streams: a format 1
+ * backup restores as one of 2.
  */
-const PARTITIONS_UNSUPPORTED =
-  'backup and restore cover one ingest partition (STREAM_PARTITIONS=1); this stack has more, and its partitioned streams would be left out: not backed up';
+export const BACKUP_FORMAT = 2;
+const FORMATS_READ = [1, 2];
 
-/** The streams of a stack, by their role (the names differ between stacks: STREAM_NAME). */
-export const STREAM_ROLES = ['ingest', 'heartbeats', 'dead_letters', 'uploads', 'artifacts'] as const;
+/** The streams of a stack other than the ingest streams, by their role (the names differ between stacks: STREAM_NAME). */
+export const STREAM_ROLES = ['dead_letters', 'uploads', 'artifacts'] as const;
 export type StreamRole = (typeof STREAM_ROLES)[number];
 
 export function streamNames(streamName: string): Record<StreamRole, string> {
   const b = bucketNames(streamName);
   return {
-    ingest: streamName,
-    heartbeats: heartbeatStream(streamName),
     dead_letters: deadLetterStream(streamName),
     uploads: `KV_${b.uploads}`,
     artifacts: `OBJ_${b.objects}`,
   };
 }
 
-/** The subject prefix each role's messages carry, so that a restore can map it to the target's. */
-function subjectPrefixes(streamName: string, subjectPrefix: string): Record<StreamRole, string> {
+/**
+ * An ingest stream's role in a backup (lib/contract/messages.ts ingestStreamOf): `ingest` and
+ * `heartbeats` for the unpartitioned main stream and heartbeat lane (STREAM_PARTITIONS=1),
+ * `ingest_<p>` and `heartbeats_<p>` for partition p's. Null for any other stream.
+ */
+export function ingestRole(streamName: string, name: string): string | null {
+  const of = ingestStreamOf(streamName, name);
+  if (!of) return null;
+  const lane = of.lane === 'heartbeats' ? 'heartbeats' : 'ingest';
+  return of.partition === null ? lane : `${lane}_${of.partition}`;
+}
+
+/** The partition and stream an ingest role names in the stack of `streamName`; null when `role` is no ingest role. */
+export function ingestRoleStream(streamName: string, subjectPrefix: string, role: string): { partition: IngestPartition; stream: string } | null {
+  const m = /^(ingest|heartbeats)(?:_(\d{1,3}))?$/.exec(role);
+  if (!m) return null;
+  // Any count above one names partition p alike.
+  const partition = m[2] === undefined ? ingestPartition(streamName, subjectPrefix, 0, 1) : ingestPartition(streamName, subjectPrefix, Number(m[2]), Number(m[2]) + 2);
+  return { partition, stream: partition.streams[m[1] === 'heartbeats' ? 'heartbeats' : 'reports'] };
+}
+
+/** The subject prefix a role's messages carry, so that a restore can map it to the target's. */
+function subjectPrefix(streamName: string, prefix: string, role: string): string {
   const b = bucketNames(streamName);
-  const s = subjects(subjectPrefix);
-  return {
-    ingest: `${subjectPrefix}.`,
-    heartbeats: `${subjectPrefix}.`,
-    dead_letters: `${s.deadLetter}`,
-    uploads: `$KV.${b.uploads}.`,
-    artifacts: `$O.${b.objects}.`,
-  };
+  if (role === 'dead_letters') return subjects(prefix).deadLetter;
+  if (role === 'uploads') return `$KV.${b.uploads}.`;
+  if (role === 'artifacts') return `$O.${b.objects}.`;
+  return `${prefix}.`; // every ingest subject: `<prefix>.reports`, `<prefix>.p<p>.heartbeats`, …
 }
 
 export interface FileEntry {
@@ -109,8 +123,8 @@ export interface Manifest {
   /** What is promised: see the module comment. */
   cutoff: {
     at: string;
-    /** Each ingest lane's last sequence number at the cut-off; its file holds no message after it. */
-    streams: { ingest: number; heartbeats: number };
+    /** Each ingest stream's last sequence number at the cut-off, by role (ingestRole); its file holds no message after it. */
+    streams: Record<string, number>;
     meaning: string;
   };
   versions: {
@@ -126,15 +140,18 @@ export interface Manifest {
   postgres: FileEntry & { snapshot_at: string; rows: Record<string, number> };
   heartbeats: FileEntry & { instances: number };
   clickhouse: Record<string, FileEntry & { columns: string[]; rows: number }>;
-  streams: Record<StreamRole, FileEntry & Omit<StreamFileSummary, 'bytes' | 'sha256'> & { source_name: string }>;
+  /** Every stream, by role: each ingest stream (ingestRole), then STREAM_ROLES. */
+  streams: Record<string, StreamEntry>;
   /** Milliseconds per step, for the runbook's "how long". */
   timings: Record<string, number>;
 }
 
+export type StreamEntry = FileEntry & Omit<StreamFileSummary, 'bytes' | 'sha256'> & { source_name: string };
+
 export type Progress = (step: string, detail?: string) => void | Promise<void>;
 
 const CUTOFF_MEANING =
-  'every report acknowledged before cutoff.at is included: applied in the Postgres and ClickHouse files, or a message of streams/ingest.bin or streams/heartbeats.bin (sequence <= cutoff.streams), applied by the workers after a restore. The files may also hold reports acknowledged after cutoff.at; they are not promised.';
+  'every report acknowledged before cutoff.at is included: applied in the Postgres and ClickHouse files, or a message of an ingest stream (streams/ingest*.bin or streams/heartbeats*.bin, sequence <= its cutoff.streams), applied by the workers after a restore. The files may also hold reports acknowledged after cutoff.at; they are not promised.';
 
 // ---------------------------------------------------------------- helpers
 
@@ -204,7 +221,6 @@ export interface BackupOptions {
 export async function backup(cfg: Config, dir: string, o: BackupOptions = {}): Promise<Manifest> {
   const say = o.progress ?? (() => {});
   if (existsSync(join(dir, 'manifest.json'))) throw new BackupError(`${dir} holds a backup already (manifest.json); choose an empty folder`);
-  if (cfg.streamPartitions > 1) throw new BackupError(PARTITIONS_UNSUPPORTED);
   mkdirSync(join(dir, 'streams'), { recursive: true });
   mkdirSync(join(dir, 'clickhouse'), { recursive: true });
   const started = Date.now();
@@ -222,35 +238,40 @@ export async function backup(cfg: Config, dir: string, o: BackupOptions = {}): P
   const ch = createClickHouse({ url: cfg.clickhouseUrl, database: cfg.clickhouseDatabase, user: cfg.clickhouseUser, password: cfg.clickhousePassword });
   try {
     const jsm = await nc.jetstreamManager({ timeout: 20_000 });
-    // 1. The cut-off: the time first, then the lanes' last sequence numbers.
+    // 1. The cut-off: the time first, then the ingest streams' last sequence numbers: every one
+    // that exists, and those of this stack's STREAM_PARTITIONS in any case (one the server does
+    // not list fails the backup rather than leave its reports out).
     const cutoffAt = new Date();
-    const lastSeq = async (name: string) => (await jsm.streams.info(name)).state.last_seq;
-    const cut = { ingest: await lastSeq(names.ingest), heartbeats: await lastSeq(names.heartbeats) };
-    await say('cutoff', `${cutoffAt.toISOString()} ingest<=${cut.ingest} heartbeats<=${cut.heartbeats}`);
+    const ingest = new Map<string, string>();
+    for (const name of new Set([...(await existingIngestStreams(jsm, cfg.streamName)), ...ingestStreams(cfg.streamName, cfg.streamPartitions)])) {
+      ingest.set(ingestRole(cfg.streamName, name)!, name);
+    }
+    const cut: Record<string, number> = {};
+    for (const [role, name] of [...ingest].sort()) cut[role] = (await jsm.streams.info(name)).state.last_seq;
+    await say('cutoff', `${cutoffAt.toISOString()} ${Object.entries(cut).map(([role, seq]) => `${role}<=${seq}`).join(' ')}`);
 
-    // 2. The ingest lanes' messages not yet applied, then the dead letters.
-    const streams = {} as Manifest['streams'];
-    const copy = async (role: StreamRole, upTo?: number) => {
+    // 2. The ingest streams' messages not yet applied, then the dead letters.
+    const streams: Manifest['streams'] = {};
+    const copy = async (role: string, name: string, upTo?: number) => {
       const file = `streams/${role}.bin`;
       let to = upTo;
       if (to === undefined) {
         try {
-          to = (await jsm.streams.info(names[role])).state.last_seq;
+          to = (await jsm.streams.info(name)).state.last_seq;
         } catch (e) {
           if (!isNotFound(e)) throw e;
           to = 0; // never made (no artifact uploaded yet): an empty file
         }
       }
       let s: StreamFileSummary = { messages: 0, first_seq: 0, last_seq: 0, bytes: 0, sha256: createHash('sha256').digest('hex') };
-      if (to > 0) s = await writeStreamFile(jsm, names[role], to, join(dir, file));
+      if (to > 0) s = await writeStreamFile(jsm, name, to, join(dir, file));
       else writeFileSync(join(dir, file), '');
-      streams[role] = { file, source_name: names[role], messages: s.messages, first_seq: s.first_seq, last_seq: s.last_seq, bytes: s.bytes, sha256: s.sha256 };
+      streams[role] = { file, source_name: name, messages: s.messages, first_seq: s.first_seq, last_seq: s.last_seq, bytes: s.bytes, sha256: s.sha256 };
       await say(`stream ${role}`, `${s.messages} messages`);
     };
-    await timed('streams: ingest lanes and dead letters', async () => {
-      await copy('ingest', cut.ingest);
-      await copy('heartbeats', cut.heartbeats);
-      await copy('dead_letters');
+    await timed('streams: ingest and dead letters', async () => {
+      for (const role of Object.keys(cut)) await copy(role, ingest.get(role)!, cut[role]);
+      await copy('dead_letters', names.dead_letters);
     });
 
     // 3. Postgres: one snapshot, counted and dumped.
@@ -275,8 +296,8 @@ export async function backup(cfg: Config, dir: string, o: BackupOptions = {}): P
 
     // 6. Artifacts: upload records and chunks.
     await timed('streams: artifacts', async () => {
-      await copy('uploads');
-      await copy('artifacts');
+      await copy('uploads', names.uploads);
+      await copy('artifacts', names.artifacts);
     });
 
     const chVersion = (await queryRows<{ v: string }>(ch, 'SELECT version() AS v'))[0]?.v ?? '';
@@ -372,7 +393,7 @@ export function readManifest(dir: string): Manifest {
   const p = join(dir, 'manifest.json');
   if (!existsSync(p)) throw new BackupError(`${dir} holds no manifest.json: not a backup, or one that did not finish`);
   const m = JSON.parse(readFileSync(p, 'utf8')) as Manifest;
-  if (m.format !== BACKUP_FORMAT) throw new BackupError(`backup format ${m.format} is not ${BACKUP_FORMAT}`);
+  if (!FORMATS_READ.includes(m.format)) throw new BackupError(`backup format ${m.format} is not one this version reads (${FORMATS_READ.join(', ')})`);
   return m;
 }
 
@@ -403,7 +424,7 @@ export interface RestoreResult {
   done: string[];
   skipped: string[];
   /** Messages republished per stream; rows inserted per ClickHouse table; heartbeats folded into Postgres. */
-  messages: Partial<Record<StreamRole, number>>;
+  messages: Record<string, number>;
   rows: Record<string, number>;
   heartbeats: number;
 }
@@ -423,7 +444,8 @@ async function targetContents(pool: Pool, ch: ClickHouseClient, nc: NatsConnecti
     if (n > 0) out.push(`ClickHouse ${table} holds ${n} rows`);
   }
   const jsm = await nc.jetstreamManager();
-  for (const [role, name] of Object.entries(streamNames(cfg.streamName))) {
+  const ingest = (await existingIngestStreams(jsm, cfg.streamName)).map((name) => [ingestRole(cfg.streamName, name)!, name]);
+  for (const [role, name] of [...ingest, ...Object.entries(streamNames(cfg.streamName))]) {
     const n = await jsm.streams
       .info(name)
       .then((i) => i.state.messages)
@@ -440,7 +462,6 @@ async function targetContents(pool: Pool, ch: ClickHouseClient, nc: NatsConnecti
  * restore stopped half-way is finished by running it again.
  */
 export async function restore(cfg: Config, dir: string, o: RestoreOptions = {}): Promise<RestoreResult> {
-  if (cfg.streamPartitions > 1) throw new BackupError(PARTITIONS_UNSUPPORTED);
   const say = o.progress ?? (() => {});
   const m = readManifest(dir);
   await say('verify', 'sizes and SHA-256 of every file');
@@ -495,16 +516,27 @@ export async function restore(cfg: Config, dir: string, o: RestoreOptions = {}):
     const js = nc.jetstream();
     await ensureStreams(jsm, cfg);
     await ArtifactStore.open(nc, cfg);
-    const target = streamNames(cfg.streamName);
-    const from = subjectPrefixes(m.source.stream_name, m.source.subject_prefix);
-    const to = subjectPrefixes(cfg.streamName, cfg.subjectPrefix);
+    const others = streamNames(cfg.streamName);
     const srcBucket = bucketNames(m.source.stream_name).objects;
     const dstBucket = bucketNames(cfg.streamName).objects;
-    for (const role of STREAM_ROLES) {
+    // Each ingest stream of the backup into the stream of the same partition and lane in the
+    // target, made there if its STREAM_PARTITIONS has no such partition: the target's workers
+    // consume every ingest stream that exists (docs/architecture.md "Partitions"), so a backlog
+    // of a stack with more partitions, or fewer, is applied all the same.
+    const ingestRoles = Object.keys(m.streams)
+      .filter((role) => ingestRoleStream(cfg.streamName, cfg.subjectPrefix, role))
+      .sort();
+    for (const role of [...ingestRoles, ...STREAM_ROLES]) {
       const e = m.streams[role];
+      if (!e) throw new BackupError(`the manifest lists no stream ${role}`);
+      const ingest = ingestRoleStream(cfg.streamName, cfg.subjectPrefix, role);
+      const target = ingest ? ingest.stream : others[role as StreamRole];
+      const from = subjectPrefix(m.source.stream_name, m.source.subject_prefix, role);
+      const to = subjectPrefix(cfg.streamName, cfg.subjectPrefix, role);
       await step(`stream ${role}`, async () => {
-        await jsm.streams.purge(target[role]);
-        const map = (s: string) => (s.startsWith(from[role]) ? to[role] + s.slice(from[role].length) : s);
+        if (ingest) await ensureIngestPartition(jsm, cfg, ingest.partition);
+        await jsm.streams.purge(target);
+        const map = (s: string) => (s.startsWith(from) ? to + s.slice(from.length) : s);
         // An object's metadata names its bucket.
         const data = (subject: string, d: Uint8Array) => {
           if (role !== 'artifacts' || srcBucket === dstBucket || !subject.startsWith(`$O.${dstBucket}.M.`)) return d;

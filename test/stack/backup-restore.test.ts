@@ -19,7 +19,7 @@ import { deadLetterStream, subjects } from '../../lib/contract/messages.js';
 import { ROOT } from '../../deploy/service-process.js';
 import { loadConfig } from '../../lib/infra/config.js';
 import { redisKeys } from '../../lib/infra/redis.js';
-import { backup, readManifest, streamNames, type Manifest } from '../../lib/store/backup.js';
+import { backup, ingestRoleStream, readManifest, streamNames, type Manifest } from '../../lib/store/backup.js';
 import { readStreamFile } from '../../lib/store/backup-streams.js';
 
 const src = await testStack(t, 'bksrc');
@@ -203,7 +203,12 @@ t.test('restore into a fresh stack: refused over data without --force; then the 
   t.same(rows, manifest.postgres.rows, 'Postgres: every table, the rows of the snapshot');
   for (const table of TABLES) t.equal(await chCount(dst, table), manifest.clickhouse[table]!.rows, `ClickHouse ${table}: ${manifest.clickhouse[table]!.rows} rows`);
   const jsm = await dst.nc.jetstreamManager();
-  const names = streamNames(dst.env.STREAM_NAME!);
+  const names = {
+    ...streamNames(dst.env.STREAM_NAME!),
+    ingest: ingestRoleStream(dst.env.STREAM_NAME!, dst.env.SUBJECT_PREFIX!, 'ingest')!.stream,
+    heartbeats: ingestRoleStream(dst.env.STREAM_NAME!, dst.env.SUBJECT_PREFIX!, 'heartbeats')!.stream,
+  };
+  t.same(Object.keys(manifest.streams).sort(), ['artifacts', 'dead_letters', 'heartbeats', 'ingest', 'uploads'], 'one partition: the streams of format 1');
   for (const role of ['ingest', 'heartbeats', 'dead_letters', 'uploads', 'artifacts'] as const) {
     t.equal((await jsm.streams.info(names[role])).state.messages, manifest.streams[role].messages, `stream ${role}: ${manifest.streams[role].messages} messages`);
   }

@@ -3,8 +3,9 @@
 // (every kind, single and batch routes) in its partition, and nowhere else; workers apply every
 // partition once; a worker consumes a partition that appears after it started (a gateway with a
 // larger STREAM_PARTITIONS), and the unpartitioned streams left from before the change; the
-// traffic light's horizon waits for a message of any partition. (Leaders on three servers and the
-// kill of one: test/cluster/edge.test.ts.)
+// traffic light's horizon waits for a message of any partition; one partition full and another's
+// streams gone cost the other partitions nothing. (Leaders on three servers and the kill of one:
+// test/cluster/edge.test.ts.)
 import t from 'tap';
 import { randomUUID } from 'node:crypto';
 import { testStack, eventually, drained, chRows } from '../helpers/stack.js';
@@ -186,4 +187,80 @@ t.test('WORKER_PARTITIONS: a worker of partition 1 applies its reports and leave
   await s.startWorker();
   await eventually(async () => (await storedOnce(s.ch, 'heartbeats', 'version', ['subset-p0'])).missing.length === 0, 30_000, 'applied by a worker of every partition');
   await drained(s, 30_000);
+});
+
+t.test("one partition full, another's streams gone: only their machines are refused (503), the other partitions take reports; everything acknowledged is stored once", async (t) => {
+  // 20,000 bytes per partition's heartbeat lane: a few dozen large heartbeats fill one.
+  const f = await testStack(t, 'partfull', { worker: false, api: false, env: { STREAM_PARTITIONS: String(N), STREAM_HEARTBEAT_MAX_BYTES: String(N * 20_000) } });
+  const fjsm = await f.nc.jetstreamManager();
+  const fparts = ingestPartitions(f.env.STREAM_NAME!, f.env.SUBJECT_PREFIX!, N);
+  const of = (prefix: string, p: number, n: number) => {
+    const out: string[] = [];
+    for (let j = 0; out.length < n; j++) if (partitionOf(f.customer.id, `${prefix}-${j}`, N) === p) out.push(`${prefix}-${j}`);
+    return out;
+  };
+  const full = of('full', 0, 5);
+  const fine = of('fine', 1, 3);
+  const gone = of('gone', 2, 2);
+  const acked: string[] = [];
+  let refused: Awaited<ReturnType<typeof f.report>> | null = null;
+  for (let i = 0; i < 400 && !refused; i++) {
+    const version = `pf-${i}-`.padEnd(200, 'x');
+    const r = await f.report(full[i % full.length]!, 'heartbeat', { version });
+    if (r.status === 200) acked.push(version);
+    else refused = r;
+  }
+  t.ok(refused, `partition 0's lane full after ${acked.length} heartbeats`);
+  t.equal(refused!.status, 503);
+  t.match(refused!.body.detail, /queue full/);
+  t.ok(Number(refused!.headers.get('retry-after')) > 0, 'with Retry-After');
+  t.ok(acked.length > 10, `${acked.length} accepted before it filled up`);
+  t.equal((await f.report(full[0]!, 'status', { status: 'running', message: 'pf-full-status' })).status, 200, "partition 0's main stream is not full: its status report taken");
+
+  // Partition 2's streams removed (an operator's mistake, a lost volume): nothing answers there.
+  for (const name of Object.values(fparts[2]!.streams)) await fjsm.streams.delete(name);
+  const goneHb = await f.report(gone[0]!, 'heartbeat', { version: 'pf-gone' });
+  t.equal(goneHb.status, 503, "partition 2's machines: 503");
+  t.match(goneHb.body.detail, /queue unavailable/);
+
+  // The other partitions answer on, each of their reports taken.
+  for (const m of fine) {
+    t.equal((await f.report(m, 'heartbeat', { version: `pf-fine-${m}` })).status, 200, `${m} (partition 1): heartbeat taken`);
+    t.equal((await f.report(m, 'status', { status: 'running', message: `pf-fine-${m}` })).status, 200, `${m}: status taken`);
+  }
+  // One batch across the three: an answer per entry, 200 only for what was queued.
+  const b = await post(`${f.gatewayUrl}/api/ingest/${f.customer.slug}/batch`, f.token, {
+    entries: [
+      { machine: full[1], software: 'agent', kind: 'heartbeat', body: { version: 'pf-batch-full'.padEnd(200, 'x') } },
+      { machine: fine[0], software: 'agent', kind: 'heartbeat', body: { version: 'pf-batch-fine' } },
+      { machine: gone[1], software: 'agent', kind: 'heartbeat', body: { version: 'pf-batch-gone' } },
+    ],
+  });
+  t.equal(b.status, 200, 'the batch');
+  t.same(
+    b.body.results.map((r: { status: number }) => r.status),
+    [503, 200, 503],
+    'partition 1 taken; the full partition and the gone one refused',
+  );
+  t.equal(b.body.accepted, 1);
+
+  // A worker applies what was taken; partition 0 takes heartbeats again once drained; a gateway
+  // started again makes partition 2's streams anew.
+  await f.startWorker();
+  const versions = [...acked, ...fine.map((m) => `pf-fine-${m}`), 'pf-batch-fine'];
+  await eventually(async () => (await storedOnce(f.ch, 'heartbeats', 'version', versions)).missing.length === 0, 60_000, 'every accepted heartbeat stored');
+  const hb = await storedOnce(f.ch, 'heartbeats', 'version', [...versions, 'pf-gone', 'pf-batch-gone', 'pf-batch-full'.padEnd(200, 'x')]);
+  t.same(hb.missing, ['pf-gone', 'pf-batch-gone', 'pf-batch-full'.padEnd(200, 'x')], 'the refused ones, and only they, are not stored');
+  t.same(hb.split, [], 'none as two reports');
+  const statuses = ['pf-full-status', ...fine.map((m) => `pf-fine-${m}`)];
+  const st = await eventually(async () => {
+    const r = await storedOnce(f.ch, 'status_history', 'message', statuses);
+    return r.missing.length === 0 && r;
+  }, 30_000, 'every status report stored');
+  t.same(st.split, [], 'status reports: none as two');
+  await eventually(async () => (await f.report(full[0]!, 'heartbeat', { version: 'pf-after' })).status === 200, 30_000, 'partition 0 takes heartbeats again once drained');
+  const g2 = await f.startGateway();
+  t.ok(await fjsm.streams.info(fparts[2]!.streams.heartbeats), "a gateway's start made partition 2's streams again");
+  t.equal((await post(f.ingestUrl(gone[0]!, 'heartbeat', { gateway: g2.url }), f.token, { version: 'pf-gone-again' })).status, 200, "partition 2's machines taken again");
+  await eventually(async () => (await storedOnce(f.ch, 'heartbeats', 'version', ['pf-after', 'pf-gone-again'])).missing.length === 0, 30_000, 'and applied');
 });

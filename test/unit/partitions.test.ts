@@ -2,11 +2,7 @@
 // names of each partition's streams and subjects. Gateways, workers, dead-letter replay and the
 // bench of different versions must agree on both, so the hash is pinned to known values.
 import t from 'tap';
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { loadConfig } from '../../lib/infra/config.js';
-import { backup, restore } from '../../lib/store/backup.js';
+import { ingestRole, ingestRoleStream } from '../../lib/store/backup.js';
 import { ingestPartition, ingestPartitions, ingestStreamOf, ingestStreams, partitionOf, partitionOfStream } from '../../lib/contract/messages.js';
 
 const CUSTOMER = '00000000-0000-4000-8000-000000000001';
@@ -66,11 +62,22 @@ t.test('which streams are ingest streams a worker consumes (any partition count)
   t.same(partitionOfStream('INGEST', 'ingest', 'INGEST'), { ...ingestPartition('INGEST', 'ingest', 0, 1), lane: 'reports', label: 'unpartitioned' });
 });
 
-t.test('backup and restore refuse a stack with more than one partition, before touching anything', async (t) => {
-  const dir = mkdtempSync(join(tmpdir(), 'fleet-backup-'));
-  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
-  const cfg = loadConfig({ STREAM_PARTITIONS: '3', NATS_URL: 'nats://127.0.0.1:1', DATABASE_URL: 'postgres://nobody@127.0.0.1:1/none' });
-  await t.rejects(backup(cfg, join(dir, 'b')), { message: /STREAM_PARTITIONS=1/ });
-  t.notOk(existsSync(join(dir, 'b')), 'no folder made');
-  await t.rejects(restore(cfg, dir), { message: /STREAM_PARTITIONS=1/ });
+t.test("a backup's role of each ingest stream, and the stream it names in another stack", async (t) => {
+  const cases: [string, string, string][] = [
+    ['INGEST', 'ingest', 'DST'],
+    ['INGEST_HB', 'heartbeats', 'DST_HB'],
+    ['INGEST_0', 'ingest_0', 'DST_0'],
+    ['INGEST_2_HB', 'heartbeats_2', 'DST_2_HB'],
+    ['INGEST_63', 'ingest_63', 'DST_63'],
+  ];
+  for (const [name, role, target] of cases) {
+    t.equal(ingestRole('INGEST', name), role, `${name}: ${role}`);
+    const r = ingestRoleStream('DST', 'dst', role)!;
+    t.equal(r.stream, target, `${role}: ${target} in the target`);
+    t.same(r.partition.streams, ingestPartition('DST', 'dst', r.partition.partition, role.includes('_') ? 64 : 1).streams, 'its partition');
+  }
+  t.equal(ingestRoleStream('DST', 'dst', 'ingest_2')!.partition.subjects.heartbeats, 'dst.p2.heartbeats', "the target's subjects");
+  t.equal(ingestRoleStream('DST', 'dst', 'heartbeats')!.partition.subjects.heartbeats, 'dst.heartbeats');
+  for (const other of ['INGEST_DLQ', 'KV_INGEST_UPLOADS', 'OBJ_INGEST_ARTIFACTS', 'INGEST2']) t.equal(ingestRole('INGEST', other), null, `${other}: no ingest role`);
+  for (const role of ['dead_letters', 'uploads', 'artifacts', 'ingest_', 'ingest_1234', 'heartbeats_x']) t.equal(ingestRoleStream('DST', 'dst', role), null, `${role}: no ingest stream`);
 });
