@@ -106,18 +106,23 @@ async function startService(services: Proc[], name: string, script: string, env:
 }
 
 const CLK_TCK = Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout.trim()) || 100;
-function cpuMs(pid: number): number {
+function cpuMs(pid: number, only?: 'user' | 'system'): number {
   const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
   const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-  return ((Number(f[11]) + Number(f[12])) / CLK_TCK) * 1000; // utime, stime
+  const [user, system] = [Number(f[11]), Number(f[12])]; // utime, stime
+  return ((only === 'user' ? user : only === 'system' ? system : user + system) / CLK_TCK) * 1000;
 }
 
 // ---- readers --------------------------------------------------------------------------------
 
 interface Stats {
   requests: number;
-  /** CPU time of the api process per request (user + system, /proc): the cost, whatever the load. */
+  /** CPU time of the api process per request (user + system, /proc), its background work included. */
   api_cpu_ms_per_request?: number;
+  /** The same less what the api spent with no reader in as long (api_idle_cpu_ms_per_s): the requests' own cost. */
+  api_request_cpu_ms?: number;
+  /** The share of the api's CPU time spent in the kernel (system time: sockets, epoll). */
+  api_system_share?: number;
   p50_ms: number;
   p99_ms: number;
   max_ms: number;
@@ -171,6 +176,7 @@ async function main(): Promise<void> {
   const INGEST_RATE = Number(process.env.BENCH_INGEST_RATE ?? 2000);
   const ONLY = process.env.BENCH_ONLY ? new Set(process.env.BENCH_ONLY.split(',')) : null;
   const KEEP = process.env.BENCH_KEEP === '1';
+  const IDLE_S = Number(process.env.BENCH_IDLE_S ?? 10);
   const machines = Math.ceil(N / SOFTWARE.length);
 
   const cfg = loadConfig();
@@ -353,16 +359,31 @@ async function main(): Promise<void> {
       await endpoints[names[(r + n) % names.length]!]!(r, n).catch(() => {});
     });
     ingest.send({ type: 'mark' });
+    // What the api spends with no reader (ingest running): its background work (light-count cache
+    // refreshes, the live stream's subscription, stream re-checks, metrics), which a request's
+    // CPU figure is given without as well.
+    const idle0 = cpuMs(api.proc.child.pid!);
+    const idleT0 = Date.now();
+    await new Promise((r) => setTimeout(r, IDLE_S * 1000));
+    const idleMsPerS = (cpuMs(api.proc.child.pid!) - idle0) / ((Date.now() - idleT0) / 1000);
+    say(`api with no reader: ${round(idleMsPerS)} ms CPU per second`);
     const results: Record<string, Stats> = {};
     const started = Date.now();
     for (const [name, op] of Object.entries(endpoints)) {
       if (ONLY && !ONLY.has(name)) continue;
       cursors.clear();
       const cpu0 = cpuMs(api.proc.child.pid!);
+      const sys0 = cpuMs(api.proc.child.pid!, 'system');
+      const t0 = Date.now();
       results[name] = await measure(READERS, DURATION_S, op);
       const s = results[name];
-      s.api_cpu_ms_per_request = round((cpuMs(api.proc.child.pid!) - cpu0) / Math.max(1, s.requests));
-      say(`${name}: ${s.requests} requests, p50 ${s.p50_ms} ms, p99 ${s.p99_ms} ms, max ${s.max_ms} ms, api CPU ${s.api_cpu_ms_per_request} ms/request, errors ${s.errors}${s.first_error ? ` (${s.first_error})` : ''}`);
+      const cpu = cpuMs(api.proc.child.pid!) - cpu0;
+      s.api_cpu_ms_per_request = round(cpu / Math.max(1, s.requests));
+      s.api_request_cpu_ms = round(Math.max(0, cpu - idleMsPerS * ((Date.now() - t0) / 1000)) / Math.max(1, s.requests));
+      s.api_system_share = Math.round(((cpuMs(api.proc.child.pid!, 'system') - sys0) / Math.max(1, cpu)) * 100) / 100;
+      say(
+        `${name}: ${s.requests} requests, p50 ${s.p50_ms} ms, p99 ${s.p99_ms} ms, max ${s.max_ms} ms, api CPU ${s.api_cpu_ms_per_request} ms/request (${s.api_request_cpu_ms} above its idle; ${Math.round(s.api_system_share * 100)} % in the kernel), errors ${s.errors}${s.first_error ? ` (${s.first_error})` : ''}`,
+      );
     }
     ingest.send({ type: 'stop' });
     const ing = await ingestDone;
@@ -378,6 +399,7 @@ async function main(): Promise<void> {
         readers: READERS,
         duration_s: DURATION_S,
         endpoints: results,
+        api_idle_cpu_ms_per_s: round(idleMsPerS),
         ingest_rate: ingestRate,
         ingest_offered_rate: INGEST_RATE,
         ingest_failed: ing.failed,
