@@ -145,22 +145,37 @@ t.test("kill -9 of one partition's leader during steady ingest: only that partit
   await sleep(500);
   await stopAll();
 
-  // What the kill cost each partition: its longest time without an acknowledged report, and the
-  // refusals (503) between the kill and the killed partition's first acknowledgement after it.
-  const resumed = Math.min(...loads[victim]!.acked.filter((a) => a.at > killedAt).map((a) => a.at));
+  // What the kill cost each partition: its longest time without an acknowledged report, and what
+  // it answered while the killed partition waited: the killed partition's longest time without an
+  // acknowledgement from the kill on (an answer already on its way can come a few ms after the
+  // kill, so the wait is that gap, not the time to its first acknowledgement).
+  let waitFrom = killedAt;
+  let waitTo = killedAt;
+  let last = killedAt;
+  for (const a of loads[victim]!.acked) {
+    if (a.at < killedAt) continue;
+    if (a.at - last > waitTo - waitFrom) [waitFrom, waitTo] = [last, a.at];
+    last = a.at;
+  }
   const perPartition = loads.map((l, p) => ({
     partition: p,
     longest_gap_ms: l.longestGap(killedAt - 1),
-    refused_while_victim_waited: l.answered.filter((a) => a.at > killedAt && a.at <= resumed && a.status !== '200' && a.status !== '202').length,
-    acked_while_victim_waited: l.acked.filter((a) => a.at > killedAt && a.at < resumed).length,
+    refused_while_victim_waited: l.answered.filter((a) => a.at > waitFrom && a.at <= waitTo && a.status !== '200' && a.status !== '202').length,
+    acked_while_victim_waited: l.acked.filter((a) => a.at > waitFrom && a.at < waitTo).length,
     answers: l.counts(),
   }));
-  t.comment(`partition ${victim}'s leader ${leader} killed, new leader ${newLeader}; first acknowledgement of it ${resumed - killedAt} ms after the kill; ${JSON.stringify(perPartition)}`);
+  t.comment(
+    `partition ${victim}'s leader ${leader} killed, new leader ${newLeader}; it waited ${waitTo - waitFrom} ms (from ${waitFrom - killedAt} ms after the kill); ${JSON.stringify(perPartition)}`,
+  );
   for (const l of loads) t.same(l.bad(), [], 'no 5xx other than 503 with Retry-After, no broken connection');
+  // Only the killed partition waits: the others refuse nothing meanwhile and go on acknowledging,
+  // and none of them pauses as long as it does. (How long each pause is, is a figure for the
+  // failover results, not a bound here: on two busy cores every partition can pause a second or two.)
+  const waited = waitTo - waitFrom;
   for (const x of perPartition.filter((x) => x.partition !== victim)) {
     t.equal(x.refused_while_victim_waited, 0, `partition ${x.partition}: nothing refused while partition ${victim} waited for its new leader`);
-    // The others go on at their pace: no pause longer than a few of their requests.
-    t.ok(x.longest_gap_ms < 2000, `partition ${x.partition}: longest time without an acknowledgement from the kill on ${x.longest_gap_ms} ms (< 2000)`);
+    t.ok(x.acked_while_victim_waited > 0, `partition ${x.partition}: ${x.acked_while_victim_waited} reports acknowledged meanwhile`);
+    t.ok(x.longest_gap_ms < waited, `partition ${x.partition}: its longest pause from the kill on, ${x.longest_gap_ms} ms, shorter than partition ${victim}'s wait of ${waited} ms`);
   }
 
   let lost = 0;
@@ -185,7 +200,8 @@ t.test("kill -9 of one partition's leader during steady ingest: only that partit
     partition: victim,
     leader,
     new_leader: newLeader,
-    victim_first_ack_after_kill_ms: resumed - killedAt,
+    victim_wait_ms: waitTo - waitFrom,
+    victim_wait_from_kill_ms: waitFrom - killedAt,
     longest_gap_ms: perPartition[victim]!.longest_gap_ms,
     partitions: perPartition,
     ingest_bad: loads.flatMap((l) => l.bad()),

@@ -128,7 +128,8 @@ t.test('every 2xx is stored, and nothing is dead-lettered', async (t) => {
     .filter((x) => x.route === 'batch')
     .flatMap((x) => (x.answer.results as { status: number; id?: string }[]).filter((r) => r.status < 300).map((r) => `'${r.id}'`));
   const want = { heartbeats: reportIds('heartbeat'), diagnostics: reportIds('diagnostics'), status_history: reportIds('status') };
-  // A marker after everything: when it is stored, every report before it has been applied.
+  // A marker after everything (its lane's reports before it are applied once it is stored); then
+  // each table is waited for until it holds every accepted report.
   t.equal((await s.report('fz-marker', 'heartbeat', {})).status, 200);
   await eventually(async () => (await chRows(s.ch, `SELECT 1 FROM heartbeats FINAL WHERE machine = 'fz-marker'`)).length === 1, 60_000, 'marker stored');
   for (const [table, ids] of Object.entries(want)) {
@@ -140,10 +141,13 @@ t.test('every 2xx is stored, and nothing is dead-lettered', async (t) => {
     );
   }
   // A batch entry is a heartbeat or a status report: each accepted id is in one of the two tables.
-  const batchStored = Number(
-    (await chRows<{ n: string }>(s.ch, `SELECT uniqExact(report_id) AS n FROM (SELECT report_id FROM heartbeats WHERE report_id IN (${batchIds.join(',') || "''"}) UNION ALL SELECT report_id FROM status_history WHERE report_id IN (${batchIds.join(',') || "''"}))`))[0]!.n,
-  );
-  t.equal(batchStored, batchIds.length, `every accepted batch entry stored (${batchIds.length})`);
+  // (Waited for: the marker heartbeat's lane says nothing of the status reports' lane.)
+  const batchStored = async () =>
+    Number(
+      (await chRows<{ n: string }>(s.ch, `SELECT uniqExact(report_id) AS n FROM (SELECT report_id FROM heartbeats WHERE report_id IN (${batchIds.join(',') || "''"}) UNION ALL SELECT report_id FROM status_history WHERE report_id IN (${batchIds.join(',') || "''"}))`))[0]!.n,
+    );
+  await eventually(async () => (await batchStored()) === batchIds.length, 60_000, `every accepted batch entry stored (${batchIds.length})`);
+  t.equal(await batchStored(), batchIds.length, `every accepted batch entry stored (${batchIds.length})`);
   const metricIds = accepted.filter((x) => x.route === 'metrics').reduce((n, x) => n + Number(x.answer.accepted), 0);
   const metricPrefixes = accepted.filter((x) => x.route === 'metrics').map((x) => `startsWith(client_metric_id, '${x.id}-')`);
   if (metricIds > 0) {

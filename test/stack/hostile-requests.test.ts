@@ -139,9 +139,11 @@ t.test('Idempotency-Key: scoped to the endpoint; another body is 422; the same v
   t.equal(otherMachine.status, 200, 'the same key on another machine is another report');
   const otherKind = await raw(s.ingestUrl('idem-a', 'heartbeat'), '{}', { 'Idempotency-Key': key });
   t.equal(otherKind.status, 200, 'and on another kind');
-  // A marker after everything: once it is stored, the rest has been applied.
-  t.equal((await s.report('idem-marker', 'heartbeat', {})).status, 200);
-  await eventually(async () => (await count(`SELECT count() AS n FROM heartbeats FINAL WHERE machine = 'idem-marker'`)) === 1, 30_000, 'marker stored');
+  // Heartbeats and status reports travel in different lanes (streams): each is waited for in its
+  // own, the status reports until both accepted ones are stored and a later marker of their lane too.
+  t.equal((await s.report('idem-marker', 'status', { status: 'running', message: 'marker' })).status, 200);
+  await eventually(async () => (await count(`SELECT count() AS n FROM status_history FINAL WHERE machine = 'idem-marker'`)) === 1, 30_000, 'marker stored');
+  await eventually(async () => (await count(`SELECT count() AS n FROM status_history FINAL WHERE machine IN ('idem-a', 'idem-b')`)) === 2, 30_000, 'both accepted status reports stored');
   await eventually(async () => (await count(`SELECT count() AS n FROM heartbeats FINAL WHERE machine = 'idem-a'`)) === 1, 30_000, 'heartbeat stored');
   const ida = idempotentReportId(s.customer.id, 'status', 'idem-a', 'agent', key);
   const idb = idempotentReportId(s.customer.id, 'status', 'idem-b', 'agent', key);
