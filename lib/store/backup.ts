@@ -48,7 +48,7 @@ import { connectNats, ensureIngestPartition, ensureStreams, existingIngestStream
 import { createPool, withTx, type Pool } from '../infra/postgres.js';
 import { createRedis, redisKeys, type Redis } from '../infra/redis.js';
 import { isNotFound } from '../infra/jetstream-errors.js';
-import { deadLetterStream, ingestPartition, ingestStreamOf, ingestStreams, subjects, type IngestPartition } from '../contract/messages.js';
+import { deadLetterStream, heartbeatStream, ingestStreamOf, ingestStreams, partitionOfStream, subjects, type IngestPartition } from '../contract/messages.js';
 import { ArtifactStore, bucketNames } from './artifacts.js';
 import { decodeFields, type HeartbeatFields } from './live-heartbeats.js';
 import { lockInstances, writeHeartbeats } from './instances.js';
@@ -92,11 +92,12 @@ export function ingestRole(streamName: string, name: string): string | null {
 
 /** The partition and stream an ingest role names in the stack of `streamName`; null when `role` is no ingest role. */
 export function ingestRoleStream(streamName: string, subjectPrefix: string, role: string): { partition: IngestPartition; stream: string } | null {
-  const m = /^(ingest|heartbeats)(?:_(\d{1,3}))?$/.exec(role);
+  const m = /^(ingest|heartbeats)(_\d{1,3})?$/.exec(role);
   if (!m) return null;
-  // Any count above one names partition p alike.
-  const partition = m[2] === undefined ? ingestPartition(streamName, subjectPrefix, 0, 1) : ingestPartition(streamName, subjectPrefix, Number(m[2]), Number(m[2]) + 2);
-  return { partition, stream: partition.streams[m[1] === 'heartbeats' ? 'heartbeats' : 'reports'] };
+  // The role names the stream as ingestStreamOf reads it: `<STREAM_NAME>[_<p>][_HB]`.
+  const main = `${streamName}${m[2] ?? ''}`;
+  const p = partitionOfStream(streamName, subjectPrefix, m[1] === 'heartbeats' ? heartbeatStream(main) : main);
+  return p && { partition: p, stream: p.streams[p.lane] };
 }
 
 /** The subject prefix a role's messages carry, so that a restore can map it to the target's. */
