@@ -201,7 +201,7 @@ export class LoginGuard {
     const account = a.userId ?? `name:${createHash('sha256').update(a.login.trim().toLowerCase()).digest('hex').slice(0, 32)}`;
     const device = this.readDevice(a.deviceCookie);
     const trusted = device !== null && a.userId !== null && device.userId === a.userId;
-    const k = redisKeys(this.o.prefix).login;
+    const k = redisKeys(this.o.prefix, this.o.redis).login;
     const keys = [k(`addr:${net}`), k(`pair:${account}:${net}`), k(`acct:${account}`), k(`next:${account}`), k(`dev:${device?.nonce ?? '-'}`)];
 
     let verdict: [number, number];

@@ -12,7 +12,7 @@ import { createRedis, redisKeys } from '../lib/infra/redis.js';
 
 const { redisUrl, redisPrefix, timeoutMs } = workerData as { redisUrl: string; redisPrefix: string; timeoutMs: number };
 const redis = createRedis(redisUrl);
-const keys = redisKeys(redisPrefix);
+const keys = redisKeys(redisPrefix, redis);
 const lags: number[] = [];
 const last = new Map<string, number>();
 let ids: string[] = [];

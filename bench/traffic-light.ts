@@ -148,7 +148,7 @@ async function main() {
   // The keys are written right after each batch's commit: wait until all are there.
   let keys = 0;
   while (Date.now() < deadline) {
-    keys = await countKeys(`${redisKeys(names.REDIS_PREFIX).heartbeatPrefix}*`);
+    keys = await countKeys(`${redisKeys(names.REDIS_PREFIX, redis).heartbeatPrefix}*`);
     if (keys >= green) break;
     await sleep(200);
   }
@@ -156,7 +156,7 @@ async function main() {
   log(`${keys} heartbeat keys; used_memory ${memBefore} -> ${memAfter}`);
   // MEMORY USAGE of a sample of heartbeat keys (key, value, expiry and dictionary overhead).
   const sample = await pool.query<{ id: string }>('SELECT id FROM instances WHERE customer_id = $1 ORDER BY random() LIMIT 200', [customerId]);
-  const usage = (await Promise.all(sample.rows.map((r) => redis.memory('USAGE', redisKeys(names.REDIS_PREFIX).heartbeat(r.id), 'SAMPLES', '0')))).filter(
+  const usage = (await Promise.all(sample.rows.map((r) => redis.memory('USAGE', redisKeys(names.REDIS_PREFIX, redis).heartbeat(r.id), 'SAMPLES', '0')))).filter(
     (x): x is number => typeof x === 'number',
   );
   const keyBytes = usage.length ? Math.round(usage.reduce((a, b) => a + b, 0) / usage.length) : null;

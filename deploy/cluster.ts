@@ -4,7 +4,8 @@
 //   agents, browsers ──HTTPS──▶ nginx (TLS, self-signed) ──▶ 2 gateways ──▶ NATS: 3 servers, JetStream R3
 //                                                   └──────▶ 2 apis                    │
 //                                                                          2 workers ◀─┘
-//   gateways, workers, apis ──▶ Postgres, Redis; ──HTTP──▶ nginx ──▶ 2 ClickHouse replicas ◀─▶ ZooKeeper
+//   gateways, workers, apis ──▶ Postgres, Redis Cluster (3 primaries, 3 replicas);
+//                           ──HTTP──▶ nginx ──▶ 2 ClickHouse replicas ◀─▶ ZooKeeper
 //
 // ClickHouse: CLICKHOUSE_CLUSTER=fleet, so the migrations create ReplicatedReplacingMergeTree
 // tables with Distributed tables over them (lib/store/schema.ts); the services reach either replica
@@ -26,7 +27,6 @@ import {
   natsConfig,
   spawnServer,
   startPostgres,
-  startRedis,
   stopServers,
   stopStale,
   tcpProbe,
@@ -59,6 +59,9 @@ export function clusterPorts(base: number) {
     clickhouseProxy: base + 16,
     postgres: base + 17,
     redis: base + 18,
+    /** The Redis Cluster's nodes (first three start as primaries) and their cluster bus ports. */
+    redisCluster: [base + 26, base + 27, base + 28, base + 29, base + 30, base + 31],
+    redisClusterBus: [base + 32, base + 33, base + 34, base + 35, base + 36, base + 37],
     gateway: [base + 20, base + 21],
     api: [base + 22, base + 23],
     worker: [base + 24, base + 25],
@@ -257,6 +260,8 @@ export class Cluster {
   readonly zookeeper: ClusterServer;
   readonly clickhouse: ClusterServer[];
   readonly nginx: ClusterServer;
+  /** The Redis Cluster's six nodes: three primaries, each with a replica. */
+  readonly redis: ClusterServer[];
   private others: LocalServer[] = [];
   readonly gateways: (Proc | null)[] = [null, null];
   readonly workers: (Proc | null)[] = [null, null];
@@ -327,6 +332,29 @@ export class Cluster {
         o.log,
       );
     });
+    this.redis = p.redisCluster.map((port, i) => {
+      const dir = join(d, `redis-${i + 1}`);
+      return new ClusterServer(
+        `redis-server r${i + 1}`,
+        dir,
+        () => {
+          mkdirSync(dir, { recursive: true });
+          // As startRedis (deploy/local-servers.ts), in cluster mode: expired-key events on every
+          // node (a replica publishes once promoted), a failover after 3 s without its primary.
+          const args = [
+            '--port', String(port), '--bind', '127.0.0.1', '--dir', dir,
+            '--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf', '--cluster-port', String(p.redisClusterBus[i]),
+            '--cluster-node-timeout', '3000',
+            '--save', '', '--appendonly', 'yes', '--appendfsync', 'everysec',
+            '--notify-keyspace-events', 'Ex', '--daemonize', 'no', '--logfile', '',
+            '--maxmemory-policy', 'noeviction',
+          ];
+          return { cmd: which('redis-server') ?? 'redis-server', args };
+        },
+        () => tcpProbe(port, '+PONG', 'PING\r\n'),
+        o.log,
+      );
+    });
     const ngDir = join(d, 'nginx');
     mkdirSync(ngDir, { recursive: true });
     this.tls = ensureCertificate(ngDir);
@@ -360,7 +388,10 @@ export class Cluster {
       // carries one partition's share of ingest (docs/architecture.md "Partitions").
       STREAM_PARTITIONS: '3',
       DATABASE_URL: `postgres://postgres@127.0.0.1:${p.postgres}/fleet`,
-      REDIS_URL: `redis://127.0.0.1:${p.redis}/0`,
+      REDIS_URL: `redis-cluster://${p.redisCluster.map((x) => `127.0.0.1:${x}`).join(',')}`,
+      // A heartbeat kept only in Redis is on a replica before its report is acknowledged: a primary
+      // killed loses none (workers/heartbeat-state.ts).
+      REDIS_WAIT_REPLICAS: '1',
       CLICKHOUSE_URL: `http://127.0.0.1:${p.clickhouseProxy}`,
       CLICKHOUSE_CLUSTER: CLUSTER_NAME,
       // nginx is the one hop in front, and it connects from 127.0.0.1: only that hop is trusted,
@@ -381,17 +412,41 @@ export class Cluster {
   }
 
   get servers(): ClusterServer[] {
-    return [...this.nats, this.zookeeper, ...this.clickhouse, this.nginx];
+    return [...this.nats, this.zookeeper, ...this.clickhouse, ...this.redis, this.nginx];
   }
 
   /** The servers, the schema and the streams. */
   async startServers(): Promise<void> {
     const log = this.o.log;
-    const pgRedis = Promise.all([startPostgres(this.cfg, log), startRedis(this.cfg, log)]);
-    await Promise.all([...this.nats.map((n) => n.start()), this.zookeeper.start(), pgRedis.then((s) => (this.others = s))]);
+    const pg = startPostgres(this.cfg, log).then((s) => (this.others = [s]));
+    const redis = Promise.all(this.redis.map((r) => r.start())).then(() => this.formRedisCluster());
+    await Promise.all([...this.nats.map((n) => n.start()), this.zookeeper.start(), pg, redis]);
     await Promise.all(this.clickhouse.map((c) => c.start()));
     await this.nginx.start();
     await this.prepare();
+  }
+
+  /**
+   * Joins the six Redis nodes into one cluster the first time (three primaries, a replica each;
+   * `redis-cli --cluster create`); later starts find it in their nodes.conf. Waits until every slot
+   * is served.
+   */
+  async formRedisCluster(): Promise<void> {
+    const log = this.o.log;
+    const port = this.ports.redisCluster[0]!;
+    const info = () => spawnSync('redis-cli', ['-p', String(port), 'cluster', 'info'], { encoding: 'utf8' }).stdout ?? '';
+    if (/cluster_known_nodes:1\b/.test(info())) {
+      const r = spawnSync(
+        'redis-cli',
+        ['--cluster', 'create', ...this.ports.redisCluster.map((x) => `127.0.0.1:${x}`), '--cluster-replicas', '1', '--cluster-yes'],
+        { encoding: 'utf8' },
+      );
+      if (r.status !== 0) throw new Error(`redis-cli --cluster create failed: ${r.stderr || r.stdout}`);
+      log('Redis Cluster formed: 3 primaries, 3 replicas');
+    }
+    await retry('the Redis Cluster', log, async () => {
+      if (!/cluster_state:ok/.test(info())) throw new Error('cluster_state is not ok yet');
+    });
   }
 
   /** Migrations ON CLUSTER and the R3 streams; retried while the clusters settle (leaders, ZooKeeper sessions). */
@@ -457,6 +512,7 @@ export class Cluster {
     await this.nginx.stop();
     await Promise.all([...this.clickhouse.map((c) => c.stop()), ...this.nats.map((n) => n.stop())]);
     await this.zookeeper.stop();
+    await Promise.all(this.redis.map((r) => r.stop()));
     await stopServers(this.others, this.o.log);
   }
 }

@@ -31,19 +31,17 @@ export class IdempotencyRegister {
     prefix: string,
     private readonly ttlS: number,
   ) {
-    this.keys = redisKeys(prefix);
+    this.keys = redisKeys(prefix, redis);
   }
 
   /** For each report (id and parsed body), whether its key is new, was used with this body, or with another. */
   async claim(reports: { id: string; body: unknown }[]): Promise<Claim[]> {
     if (reports.length === 0) return [];
     const hashes = reports.map((r) => bodyHash(r.body));
-    const results = await this.redis
-      .pipeline(reports.map((r, i) => ['set', this.keys.idempotencyBody(r.id), hashes[i]!, 'EX', String(this.ttlS), 'NX', 'GET']))
-      .exec();
+    // One command per key (the connection pipelines them by itself; in a cluster, per node).
+    const results = await Promise.all(reports.map((r, i) => this.redis.set(this.keys.idempotencyBody(r.id), hashes[i]!, 'EX', this.ttlS, 'NX', 'GET')));
     return reports.map((_, i) => {
-      const [err, prev] = results![i]!;
-      if (err) throw err;
+      const prev = results[i];
       return prev === null ? 'new' : prev === hashes[i] ? 'same' : 'different';
     });
   }

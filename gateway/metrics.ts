@@ -18,7 +18,7 @@
 import { randomUUID } from 'node:crypto';
 import type { JsonRoute } from './types.js';
 import type { Ingest } from './ingest.js';
-import { redisKeys } from '../lib/infra/redis.js';
+import { mgetAny, redisKeys } from '../lib/infra/redis.js';
 import type { Validator } from '../lib/contract/validation.js';
 import { compile } from '../lib/contract/validation.js';
 import { MetricRecord, metricsBatchSchema } from '../lib/contract/schemas/metrics.js';
@@ -38,8 +38,8 @@ const REDIS_TIMEOUT_MS = 2000;
 const keyOf = (keys: ReturnType<typeof redisKeys>, customerId: string, machine: string, clientMetricId: string) => keys.metric(uuidFromName(customerId, machine, clientMetricId));
 
 /** Redis key that remembers a client_metric_id of a customer's machine. */
-export function metricKey(prefix: string, customerId: string, machine: string, clientMetricId: string): string {
-  return keyOf(redisKeys(prefix), customerId, machine, clientMetricId);
+export function metricKey(prefix: string, customerId: string, machine: string, clientMetricId: string, layout = { isCluster: false }): string {
+  return keyOf(redisKeys(prefix, layout), customerId, machine, clientMetricId);
 }
 
 const isBatch = (data: unknown): data is { items: unknown[] } => typeof data === 'object' && data !== null && 'items' in data;
@@ -57,7 +57,7 @@ function withTimeout<T>(p: Promise<T>, ms: number): Promise<T> {
 export function metricsRoute(core: Ingest): JsonRoute {
   const { cfg, redis, publisher, metrics, log } = core.d;
   const ttl = cfg.metricDedupTtlS;
-  const keys = redisKeys(cfg.redisPrefix);
+  const keys = redisKeys(cfg.redisPrefix, redis);
   const records = metrics.counter('fleet_gateway_host_metric_records_total');
   const acceptedRecords = records.labels('accepted');
   const duplicateRecords = records.labels('duplicate');
@@ -105,7 +105,7 @@ export function metricsRoute(core: Ingest): JsonRoute {
         done({ status: 200, body: `{"ok":true,"accepted":${accepted},"duplicates":${duplicates}}` });
       };
 
-      withTimeout(redis.mget(fresh.map((f) => f.key)), REDIS_TIMEOUT_MS).then(
+      withTimeout(mgetAny(redis, fresh.map((f) => f.key)), REDIS_TIMEOUT_MS).then(
         (known) => {
           const todo = fresh.filter((_, i) => known[i] === null);
           duplicates += fresh.length - todo.length;

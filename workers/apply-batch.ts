@@ -130,13 +130,11 @@ export async function applyBatch(d: ApplyDeps, all: Report[], rejections: Reject
 async function settleIdempotencyKeys(d: ApplyDeps, reports: Report[]): Promise<void> {
   const keyed = reports.filter((r) => r.idempotencyKey !== undefined);
   if (keyed.length === 0) return;
-  const keys = redisKeys(d.redisPrefix);
-  const pipe = d.redis.pipeline();
-  for (const r of keyed) pipe.set(keys.idempotency(r.id), String(r.receivedAt), 'EX', d.idempotencyTtlS, 'NX', 'GET');
-  const results = await pipe.exec();
+  const keys = redisKeys(d.redisPrefix, d.redis);
+  // One command per key (the connection pipelines them by itself; in a cluster, per node).
+  const results = await Promise.all(keyed.map((r) => d.redis.set(keys.idempotency(r.id), String(r.receivedAt), 'EX', d.idempotencyTtlS, 'NX', 'GET')));
   keyed.forEach((r, i) => {
-    const [err, prev] = results![i]!;
-    if (err) throw err;
+    const prev = results[i];
     if (typeof prev === 'string' && Number(prev) > 0) r.receivedAt = Number(prev);
   });
   // Two copies in this very batch: both now carry the first receive time; the rows collapse.

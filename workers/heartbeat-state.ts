@@ -37,10 +37,11 @@
 // heartbeat skipped after its instance turned late or red. The api merges the
 // hash into what it shows (lib/store/live-heartbeats.ts): times exact to the millisecond.
 //
-// Scripts name keys they build from the prefix: a Redis Cluster is not supported (one primary with
-// replicas for failover: docs/operations.md).
+// In a Redis Cluster each instance's keys carry its group's hash tag, and every group has a due set
+// of its own (lib/infra/redis.ts): each script call is for one group, so it names keys of one slot
+// only, including the keys the scripts build from a group's prefix.
 import { LRUCache } from 'lru-cache';
-import { luaCommand, redisKeys, type Redis } from '../lib/infra/redis.js';
+import { asCluster, byGroup, luaCommand, redisKeys, type Redis } from '../lib/infra/redis.js';
 import { withTx, type Pool } from '../lib/infra/postgres.js';
 import type { Logger } from '../lib/infra/log.js';
 import { heartbeatFields, fingerprint, encodeFields, decodeFields, type HeartbeatFields } from '../lib/store/live-heartbeats.js';
@@ -242,7 +243,18 @@ export interface HeartbeatStateOptions {
    * Without it, a miss is written to Postgres (and its ids cached).
    */
   lookupIds?: (updates: InstanceUpdate[]) => Promise<Map<string, Resolved>>;
+  /**
+   * REDIS_WAIT_REPLICAS: a skipped heartbeat lives only in Redis until the flusher writes it, so
+   * before the batch is acknowledged this many replicas of every primary must hold it (WAIT).
+   * Replication is otherwise asynchronous: a primary that dies takes its last writes with it.
+   */
+  waitReplicas?: number;
+  /** Told when WAIT found fewer replicas than asked in time (a replica down or behind): the batch goes on. */
+  onUnreplicated?: (node: string, got: number) => void;
 }
+
+/** How long a WAIT for the replicas may take before the batch goes on without them. */
+const WAIT_MS = 1000;
 
 /** Ids of existing instances by instance key (customer|machine|software): one read for many. */
 export function lookupIdsIn(pool: Pool): (updates: InstanceUpdate[]) => Promise<Map<string, Resolved>> {
@@ -317,12 +329,14 @@ export class HeartbeatState {
     readonly redis: Redis,
     readonly prefix: string,
     private readonly o: HeartbeatStateOptions,
+    /** The key layout: the connection's (default), or a cluster's on one Redis (tests). */
+    layout?: { isCluster: boolean },
   ) {
     this.intervalMs = effectiveIntervalMs(o);
     this.tickMs = Math.min(1000, Math.max(50, Math.floor(this.intervalMs / 10)));
     this.leaseMs = Math.min(30_000, Math.max(1000, Math.floor(o.heartbeatTimeoutMs / 10)));
     this.keepMs = this.intervalMs + 60_000;
-    this.keys = redisKeys(prefix);
+    this.keys = redisKeys(prefix, layout ?? redis);
     this.ids = new LRUCache({ max: Math.max(1, o.idCacheSize), ttl: ID_TTL_MS });
   }
 
@@ -390,24 +404,26 @@ export class HeartbeatState {
       }
     }
     const calls: Promise<void>[] = [];
-    for (let i = 0; i < candidates.length; i += CHUNK) {
-      const part = candidates.slice(i, i + CHUNK);
-      const args: (string | number)[] = [this.keys.heartbeatDue];
-      for (const c of part) args.push(this.keys.heartbeatState(c.id.instanceId), this.keys.heartbeat(c.id.instanceId));
-      args.push(this.intervalMs, this.keepMs);
-      for (const { p, id } of part) {
-        const t = instanceTimes(this.o, id, this.tickMs);
-        args.push(p.f.at, p.fp, p.json, p.f.at + t.firstChangeMs, id.instanceId, t.intervalMs);
+    for (const [g, inGroup] of byGroup(candidates, this.keys.groups, (c) => c.id.instanceId))
+      for (let i = 0; i < inGroup.length; i += CHUNK) {
+        const part = inGroup.slice(i, i + CHUNK);
+        const args: (string | number)[] = [this.keys.heartbeatDueOf(g)];
+        for (const c of part) args.push(this.keys.heartbeatState(c.id.instanceId), this.keys.heartbeat(c.id.instanceId));
+        args.push(this.intervalMs, this.keepMs);
+        for (const { p, id } of part) {
+          const t = instanceTimes(this.o, id, this.tickMs);
+          args.push(p.f.at, p.fp, p.json, p.f.at + t.firstChangeMs, id.instanceId, t.intervalMs);
+        }
+        calls.push(
+          skipScript(this.redis, 1 + 2 * part.length, ...args).then((res) => {
+            part.forEach((c, j) => {
+              if (res[j] === 1) out.set(c.p.u.key, c.id);
+            });
+          }),
+        );
       }
-      calls.push(
-        skipScript(this.redis, 1 + 2 * part.length, ...args).then((res) => {
-          part.forEach((c, j) => {
-            if (res[j] === 1) out.set(c.p.u.key, c.id);
-          });
-        }),
-      );
-    }
     await Promise.all(calls);
+    if (out.size > 0) await this.replicated();
     this.counts.skipped += out.size;
     return out;
   }
@@ -424,50 +440,89 @@ export class HeartbeatState {
     }
     this.counts.written += withHb.length;
     const calls: Promise<number>[] = [];
-    for (let i = 0; i < withHb.length; i += CHUNK) {
-      const part = withHb.slice(i, i + CHUNK);
-      const args: (string | number)[] = [this.keys.heartbeatDue];
-      for (const c of part) args.push(this.keys.heartbeatState(c.id.instanceId), this.keys.heartbeat(c.id.instanceId));
-      args.push(now, this.keepMs, this.enabled ? 1 : 0);
-      for (const { p, id, pgAt } of part) {
-        const t = instanceTimes(this.o, id, this.tickMs);
-        args.push(p.f.at, p.fp, p.json, p.f.at + t.firstChangeMs, id.instanceId, p.u.customerId, id.machineId, pgAt, t.intervalMs);
+    for (const [g, inGroup] of byGroup(withHb, this.keys.groups, (c) => c.id.instanceId))
+      for (let i = 0; i < inGroup.length; i += CHUNK) {
+        const part = inGroup.slice(i, i + CHUNK);
+        const args: (string | number)[] = [this.keys.heartbeatDueOf(g)];
+        for (const c of part) args.push(this.keys.heartbeatState(c.id.instanceId), this.keys.heartbeat(c.id.instanceId));
+        args.push(now, this.keepMs, this.enabled ? 1 : 0);
+        for (const { p, id, pgAt } of part) {
+          const t = instanceTimes(this.o, id, this.tickMs);
+          args.push(p.f.at, p.fp, p.json, p.f.at + t.firstChangeMs, id.instanceId, p.u.customerId, id.machineId, pgAt, t.intervalMs);
+        }
+        calls.push(writtenScript(this.redis, 1 + 2 * part.length, ...args));
       }
-      calls.push(writtenScript(this.redis, 1 + 2 * part.length, ...args));
-    }
     await Promise.all(calls);
   }
 
-  /** Claims what is due (or, with `ids`, those instances now): what Postgres lacks of each. */
-  async claim(limit: number, ids: string[] = [], now = Date.now()): Promise<Claimed[]> {
-    const rows = await claimScript(this.redis, 1, this.keys.heartbeatDue, now, now + this.leaseMs, limit, this.keys.heartbeatStatePrefix, ...ids);
-    const out: Claimed[] = [];
-    for (const [id, , json, machineId, fp] of rows) {
-      const f = decodeFields(json);
-      if (f) out.push({ instanceId: id, machineId, fields: f, fp });
+  /**
+   * Waits until REDIS_WAIT_REPLICAS replicas hold this connection's writes: on each primary of a
+   * cluster (WAIT counts the writes of the connection it is sent on, and ioredis sends each node's
+   * commands on one connection), or on the one Redis. A primary that fails meanwhile fails the
+   * batch, which is retried. Too few replicas in WAIT_MS: told, and the batch goes on (a replica
+   * lost must not stop ingest; the risk is the one of no WAIT at all).
+   */
+  private async replicated(): Promise<void> {
+    const n = this.o.waitReplicas ?? 0;
+    if (n <= 0) return;
+    const cluster = asCluster(this.redis);
+    const nodes = cluster ? cluster.nodes('master') : [this.redis];
+    await Promise.all(
+      nodes.map(async (node) => {
+        const got = Number(await node.call('WAIT', n, WAIT_MS));
+        if (got < n) this.o.onUnreplicated?.(`${node.options.host}:${node.options.port}`, got);
+      }),
+    );
+  }
+
+  /**
+   * Claims what is due (or, with `ids`, those instances now): what Postgres lacks of each, about
+   * `limit` in all (a cluster's groups are claimed side by side, each its share). `more`: some
+   * group had more due than its share.
+   */
+  async claim(limit: number, ids: string[] = [], now = Date.now()): Promise<{ claimed: Claimed[]; more: boolean }> {
+    const share = Math.max(1, Math.ceil(limit / this.keys.groups));
+    const calls: Promise<[string, string, string, string, string][]>[] = [];
+    const claimIn = (g: number, some: string[]) =>
+      claimScript(this.redis, 1, this.keys.heartbeatDueOf(g), now, now + this.leaseMs, share, this.keys.heartbeatStatePrefixOf(g), ...some);
+    if (ids.length > 0) for (const [g, some] of byGroup(ids, this.keys.groups, (id) => id)) calls.push(claimIn(g, some));
+    else for (let g = 0; g < this.keys.groups; g++) calls.push(claimIn(g, []));
+    const claimed: Claimed[] = [];
+    let more = false;
+    for (const rows of await Promise.all(calls)) {
+      if (ids.length === 0 && rows.length >= share) more = true;
+      for (const [id, , json, machineId, fp] of rows) {
+        const f = decodeFields(json);
+        if (f) claimed.push({ instanceId: id, machineId, fields: f, fp });
+      }
     }
-    return out;
+    return { claimed, more };
   }
 
   /** After the flusher's commit: what Postgres now holds of each (`pgAt`: its last heartbeat time). */
   async flushed(done: { c: Claimed; pgAt: number }[]): Promise<void> {
-    for (let i = 0; i < done.length; i += CHUNK) {
-      const args: (string | number)[] = [this.keys.heartbeatDue, this.intervalMs, this.keys.heartbeatStatePrefix, this.keys.heartbeatPrefix];
-      for (const { c, pgAt } of done.slice(i, i + CHUNK)) args.push(c.instanceId, c.fields.at, c.fp, pgAt);
-      await flushedScript(this.redis, 1, ...args);
-    }
+    const calls: Promise<number>[] = [];
+    for (const [g, inGroup] of byGroup(done, this.keys.groups, (d) => d.c.instanceId))
+      for (let i = 0; i < inGroup.length; i += CHUNK) {
+        const args: (string | number)[] = [this.keys.heartbeatDueOf(g), this.intervalMs, this.keys.heartbeatStatePrefixOf(g), this.keys.heartbeatPrefixOf(g)];
+        for (const { c, pgAt } of inGroup.slice(i, i + CHUNK)) args.push(c.instanceId, c.fields.at, c.fp, pgAt);
+        calls.push(flushedScript(this.redis, 1, ...args));
+      }
+    await Promise.all(calls);
   }
 
   /** Deletes these instances' heartbeat keys (no expiry event): their next heartbeats go to Postgres at once. */
   async dropKeys(instanceIds: string[]): Promise<void> {
-    for (let i = 0; i < instanceIds.length; i += CHUNK) {
-      await this.redis.del(...instanceIds.slice(i, i + CHUNK).map((id) => this.keys.heartbeat(id)));
-    }
+    const calls: Promise<number>[] = [];
+    for (const [, inGroup] of byGroup(instanceIds, this.keys.groups, (id) => id))
+      for (let i = 0; i < inGroup.length; i += CHUNK) calls.push(this.redis.del(...inGroup.slice(i, i + CHUNK).map((id) => this.keys.heartbeat(id))));
+    await Promise.all(calls);
   }
 
   /** Instances whose heartbeats wait for Postgres (a gauge). */
   async dueCount(): Promise<number> {
-    return this.redis.zcard(this.keys.heartbeatDue);
+    const counts = await Promise.all(this.keys.heartbeatDues.map((k) => this.redis.zcard(k)));
+    return counts.reduce((a, b) => a + b, 0);
   }
 }
 
@@ -519,10 +574,10 @@ export class HeartbeatFlusher {
   async flushDue(): Promise<number> {
     let total = 0;
     for (;;) {
-      const claimed = await this.state.claim(this.batch);
+      const { claimed, more } = await this.state.claim(this.batch);
       if (claimed.length) await this.write(claimed);
       total += claimed.length;
-      if (claimed.length < this.batch || this.stopped) return total;
+      if (!more || this.stopped) return total;
     }
   }
 
@@ -538,7 +593,7 @@ export class HeartbeatFlusher {
     await this.state.dropKeys(instanceIds);
     let n = 0;
     for (let i = 0; i < instanceIds.length; i += this.batch) {
-      const claimed = await this.state.claim(this.batch, instanceIds.slice(i, i + this.batch));
+      const { claimed } = await this.state.claim(this.batch, instanceIds.slice(i, i + this.batch));
       if (claimed.length) await this.write(claimed);
       n += claimed.length;
     }

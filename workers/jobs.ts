@@ -9,7 +9,7 @@
 // them. A run that fails is logged and simply happens again at the next interval; runs are
 // idempotent (each job's own module says why).
 import { Queue, Worker } from 'bullmq';
-import type { Redis } from '../lib/infra/redis.js';
+import { isCluster, type Redis } from '../lib/infra/redis.js';
 import type { Logger } from '../lib/infra/log.js';
 
 export const QUEUES = {
@@ -36,8 +36,12 @@ export const QUEUES = {
 } as const;
 export type QueueName = (typeof QUEUES)[keyof typeof QUEUES];
 
-export function bullPrefix(redisPrefix: string): string {
-  return `${redisPrefix}bull`;
+/**
+ * BullMQ's key prefix. In a Redis Cluster it is a hash tag, as BullMQ requires (its scripts name
+ * several keys of a queue): every queue in one slot.
+ */
+export function bullPrefix(redisPrefix: string, layout: { isCluster: boolean }): string {
+  return isCluster(layout) ? `{${redisPrefix}bull}` : `${redisPrefix}bull`;
 }
 
 export interface JobContext {
@@ -61,7 +65,7 @@ export function scheduledJob(ctx: JobContext, o: { queue: QueueName; everyMs: nu
   const log = ctx.log.child({ job: o.queue });
   return {
     async start() {
-      const prefix = bullPrefix(ctx.redisPrefix);
+      const prefix = bullPrefix(ctx.redisPrefix, ctx.connection);
       queue = new Queue(o.queue, { connection: ctx.connection, prefix });
       queue.on('error', (e) => log.warn({ err: e }, 'job queue error'));
       await queue.upsertJobScheduler(o.queue, { every: o.everyMs }, { name: o.queue, opts: { removeOnComplete: o.keep ?? 20, removeOnFail: o.keep ?? 20 } });
@@ -89,14 +93,16 @@ export function scheduledJob(ctx: JobContext, o: { queue: QueueName; everyMs: nu
  * under `fleet` instead of `fleet:bull`, and two jobs named their scheduler `sweep`.
  */
 export async function removeLegacyJobs(ctx: JobContext): Promise<void> {
+  // Those shapes were never in a cluster (it was not supported then).
+  if (isCluster(ctx.connection)) return;
   const old = ctx.redisPrefix.replace(/:+$/, '') || 'fleet';
-  if (old !== bullPrefix(ctx.redisPrefix)) {
+  if (old !== bullPrefix(ctx.redisPrefix, ctx.connection)) {
     const q = new Queue(QUEUES.artifactExpiry, { connection: ctx.connection, prefix: old });
     await q.obliterate({ force: true }).catch(() => {});
     await q.close();
   }
   for (const name of [QUEUES.artifactExpiry, QUEUES.commandExpiry]) {
-    const q = new Queue(name, { connection: ctx.connection, prefix: bullPrefix(ctx.redisPrefix) });
+    const q = new Queue(name, { connection: ctx.connection, prefix: bullPrefix(ctx.redisPrefix, ctx.connection) });
     await q.removeJobScheduler('sweep').catch(() => {});
     await q.close();
   }

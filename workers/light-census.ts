@@ -22,7 +22,7 @@ export class LightCensus {
     redisPrefix: string,
     private readonly intervalMs: number,
   ) {
-    this.key = redisKeys(redisPrefix).lightCensus;
+    this.key = redisKeys(redisPrefix, redis).lightCensus;
   }
 
   /** Counts (one query) and stores the counts with their time. */

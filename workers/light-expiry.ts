@@ -5,8 +5,8 @@
 // exactly one of them record each change. Expiry events are fire-and-forget (none while no
 // listener is connected, and Redis expires lazily and by sampling, so they may come late): the
 // sweep (workers/light-sweep.ts) repairs whatever is missed here.
-import type { Redis } from '../lib/infra/redis.js';
-import { createRedis, redisKeys } from '../lib/infra/redis.js';
+import { Redis } from '../lib/infra/redis.js';
+import { asCluster, createRedis, redisKeys } from '../lib/infra/redis.js';
 import type { Pool } from '../lib/infra/postgres.js';
 import type { Logger } from '../lib/infra/log.js';
 import type { LightEvent } from '../lib/domain/traffic-light.js';
@@ -41,13 +41,19 @@ export function withExpiredEvents(flags: string): string | null {
  * external one may not, and may refuse CONFIG (managed services): then only the sweep makes red.
  */
 export async function ensureExpiryEvents(redis: Redis, log: Logger): Promise<boolean> {
+  // A cluster: every node, replicas too (keyspace events are per node, and a replica that takes
+  // over publishes with its own setting).
+  const cluster = asCluster(redis);
+  const nodes: Redis[] = cluster ? cluster.nodes('all') : [redis];
   try {
-    const got = (await redis.config('GET', 'notify-keyspace-events')) as string[];
-    const current = got[1] ?? '';
-    const wanted = withExpiredEvents(current);
-    if (wanted === null) return true;
-    await redis.config('SET', 'notify-keyspace-events', wanted);
-    log.info({ from: current, to: wanted }, 'enabled Redis expired-key events (notify-keyspace-events)');
+    for (const node of nodes) {
+      const got = (await node.config('GET', 'notify-keyspace-events')) as string[];
+      const current = got[1] ?? '';
+      const wanted = withExpiredEvents(current);
+      if (wanted === null) continue;
+      await node.config('SET', 'notify-keyspace-events', wanted);
+      log.info({ from: current, to: wanted, node: `${node.options.host}:${node.options.port}` }, 'enabled Redis expired-key events (notify-keyspace-events)');
+    }
     return true;
   } catch (e) {
     log.warn(
@@ -58,8 +64,15 @@ export async function ensureExpiryEvents(redis: Redis, log: Logger): Promise<boo
   }
 }
 
+/** How often a cluster's node list is looked at for nodes to listen to (a replica promoted, a node added). */
+const NODES_CHECK_MS = 2000;
+
 export class ExpiryListener {
-  private sub: Redis | null = null;
+  /** One subscriber per node: the one Redis, or every node of a cluster (by host:port). */
+  private readonly subs = new Map<string, Redis>();
+  /** A cluster: the client that knows its nodes. */
+  private topology: Redis | null = null;
+  private nodesTimer: NodeJS.Timeout | null = null;
   private readonly pending = new Set<string>();
   /** Instance id -> when it was first deferred, and its deadline (last heartbeat + timeout, ms). */
   private readonly deferred = new Map<string, { since: number; due: number }>();
@@ -67,7 +80,7 @@ export class ExpiryListener {
   private timer: NodeJS.Timeout | null = null;
   private running: Promise<void> | null = null;
   private stopped = false;
-  private readonly hbPrefix: string;
+  private readonly instanceOf: (key: string) => string | null;
 
   constructor(
     private readonly redisUrl: string,
@@ -82,24 +95,68 @@ export class ExpiryListener {
     /** Writes an instance's heartbeat still waiting for Postgres (workers/heartbeat-state.ts) before it is judged. */
     private readonly repair: (ids: string[]) => Promise<unknown> = async () => {},
   ) {
-    this.hbPrefix = redisKeys(redisPrefix).heartbeatPrefix;
+    // Both layouts: an id is an id whether or not its key carries a cluster's group tag.
+    const cluster = redisKeys(redisPrefix, { isCluster: true });
+    this.instanceOf = (key) => cluster.instanceOfHeartbeatKey(key);
   }
 
   async start(): Promise<void> {
-    const sub = createRedis(this.redisUrl);
-    this.sub = sub;
-    sub.on('error', (e) => this.log.warn({ err: e }, 'redis (expiry listener) error'));
+    const main = createRedis(this.redisUrl);
+    const cluster = asCluster(main);
+    if (!cluster) {
+      await this.listen('redis', main);
+      return;
+    }
+    // A cluster: every node publishes the events of its own keys, and a replica (silent while it
+    // is one) publishes once promoted; so every node is listened to, and nodes that appear later
+    // (a failover, a node added) are picked up within NODES_CHECK_MS. Events of a primary that
+    // died before its replica took over are lost like any other: the sweep finds those instances.
+    this.topology = main;
+    main.on('error', (e) => this.log.warn({ err: e }, 'redis cluster (expiry listener) error'));
+    await new Promise<void>((resolve, reject) => {
+      if (main.status === 'ready') resolve();
+      else {
+        main.once('ready', () => resolve());
+        main.once('end', () => reject(new Error('redis cluster connection ended')));
+      }
+    });
+    await this.followNodes();
+    this.nodesTimer = setInterval(() => void this.followNodes().catch((e) => this.log.warn({ err: e }, 'expiry listener: node list not read')), NODES_CHECK_MS);
+    this.nodesTimer.unref();
+  }
+
+  private async followNodes(): Promise<void> {
+    const cluster = asCluster(this.topology!);
+    if (!cluster || this.stopped) return;
+    const seen = new Set<string>();
+    for (const node of cluster.nodes('all')) {
+      const name = `${node.options.host}:${node.options.port}`;
+      seen.add(name);
+      if (this.subs.has(name)) continue;
+      const sub = new Redis({ host: node.options.host, port: node.options.port, username: node.options.username, password: node.options.password, maxRetriesPerRequest: null });
+      await this.listen(name, sub);
+    }
+    for (const [name, sub] of this.subs) {
+      if (seen.has(name)) continue;
+      this.subs.delete(name);
+      sub.disconnect();
+    }
+  }
+
+  private async listen(name: string, sub: Redis): Promise<void> {
+    this.subs.set(name, sub);
+    sub.on('error', (e) => this.log.warn({ err: e, node: name }, 'redis (expiry listener) error'));
     const channel = `__keyevent@${sub.options.db ?? 0}__:expired`;
     // ioredis subscribes again by itself after a reconnect; what expired meanwhile is the sweep's.
     sub.on('message', (_ch: string, key: string) => this.onExpired(key));
     await sub.subscribe(channel);
-    this.log.info({ channel }, 'listening for expired heartbeat keys');
+    this.log.info({ channel, node: name }, 'listening for expired heartbeat keys');
   }
 
   private onExpired(key: string): void {
-    if (this.stopped || !key.startsWith(this.hbPrefix)) return;
-    const id = key.slice(this.hbPrefix.length);
-    if (!UUID.test(id)) return;
+    if (this.stopped) return;
+    const id = this.instanceOf(key);
+    if (id === null || !UUID.test(id)) return;
     this.pending.add(id);
     if (!this.timer && !this.running) this.timer = setTimeout(() => this.kick(), GATHER_MS);
   }
@@ -193,7 +250,10 @@ export class ExpiryListener {
     this.stopped = true;
     if (this.timer) clearTimeout(this.timer);
     if (this.deferTimer) clearTimeout(this.deferTimer);
+    if (this.nodesTimer) clearInterval(this.nodesTimer);
     await this.running;
-    await this.sub?.quit().catch(() => {});
+    await Promise.all([...this.subs.values()].map((sub) => sub.quit().catch(() => {})));
+    this.subs.clear();
+    await this.topology?.quit().catch(() => {});
   }
 }

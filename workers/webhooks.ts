@@ -11,7 +11,7 @@
 // are not followed. What the customer sees of a failure is generic (`address not allowed`,
 // `timeout`, `connection refused`, `connection failed`, `HTTP <status>`); the reason is logged.
 import { Queue, Worker, type Job } from 'bullmq';
-import type { Redis } from '../lib/infra/redis.js';
+import { scanKeys, type Redis } from '../lib/infra/redis.js';
 import type { Pool, PoolClient } from '../lib/infra/postgres.js';
 import type { Logger } from '../lib/infra/log.js';
 import { QUEUES, bullPrefix } from './jobs.js';
@@ -60,7 +60,7 @@ export class Webhooks implements WebhookEnqueuer {
   }
 
   async start(): Promise<void> {
-    const prefix = bullPrefix(this.redisPrefix);
+    const prefix = bullPrefix(this.redisPrefix, this.connection);
     this.queue = new Queue<DeliveryJob>(QUEUES.webhooks, { connection: this.connection, prefix });
     this.queue.on('error', (e) => this.log.warn({ err: e }, 'webhook queue error'));
     this.worker = new Worker<DeliveryJob>(QUEUES.webhooks, (job) => this.deliver(job), {
@@ -78,16 +78,11 @@ export class Webhooks implements WebhookEnqueuer {
    */
   async removeJobsOf(webhookIds: string[]): Promise<number> {
     if (!this.queue || webhookIds.length === 0) return 0;
-    const base = `${bullPrefix(this.redisPrefix)}:${QUEUES.webhooks}:`;
+    const base = `${bullPrefix(this.redisPrefix, this.connection)}:${QUEUES.webhooks}:`;
     let removed = 0;
     for (const webhookId of webhookIds) {
       const ids = new Set<string>();
-      let cursor = '0';
-      do {
-        const [next, keys] = await this.connection.scan(cursor, 'MATCH', `${base}${webhookId}.*`, 'COUNT', 1000);
-        cursor = next;
-        for (const k of keys) ids.add(k.slice(base.length).split(':')[0]!);
-      } while (cursor !== '0');
+      for await (const keys of scanKeys(this.connection, `${base}${webhookId}.*`)) for (const k of keys) ids.add(k.slice(base.length).split(':')[0]!);
       for (const id of ids) removed += await this.queue.remove(id);
     }
     return removed;

@@ -104,7 +104,7 @@ export function sessionHandlers(
       if (!u) throw new HttpError(401, 'the account of this session no longer exists');
       // Wrong current passwords are counted per user (a stolen session must not become a way to
       // guess the password): LOGIN_MAX_FAILURES_PER_ACCOUNT within LOGIN_WINDOW_S, then 429.
-      const key = redisKeys(d.cfg.redisPrefix).passwordChangeFailures(p.userId!);
+      const key = redisKeys(d.cfg.redisPrefix, d.redis).passwordChangeFailures(p.userId!);
       const failures = Number((await d.redis.get(key)) ?? 0);
       if (failures >= cfg.loginMaxFailuresPerAccount) {
         const wait = Math.max(1, await d.redis.ttl(key));
@@ -133,7 +133,7 @@ export function sessionHandlers(
       const answer = { ok: true as const, detail: 'if an account has this address, an e-mail with a link to choose a new password is on its way' };
       const u = await findUserByEmail(d.pool, email);
       // The per-address count is kept whether or not the account exists (the same work either way).
-      const key = redisKeys(d.cfg.redisPrefix).passwordResetRequests(hashToken(email));
+      const key = redisKeys(d.cfg.redisPrefix, d.redis).passwordResetRequests(hashToken(email));
       const count = Number((await d.redis.multi().incr(key).expire(key, 3600, 'NX').exec())?.[0]?.[1] ?? 0);
       if (!u) return answer;
       if (count > cfg.passwordResetMaxPerHour) {

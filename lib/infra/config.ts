@@ -36,7 +36,7 @@ export const Settings = Type.Object({
   CLICKHOUSE_TCP_PORT: Port(19000, 'project-local ClickHouse, native protocol'),
   NATS_URL: Derived('NATS (comma-separated for a cluster); default nats://127.0.0.1:$NATS_PORT', URL_LIST('nats|tls')),
   DATABASE_URL: Derived('PostgreSQL; default postgres://postgres@127.0.0.1:$PG_PORT/fleet', { pattern: '^postgres(ql)?://\\S+$', allowed: 'a postgres:// URL' }),
-  REDIS_URL: Derived('Redis; default redis://127.0.0.1:$REDIS_PORT/0', { pattern: '^rediss?://\\S+$', allowed: 'a redis:// or rediss:// URL' }),
+  REDIS_URL: Derived('Redis; default redis://127.0.0.1:$REDIS_PORT/0; a Redis Cluster: redis-cluster://host:port[,host:port...] (docs/operations.md "Redis Cluster")', { pattern: '^(rediss?|redis-cluster)://\\S+$', allowed: 'a redis://, rediss:// or redis-cluster:// URL' }),
   CLICKHOUSE_URL: Derived('ClickHouse HTTP interface; default http://127.0.0.1:$CLICKHOUSE_HTTP_PORT', { pattern: '^https?://\\S+$', allowed: 'an http:// or https:// URL' }),
   CLICKHOUSE_DB: Str('fleet', 'ClickHouse database', { pattern: '^[A-Za-z_][A-Za-z0-9_]{0,63}$', allowed: 'a ClickHouse identifier' }),
   CLICKHOUSE_USER: Str('default', 'ClickHouse login', { minLength: 1 }),
@@ -48,6 +48,7 @@ export const Settings = Type.Object({
   STREAM_NAME: Str('INGEST', 'JetStream stream (names on shared servers)', NAME),
   SUBJECT_PREFIX: Str('ingest', 'NATS subject prefix', { pattern: '^[A-Za-z0-9_-]+(\\.[A-Za-z0-9_-]+)*$', allowed: 'NATS subject tokens (letters, digits, _ and -) joined by dots' }),
   REDIS_PREFIX: Str('fleet:', 'Redis key prefix', { minLength: 1 }),
+  REDIS_WAIT_REPLICAS: Nat(0, "replicas that must hold a heartbeat a worker kept only in Redis before its report is acknowledged (Redis WAIT; 0: none; a Redis with replicas or a Redis Cluster: 1, so a failover loses none)", 5),
   STREAM_MAX_BYTES: Pos(8 * 1024 ** 3, 'stream size; when full, ingest answers 503'),
   STREAM_HEARTBEAT_MAX_BYTES: Pos(2 * 1024 ** 3, "the heartbeat lane's stream size; when full, heartbeats are answered 503"),
   STREAM_REPLICAS: Int(1, 1, 5, 'JetStream replicas (3 on a NATS cluster)'),
@@ -344,6 +345,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env) {
     streamName: s.STREAM_NAME,
     subjectPrefix: s.SUBJECT_PREFIX,
     redisPrefix: s.REDIS_PREFIX,
+    redisWaitReplicas: s.REDIS_WAIT_REPLICAS,
     streamMaxBytes: s.STREAM_MAX_BYTES,
     // The heartbeat lane (docs/architecture.md "Lanes"): heartbeats are small; JetStream reserves
     // a stream's max_bytes on its servers' disks, so the lane does not ask for the main stream's.

@@ -23,7 +23,7 @@
 // its data left: open uploads without an entry get one back, complete ones whose row exists are
 // settled, and entries whose upload is gone are removed (workers/artifact-expiry.ts).
 import type { Redis } from '../infra/redis.js';
-import { luaCommand } from '../infra/redis.js';
+import { isCluster, luaCommand } from '../infra/redis.js';
 
 /** A settled entry stays this long (every gateway's copy of `stored` has counted it by then). */
 export const SETTLED_KEEP_MS = 10 * 60_000;
@@ -32,12 +32,19 @@ export const MAX_COPY_AGE_MS = 5 * 60_000;
 /** An open entry whose upload record does not exist is removed after this (an init that died between reserve and create). */
 export const ORPHAN_AFTER_MS = 10 * 60_000;
 
-export const usageKeys = (prefix: string) => ({
-  /** Hash: upload id -> reservation (above). */
-  reservations: (customerId: string) => `${prefix}quota:art:${customerId}`,
-  /** Set: the customers with a reservations hash (the sweep's list). */
-  customers: `${prefix}quota:art:customers`,
-});
+/**
+ * The scripts name a customer's hash and the customers set together: in a Redis Cluster all of
+ * them carry one hash tag (one slot; artifact reservations are few).
+ */
+export const usageKeys = (prefix: string, layout: { isCluster: boolean }) => {
+  const tag = isCluster(layout) ? '{art}' : '';
+  return {
+    /** Hash: upload id -> reservation (above). */
+    reservations: (customerId: string) => `${prefix}quota:art:${tag}${customerId}`,
+    /** Set: the customers with a reservations hash (the sweep's list). */
+    customers: `${prefix}quota:art:${tag}customers`,
+  };
+};
 
 export interface Reservation {
   size: number;
@@ -123,7 +130,7 @@ export class ArtifactUsage {
     private readonly redis: Redis,
     prefix: string,
   ) {
-    this.keys = usageKeys(prefix);
+    this.keys = usageKeys(prefix, redis);
   }
 
   /**

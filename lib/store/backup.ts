@@ -46,7 +46,7 @@ import type { Config } from '../infra/config.js';
 import { chIdent, createClickHouse, queryRows, type ClickHouseClient } from '../infra/clickhouse.js';
 import { connectNats, ensureIngestPartition, ensureStreams, existingIngestStreams, type NatsConnection } from '../infra/nats.js';
 import { createPool, withTx, type Pool } from '../infra/postgres.js';
-import { createRedis, redisKeys, type Redis } from '../infra/redis.js';
+import { createRedis, redisKeys, scanKeys, type Redis } from '../infra/redis.js';
 import { isNotFound } from '../infra/jetstream-errors.js';
 import { deadLetterStream, heartbeatStream, ingestStreamOf, ingestStreams, partitionOfStream, subjects, type IngestPartition } from '../contract/messages.js';
 import { ArtifactStore, bucketNames } from './artifacts.js';
@@ -360,22 +360,21 @@ async function dumpPostgres(url: string, file: string): Promise<{ snapshotAt: st
 
 /** [instance id, machine id, fields JSON] of each instance's newest heartbeat in Redis, one JSON array a line. */
 async function saveHeartbeats(redis: Redis, prefix: string, file: string): Promise<number> {
-  const keys = redisKeys(prefix);
+  const keys = redisKeys(prefix, redis);
   const gz = createGzip();
   const out = createWriteStream(file);
   const done = pipeline(gz, out);
   let n = 0;
-  let cursor = '0';
-  do {
-    const [next, found] = await redis.scan(cursor, 'MATCH', `${keys.heartbeatStatePrefix}*`, 'COUNT', 1000);
-    cursor = next;
+  // Every primary of a cluster; a key SCAN returns twice is written twice, and restoring the same
+  // newest heartbeat twice changes nothing.
+  for await (const found of scanKeys(redis, `${keys.heartbeatStatePrefix}*`)) {
     for (const key of found) {
       const [hb, mid] = await redis.hmget(key, 'hb', 'mid');
       if (!hb || !mid) continue;
-      if (!gz.write(JSON.stringify([key.slice(keys.heartbeatStatePrefix.length), mid, hb]) + '\n')) await once(gz, 'drain');
+      if (!gz.write(JSON.stringify([keys.instanceOfStateKey(key), mid, hb]) + '\n')) await once(gz, 'drain');
       n++;
     }
-  } while (cursor !== '0');
+  }
   gz.end();
   await done;
   return n;
@@ -473,7 +472,7 @@ export async function restore(cfg: Config, dir: string, o: RestoreOptions = {}):
   const pool = createPool(cfg.databaseUrl, 2, 'fleet-restore');
   const nc = await connectNats(cfg.natsUrl, 'fleet-restore');
   const ch = createClickHouse({ url: cfg.clickhouseUrl, database: cfg.clickhouseDatabase, user: cfg.clickhouseUser, password: cfg.clickhousePassword });
-  const progressKey = redisKeys(cfg.redisPrefix).restoreProgress(m.backup_id);
+  const progressKey = redisKeys(cfg.redisPrefix, redis).restoreProgress(m.backup_id);
   const result: RestoreResult = { backupId: m.backup_id, done: [], skipped: [], messages: {}, rows: {}, heartbeats: 0 };
   try {
     const doneBefore = await redis.hgetall(progressKey);

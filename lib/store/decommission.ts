@@ -11,7 +11,7 @@
 import type { Pool, PoolClient } from '../infra/postgres.js';
 import { withTx } from '../infra/postgres.js';
 import type { Redis } from '../infra/redis.js';
-import { redisKeys } from '../infra/redis.js';
+import { byGroup, redisKeys } from '../infra/redis.js';
 import { notFound } from '../contract/errors.js';
 import type { InstanceRef } from './commands.js';
 
@@ -158,11 +158,12 @@ export async function instanceIdBySlugs(db: Pool | PoolClient, customerId: strin
  */
 export async function clearInstanceState(redis: Redis, prefix: string, instanceIds: string[]): Promise<void> {
   if (instanceIds.length === 0) return;
-  const keys = redisKeys(prefix);
-  const pipe = redis.pipeline();
-  for (const id of instanceIds) pipe.del(keys.heartbeat(id), keys.heartbeatState(id));
-  pipe.zrem(keys.heartbeatDue, ...instanceIds);
-  const results = await pipe.exec();
-  const failed = results?.find(([err]) => err);
-  if (failed) throw failed[0];
+  const keys = redisKeys(prefix, redis);
+  // Per group: an instance's keys and its group's due set share a slot in a cluster.
+  await Promise.all(
+    byGroup(instanceIds, keys.groups, (id) => id).flatMap(([g, ids]) => [
+      redis.del(...ids.flatMap((id) => [keys.heartbeat(id), keys.heartbeatState(id)])),
+      redis.zrem(keys.heartbeatDueOf(g), ...ids),
+    ]),
+  );
 }

@@ -92,12 +92,11 @@ export function decodeFields(json: string): HeartbeatFields | null {
 export async function readLatest(redis: Redis, prefix: string, instanceIds: string[]): Promise<Map<string, HeartbeatFields>> {
   const out = new Map<string, HeartbeatFields>();
   if (instanceIds.length === 0) return out;
-  const keys = redisKeys(prefix);
-  const pipe = redis.pipeline();
-  for (const id of instanceIds) pipe.hget(keys.heartbeatState(id), 'hb');
-  const res = (await pipe.exec()) ?? [];
-  res.forEach(([err, v], i) => {
-    if (err || typeof v !== 'string') return;
+  const keys = redisKeys(prefix, redis);
+  // One command per key (the connection pipelines them by itself; in a cluster, per node).
+  const res = await Promise.all(instanceIds.map((id) => redis.hget(keys.heartbeatState(id), 'hb')));
+  res.forEach((v, i) => {
+    if (typeof v !== 'string') return;
     const f = decodeFields(v);
     if (f) out.set(instanceIds[i]!, f);
   });

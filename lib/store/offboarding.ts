@@ -15,7 +15,7 @@
 import type { Pool } from '../infra/postgres.js';
 import { withTx } from '../infra/postgres.js';
 import type { Redis } from '../infra/redis.js';
-import { redisKeys } from '../infra/redis.js';
+import { byGroup, redisKeys } from '../infra/redis.js';
 import { chIdent, queryRows, type ClickHouseClient } from '../infra/clickhouse.js';
 import { chStr } from '../infra/clickhouse-sql.js';
 import type { Logger } from '../infra/log.js';
@@ -139,17 +139,19 @@ export async function purgeCustomer(d: PurgeDeps, c: { id: string; slug: string 
     await d.artifacts.deleteUploadAndChunks(id, u.rec.chunks);
     out.uploads++;
   }
-  const uk = usageKeys(d.redisPrefix);
+  const uk = usageKeys(d.redisPrefix, d.redis);
   out.redisKeys += await d.redis.del(uk.reservations(c.id));
   await d.redis.srem(uk.customers, c.id);
 
   // Redis: each instance's heartbeat key and state, and its entry in the due set.
-  const keys = redisKeys(d.redisPrefix);
+  const keys = redisKeys(d.redisPrefix, d.redis);
   const instances = (await d.pool.query<{ id: string }>('SELECT id FROM instances WHERE customer_id = $1', [c.id])).rows.map((r) => r.id);
   for (let i = 0; i < instances.length; i += 500) {
     const ids = instances.slice(i, i + 500);
-    out.redisKeys += await d.redis.del(...ids.flatMap((id) => [keys.heartbeat(id), keys.heartbeatState(id)]));
-    await d.redis.zrem(keys.heartbeatDue, ...ids);
+    for (const [g, some] of byGroup(ids, keys.groups, (id) => id)) {
+      out.redisKeys += await d.redis.del(...some.flatMap((id) => [keys.heartbeat(id), keys.heartbeatState(id)]));
+      await d.redis.zrem(keys.heartbeatDueOf(g), ...some);
+    }
   }
 
   // Its webhooks' delivery jobs (BullMQ, in Redis): found by the webhook ids, so before those rows go.

@@ -222,7 +222,7 @@ t.test('restore into a fresh stack: refused over data without --force; then the 
   const again = fleet(dst, 'restore', dir);
   t.equal(again.code, 0, `restore again: ${again.err}`);
   t.match(again.out, /done by an earlier run/);
-  await dst.redis.hdel(redisKeys(dst.env.REDIS_PREFIX!).restoreProgress(manifest.backup_id), 'clickhouse heartbeats', 'stream artifacts', 'stream ingest', 'finished');
+  await dst.redis.hdel(redisKeys(dst.env.REDIS_PREFIX!, dst.redis).restoreProgress(manifest.backup_id), 'clickhouse heartbeats', 'stream artifacts', 'stream ingest', 'finished');
   const finish = fleet(dst, 'restore', dir);
   t.equal(finish.code, 0, `restore after a half-done run: ${finish.err}`);
   t.match(finish.out, /3 steps/);

@@ -21,7 +21,7 @@ const d = parseSettings({});
 const shipped = Object.fromEntries(['QUOTA_INGEST_REQUESTS_PER_S', 'QUOTA_INGEST_BYTES_PER_S', 'QUOTA_STREAM_CONNECTIONS', 'RATE_LIMIT_PER_S', 'RATE_LIMIT_BURST'].map((k) => [k, String(d[k as keyof typeof d])]));
 const s = await testStack(t, 'noisy', { api: true, env: { HEARTBEAT_TIMEOUT_S: String(TIMEOUT_S), ...shipped } });
 const b = await s.newCustomer(`quiet-${s.id}`);
-const keys = redisKeys(s.env.REDIS_PREFIX!);
+const keys = redisKeys(s.env.REDIS_PREFIX!, s.redis);
 const B_MACHINES = 20;
 const SECONDS = Number(process.env.NOISY_SECONDS ?? 40);
 

@@ -171,7 +171,7 @@ t.test('an upload that expires gives its bytes back', async (t) => {
   const open = await post(ing(c.customer.slug, 'artifact-init'), c.token, { filename: 'left-open.bin', size: SIZE });
   t.equal(open.status, 201);
   t.equal(await put(ing(c.customer.slug, `artifact-chunk/${open.body.upload_id}/0`), c.token, randomBytes(CHUNK)), 200);
-  const key = usageKeys(s.env.REDIS_PREFIX!).reservations(c.customer.id);
+  const key = usageKeys(s.env.REDIS_PREFIX!, s.redis).reservations(c.customer.id);
   t.ok(await s.redis.hexists(key, open.body.upload_id), 'reserved in Redis');
   const refused = await post(ing(c.customer.slug, 'artifact-init', gateways[1]), c.token, { filename: 'second.bin', size: SIZE });
   t.equal(refused.status, 507, 'the open upload holds the quota');
@@ -187,7 +187,7 @@ t.test('an upload that expires gives its bytes back', async (t) => {
 
 t.test('reservations: the worker settles a stored artifact; the sweep puts back what Redis lost, settles what a worker left, removes the stale', async (t) => {
   const c = await s.newCustomer('repair');
-  const key = usageKeys(s.env.REDIS_PREFIX!).reservations(c.customer.id);
+  const key = usageKeys(s.env.REDIS_PREFIX!, s.redis).reservations(c.customer.id);
   const { uploadId: done } = await upload(c.customer.slug, c.token, randomBytes(SIZE));
   const open = await post(ing(c.customer.slug, 'artifact-init'), c.token, { filename: 'open.bin', size: SIZE });
   t.equal(open.status, 201);

@@ -1,0 +1,125 @@
+// The key layout of a Redis Cluster (lib/infra/redis.ts), run on this file's own Redis: every
+// instance's keys carry its group's hash tag, each group has a due set of its own, and the worker's
+// scripts (workers/heartbeat-state.ts) are called per group: skip, write, flush, repair and drop
+// keep working across groups, and no script call names keys of two groups (which a cluster would
+// refuse with CROSSSLOT). The cluster itself, with a primary killed, is test/cluster/redis.test.ts.
+import t from 'tap';
+import { randomUUID } from 'node:crypto';
+import { testStack, eventually } from '../helpers/stack.js';
+import { applyBatch, type ApplyDeps } from '../../workers/apply-batch.js';
+import { HeartbeatState, HeartbeatFlusher } from '../../workers/heartbeat-state.js';
+import { CLUSTER_GROUPS, byGroup, groupOf, hashTagOf, redisKeys, sameSlot } from '../../lib/infra/redis.js';
+import { createLogger } from '../../lib/infra/log.js';
+import type { Report } from '../../lib/contract/messages.js';
+
+const s = await testStack(t, 'hbgroups', { gateway: false, worker: false, api: false });
+const prefix = s.env.REDIS_PREFIX!;
+const log = createLogger('test', 'silent');
+const TIMEOUT_MS = 300_000;
+const cluster = { isCluster: true };
+const keys = redisKeys(prefix, cluster);
+
+function worker(intervalMs = 240_000): { deps: ApplyDeps; state: HeartbeatState; flusher: HeartbeatFlusher } {
+  const state = new HeartbeatState(s.redis, prefix, { heartbeatTimeoutMs: TIMEOUT_MS, pgIntervalMs: intervalMs, idCacheSize: 100_000 }, cluster);
+  const deps: ApplyDeps = {
+    pool: s.pool,
+    ch: s.ch,
+    redis: s.redis,
+    redisPrefix: prefix,
+    heartbeats: state,
+    idempotencyTtlS: 60,
+    tsWindow: { pastMs: 30 * 86_400_000, futureMs: 86_400_000 },
+    ackTimeoutS: 3600,
+  };
+  return { deps, state, flusher: new HeartbeatFlusher(s.pool, state, undefined, log, () => {}, 100) };
+}
+
+const report = (machine: string, body: unknown, receivedAt = Date.now()): Report => ({
+  id: randomUUID(), kind: 'heartbeat', customerId: s.customer.id, customer: s.customer.slug, machine, software: 'agent', tokenId: randomUUID(), receivedAt, body,
+});
+const pgHeartbeat = async (instanceId: string) => {
+  const r = await s.pool.query<{ hb: Date | null }>('SELECT last_heartbeat_at AS hb FROM instances WHERE id = $1', [instanceId]);
+  return r.rows[0]?.hb?.getTime() ?? null;
+};
+
+t.test('the names: one tag per group, the same for an instance\'s keys and its due set; one Redis keeps the old names', async (t) => {
+  const id = randomUUID();
+  const g = groupOf(id, CLUSTER_GROUPS);
+  t.ok(g >= 0 && g < CLUSTER_GROUPS);
+  t.equal(hashTagOf(keys.heartbeat(id)), `g${g}`);
+  t.equal(hashTagOf(keys.heartbeatState(id)), `g${g}`);
+  t.equal(hashTagOf(keys.heartbeatDue(id)), `g${g}`);
+  t.equal(keys.instanceOfHeartbeatKey(keys.heartbeat(id)), id, 'the listener reads the id back');
+  t.equal(keys.instanceOfStateKey(keys.heartbeatState(id)), id, 'the backup reads the id back');
+  t.equal(hashTagOf(keys.metric(id)), `g${g}`, 'host-metric ids too');
+  const one = redisKeys(prefix, s.redis);
+  t.equal(one.heartbeat(id), `${prefix}hb:${id}`, 'one Redis: the names the service always used');
+  t.equal(one.heartbeatDue(id), `${prefix}hbdue`);
+  t.equal(one.groups, 1);
+  // Ids spread over the groups.
+  const counts = new Array<number>(CLUSTER_GROUPS).fill(0);
+  for (let i = 0; i < 16_000; i++) counts[groupOf(randomUUID(), CLUSTER_GROUPS)]!++;
+  t.ok(Math.min(...counts) > 800 && Math.max(...counts) < 1200, `16,000 ids over 16 groups: ${Math.min(...counts)}-${Math.max(...counts)} each`);
+  t.same(sameSlot(cluster, [keys.heartbeat(id), 'x', keys.heartbeatState(id), 'y']), [[0, 2], [1], [3]], 'keys grouped by slot for multi-key commands');
+  t.same(byGroup([], CLUSTER_GROUPS, String), []);
+});
+
+t.test('skip, flush and repair per group: 300 instances over every group, each heartbeat written exactly as on one Redis', async (t) => {
+  const { deps, state, flusher } = worker(400);
+  const machines = Array.from({ length: 300 }, (_, i) => `grp-${i}`);
+  const t0 = Date.now() - 2000;
+  const ids = await applyBatch(deps, machines.map((m) => report(m, { version: '1' }, t0)), []);
+  t.equal(ids.size, 300);
+  const instanceIds = [...ids.values()].map((x) => x.instanceId);
+  const groups = new Set(instanceIds.map((id) => groupOf(id, CLUSTER_GROUPS)));
+  t.equal(groups.size, CLUSTER_GROUPS, 'the instances fall into every group');
+  for (const id of instanceIds.slice(0, 20)) t.equal(await s.redis.exists(keys.heartbeat(id), keys.heartbeatState(id)), 2, 'keys under the group tag');
+
+  // Newer heartbeats that change nothing: skipped, waiting in their groups' due sets.
+  const t1 = Date.now();
+  const skippedBefore = state.counts.skipped;
+  await applyBatch(deps, machines.map((m) => report(m, { version: '1' }, t1)), []);
+  t.equal(state.counts.skipped - skippedBefore, 300, 'every one skipped Postgres');
+  t.equal(await state.dueCount(), 300, 'all 300 due, over the groups');
+  const perGroup = await Promise.all(keys.heartbeatDues.map((k) => s.redis.zcard(k)));
+  t.equal(perGroup.filter((n) => n > 0).length, CLUSTER_GROUPS, 'every group has its own due set');
+  t.equal(await s.redis.exists(`${prefix}hbdue`), 0, 'no due set without a tag');
+
+  // The flusher (100 per claim) writes all of them, group by group.
+  await eventually(async () => (await flusher.flushDue(), (await state.dueCount()) === 0), 10_000, 'all flushed');
+  for (const id of instanceIds) t.equal(await pgHeartbeat(id), t1, 'Postgres holds the newest heartbeat');
+
+  // Repair of ids in many groups at once.
+  const t2 = Date.now();
+  await applyBatch(deps, machines.slice(0, 50).map((m) => report(m, { version: '1' }, t2)), []);
+  const repaired = machines.slice(0, 50).map((m) => ids.get(`${s.customer.id}|${m}|agent`)!.instanceId);
+  t.equal(await flusher.repair([...repaired, randomUUID()]), 50, 'repair writes the 50 waiting, whatever their group');
+  for (const id of repaired) {
+    t.equal(await pgHeartbeat(id), t2);
+    t.equal(await s.redis.exists(keys.heartbeat(id)), 0, 'and drops their heartbeat keys');
+  }
+  t.equal(await state.dueCount(), 0);
+});
+
+t.test('claiming: each group its share of a claim; `more` while a group has more due', async (t) => {
+  const { deps, state } = worker(400);
+  const machines = Array.from({ length: 200 }, (_, i) => `claim-${i}`);
+  const t0 = Date.now() - 2000;
+  await applyBatch(deps, machines.map((m) => report(m, { version: '1' }, t0)), []);
+  await applyBatch(deps, machines.map((m) => report(m, { version: '1' })), []);
+  t.equal(await state.dueCount(), 200);
+  const later = Date.now() + 10_000;
+  const first = await state.claim(32, [], later);
+  t.ok(first.claimed.length <= 32 && first.claimed.length >= CLUSTER_GROUPS, `a claim of 32 takes 2 per group (${first.claimed.length})`);
+  t.ok(first.more, 'and says more is due');
+  let total = first.claimed.length;
+  for (let i = 0; i < 50; i++) {
+    const next = await state.claim(32, [], later);
+    total += next.claimed.length;
+    if (!next.more) break;
+  }
+  t.equal(total, 200, 'claimed once each, all of them');
+  const again = await state.claim(1000, [], later);
+  t.equal(again.claimed.length, 0, 'leased: none claimed twice');
+  t.notOk(again.more);
+});
