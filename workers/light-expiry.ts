@@ -145,7 +145,13 @@ export class ExpiryListener {
 
   private async listen(name: string, sub: Redis): Promise<void> {
     this.subs.set(name, sub);
-    sub.on('error', (e) => this.log.warn({ err: e, node: name }, 'redis (expiry listener) error'));
+    // Once per outage of the node, not at every reconnect attempt.
+    let down = false;
+    sub.on('error', (e) => {
+      if (!down) this.log.warn({ err: e, node: name }, 'redis (expiry listener) error; reconnecting');
+      down = true;
+    });
+    sub.on('ready', () => (down = false));
     const channel = `__keyevent@${sub.options.db ?? 0}__:expired`;
     // ioredis subscribes again by itself after a reconnect; what expired meanwhile is the sweep's.
     sub.on('message', (_ch: string, key: string) => this.onExpired(key));

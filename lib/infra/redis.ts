@@ -57,7 +57,11 @@ export function createRedis(url: string, opts: { lazyConnect?: boolean; bullmq?:
   const redis: Redis = cluster
     ? (new Cluster(cluster.nodes, {
         lazyConnect: opts.lazyConnect ?? false,
-        enableAutoPipelining: !opts.bullmq,
+        // Off: ioredis groups an automatic pipeline by the node of a command's first argument, which
+        // for a Lua command is its key count, so a pipeline would mix nodes and fail ("All keys in
+        // the pipeline should belong to the same slots allocation group"). Commands still go out
+        // without waiting for each other's answers.
+        enableAutoPipelining: false,
         // Every command goes to its slot's primary: a replica's copy may lag (a heartbeat key read
         // there could look absent).
         scaleReads: 'master',

@@ -45,13 +45,14 @@ export interface TestCluster {
   record(failure: string, entry: Record<string, unknown>): string;
 }
 
-export async function testCluster(t: Test, name: string): Promise<TestCluster> {
+/** `env`: settings every service process of this file's cluster gets (deploy/cluster.ts ClusterOptions). */
+export async function testCluster(t: Test, name: string, env: Record<string, string> = {}): Promise<TestCluster> {
   const base = Number(process.env.CLUSTER_TEST_BASE_PORT || 22700);
   const dataDir = resolve(process.env.DATA_DIR || '.data/cluster-test', name);
   const log = (msg: string) => {
     if (process.env.FLEET_PROC_LOGS) process.stderr.write(`[cluster] ${msg}\n`);
   };
-  const c = new Cluster({ dataDir, base, log, fresh: true });
+  const c = new Cluster({ dataDir, base, log, fresh: true, env });
   const clients: { close(): Promise<unknown> }[] = [];
   t.teardown(async () => {
     for (const x of clients) await x.close().catch(() => {});

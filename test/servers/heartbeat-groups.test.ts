@@ -123,3 +123,24 @@ t.test('claiming: each group its share of a claim; `more` while a group has more
   t.equal(again.claimed.length, 0, 'leased: none claimed twice');
   t.notOk(again.more);
 });
+
+t.test('REDIS_WAIT_REPLICAS: a batch with skipped heartbeats waits for replicas; with none there it is told and goes on', async (t) => {
+  const told: { node: string; got: number }[] = [];
+  const state = new HeartbeatState(
+    s.redis,
+    prefix,
+    { heartbeatTimeoutMs: TIMEOUT_MS, pgIntervalMs: 240_000, idCacheSize: 1000, waitReplicas: 1, onUnreplicated: (node, got) => told.push({ node, got }) },
+    cluster,
+  );
+  const { deps } = worker();
+  const w = { ...deps, heartbeats: state };
+  await applyBatch(w, [report('wait-1', { version: '1' }, Date.now() - 1000)], []);
+  t.same(told, [], 'written to Postgres: nothing to wait for');
+  const t0 = Date.now();
+  await applyBatch(w, [report('wait-1', { version: '1' })], []);
+  const took = Date.now() - t0;
+  t.equal(state.counts.skipped, 1, 'skipped Postgres');
+  t.equal(told.length, 1, 'this Redis has no replica: WAIT said so');
+  t.equal(told[0]!.got, 0);
+  t.ok(took >= 900, `the batch waited for WAIT's 1 s before going on (${took} ms)`);
+});

@@ -1,0 +1,164 @@
+// The Redis Cluster of `npm run cluster` (deploy/cluster.ts: 3 primaries, a replica each): the
+// heartbeat groups' hash tags spread over the primaries, and kill -9 of one primary while agents
+// heartbeat. Its replica takes over; every instance that goes on heartbeating stays green (no red
+// lost to a key that vanished, none wrongly made), every instance that fell silent at the kill
+// turns red exactly once, at its last acknowledged heartbeat + the timeout: a heartbeat the
+// workers kept only in Redis (skipped Postgres) was on the replica before its report was
+// acknowledged (REDIS_WAIT_REPLICAS=1), so the failover loses none.
+import t from 'tap';
+import { testCluster } from '../helpers/cluster.js';
+import { eventually } from '../helpers/stack.js';
+import { CLUSTER_GROUPS, Redis, asCluster, createRedis, redisKeys } from '../../lib/infra/redis.js';
+
+const TIMEOUT_S = 12;
+const k = await testCluster(t, 'redis', { HEARTBEAT_TIMEOUT_S: String(TIMEOUT_S) });
+const redis = createRedis(k.c.cfg.redisUrl);
+t.teardown(() => redis.quit().then(() => {}));
+const cluster = asCluster(redis)!;
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const keys = redisKeys(k.c.cfg.redisPrefix, redis);
+
+/** Slot ranges -> the primary's port, from CLUSTER SLOTS. */
+async function slotOwners(): Promise<{ from: number; to: number; port: number }[]> {
+  const slots = await cluster.cluster('SLOTS');
+  return slots.map(([from, to, primary]) => ({ from, to, port: Number(primary?.[1]) }));
+}
+const ownerOf = (owners: { from: number; to: number; port: number }[], slot: number) => owners.find((o) => slot >= o.from && slot <= o.to)?.port ?? -1;
+
+t.test('three primaries with a replica each; the heartbeat groups spread over all three', async (t) => {
+  await eventually(async () => cluster.nodes('master').length === 3 && cluster.nodes('slave').length === 3, 30_000, 'the cluster client sees 3 primaries and 3 replicas');
+  const owners = await slotOwners();
+  const byPrimary = new Map<number, number>();
+  for (let g = 0; g < CLUSTER_GROUPS; g++) {
+    const slot = Number(await cluster.cluster('KEYSLOT', keys.heartbeatDueOf(g)));
+    t.equal(Number(await cluster.cluster('KEYSLOT', keys.heartbeatStatePrefixOf(g) + 'x')), slot, `group ${g}: state hashes in the due set's slot`);
+    const port = ownerOf(owners, slot);
+    byPrimary.set(port, (byPrimary.get(port) ?? 0) + 1);
+  }
+  t.equal(byPrimary.size, 3, `every primary serves some groups (${JSON.stringify(Object.fromEntries(byPrimary))})`);
+});
+
+t.test('kill -9 of a Redis primary while agents heartbeat: its replica takes over; no light lost or doubled, no heartbeat lost', async (t) => {
+  const steady = Array.from({ length: 24 }, (_, i) => `rc-steady-${i}`);
+  const quiet = Array.from({ length: 24 }, (_, i) => `rc-quiet-${i}`);
+  const answers = new Map<string, number>();
+  /** The uptime (round number) of each machine's last acknowledged heartbeat. */
+  const lastAcked = new Map<string, number>();
+  let round = 0;
+  const send = async (machines: string[]) => {
+    const r = ++round;
+    await Promise.all(
+      machines.map(async (m) => {
+        const a = await k.https('POST', `/api/ingest/${k.customer.slug}/${m}/agent/heartbeat`, k.token, { version: '1.0', uptime_seconds: r }).catch(() => null);
+        const key = a ? (a.status === 503 && !a.headers.get('retry-after') ? '503 without Retry-After' : String(a.status)) : 'network';
+        answers.set(key, (answers.get(key) ?? 0) + 1);
+        if (a?.status === 200) lastAcked.set(m, r);
+      }),
+    );
+  };
+  // Both sets heartbeat for a while: the first heartbeat goes to Postgres, the next ones skip it
+  // (they change nothing) and live in Redis until the flusher writes them.
+  for (let i = 0; i < 6; i++) {
+    await send([...steady, ...quiet]);
+    await sleep(1000);
+  }
+  await send([...steady, ...quiet]);
+
+  // The victim: the primary holding the groups of most quiet instances.
+  const ids = new Map<string, string>();
+  const rows = await k.pool.query<{ slug: string; id: string }>(
+    `SELECT m.slug, i.id FROM instances i JOIN machines m ON m.id = i.machine_id WHERE i.customer_id = $1 AND m.slug LIKE 'rc-%'`,
+    [k.customer.id],
+  );
+  for (const r of rows.rows) ids.set(r.slug, r.id);
+  t.equal(ids.size, 48, 'all 48 instances exist');
+  const owners = await slotOwners();
+  const quietOn = new Map<number, number>();
+  const portOf = new Map<string, number>();
+  for (const m of quiet) {
+    const slot = Number(await cluster.cluster('KEYSLOT', keys.heartbeat(ids.get(m)!)));
+    const port = ownerOf(owners, slot);
+    portOf.set(m, port);
+    quietOn.set(port, (quietOn.get(port) ?? 0) + 1);
+  }
+  const victimPort = [...quietOn.entries()].sort((a, b) => b[1] - a[1])[0]![0];
+  const victim = k.c.redis[k.c.ports.redisCluster.indexOf(victimPort)]!;
+  t.ok(victim, `the victim: primary on port ${victimPort}, holding ${quietOn.get(victimPort)} quiet instances' keys`);
+
+  // The quiet ones' last heartbeats were just acknowledged (their batch may still be in the
+  // workers' hands): the primary dies now.
+  const killedAt = Date.now();
+  await victim.kill9();
+  while (Date.now() - killedAt < (TIMEOUT_S + 8) * 1000) {
+    await send(steady);
+    await sleep(1000);
+  }
+
+  // The replica took over.
+  await eventually(
+    async () => {
+      const o = await slotOwners();
+      return o.length > 0 && o.every((x) => x.port !== victimPort) && new Set(o.map((x) => x.port)).size === 3;
+    },
+    30_000,
+    'its replica serves its slots',
+  );
+
+  // Every quiet instance red, once.
+  const quietIds = quiet.map((m) => ids.get(m)!);
+  await eventually(
+    async () => (await k.pool.query(`SELECT count(*)::int AS n FROM instances WHERE id = ANY($1::uuid[]) AND light = 'red'`, [quietIds])).rows[0].n === quiet.length,
+    90_000,
+    'every silent instance red',
+  );
+  const st = await k.pool.query<{ id: string; light: string; uptime: number; hb: string; light_seq: string }>(
+    `SELECT id, light, uptime_seconds AS uptime, (extract(epoch FROM last_heartbeat_at) * 1000)::bigint::text AS hb, light_seq::text FROM instances WHERE id = ANY($1::uuid[])`,
+    [[...ids.values()]],
+  );
+  const byId = new Map(st.rows.map((r) => [r.id, r]));
+  const evs = await k.ch
+    .query({ query: `SELECT instance_id, to_light, at_ms, cause FROM light_events FINAL WHERE machine LIKE 'rc-%' ORDER BY instance_id, seq`, format: 'JSONEachRow' })
+    .then((r) => r.json<{ instance_id: string; to_light: string; at_ms: string; cause: string }>());
+  const reds = (id: string) => evs.filter((e) => e.instance_id === id && e.to_light === 'red');
+  const lostHeartbeats: string[] = [];
+  const badReds: string[] = [];
+  for (const m of quiet) {
+    const row = byId.get(ids.get(m)!)!;
+    // Postgres holds the last acknowledged heartbeat (the repair wrote what waited in Redis).
+    if (row.uptime !== lastAcked.get(m)) lostHeartbeats.push(`${m}: round ${row.uptime} stored, ${lastAcked.get(m)} acknowledged`);
+    const r = reds(row.id);
+    if (r.length !== 1 || Number(r[0]!.at_ms) !== Number(row.hb) + TIMEOUT_S * 1000) badReds.push(`${m}: ${r.length} red events ${r.map((x) => x.at_ms).join(',')}, last heartbeat ${row.hb}`);
+  }
+  t.same(lostHeartbeats, [], 'no acknowledged heartbeat of a silent instance lost in the failover');
+  // The expiry listener hears every node: the keys on the promoted replica expired there, and
+  // their events reached a worker (the sweep would have made them red too, later).
+  const byExpiry = (ms: string[]) => ms.filter((m) => reds(ids.get(m)!).some((e) => e.cause === 'expiry')).length;
+  const onVictim = quiet.filter((m) => portOf.get(m) === victimPort);
+  const elsewhere = quiet.filter((m) => portOf.get(m) !== victimPort);
+  t.comment(`red by key expiry: ${byExpiry(onVictim)} of ${onVictim.length} on the promoted replica, ${byExpiry(elsewhere)} of ${elsewhere.length} on the other primaries`);
+  t.ok(byExpiry(onVictim) > 0, "some of the promoted replica's instances turned red by its expiry events");
+  t.same(badReds, [], 'each silent instance red exactly once, at its last heartbeat + the timeout');
+  const steadyRed = steady.filter((m) => reds(ids.get(m)!).length > 0 || byId.get(ids.get(m)!)!.light !== 'green');
+  t.same(steadyRed, [], 'no instance that went on heartbeating turned red, or is anything but green');
+  t.comment(`answers: ${[...answers.entries()].map(([s, n]) => `${s}×${n}`).join(', ')}`);
+  t.notOk(answers.has('503 without Retry-After') || answers.has('network') || [...answers.keys()].some((s) => /^5/.test(s) && s !== '503'), 'no 5xx but 503 with Retry-After');
+  k.record('redis primary kill', {
+    quiet: quiet.length,
+    steady: steady.length,
+    victim_quiet_instances: quietOn.get(victimPort),
+    lost_heartbeats: lostHeartbeats.length,
+    bad_reds: badReds.length,
+    red_by_expiry_on_promoted_replica: byExpiry(onVictim),
+    red_by_expiry_elsewhere: byExpiry(elsewhere),
+    steady_red: steadyRed.length,
+    answers: Object.fromEntries(answers),
+  });
+
+  // The killed node comes back as a replica; the cluster is whole again.
+  await victim.start();
+  const back = new Redis({ port: victimPort, host: '127.0.0.1', lazyConnect: true });
+  t.teardown(() => back.disconnect());
+  await eventually(async () => ((await back.role().catch(() => [''])) as string[])[0] === 'slave', 60_000, 'the old primary rejoined as a replica');
+  const info = await back.cluster('INFO');
+  t.match(info, /cluster_state:ok/, 'and the cluster is whole');
+});
