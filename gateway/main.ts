@@ -14,6 +14,7 @@ import { TokenCache } from './token-cache.js';
 import { TokenUsage } from '../lib/store/token-usage.js';
 import { LicenceGate } from './licence-gate.js';
 import { BatchPublisher, IngestPublisher } from './publisher.js';
+import { QueueShares } from './queue-share.js';
 import { RejectionLog } from './rejection-log.js';
 import { registerRoutes } from './http/routes.js';
 import { HelpCoverage } from './help-coverage.js';
@@ -132,12 +133,17 @@ const laneOptions = {
 // Two lanes per partition (lib/contract/messages.ts): heartbeats never share a message or a queue
 // with other reports, and a machine's reports go to its partition's streams.
 const partitions = ingestPartitions(cfg.streamName, cfg.subjectPrefix, cfg.streamPartitions);
+// While a stream fills up, no customer takes more than its share of it (gateway/queue-share.ts).
+const shareRefusals = metrics.counter('fleet_gateway_queue_share_refusals_total');
+const shares = new QueueShares(cfg.gateway.queueShare, (stream) => shareRefusals.labels(stream).inc());
 const publisher = new IngestPublisher(
   partitions.map((p) => ({
     reports: new BatchPublisher(nc, js, { ...laneOptions, subject: p.subjects.reports, streamName: p.streams.reports }, publishStats),
     heartbeats: new BatchPublisher(nc, js, { ...laneOptions, subject: p.subjects.heartbeats, streamName: p.streams.heartbeats }, publishStats),
   })),
+  shares,
 );
+shares.start(await nc.jetstreamManager(), publisher.streamNames);
 publisher.connected = !nc.isClosed();
 
 void (async () => {
@@ -201,6 +207,7 @@ life.onShutdown(async (why) => {
   await Promise.race([publisher.idle(), grace]);
   rejections.close();
   tokens.stop();
+  shares.stop();
   help.stop();
   licences.stop();
   quotas.stop();

@@ -7,10 +7,11 @@
 import { randomUUID } from 'node:crypto';
 import type { JetStreamClient, NatsConnection, PubAck } from 'nats';
 import { encodeBatch, partitionOf, type Lane } from '../lib/contract/messages.js';
-import { QueueUnavailableError } from '../lib/contract/errors.js';
+import { QueueUnavailableError, type HttpError } from '../lib/contract/errors.js';
+import type { QueueShares } from './queue-share.js';
 import { JetStreamApiCodes, jsApiCode } from '../lib/infra/jetstream-errors.js';
 
-export type Settle = (err: QueueUnavailableError | null) => void;
+export type Settle = (err: HttpError | null) => void;
 
 interface Group {
   reports: Buffer[];
@@ -53,6 +54,10 @@ export class BatchPublisher {
   /** Largest report the queue can carry (the server's max_payload, less the batch wrapper). */
   get maxReportBytes(): number {
     return Math.max(0, (this.nc.info?.max_payload ?? 1024 * 1024) - 64);
+  }
+
+  get streamName(): string {
+    return this.opts.streamName;
   }
 
   add(report: Buffer, settle: Settle): void {
@@ -191,14 +196,29 @@ function classify(e: unknown): QueueUnavailableError {
 export class IngestPublisher {
   private readonly all: BatchPublisher[];
 
-  constructor(private readonly partitions: Record<Lane, BatchPublisher>[]) {
+  constructor(
+    private readonly partitions: Record<Lane, BatchPublisher>[],
+    /** Each customer's share of a stream that fills up (gateway/queue-share.ts); none: no shares. */
+    private readonly shares?: QueueShares,
+  ) {
     if (partitions.length === 0) throw new Error('no ingest partition');
     this.all = partitions.flatMap((p) => [p.reports, p.heartbeats]);
   }
 
   /** Queues a report of this customer's machine in its lane of the machine's partition. */
   add(report: Buffer, settle: Settle, lane: Lane, customerId: string, machine: string): void {
-    this.partitions[partitionOf(customerId, machine, this.partitions.length)]![lane].add(report, settle);
+    const pub = this.partitions[partitionOf(customerId, machine, this.partitions.length)]![lane];
+    if (this.shares) {
+      const refused = this.shares.refusal(pub.streamName, customerId);
+      if (refused) return settle(refused);
+      this.shares.record(pub.streamName, customerId, report.length);
+    }
+    pub.add(report, settle);
+  }
+
+  /** Every stream the publisher writes to. */
+  get streamNames(): string[] {
+    return this.all.map((p) => p.streamName);
   }
 
   get maxReportBytes(): number {

@@ -41,7 +41,7 @@
 // of its own (lib/infra/redis.ts): each script call is for one group, so it names keys of one slot
 // only, including the keys the scripts build from a group's prefix.
 import { LRUCache } from 'lru-cache';
-import { asCluster, byGroup, luaCommand, redisKeys, type Redis } from '../lib/infra/redis.js';
+import { byGroup, luaCommand, primaries, redisKeys, type Redis } from '../lib/infra/redis.js';
 import { withTx, type Pool } from '../lib/infra/postgres.js';
 import type { Logger } from '../lib/infra/log.js';
 import { heartbeatFields, fingerprint, encodeFields, decodeFields, type HeartbeatFields } from '../lib/store/live-heartbeats.js';
@@ -249,12 +249,20 @@ export interface HeartbeatStateOptions {
    * Replication is otherwise asynchronous: a primary that dies takes its last writes with it.
    */
   waitReplicas?: number;
-  /** Told when WAIT found fewer replicas than asked in time (a replica down or behind): the batch goes on. */
+  /**
+   * Told when WAIT found fewer replicas than asked in time (a replica down or behind): the batch
+   * goes on, and that primary is not waited for during the next 10 s.
+   */
   onUnreplicated?: (node: string, got: number) => void;
 }
 
-/** How long a WAIT for the replicas may take before the batch goes on without them. */
-const WAIT_MS = 1000;
+/**
+ * How long a WAIT for the replicas may take before the batch goes on without them (a replica
+ * that keeps up answers in well under a millisecond on one host, a few across zones).
+ */
+const WAIT_MS = 250;
+/** A primary whose replicas did not answer a WAIT in time is not waited for again for this long (no stall per batch while a replica is missing). */
+const UNREPLICATED_PAUSE_MS = 10_000;
 
 /** Ids of existing instances by instance key (customer|machine|software): one read for many. */
 export function lookupIdsIn(pool: Pool): (updates: InstanceUpdate[]) => Promise<Map<string, Resolved>> {
@@ -322,6 +330,8 @@ export class HeartbeatState {
   private readonly ids: LRUCache<string, Resolved & { gen: number }>;
   /** Customer id -> how often its rules changed since this worker started (a cached copy of an older generation is a miss). */
   private readonly ruleGen = new Map<string, number>();
+  /** Primary (host:port) -> until when it is not waited for (its replicas did not answer a WAIT in time). */
+  private readonly unreplicatedUntil = new Map<string, number>();
   /** Heartbeat-only updates that skipped Postgres, and heartbeat updates written (metrics). */
   readonly counts = { skipped: 0, written: 0, lookedUp: 0 };
 
@@ -459,18 +469,22 @@ export class HeartbeatState {
    * Waits until REDIS_WAIT_REPLICAS replicas hold this connection's writes: on each primary of a
    * cluster (WAIT counts the writes of the connection it is sent on, and ioredis sends each node's
    * commands on one connection), or on the one Redis. A primary that fails meanwhile fails the
-   * batch, which is retried. Too few replicas in WAIT_MS: told, and the batch goes on (a replica
-   * lost must not stop ingest; the risk is the one of no WAIT at all).
+   * batch, which is retried. Too few replicas in WAIT_MS: told, the batch goes on, and that
+   * primary is not waited for during UNREPLICATED_PAUSE_MS (a replica lost must neither stop
+   * ingest nor slow every batch; meanwhile the risk is the one of no WAIT at all).
    */
   private async replicated(): Promise<void> {
     const n = this.o.waitReplicas ?? 0;
     if (n <= 0) return;
-    const cluster = asCluster(this.redis);
-    const nodes = cluster ? cluster.nodes('master') : [this.redis];
+    const now = Date.now();
     await Promise.all(
-      nodes.map(async (node) => {
+      primaries(this.redis).map(async (node) => {
+        const name = `${node.options.host}:${node.options.port}`;
+        if ((this.unreplicatedUntil.get(name) ?? 0) > now) return;
         const got = Number(await node.call('WAIT', n, WAIT_MS));
-        if (got < n) this.o.onUnreplicated?.(`${node.options.host}:${node.options.port}`, got);
+        if (got >= n) return;
+        this.unreplicatedUntil.set(name, Date.now() + UNREPLICATED_PAUSE_MS);
+        this.o.onUnreplicated?.(name, got);
       }),
     );
   }

@@ -118,12 +118,18 @@ const horizon = new Horizon(jsm, ingestNames, log, (ms) => horizonLag.set(ms / 1
 const reportLights = new ReportLights(sink, lightParams, horizon, countLights);
 // Heartbeats that change nothing reach Postgres later, by the flusher (workers/heartbeat-state.ts);
 // the expiry listener and the sweep write an instance's pending heartbeat before judging it.
+const unreplicated = metrics.counter('fleet_worker_redis_unreplicated_total');
 const heartbeats = new HeartbeatState(redis, cfg.redisPrefix, {
   heartbeatTimeoutMs: cfg.heartbeatTimeoutS * 1000,
   latePercent: cfg.heartbeatLatePercent,
   pgIntervalMs: cfg.worker.pgHeartbeatIntervalS * 1000,
   idCacheSize: cfg.worker.idCacheSize,
   lookupIds: lookupIdsIn(pool),
+  waitReplicas: cfg.redisWaitReplicas,
+  onUnreplicated: (node, got) => {
+    unreplicated.inc();
+    log.warn({ node, replicas: got, wanted: cfg.redisWaitReplicas }, 'Redis: fewer replicas than REDIS_WAIT_REPLICAS hold the skipped heartbeats; the batch goes on');
+  },
 });
 const hbUpdates = metrics.counter('fleet_worker_heartbeat_updates_total');
 metrics.onScrape(() => {

@@ -82,6 +82,8 @@ export const Settings = Type.Object({
   PUBLISH_MAX_REPORTS: Int(512, 1, 100_000, 'reports per JetStream publish'),
   PUBLISH_MAX_BYTES: Int(512 * 1024, 1024, 64 * 1024 * 1024, 'bytes per JetStream publish'),
   PUBLISH_MAX_INFLIGHT: Int(8, 1, 1024, 'publishes a gateway waits on at once'),
+  QUEUE_SHARE_FROM_PERCENT: Int(50, 1, 100, "an ingest stream at least this full (the workers are behind) limits each customer's share of it (100: never; docs/architecture.md \"A customer's share of a queue\")"),
+  QUEUE_SHARE_PERCENT: Int(50, 1, 100, "the most of what a gateway queued to such a stream in the last 30 s one customer's reports may be; above it, 429 with Retry-After"),
   SHUTDOWN_GRACE_MS: Nat(10_000, 'on SIGTERM, how long the gateway waits for reports in flight'),
 
   WORKERS: Int(1, 1, 64, 'worker processes `npm start` runs'),
@@ -379,6 +381,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env) {
       publishMaxReports: s.PUBLISH_MAX_REPORTS,
       publishMaxBytes: s.PUBLISH_MAX_BYTES,
       publishMaxInflight: s.PUBLISH_MAX_INFLIGHT,
+      queueShare: { fromPercent: s.QUEUE_SHARE_FROM_PERCENT, sharePercent: s.QUEUE_SHARE_PERCENT },
       shutdownGraceMs: s.SHUTDOWN_GRACE_MS,
     },
     worker: {

@@ -86,6 +86,12 @@ export const METRICS = {
     services: ['gateway'],
     help: 'Reports answered 503 because their publish failed (NATS away, stream missing or full, no PubAck in time)',
   },
+  fleet_gateway_queue_share_refusals_total: {
+    type: 'counter',
+    services: ['gateway'],
+    labels: ['stream'],
+    help: "Reports answered 429 because their stream is filling up and their customer's reports are over its share of it (QUEUE_SHARE_PERCENT)",
+  },
   fleet_gateway_rejection_log_dropped_total: {
     type: 'counter',
     services: ['gateway'],
@@ -252,6 +258,11 @@ export const METRICS = {
     labels: ['to'],
     init: [['postgres'], ['skipped']],
     help: "Instances' heartbeat updates by where they went: postgres (written at once: a new instance, a change, or the interval passed) or skipped (waits in Redis, written later by the flusher)",
+  },
+  fleet_worker_redis_unreplicated_total: {
+    type: 'counter',
+    services: ['worker'],
+    help: 'Times a Redis primary confirmed skipped heartbeats on fewer replicas than REDIS_WAIT_REPLICAS within 250 ms (WAIT); the batch was acknowledged all the same, and that primary is not waited for during the next 10 s',
   },
   fleet_worker_heartbeats_flushed_total: {
     type: 'counter',

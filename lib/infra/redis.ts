@@ -89,13 +89,29 @@ export const isCluster = (redis: { isCluster: boolean }): boolean => redis.isClu
 export const asCluster = (redis: Redis): Cluster | null => (isCluster(redis) ? (redis as unknown as Cluster) : null);
 
 /**
+ * The connections to the primaries that serve slots now, by the slot map the client routes every
+ * command with (a node's role flag in ioredis's pool can lag behind it); the one Redis otherwise.
+ */
+export function primaries(redis: Redis): Redis[] {
+  const cluster = asCluster(redis);
+  if (!cluster) return [redis];
+  const keys = new Set<string>();
+  for (const owners of cluster.slots) if (owners?.[0]) keys.add(owners[0]);
+  const byKey = new Map(cluster.nodes('all').map((n) => [`${n.options.host}:${n.options.port}`, n]));
+  const out: Redis[] = [];
+  for (const k of keys) {
+    const n = byKey.get(k);
+    if (n) out.push(n);
+  }
+  return out.length ? out : cluster.nodes('master');
+}
+
+/**
  * Every key matching `pattern`, in batches: SCAN on one Redis, on every primary of a cluster (each
  * holds its own slots). A batch may repeat a key (SCAN's guarantee); callers tolerate that.
  */
 export async function* scanKeys(redis: Redis, pattern: string, count = 1000): AsyncGenerator<string[]> {
-  const cluster = asCluster(redis);
-  const nodes: Redis[] = cluster ? cluster.nodes('master') : [redis];
-  for (const node of nodes) {
+  for (const node of primaries(redis)) {
     let cursor = '0';
     do {
       const [next, keys] = await node.scan(cursor, 'MATCH', pattern, 'COUNT', count);

@@ -116,10 +116,20 @@ t.test('kill -9 of a Redis primary while agents heartbeat: its replica takes ove
     [[...ids.values()]],
   );
   const byId = new Map(st.rows.map((r) => [r.id, r]));
-  const evs = await k.ch
-    .query({ query: `SELECT instance_id, to_light, at_ms, cause FROM light_events FINAL WHERE machine LIKE 'rc-%' ORDER BY instance_id, seq`, format: 'JSONEachRow' })
-    .then((r) => r.json<{ instance_id: string; to_light: string; at_ms: string; cause: string }>());
-  const reds = (id: string) => evs.filter((e) => e.instance_id === id && e.to_light === 'red');
+  // The changes reach ClickHouse after their commit (the outbox): wait for every silent one's.
+  const readEvents = () =>
+    k.ch
+      .query({ query: `SELECT instance_id, to_light, at_ms, cause FROM light_events FINAL WHERE machine LIKE 'rc-%' ORDER BY instance_id, seq`, format: 'JSONEachRow' })
+      .then((r) => r.json<{ instance_id: string; to_light: string; at_ms: string; cause: string }>());
+  const quietSet = new Set(quietIds);
+  const evs = await eventually(async () => {
+    const all = await readEvents();
+    return new Set(all.filter((e) => e.to_light === 'red' && quietSet.has(e.instance_id)).map((e) => e.instance_id)).size === quiet.length && all;
+  }, 60_000, "every silent instance's red change in ClickHouse");
+  await sleep(2000);
+  const settled = await readEvents();
+  t.equal(settled.length, evs.length, 'and no more changes after them');
+  const reds = (id: string) => settled.filter((e) => e.instance_id === id && e.to_light === 'red');
   const lostHeartbeats: string[] = [];
   const badReds: string[] = [];
   for (const m of quiet) {

@@ -13,7 +13,7 @@ const STREAM_MAX_BYTES = 96 * 1024;
 const s = await testStack(t, 'batchmid', {
   api: false,
   worker: false,
-  env: { STREAM_MAX_BYTES: String(STREAM_MAX_BYTES), PUBLISH_MAX_REPORTS: '1', PUBLISH_MAX_INFLIGHT: '1' },
+  env: { STREAM_MAX_BYTES: String(STREAM_MAX_BYTES), PUBLISH_MAX_REPORTS: '1', PUBLISH_MAX_INFLIGHT: '1', QUEUE_SHARE_FROM_PERCENT: '100' },
 });
 const url = `${s.gatewayUrl}/api/ingest/${s.customer.slug}/batch`;
 const N = 30;

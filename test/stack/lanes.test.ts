@@ -85,7 +85,7 @@ t.test('WORKER_LANES: a worker of the heartbeat lane alone leaves other reports 
 });
 
 t.test('a full heartbeat lane answers heartbeats 503 and costs the main stream nothing; what it took is stored', async (t) => {
-  const small = await testStack(t, 'lanefull', { worker: false, api: false, env: { STREAM_HEARTBEAT_MAX_BYTES: '20000' } });
+  const small = await testStack(t, 'lanefull', { worker: false, api: false, env: { STREAM_HEARTBEAT_MAX_BYTES: '20000', QUEUE_SHARE_FROM_PERCENT: '100' } });
   let accepted = 0;
   let full: Awaited<ReturnType<typeof small.report>> | null = null;
   for (let i = 0; i < 400 && !full; i++) {

@@ -49,7 +49,7 @@ t.test('503 while NATS is down, 200 again when it is back', async (t) => {
 });
 
 t.test('stream full: 503 "queue full" with Retry-After, never 200; accepted reports kept', async (t) => {
-  const small = await testStack(t, 'full', { worker: false, api: false, env: { STREAM_MAX_BYTES: '20000' } });
+  const small = await testStack(t, 'full', { worker: false, api: false, env: { STREAM_MAX_BYTES: '20000', QUEUE_SHARE_FROM_PERCENT: '100' } });
   const u = `${small.gatewayUrl}/api/ingest/${small.customer.slug}/m1/agent/status`;
   let accepted = 0;
   let full: Awaited<ReturnType<typeof post>> | null = null;

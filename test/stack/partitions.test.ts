@@ -191,7 +191,7 @@ t.test('WORKER_PARTITIONS: a worker of partition 1 applies its reports and leave
 
 t.test("one partition full, another's streams gone: only their machines are refused (503), the other partitions take reports; everything acknowledged is stored once", async (t) => {
   // 20,000 bytes per partition's heartbeat lane: a few dozen large heartbeats fill one.
-  const f = await testStack(t, 'partfull', { worker: false, api: false, env: { STREAM_PARTITIONS: String(N), STREAM_HEARTBEAT_MAX_BYTES: String(N * 20_000) } });
+  const f = await testStack(t, 'partfull', { worker: false, api: false, env: { STREAM_PARTITIONS: String(N), STREAM_HEARTBEAT_MAX_BYTES: String(N * 20_000), QUEUE_SHARE_FROM_PERCENT: '100' } });
   const fjsm = await f.nc.jetstreamManager();
   const fparts = ingestPartitions(f.env.STREAM_NAME!, f.env.SUBJECT_PREFIX!, N);
   const of = (prefix: string, p: number, n: number) => {
