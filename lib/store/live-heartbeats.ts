@@ -7,7 +7,7 @@
 // The api merges that hash into what it answers (`mergeLatest`), so the times it shows are exact.
 import { createHash } from 'node:crypto';
 import type { Redis } from '../infra/redis.js';
-import { redisKeys } from '../infra/redis.js';
+import { byGroup, luaCommand, redisKeys } from '../infra/redis.js';
 import { pgText, pgJson } from '../infra/postgres.js';
 import type { Heartbeat } from '../contract/schemas/ingest.js';
 
@@ -88,18 +88,33 @@ export function decodeFields(json: string): HeartbeatFields | null {
   }
 }
 
-/** The newest heartbeat Redis holds for each of these instances (only those it has). */
+/** KEYS: state hashes. Returns each one's `hb` field (false where it has none). */
+const readHb = luaCommand<(string | null)[]>(
+  'fleetReadLatest',
+  `local out = {}
+   for i = 1, #KEYS do out[i] = redis.call('HGET', KEYS[i], 'hb') end
+   return out`,
+);
+
+/**
+ * The newest heartbeat Redis holds for each of these instances (only those it has). One script
+ * call per key group (one on a single Redis; in a cluster each group's keys share a slot): for a
+ * page of 51 instances that is a third of the api's CPU of 51 pipelined HGETs (bench/README.md).
+ */
 export async function readLatest(redis: Redis, prefix: string, instanceIds: string[]): Promise<Map<string, HeartbeatFields>> {
   const out = new Map<string, HeartbeatFields>();
   if (instanceIds.length === 0) return out;
   const keys = redisKeys(prefix, redis);
-  // One command per key (the connection pipelines them by itself; in a cluster, per node).
-  const res = await Promise.all(instanceIds.map((id) => redis.hget(keys.heartbeatState(id), 'hb')));
-  res.forEach((v, i) => {
-    if (typeof v !== 'string') return;
-    const f = decodeFields(v);
-    if (f) out.set(instanceIds[i]!, f);
-  });
+  await Promise.all(
+    byGroup(instanceIds, keys.groups, (id) => id).map(async ([, ids]) => {
+      const res = await readHb(redis, ids.length, ...ids.map((id) => keys.heartbeatState(id)));
+      res.forEach((v, i) => {
+        if (typeof v !== 'string') return;
+        const f = decodeFields(v);
+        if (f) out.set(ids[i]!, f);
+      });
+    }),
+  );
   return out;
 }
 

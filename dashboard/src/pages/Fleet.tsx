@@ -81,9 +81,14 @@ export function FleetPage() {
     return () => clearTimeout(id);
   }, [q]);
 
-  // Counts per colour for the same filter (the summary is cached up to a second on the server).
+  // Counts per colour for the same filter. The server caches a count for up to a second
+  // (API_COUNT_CACHE_MS), so one read right after a change (a retirement, then the list read
+  // again) may get the count from before it: read it once more when that cache has run out.
   useEffect(() => {
-    get<FleetSummary>(summaryPath).then(setSummary, () => setSummary(null));
+    const read = () => get<FleetSummary>(summaryPath).then(setSummary, () => setSummary(null));
+    void read();
+    const again = setTimeout(() => void read(), 1100);
+    return () => clearTimeout(again);
   }, [summaryPath, list.data]);
 
   useLive(
