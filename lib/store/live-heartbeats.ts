@@ -98,8 +98,8 @@ const readHb = luaCommand<(string | null)[]>(
 
 /**
  * The newest heartbeat Redis holds for each of these instances (only those it has). One script
- * call per key group (one on a single Redis; in a cluster each group's keys share a slot): for a
- * page of 51 instances that is a third of the api's CPU of 51 pipelined HGETs (bench/README.md).
+ * call per key group (one on a single Redis; in a cluster each group's keys share a slot) instead
+ * of one HGET per instance: 0.2-0.6 ms less api CPU per list page (bench/README.md [A2]).
  */
 export async function readLatest(redis: Redis, prefix: string, instanceIds: string[]): Promise<Map<string, HeartbeatFields>> {
   const out = new Map<string, HeartbeatFields>();
