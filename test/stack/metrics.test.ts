@@ -171,12 +171,12 @@ t.test('routes: `logcollector` is still an ordinary software for the other repor
   t.equal(wrongSoftware.status, 404, 'metrics exist only under logcollector');
   const wrongMethod = await get(url('m7'), s.token);
   t.equal(wrongMethod.status, 405);
-  // The status report (main lane) may create the instance before the heartbeat (its own lane) is
-  // applied: wait for the heartbeat's version, not for the first row.
+  // The two lanes are applied independently: the status report (main lane) may come before the
+  // heartbeat (its own lane) or after it. Wait for both, not for the first row.
   const i = await eventually(async () => {
     const item = (await get(`${s.apiUrl}/api/instances?machine=m7`, s.token)).body.items?.[0];
-    return item?.version === '1.0' ? item : null;
-  }, 30_000, "the heartbeat's version stored");
+    return item?.version === '1.0' && item?.status === 'running' ? item : null;
+  }, 30_000, "the heartbeat's version and the status stored");
   t.equal(i.software, 'logcollector');
   t.equal(i.version, '1.0');
   t.equal(i.status, 'running', 'and the status report');
