@@ -17,7 +17,7 @@ import { createPool } from '../lib/infra/postgres.js';
 import { createCustomer, createToken, findCustomer } from '../lib/store/customers.js';
 import { createUser, addMembership, findUserByLogin, newPassword } from '../lib/store/accounts.js';
 import { startLocalServers, stopServers, ensurePortFree, useDefaults, freshServers, type LocalServer } from './local-servers.js';
-import { runTests } from './test-runner.js';
+import { failureLines, runTests, type TapCounts } from './test-runner.js';
 import { nodeFlags, sessionSecret } from './service-process.js';
 import { newRun } from './run-info.js';
 import { Cluster, CLUSTER_BASE_PORT } from './cluster.js';
@@ -200,13 +200,13 @@ async function waitReady(url: string, ms = 120_000): Promise<void> {
 async function test(args: string[]): Promise<void> {
   useDefaults('test');
   const { cfg, servers } = await freshServers(true, log);
-  let counts = { passed: 0, failed: 1 };
+  let counts: TapCounts = { passed: 0, failed: 1, failures: ['the test servers did not start'] };
   try {
     counts = await runTests(cfg, root, args);
   } finally {
     await stopServers(servers, log);
   }
-  process.stdout.write(`\n${counts.passed} passed, ${counts.failed} failed\n`);
+  process.stdout.write(`\n${failureLines(counts)}${counts.passed} passed, ${counts.failed} failed\n`);
   process.exit(counts.failed === 0 ? 0 : 1);
 }
 
@@ -258,7 +258,7 @@ async function testCluster(args: string[]): Promise<void> {
   process.env.CLUSTER_RUN = JSON.stringify(run);
   log(`cluster run ${run.run_id}, commit ${run.git_commit ?? 'unknown'}${run.git_dirty ? ' with uncommitted changes' : ''}`);
   const counts = await runTests(null, root, args);
-  process.stdout.write(`\n${counts.passed} passed, ${counts.failed} failed\n`);
+  process.stdout.write(`\n${failureLines(counts)}${counts.passed} passed, ${counts.failed} failed\n`);
   process.exit(counts.failed === 0 ? 0 : 1);
 }
 

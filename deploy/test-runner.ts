@@ -22,29 +22,62 @@ function findTests(root: string, dir = join(root, 'dist', 'test')): string[] {
 export interface TapCounts {
   passed: number;
   failed: number;
+  /** One line per failed test: `file: test: first failing assertion`, or the file alone. */
+  failures: string[];
 }
 
-/** Counts test points one level inside each file (named tests); a failing file with none counts once. */
+/**
+ * Counts test points one level inside each file (named tests); a failing file with none counts
+ * once. Names each failure, so the end of a long CI log says what failed (`.ci/run` repeats them).
+ */
 export function countTap(output: string): TapCounts {
   let passed = 0;
   let failed = 0;
   let fileFailuresInside = 0;
+  const failures: string[] = [];
+  let file = '';
+  let firstAssertion = '';
   for (const line of output.split('\n')) {
-    const inner = /^ {4}(not )?ok \d+ - /.exec(line);
+    const fileStart = /^# Subtest: (.*)$/.exec(line);
+    if (fileStart) {
+      file = fileStart[1]!;
+      continue;
+    }
+    if (/^ {4}# Subtest: /.test(line)) {
+      firstAssertion = '';
+      continue;
+    }
+    const assertion = /^ {8}not ok \d+ - (.*)$/.exec(line);
+    if (assertion && !firstAssertion) {
+      firstAssertion = assertion[1]!;
+      continue;
+    }
+    const inner = /^ {4}(not )?ok \d+ - (.*?)(?: # time=[\d.]+m?s)?$/.exec(line);
     if (inner) {
       if (inner[1]) {
         failed++;
         fileFailuresInside++;
+        failures.push(`${file}: ${inner[2]}${firstAssertion ? `: ${firstAssertion}` : ''}`);
       } else passed++;
+      firstAssertion = '';
       continue;
     }
-    const top = /^(not )?ok \d+ - /.exec(line);
+    const top = /^(not )?ok \d+ - (.*)$/.exec(line);
     if (top) {
-      if (top[1] && fileFailuresInside === 0) failed++;
+      if (top[1] && fileFailuresInside === 0) {
+        failed++;
+        failures.push(top[2]!);
+      }
       fileFailuresInside = 0;
+      file = '';
     }
   }
-  return { passed, failed };
+  return { passed, failed, failures };
+}
+
+/** The lines that name each failure; `.ci/run` collects them by their prefix. */
+export function failureLines(counts: TapCounts): string {
+  return counts.failures.map((f) => `FAILED: ${f}\n`).join('');
 }
 
 const CLUSTER_DIR = join('dist', 'test', 'cluster');
@@ -58,7 +91,7 @@ export async function runTests(cfg: Config | null, root: string, filters: string
   const files = filters.length ? all.filter((f) => filters.some((x) => f.includes(x.replace(/\.ts$/, '')) || flat(f).includes(x.replace(/\.ts$/, '')))) : all;
   if (files.length === 0) {
     process.stdout.write('no test files matched\n');
-    return { passed: 0, failed: 1 };
+    return { passed: 0, failed: 1, failures: ['no test files matched'] };
   }
   const servers = cfg ? { NATS_URL: cfg.natsUrl, REDIS_URL: cfg.redisUrl, DATABASE_URL: cfg.databaseUrl, CLICKHOUSE_URL: cfg.clickhouseUrl } : {};
   const env = {
@@ -72,12 +105,13 @@ export async function runTests(cfg: Config | null, root: string, filters: string
   // run alone"): a second file beside them on two cores would measure that file, not the service.
   const alone = files.filter((f) => runsAlone(root, f));
   const together = files.filter((f) => !alone.includes(f));
-  const counts: TapCounts = { passed: 0, failed: 0 };
+  const counts: TapCounts = { passed: 0, failed: 0, failures: [] };
   for (const [group, jobs] of [[together, cluster ? '1' : (process.env.TEST_JOBS ?? '2')], [alone, '1']] as const) {
     if (group.length === 0) continue;
     const c = await runTap(root, group, jobs, env);
     counts.passed += c.passed;
     counts.failed += c.failed;
+    counts.failures.push(...c.failures);
   }
   return counts;
 }
@@ -106,6 +140,10 @@ async function runTap(root: string, files: string[], jobs: string, env: NodeJS.P
   });
   const code: number = await new Promise((resolve) => child.on('close', (c) => resolve(c ?? 1)));
   const counts = countTap(output);
-  if (code !== 0 && counts.failed === 0) counts.failed = 1; // tap failed outside any test (crash, timeout)
+  if (code !== 0 && counts.failed === 0) {
+    // tap failed outside any test (crash, timeout)
+    counts.failed = 1;
+    counts.failures.push(`tap exited with ${code} outside any test`);
+  }
   return counts;
 }
