@@ -1,5 +1,5 @@
-// A Redis server of a test's own, for tests that make it refuse writes (maxmemory, noeviction) or
-// stop it: run as the stack's is (deploy/local-servers.ts), without persistence, on a port the
+// A Redis server of a test's own, for tests that make it refuse writes (maxmemory, noeviction; a
+// replica's READONLY) or stop it: run as the stack's is (deploy/local-servers.ts), without persistence, on a port the
 // caller picks (freePort: one the OS hands out).
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -47,9 +47,14 @@ export class OwnRedis {
 
   /** CONFIG SET on this server (maxmemory, …), over a connection of its own. */
   async config(name: string, value: string): Promise<void> {
+    await this.command('CONFIG', 'SET', name, value);
+  }
+
+  /** Any command on this server (REPLICAOF, …), over a connection of its own. */
+  async command(name: string, ...args: string[]): Promise<unknown> {
     const r = new Redis(this.url, { maxRetriesPerRequest: 1 });
     try {
-      await r.config('SET', name, value);
+      return await r.call(name, ...args);
     } finally {
       r.disconnect();
     }

@@ -197,6 +197,14 @@ export async function testStack(t: Test, name: string, opts: StackOptions = {}):
   let users = 0;
 
   t.teardown(async () => {
+    // A file that failed: what its services logged (warnings and errors at the tests' LOG_LEVEL) goes
+    // to stderr, so a CI log says what the gateway, worker or api saw at the time.
+    if (!t.passing()) {
+      for (const p of procs) {
+        const tail = p.lines.slice(-40).map((l) => JSON.stringify(l)).join('\n');
+        if (tail) process.stderr.write(`# ${id} ${p.name}, last ${Math.min(40, p.lines.length)} log lines:\n${tail}\n`);
+      }
+    }
     await Promise.all(procs.map((p) => p.stop('SIGKILL')));
     // A test with a NATS server of its own may have stopped it already: then there is nothing to delete.
     if (!opts.natsUrl) {

@@ -6,8 +6,9 @@
 import t from 'tap';
 import { randomUUID } from 'node:crypto';
 import { testStack, eventually } from '../helpers/stack.js';
-import { applyBatch, type ApplyDeps } from '../../workers/apply-batch.js';
-import { HeartbeatState, HeartbeatFlusher } from '../../workers/heartbeat-state.js';
+import { applyBatch } from '../../workers/apply-batch.js';
+import { HeartbeatState } from '../../workers/heartbeat-state.js';
+import { heartbeatWorker } from '../helpers/heartbeat-worker.js';
 import { CLUSTER_GROUPS, byGroup, groupOf, hashTagOf, redisKeys, sameSlot } from '../../lib/infra/redis.js';
 import { createLogger } from '../../lib/infra/log.js';
 import type { Report } from '../../lib/contract/messages.js';
@@ -19,20 +20,8 @@ const TIMEOUT_MS = 300_000;
 const cluster = { isCluster: true };
 const keys = redisKeys(prefix, cluster);
 
-function worker(intervalMs = 240_000): { deps: ApplyDeps; state: HeartbeatState; flusher: HeartbeatFlusher } {
-  const state = new HeartbeatState(s.redis, prefix, { heartbeatTimeoutMs: TIMEOUT_MS, pgIntervalMs: intervalMs, idCacheSize: 100_000 }, cluster);
-  const deps: ApplyDeps = {
-    pool: s.pool,
-    ch: s.ch,
-    redis: s.redis,
-    redisPrefix: prefix,
-    heartbeats: state,
-    idempotencyTtlS: 60,
-    tsWindow: { pastMs: 30 * 86_400_000, futureMs: 86_400_000 },
-    ackTimeoutS: 3600,
-  };
-  return { deps, state, flusher: new HeartbeatFlusher(s.pool, state, undefined, log, () => {}, 100) };
-}
+const worker = (intervalMs = 240_000) =>
+  heartbeatWorker(s, log, { timeoutMs: TIMEOUT_MS, intervalMs, idCacheSize: 100_000, cluster: true, flushBatch: 100 });
 
 const report = (machine: string, body: unknown, receivedAt = Date.now()): Report => ({
   id: randomUUID(), kind: 'heartbeat', customerId: s.customer.id, customer: s.customer.slug, machine, software: 'agent', tokenId: randomUUID(), receivedAt, body,

@@ -6,8 +6,9 @@
 import t from 'tap';
 import { randomUUID } from 'node:crypto';
 import { testStack, chRows, eventually } from '../helpers/stack.js';
-import { applyBatch, type ApplyDeps } from '../../workers/apply-batch.js';
-import { HeartbeatState, HeartbeatFlusher, effectiveIntervalMs, lookupIdsIn } from '../../workers/heartbeat-state.js';
+import { applyBatch } from '../../workers/apply-batch.js';
+import { HeartbeatState, effectiveIntervalMs } from '../../workers/heartbeat-state.js';
+import { heartbeatWorker } from '../helpers/heartbeat-worker.js';
 import { mergeLatest, type InstanceTimes } from '../../lib/store/live-heartbeats.js';
 import { createLogger } from '../../lib/infra/log.js';
 import type { Report } from '../../lib/contract/messages.js';
@@ -18,20 +19,7 @@ const log = createLogger('test', 'silent');
 const TIMEOUT_MS = 300_000;
 
 /** A worker's view: its own id cache; `intervalMs` as PG_HEARTBEAT_INTERVAL_S. */
-function worker(intervalMs = 240_000, lookup = false): { deps: ApplyDeps; state: HeartbeatState; flusher: HeartbeatFlusher } {
-  const state = new HeartbeatState(s.redis, prefix, { heartbeatTimeoutMs: TIMEOUT_MS, pgIntervalMs: intervalMs, idCacheSize: 10_000, ...(lookup ? { lookupIds: lookupIdsIn(s.pool) } : {}) });
-  const deps: ApplyDeps = {
-    pool: s.pool,
-    ch: s.ch,
-    redis: s.redis,
-    redisPrefix: prefix,
-    heartbeats: state,
-    idempotencyTtlS: 60,
-    tsWindow: { pastMs: 30 * 86_400_000, futureMs: 86_400_000 },
-    ackTimeoutS: 3600,
-  };
-  return { deps, state, flusher: new HeartbeatFlusher(s.pool, state, undefined, log) };
-}
+const worker = (intervalMs = 240_000, lookup = false) => heartbeatWorker(s, log, { timeoutMs: TIMEOUT_MS, intervalMs, idCacheSize: 10_000, lookup });
 
 const report = (machine: string, kind: Report['kind'], body: unknown, receivedAt = Date.now(), c = s.customer): Report => ({
   id: randomUUID(), kind, customerId: c.id, customer: c.slug, machine, software: 'agent', tokenId: randomUUID(), receivedAt, body,

@@ -1,5 +1,7 @@
 // Redis refusing writes, on a Redis of the test's own: `maxmemory` reached with the `noeviction`
-// policy (every write answered `OOM command not allowed …`, Lua scripts too). Reports
+// policy (every write answered `OOM command not allowed …`, Lua scripts too), and read-only (made
+// the replica of a primary that is not there, as a failover gone wrong leaves it: every write
+// answered `READONLY …`, its data kept since it never synchronised). Reports
 // acknowledged during the fault wait, the worker says so, none is dead-lettered, and afterwards
 // each is stored exactly once (test/helpers/outage.ts).
 import t from 'tap';
@@ -22,5 +24,19 @@ t.test('Redis out of memory (noeviction): the reports wait until it takes writes
     reason: /Redis error OOM/,
     start: () => redis.config('maxmemory', '1'),
     end: () => redis.config('maxmemory', '0'),
+  });
+});
+
+t.test('Redis read-only (a replica of a primary that is not there): the reports wait until it is a primary again, then are stored once', async (t) => {
+  const nowhere = await freePort();
+  await outageTest(t, s, worker, 'readonly', 4, {
+    dependency: 'redis',
+    reason: /Redis error READONLY/,
+    start: async () => {
+      await redis.command('REPLICAOF', '127.0.0.1', String(nowhere));
+    },
+    end: async () => {
+      await redis.command('REPLICAOF', 'NO', 'ONE');
+    },
   });
 });
