@@ -101,7 +101,11 @@ export class LightHub {
       let ended = 0;
       for (const [customerId, set] of [...this.clients]) {
         for (const c of [...set]) {
-          if (valid.has(streamAuthKey(c.auth))) continue;
+          // A stream opened while the check ran, by an auth it did not ask about, was authorised
+          // when it opened; the next check judges it. (Closing it here once ended a stream that had
+          // just been let in, its slot of the customer's quota freed behind the client's back.)
+          const key = streamAuthKey(c.auth);
+          if (!auths.has(key) || valid.has(key)) continue;
           this.remove(customerId, c);
           c.res.end(`event: ended\ndata: {"detail":"session or token ended"}\n\n`);
           ended++;

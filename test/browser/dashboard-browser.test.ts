@@ -391,9 +391,12 @@ async function run(): Promise<void> {
     t.equal(await tokRow.getAttribute('data-revoked'), 'no');
     // The answer to the page's DELETE, waited for on its own: a failure then says whether the click
     // sent no request, the api refused it, or the page did not show what the api answered.
+    const tokenId = await tokRow.getAttribute('data-token');
     const revoked = page.waitForResponse((r) => r.request().method() === 'DELETE' && /\/api\/tokens\/[^/]+$/.test(new URL(r.url()).pathname), { timeout: WAIT });
     await tokRow.locator('button', { hasText: 'Revoke' }).click(); // confirm() is accepted
-    t.equal((await revoked).status(), 200, 'the page asked the api to revoke it, and the api did');
+    const answer = await revoked;
+    t.equal(new URL(answer.url()).pathname, `/api/tokens/${tokenId}`, 'the DELETE names the token clicked');
+    t.equal(answer.status(), 200, 'the page asked the api to revoke it, and the api did');
     await page.locator('#tokens tr[data-token][data-revoked=yes]', { hasText: 'ci-token' }).waitFor();
     t.pass('shown as revoked');
     const listed = await get(`${s.apiUrl}/api/tokens`, owner.jwt);
