@@ -126,6 +126,20 @@ export const TRANSITION_SQL = `
   RETURNING ${OUTBOX_COLUMNS}`;
 
 /**
+ * How the recording statement is planned: the batch's instances read by probes of the primary key,
+ * whatever the size of the fleet. With the default random_page_cost (4, a spinning disk's)
+ * Postgres read a batch of 5,000 by scanning and hashing the whole `instances` table (spilling to
+ * disk at 100,000), so a change cost more the larger the fleet: 90 µs per change at 100,000
+ * instances, 64 µs planned with 1.1 (the statement alone; bench/light-change-cost.ts,
+ * bench/README.md "What one change of colour costs"). Set for the expiry listener's and the sweep's
+ * statement only (SET LOCAL, then back to the default), so no other plan changes.
+ */
+export const TRANSITION_PLANNING = {
+  set: 'SET LOCAL random_page_cost = 1.1',
+  reset: 'SET LOCAL random_page_cost TO DEFAULT',
+} as const;
+
+/**
  * Recomputes the colour of `instanceIds`, judging silence and warnings at `horizonMs` (never before
  * a row's last judgement), and records every change: the instance's light columns, only where the
  * stored colour is still the one the statement saw (of several workers racing on one change,
@@ -142,8 +156,17 @@ export async function recordLightChanges(
   horizonMs: number,
 ): Promise<LightEvent[]> {
   // Named: each connection parses it once, and Postgres may keep a generic plan (planning it is a
-  // good part of its cost for one instance; see TRANSITION_SQL).
-  const r = await c.query<OutboxRow>({ name: 'light-transition', text: TRANSITION_SQL, values: [instanceIds, warningWindowS, cause, horizonMs] });
+  // good part of its cost for one instance; see TRANSITION_SQL). The expiry listener and the sweep
+  // record silence over batches of thousands: planned, every time, with the setting of
+  // TRANSITION_PLANNING (under a name of their own, so that no plan kept for one is used for the
+  // other), and the transaction's own setting put back after it (a failed statement ends the
+  // transaction, and the setting with it). A report's batch, inside the ingest transaction, is
+  // planned as before.
+  const values = [instanceIds, warningWindowS, cause, horizonMs];
+  if (cause === 'report') return (await c.query<OutboxRow>({ name: 'light-transition', text: TRANSITION_SQL, values })).rows.map(toEvent);
+  await c.query(TRANSITION_PLANNING.set);
+  const r = await c.query<OutboxRow>({ name: 'light-transition-silence', text: TRANSITION_SQL, values });
+  await c.query(TRANSITION_PLANNING.reset);
   return r.rows.map(toEvent);
 }
 

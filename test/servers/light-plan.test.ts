@@ -1,0 +1,59 @@
+// The plan of the traffic light's recording statement over a batch, on a fleet large enough for the
+// planner to choose (lib/store/light-events.ts TRANSITION_PLANNING): the batch's instances are
+// read by probes of the primary key, never by hashing every instance (with the default
+// random_page_cost Postgres scanned and hashed the whole table for every batch of 5,000, spilling
+// to disk at 100,000, so a change cost more the larger the fleet); and the setting is the
+// statement's alone: the transaction's is back afterwards.
+import t from 'tap';
+import { testStack } from '../helpers/stack.js';
+import { recordLightChanges, TRANSITION_PLANNING, TRANSITION_SQL } from '../../lib/store/light-events.js';
+
+const N = 40_000;
+const BATCH = 5000;
+const s = await testStack(t, 'lightplan', { gateway: false, worker: false, api: false });
+await s.pool.query(
+  `INSERT INTO machines (customer_id, slug, first_seen_at, last_seen_at)
+   SELECT $1, 'm' || g, now() - interval '1 day', now() - interval '10 minutes' FROM generate_series(1, $2::int) g`,
+  [s.customer.id, N],
+);
+await s.pool.query(
+  `INSERT INTO instances (customer_id, machine_id, software, first_seen_at, last_seen_at, last_heartbeat_at, light, light_since, light_judged_at, deadline, late_at)
+   SELECT customer_id, id, 'agent', now() - interval '1 day', now() - interval '10 minutes', now() - interval '10 minutes', 'green', now() - interval '1 day',
+          now() - interval '10 minutes', light_deadline(now() - interval '10 minutes', NULL), light_late_at(now() - interval '10 minutes', NULL, NULL)
+     FROM machines WHERE customer_id = $1`,
+  [s.customer.id],
+);
+await s.pool.query('ANALYZE instances; ANALYZE machines');
+const ids = (await s.pool.query<{ id: string }>('SELECT id FROM instances WHERE customer_id = $1 ORDER BY id LIMIT $2', [s.customer.id, BATCH])).rows.map((r) => r.id);
+
+t.test(`a batch of ${BATCH} of ${N} instances: read by probes of the primary key, not by a scan of the table`, async (t) => {
+  const c = await s.pool.connect();
+  try {
+    await c.query('BEGIN');
+    await c.query(TRANSITION_PLANNING.set);
+    const plan = (await c.query({ text: `EXPLAIN ${TRANSITION_SQL}`, values: [ids, 900, 'sweep', Date.now()] })).rows.map((r) => r['QUERY PLAN'] as string);
+    // `i` is the statement's read of the batch (CTE base); the UPDATE's own join (`i_1`) is the
+    // planner's choice by the size of the batch's changes.
+    const read = plan.filter((l) => /on instances i\s/.test(l));
+    t.same(read.filter((l) => /Seq Scan/.test(l)), [], 'no sequential scan of instances to read the batch');
+    t.ok(read.some((l) => /Index Scan using instances_pkey on instances i\s/.test(l)), `the batch read by its primary key (${read.map((l) => l.replace(/^[\s>-]+/, '').split('  ')[0]).join('; ')})`);
+  } finally {
+    await c.query('ROLLBACK');
+    c.release();
+  }
+});
+
+t.test("the statement's setting does not outlive it: the transaction's own is back", async (t) => {
+  const c = await s.pool.connect();
+  try {
+    const before = (await c.query<{ v: string }>("SELECT current_setting('random_page_cost') AS v")).rows[0]!.v;
+    t.not(before, '1.1', `the server's setting is another (${before}), so the test can tell`);
+    await c.query('BEGIN');
+    const events = await recordLightChanges(c, ids.slice(0, 100), 'sweep', 900, Date.now());
+    t.equal(events.length, 100, 'the batch recorded (each silent instance turns red)');
+    t.equal((await c.query<{ v: string }>("SELECT current_setting('random_page_cost') AS v")).rows[0]!.v, before, 'inside the transaction, after the statement');
+    await c.query('ROLLBACK');
+  } finally {
+    c.release();
+  }
+});
