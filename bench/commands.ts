@@ -22,13 +22,12 @@
 //      heartbeat URLs: a separate process, so it does not share the gateway's event loop;
 //   4. prints ONE JSON object on stdout: both rates, their ratio, and whether it is within 10 %.
 // Progress goes to stderr.
-import { LIFTED_CUSTOMER_RATES } from './fixtures.js';
+import { LIFTED_CUSTOMER_RATES, serverAdmin } from './fixtures.js';
 import { spawn, spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
-import pg from 'pg';
 import { loadConfig } from '../lib/infra/config.js';
 import { migrate } from '../lib/store/migrate.js';
 import { createPool, type Pool } from '../lib/infra/postgres.js';
@@ -169,8 +168,6 @@ async function main(): Promise<void> {
   const cfg = loadConfig();
   const id = `bcmd${randomBytes(3).toString('hex')}`;
   const dbUrl = new URL(cfg.databaseUrl);
-  const adminUrl = new URL(cfg.databaseUrl);
-  adminUrl.pathname = '/postgres';
   dbUrl.pathname = `/${id}`;
   const env: Record<string, string> = {
     NATS_URL: cfg.natsUrl,
@@ -194,15 +191,7 @@ async function main(): Promise<void> {
   const tmp = mkdtempSync(join(tmpdir(), 'bench-commands-'));
   const services: Proc[] = [];
   let pool: Pool | null = null;
-  const admin = async (sql: string) => {
-    const c = new pg.Client({ connectionString: adminUrl.toString() });
-    await c.connect();
-    try {
-      await c.query(sql);
-    } finally {
-      await c.end();
-    }
-  };
+  const admin = serverAdmin(cfg.databaseUrl);
   const nc = await connectNats(cfg.natsUrl, `bench-${id}`);
   try {
     say(`setting up ${id} on the given servers`);

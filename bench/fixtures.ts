@@ -2,6 +2,7 @@
 // and the report bodies (heartbeat; diagnostics with 10 items; status with a 4 KiB snapshot; host
 // metrics with 100 records, whose ids bench/wrk/ingest.lua makes unique per request).
 import { writeFileSync, mkdirSync } from 'node:fs';
+import pg from 'pg';
 import { join } from 'node:path';
 import { createPool, type Pool } from '../lib/infra/postgres.js';
 import type { Config } from '../lib/infra/config.js';
@@ -10,6 +11,25 @@ import { connectNats, ensureStreams, ensureConsumer } from '../lib/infra/nats.js
 import { deadLetterStream, ingestStreams } from '../lib/contract/messages.js';
 import type { JetStreamManager } from 'nats';
 import { createCustomer, createToken } from '../lib/store/customers.js';
+
+/**
+ * Statements on the `postgres` database of the server of `databaseUrl`, each over a connection of
+ * its own (CREATE and DROP DATABASE cannot run inside the database they name): a bench's
+ * database of its own is made and removed with it.
+ */
+export function serverAdmin(databaseUrl: string): (sql: string) => Promise<void> {
+  const adminUrl = new URL(databaseUrl);
+  adminUrl.pathname = '/postgres';
+  return async (sql) => {
+    const c = new pg.Client({ connectionString: adminUrl.toString() });
+    await c.connect();
+    try {
+      await c.query(sql);
+    } finally {
+      await c.end();
+    }
+  };
+}
 
 /** The per-customer rates lifted (a bench measures throughput, and its few customers send everything). */
 export const LIFTED_CUSTOMER_RATES = {

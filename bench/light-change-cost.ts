@@ -22,6 +22,7 @@
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { loadConfig } from '../lib/infra/config.js';
+import { serverAdmin } from './fixtures.js';
 import { createPool, type PoolClient } from '../lib/infra/postgres.js';
 import { createClickHouse } from '../lib/infra/clickhouse.js';
 import { migrate } from '../lib/store/migrate.js';
@@ -139,18 +140,8 @@ async function main(): Promise<void> {
   const cfg = loadConfig();
   const id = `blc${randomBytes(3).toString('hex')}`;
   const dbUrl = new URL(cfg.databaseUrl);
-  const adminUrl = new URL(cfg.databaseUrl);
-  adminUrl.pathname = '/postgres';
   dbUrl.pathname = `/${id}`;
-  const admin = async (sql: string) => {
-    const c = new pg.Client({ connectionString: adminUrl.toString() });
-    await c.connect();
-    try {
-      await c.query(sql);
-    } finally {
-      await c.end();
-    }
-  };
+  const admin = serverAdmin(cfg.databaseUrl);
   await admin(`CREATE DATABASE "${id}"`);
   const pool = createPool(dbUrl.toString(), 2, 'fleet-bench');
   try {

@@ -19,14 +19,13 @@
 // heartbeats the instances that are green or yellow, round robin. Prints ONE JSON object on stdout:
 // {instances, readers, duration_s, endpoints: {name: {requests, p50_ms, p99_ms, max_ms, errors}},
 // ingest_rate, ...}. Progress goes to stderr.
-import { LIFTED_CUSTOMER_RATES } from './fixtures.js';
+import { LIFTED_CUSTOMER_RATES, serverAdmin } from './fixtures.js';
 import { fork, spawnSync, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import pg from 'pg';
 import { Pool as HttpPool } from 'undici';
 import type { Proc } from '../deploy/service-process.js';
 
@@ -182,8 +181,6 @@ async function main(): Promise<void> {
   const cfg = loadConfig();
   const id = `brp${randomBytes(3).toString('hex')}`;
   const dbUrl = new URL(cfg.databaseUrl);
-  const adminUrl = new URL(cfg.databaseUrl);
-  adminUrl.pathname = '/postgres';
   dbUrl.pathname = `/${id}`;
   const env: Record<string, string> = {
     NATS_URL: cfg.natsUrl,
@@ -206,15 +203,7 @@ async function main(): Promise<void> {
     ...LIFTED_CUSTOMER_RATES,
     LOG_LEVEL: 'info',
   };
-  const admin = async (sql: string) => {
-    const c = new pg.Client({ connectionString: adminUrl.toString() });
-    await c.connect();
-    try {
-      await c.query(sql);
-    } finally {
-      await c.end();
-    }
-  };
+  const admin = serverAdmin(cfg.databaseUrl);
   const tmp = mkdtempSync(join(tmpdir(), 'bench-read-path-'));
   const services: Proc[] = [];
   let ingest: ChildProcess | null = null;
