@@ -2,7 +2,7 @@
 // deploy/bootstrap.mjs), driven by playwright-core. Never a downloaded browser. Each launch gets a
 // fresh profile in a temporary folder (Playwright makes and removes it), nothing in the background
 // talks to the internet.
-import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
+import { chromium, type Browser, type BrowserContext, type Locator, type Page } from 'playwright-core';
 import { existsSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { ROOT } from '../../deploy/service-process.js';
@@ -89,6 +89,15 @@ export async function untilInPage(page: Page, expression: string, ms = 5_000): P
     if (Date.now() > until) throw new Error(`not true in the page within ${ms} ms: ${expression}`);
     await new Promise((r) => setTimeout(r, 50));
   }
+}
+
+/**
+ * The dashboard section `id` once it has its data: a card that fetches says `aria-busy=true` while it
+ * loads. Its text read before that is the "Loading" line, so a test that reads a section right
+ * after a navigation or reload reads it through this (textContent and waitFor wait for the match).
+ */
+export function settled(page: Page, id: string): Locator {
+  return page.locator(`section#${id}[aria-busy=false]`);
 }
 
 /** A user's page in a fresh context: dialogs accepted and recorded, page errors and CSP refusals recorded. */

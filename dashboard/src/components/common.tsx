@@ -98,9 +98,14 @@ export function ErrorNote({ error, onRetry }: { error: unknown; onRetry?: () => 
   );
 }
 
-export function Section({ id, title, children, actions }: { id: string; title: ComponentChildren; children: ComponentChildren; actions?: ComponentChildren }) {
+/**
+ * A card with a heading. `busy` (when given) becomes `aria-busy`: true while the section's data is
+ * being fetched, so screen readers wait for it, and so do the browser tests, which read a section
+ * only once it says it is settled.
+ */
+export function Section({ id, title, children, actions, busy }: { id: string; title: ComponentChildren; children: ComponentChildren; actions?: ComponentChildren; busy?: boolean }) {
   return (
-    <section class="card" id={id} aria-labelledby={`${id}-h`}>
+    <section class="card" id={id} aria-labelledby={`${id}-h`} aria-busy={busy === undefined ? undefined : busy ? 'true' : 'false'}>
       <div class="card-head">
         <h2 id={`${id}-h`}>{title}</h2>
         {actions && <div class="card-actions">{actions}</div>}

@@ -10,7 +10,7 @@ export function LicenceSection() {
   const l = lic.data;
   const g = l?.grace_period;
   return (
-    <Section id="licence" title={t('licence.title')}>
+    <Section id="licence" title={t('licence.title')} busy={lic.loading}>
       {lic.error ? <ErrorNote error={lic.error} onRetry={lic.reload} /> : null}
       {!l && !lic.error ? <Loading /> : null}
       {l && g && (

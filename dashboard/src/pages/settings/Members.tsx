@@ -50,7 +50,7 @@ export function MembersSection() {
   const roleName = (r: Role) => t(`role.${r}`);
   const langs: Lang[] = ['de', 'en'];
   return (
-    <Section id="members" title={t('members.title')}>
+    <Section id="members" title={t('members.title')} busy={members.loading || invitations.loading}>
       <ActionForm class="inline-form" onSubmit={invite.run}>
         <Field id="member-email" label={t('members.email')} class="grow">
           <input id="member-email" type="email" required value={email} onInput={(e) => setEmail(e.currentTarget.value)} autoComplete="off" />

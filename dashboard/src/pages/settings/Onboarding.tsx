@@ -13,7 +13,7 @@ export function OnboardingSection() {
   const ob = useFetch<OnboardingStatus>('/api/onboarding/status');
   const o = ob.data;
   return (
-    <Section id="onboarding" title={t('onboarding.title')}>
+    <Section id="onboarding" title={t('onboarding.title')} busy={ob.loading}>
       {ob.error ? <ErrorNote error={ob.error} onRetry={ob.reload} /> : null}
       {!o && !ob.error ? <Loading /> : null}
       {o && (

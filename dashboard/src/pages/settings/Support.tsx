@@ -9,7 +9,7 @@ export function SupportSection() {
   const s = sup.data;
   const href = (kind: string, v: string) => (kind === 'email' ? `mailto:${v}` : kind === 'phone' ? `tel:${v.replace(/[^+\d]/g, '')}` : /^https?:\/\//.test(v) ? v : undefined);
   return (
-    <Section id="support" title={t('support.title')}>
+    <Section id="support" title={t('support.title')} busy={sup.loading}>
       {sup.error ? <ErrorNote error={sup.error} onRetry={sup.reload} /> : null}
       {!s && !sup.error ? <Loading /> : null}
       {s && (

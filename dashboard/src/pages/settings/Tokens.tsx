@@ -46,7 +46,7 @@ export function TokensSection() {
     await tokens.reload();
   });
   return (
-    <Section id="tokens" title={t('tokens.title')}>
+    <Section id="tokens" title={t('tokens.title')} busy={tokens.loading}>
       <p class="muted small">{t('tokens.intro')}</p>
       <AdminOnly>
         <ActionForm class="inline-form" onSubmit={create.run}>

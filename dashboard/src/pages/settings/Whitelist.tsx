@@ -43,7 +43,7 @@ export function WhitelistSection() {
     await rules.reload();
   });
   return (
-    <Section id="whitelist" title={t('whitelist.title')}>
+    <Section id="whitelist" title={t('whitelist.title')} busy={rules.loading}>
       <p class="muted small">{t('whitelist.intro')}</p>
       {canAdmin && (
         <ActionForm class="grid-form" onSubmit={create.run}>
