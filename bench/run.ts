@@ -59,6 +59,20 @@ export interface BenchOptions {
   only: Set<string> | null;
   /** Offered rates of the end-to-end scenario, reports/s. */
   e2eRates: number[];
+  /** The gateway scenario's kinds (`--gateway-kinds batch`: one kind alone, e.g. under FLEET_PROFILE_DIR). */
+  gatewayKinds: GatewayKind[];
+}
+
+const GATEWAY_KINDS = ['heartbeat', 'diagnostics', 'status', 'metrics', 'batch'] as const;
+type GatewayKind = (typeof GATEWAY_KINDS)[number];
+
+function gatewayKinds(args: string[]): GatewayKind[] {
+  const i = args.indexOf('--gateway-kinds');
+  if (i < 0) return [...GATEWAY_KINDS];
+  const kinds = args[i + 1]!.split(',');
+  const unknown = kinds.filter((k) => !(GATEWAY_KINDS as readonly string[]).includes(k));
+  if (unknown.length) throw new Error(`--gateway-kinds: unknown ${unknown.join(', ')} (known: ${GATEWAY_KINDS.join(', ')})`);
+  return kinds as GatewayKind[];
 }
 
 export async function runBench(cfg: Config, root: string, args: string[]): Promise<void> {
@@ -66,6 +80,7 @@ export async function runBench(cfg: Config, root: string, args: string[]): Promi
     quick: args.includes('--quick'),
     only: args.includes('--only') ? new Set(args[args.indexOf('--only') + 1]!.split(',')) : null,
     e2eRates: (args.includes('--rate') ? args[args.indexOf('--rate') + 1]! : '10000,20000').split(',').map(Number),
+    gatewayKinds: gatewayKinds(args),
   };
   const want = (s: string) => !opt.only || opt.only.has(s);
   const D = opt.quick
@@ -133,7 +148,7 @@ export async function runBench(cfg: Config, root: string, args: string[]): Promi
       // The per-token rate limit (1,000 reports/s per token by default, counting batch entries)
       // would cap the batch run at 100 tokens × 1,000: raised, since the gateway is measured here.
       const g = await startProc('gateway', 'gateway/main.js', { RATE_LIMIT_PER_S: '10000000', RATE_LIMIT_BURST: '10000000', ...LIFTED_CUSTOMER_RATES });
-      for (const kind of ['heartbeat', 'diagnostics', 'status', 'metrics', 'batch'] as const) {
+      for (const kind of opt.gatewayKinds) {
         await load(`gateway_${kind}`, g.port, kind);
         await purge();
       }

@@ -22,7 +22,7 @@ import { HttpError } from '../lib/contract/errors.js';
 import { compile } from '../lib/contract/validation.js';
 import { batchEnvelopeSchema } from '../lib/contract/schemas/ingest.js';
 import type { TokenInfo } from './token-cache.js';
-import { batchJsonLimits, entryBodyRefusal, entryHeadRefusal, entryJsonRefusal, machineRefusal, parseJsonObject, sizeRefusal, schemaRefusal, type EntryHead } from './admission.js';
+import { batchJsonLimits, entryBodyRefusal, entryHeadRefusal, entryJsonRefusal, machineRefusal, parseJsonObject, sizeRefusal, schemaRefusal, type EntryHead, type ParsedBody } from './admission.js';
 import type { Call, Outcome, PreparedReport } from './types.js';
 import type { BatchKind } from '../lib/contract/schemas/ingest.js';
 import type { Ingest } from './ingest.js';
@@ -42,10 +42,21 @@ export interface RefusedEntry {
 
 const dec = new TextDecoder();
 
+// The text after `{` of the last answer body seen as bytes: most entries share one (`{"ok":true}`).
+let lastBody: Uint8Array | null = null;
+let lastRest = '';
+
 /** A result: the single route's answer body with its status (and the report id) in front. */
 function acceptedResult(status: number, id: string, body: string | Uint8Array): string {
-  const text = typeof body === 'string' ? body : dec.decode(body);
-  return `{"status":${status},"id":"${id}",${text.slice(1)}`;
+  let rest: string;
+  if (typeof body === 'string') rest = body.slice(1);
+  else if (body === lastBody) rest = lastRest;
+  else {
+    rest = dec.decode(body).slice(1);
+    lastBody = body;
+    lastRest = rest;
+  }
+  return `{"status":${status},"id":"${id}",${rest}`;
 }
 
 function refusedResult(err: HttpError): string {
@@ -81,11 +92,11 @@ export class BatchIngest {
     if (parsed instanceof HttpError) return refuse(parsed);
     const bad = schemaRefusal(this.envelope, parsed.data);
     if (bad) return refuse(bad);
-    this.run(call, tok, customer, parsed.data.entries as unknown[], raw, parsed.spans, done);
+    this.run(call, tok, customer, parsed.data.entries as unknown[], raw, parsed, done);
   }
 
-  /** `spans`: where each entry's body stands in `request` (it is queued as those bytes). */
-  private run(call: Call, tok: TokenInfo, customer: string, list: unknown[], request: Buffer, spans: Map<number, [number, number]>, done: (o: Outcome, refused: RefusedEntry[]) => void): void {
+  /** `spans`: where each entry's body stands in `request` (it is queued as those bytes); `shapes`: its value count and depth. */
+  private run(call: Call, tok: TokenInfo, customer: string, list: unknown[], request: Buffer, { spans, shapes }: ParsedBody, done: (o: Outcome, refused: RefusedEntry[]) => void): void {
     const { core } = this;
     const { d } = core;
     const { cfg } = d;
@@ -96,6 +107,13 @@ export class BatchIngest {
     let accepted = 0;
     let pending = 0;
     let queued = false;
+    // Entries per kind and status, added to the counter once per request (a labelled inc() per
+    // entry was 2-3 % of a batch's CPU).
+    const tally = new Map<string, number>();
+    const count = (kind: string, status: number) => {
+      const k = `${kind} ${status}`;
+      tally.set(k, (tally.get(k) ?? 0) + 1);
+    };
 
     const keyed: { i: number; kind: BatchKind; p: PreparedReport; what: string; raw: Buffer; body: unknown }[] = [];
     const refuseEntry = (index: number, err: HttpError, what = '', bodySize = 0) => {
@@ -170,7 +188,7 @@ export class BatchIngest {
       const raw = span ? request.subarray(span[0], span[1]) : EMPTY;
       const refusal =
         sizeRefusal(raw.length, cfg.gateway.bodyLimit) ??
-        entryJsonRefusal(raw, cfg.gateway.json) ??
+        entryJsonRefusal(raw, cfg.gateway.json, shapes.get(i)) ??
         core.check(kind, core.validatorOf(kind), tok, path.machine, b.body, raw.length);
       if (refusal) return refuseEntry(i, refusal, what, raw.length);
       const p = core.prepare(kind, tok, path, raw, b.body, b.idemKey);
@@ -187,14 +205,18 @@ export class BatchIngest {
         else {
           accepted++;
           results[i] = acceptedResult(p.answer.status, p.id, p.answer.body);
-          entries.labels(kind, String(p.answer.status)).inc();
+          count(kind, p.answer.status);
         }
         if (--pending === 0 && queued) finish();
       }), laneOf(kind), p.customerId, p.machine);
     }
 
     function finish(): void {
-      for (const r of refused) entries.labels(r.what.split(' ')[0] || 'invalid', String(r.err.status)).inc();
+      for (const r of refused) count(r.what.split(' ')[0] || 'invalid', r.err.status);
+      for (const [k, v] of tally) {
+        const [kind, status] = k.split(' ');
+        entries.labels(kind!, status!).inc(v);
+      }
       refused.sort((a, b) => a.index - b.index);
       // Everything failed the same way on its way to the queue: the request is answered so (its
       // entries are logged, one row each, by the route).

@@ -32,6 +32,12 @@ export interface JsonScan {
   depth: number;
   /** With a span path: the byte range [start, end) of each matching value, by the index at `*` (0 without one). */
   spans: Map<number, [number, number]>;
+  /**
+   * With a span path: each span's own value count and depth, as a scan of its bytes alone would
+   * find them (`[nodes, depth]`, same keys as `spans`). The batch route holds each entry's body to
+   * a single request's limits from these, without scanning its bytes a second time.
+   */
+  shapes: Map<number, [number, number]>;
 }
 
 const QUOTE = 0x22;
@@ -54,9 +60,13 @@ export function scanJson(buf: Uint8Array, limits: JsonLimits, spanPath: readonly
   const matched: boolean[] = [true];
   const star = spanPath.indexOf('*');
   const spans = new Map<number, [number, number]>();
+  const shapes = new Map<number, [number, number]>();
   let spanKey = 0;
   let spanStart = -1;
   let spanDepth = -1;
+  // Of the span being read: the value count before it, and the deepest level reached inside it.
+  let spanNodes0 = 0;
+  let spanMax = 0;
 
   let depth = 0;
   let maxDepth = 0;
@@ -109,6 +119,7 @@ export function scanJson(buf: Uint8Array, limits: JsonLimits, spanPath: readonly
       expectKey = false;
       if (spanDepth === depth) {
         spans.set(spanKey, [spanStart, i]);
+        shapes.set(spanKey, [nodes - spanNodes0, spanMax - depth]);
         spanDepth = -1;
       }
       continue;
@@ -129,9 +140,12 @@ export function scanJson(buf: Uint8Array, limits: JsonLimits, spanPath: readonly
     if (recording) {
       spanKey = star === -1 ? 0 : index[star]!;
       spanStart = i;
+      spanNodes0 = nodes - 1;
+      spanMax = depth;
     } else if (star !== -1 && depth === star && matched[depth] === true) {
       // The array the spans index into starts again (a duplicate key): JSON.parse keeps the last.
       spans.clear();
+      shapes.clear();
     }
     if (c === 0x7b || c === 0x5b) {
       // { [
@@ -142,6 +156,7 @@ export function scanJson(buf: Uint8Array, limits: JsonLimits, spanPath: readonly
       if (recording) spanDepth = depth;
       depth++;
       if (depth > maxDepth) maxDepth = depth;
+      if (spanDepth !== -1 && depth > spanMax) spanMax = depth;
       i++;
       // An empty container's `}` or `]` is met before the key it does not have.
       if (c === 0x7b) expectKey = true;
@@ -158,10 +173,13 @@ export function scanJson(buf: Uint8Array, limits: JsonLimits, spanPath: readonly
         end++;
       }
     }
-    if (recording) spans.set(spanKey, [spanStart, end]);
+    if (recording) {
+      spans.set(spanKey, [spanStart, end]);
+      shapes.set(spanKey, [1, 0]);
+    }
     i = end;
   }
-  return { nodes, depth: maxDepth, spans };
+  return { nodes, depth: maxDepth, spans, shapes };
 }
 
 /** Whether a scan result is a refusal. */

@@ -136,6 +136,17 @@ t.test('mixed kinds for many machines: every entry accepted in order, stored exa
   t.equal(light.body.items?.[0]?.light, 'green', 'the batch heartbeat drives the traffic light like any other');
 });
 
+/** The gateway's fleet_gateway_batch_entries_total, by `kind status`. */
+async function batchEntryCounts(): Promise<Map<string, number>> {
+  const text = await (await fetch(`${s.gatewayUrl}/metrics`)).text();
+  const m = new Map<string, number>();
+  for (const x of text.matchAll(/^fleet_gateway_batch_entries_total\{([^}]*)\} (\d+)$/gm)) {
+    const labels = Object.fromEntries([...x[1]!.matchAll(/(\w+)="([^"]*)"/g)].map((l) => [l[1], l[2]]));
+    m.set(`${labels.kind} ${labels.status}`, Number(x[2]));
+  }
+  return m;
+}
+
 t.test('per-entry refusals next to accepted entries: the status and detail each would get alone, one log row each', async (t) => {
   const big = 'x'.repeat(300 * 1024);
   const helpOver = { items: Array.from({ length: 17 }, (_, i) => ({ code: i, lang: 'en', text: 'y'.repeat(65_000) })) };
@@ -157,9 +168,26 @@ t.test('per-entry refusals next to accepted entries: the status and detail each 
     { machine: 'per-typed', software: 'agent', kind: 'status', body: { status: 'running', snapshot: { v: { value: -5, type: 'bytes' } } } },
     { machine: 'per-null', software: 'agent', kind: 'heartbeat', body: null },
   ];
+  const before = await batchEntryCounts();
   const r = await batch(entries);
   t.equal(r.status, 200);
   t.same(statuses(r), [200, 422, 400, 422, 413, 413, 422, 422, 400, 400, 202, 422, 422, 200, 422, 422]);
+  // The counter adds each request's entries by kind and status (once per request, not per entry).
+  const after = await batchEntryCounts();
+  const delta = Object.fromEntries([...after].map(([k, v]) => [k, v - (before.get(k) ?? 0)]).filter(([, v]) => v !== 0));
+  t.same(delta, {
+    'heartbeat 200': 1,
+    'heartbeat 422': 3,
+    'heartbeat 400': 1,
+    'invalid 400': 2,
+    'invalid 422': 2,
+    'status 413': 1,
+    'status 422': 2,
+    'status 200': 1,
+    'help 413': 1,
+    'diagnostics 202': 1,
+    'diagnostics 422': 1,
+  }, 'fleet_gateway_batch_entries_total by kind and status');
   t.equal(r.body.accepted, 3);
   t.equal(r.body.rejected, 13);
   const res = r.body.results;

@@ -1,7 +1,7 @@
 // The gateway's ingest decisions without uWS (gateway/admission.ts): each kind's policy, and the
 // refusal each step gives.
 import t from 'tap';
-import { KINDS, pathRefusal, parseBearer, authorise, machineRefusal, isJson, headRefusal, parseJsonObject, deepRefusal, batchHeadRefusal, entryHeadRefusal, entryBodyRefusal, sizeRefusal } from '../../gateway/admission.js';
+import { KINDS, pathRefusal, parseBearer, authorise, machineRefusal, isJson, headRefusal, parseJsonObject, deepRefusal, batchHeadRefusal, entryHeadRefusal, entryBodyRefusal, sizeRefusal, entryJsonRefusal } from '../../gateway/admission.js';
 import { reportChecker } from '../../lib/domain/report-check.js';
 import { HttpError } from '../../lib/contract/errors.js';
 import type { RequestHead } from '../../gateway/types.js';
@@ -79,6 +79,21 @@ t.test('the body: UTF-8, JSON, an object; beyond the schema', async (t) => {
   t.equal((parseJsonObject(Buffer.from(`{"a":[${'0,'.repeat(99_997)}0]}`), L) as { data: unknown }).data !== undefined, true, 'exactly at the limit passes');
   const spans = parseJsonObject(Buffer.from('{"items":[{"v":9e20} , {"v":1}]}'), L, ['items', '*']);
   t.same(spans instanceof HttpError ? null : [...spans.spans.values()], [[10, 20], [23, 30]], 'spans of the values at the path');
+  // A batch's entries held to a single body's limits from the shapes of the one scan: the entry at
+  // a limit passes, the one over it is refused with the path its single request would get.
+  const E = { maxDepth: 3, maxNodes: 6 };
+  const batch = Buffer.from('{"entries":[{"body":{"a":[[1]]}},{"body":{"a":[[[1]]]}},{"body":[1,2,3,4,5]},{"body":[1,2,3,4,5,6]},{"body":7}]}');
+  const pb = parseJsonObject(batch, { maxDepth: 20, maxNodes: 1000 }, ['entries', '*', 'body']);
+  t.ok(!(pb instanceof HttpError));
+  if (!(pb instanceof HttpError)) {
+    const verdicts = [0, 1, 2, 3, 4].map((i) => {
+      const [a, b] = pb.spans.get(i)!;
+      const r = entryJsonRefusal(batch.subarray(a, b), E, pb.shapes.get(i));
+      return r === null ? 'ok' : `${r.status} ${r.errors?.[0]?.path}`;
+    });
+    t.same(verdicts, ['ok', '422 /a/0/0', 'ok', '422 /5', 'ok'], 'depth 3 and 6 values pass; depth 4 and 7 values refused where they go over');
+    t.same([...pb.shapes.values()], [[4, 3], [5, 4], [6, 1], [7, 1], [1, 0]], 'the shapes');
+  }
   t.equal(deepRefusal('status', { status: 'running', snapshot: { a: 'x\u0000' } }, 20, checker)?.status, 422);
   t.equal(deepRefusal('status', { status: 'running', snapshot: { big: 'x'.repeat(300_000) } }, 300_100, checker)?.status, 413);
   t.equal(deepRefusal('heartbeat', { version: '1' }, 20, checker), null);

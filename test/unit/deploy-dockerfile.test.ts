@@ -11,7 +11,7 @@ import { dirname, join, relative, resolve } from 'node:path';
 import { promisify } from 'node:util';
 import { DockerfileParser, type Copy, type From, type Instruction } from 'dockerfile-ast';
 import { parseSettings, SETTING_NAMES } from '../../lib/infra/config.js';
-import { ROOT } from '../../deploy/service-process.js';
+import { ROOT, nodeFlags } from '../../deploy/service-process.js';
 
 const dockerfile = DockerfileParser.parse(readFileSync(join(ROOT, 'Dockerfile'), 'utf8'));
 const froms = dockerfile.getFROMs();
@@ -92,7 +92,7 @@ t.test('the runtime stage holds dist, node_modules, package.json and bin, and ev
   t.same(paths.sort(), ['bin', 'dist', 'node_modules', 'package.json']);
   // The commands: CMD, and those the Dockerfile documents in its header.
   const cmd = JSON.parse(args(runtime.find((i) => i.getKeyword() === 'CMD')!)) as string[];
-  t.same(cmd, ['node', '--enable-source-maps', 'dist/gateway/main.js'], 'the default process is the gateway');
+  t.same(cmd, ['node', ...nodeFlags('gateway/main.js'), 'dist/gateway/main.js'], 'the default process is the gateway, with the flags npm start gives it');
   const documented = [...readFileSync(join(ROOT, 'Dockerfile'), 'utf8').matchAll(/^#\s+node (.+?)\s{2,}/gm)].map((m) => m[1]!.split(' '));
   t.equal(documented.length, 4, 'gateway, worker, api and migrate are documented');
   for (const c of [cmd.slice(1), ...documented]) {

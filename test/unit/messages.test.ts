@@ -59,6 +59,10 @@ t.test('the codec: encodeReport -> decodeBatch -> toReport gives the readable re
   const { body: _plainBody, ...plainHead } = plain;
   const plainBytes = encodeReport(plainHead, null);
   t.equal(plainBytes.toString(), '{"id":"a","k":"heartbeat","c":"c","cs":"cs","m":"m","s":"s","t":"t","at":5,"b":{}}', 'no optional keys, an empty body');
+  // The head is written into the report's buffer in place: its length in bytes, not characters.
+  const wide = encodeReport({ ...plainHead, idempotencyKey: 'ключ-𝄞-é' }, Buffer.from('{"m":"ü𝄞"}'));
+  t.equal(wide.toString(), '{"id":"a","k":"heartbeat","c":"c","cs":"cs","m":"m","s":"s","t":"t","at":5,"ik":"ключ-𝄞-é","b":{"m":"ü𝄞"}}', 'a key and a body of several bytes per character');
+  t.equal(wide.length, Buffer.byteLength(wide.toString()), 'no byte left over');
   const wire = decodeBatch(encodeBatch([bytes, plainBytes])).r;
   t.strictSame(wire.map(toReport), [full, plain], 'the readable reports back, no optional field made up');
   t.strictSame(wire.map((w) => toWire(toReport(w))), wire, 'toWire undoes toReport');
