@@ -4,10 +4,16 @@
 // lost to a key that vanished, none wrongly made), every instance that fell silent at the kill
 // turns red exactly once, at its last acknowledged heartbeat + the timeout: a heartbeat the
 // workers kept only in Redis (skipped Postgres) was on the replica before its report was
-// acknowledged (REDIS_WAIT_REPLICAS=1), so the failover loses none.
+// acknowledged (REDIS_WAIT_REPLICAS=1), so the failover loses none. Then one primary refuses
+// writes (maxmemory reached, noeviction) for longer than the heartbeat timeout while agents report:
+// the batches that touch it wait, nothing is dead-lettered, every acknowledged report is stored
+// once when it takes writes again, and no instance changes colour (its keys there expired, but
+// the light is judged at the horizon, which the waiting reports hold back).
 import t from 'tap';
-import { testCluster } from '../helpers/cluster.js';
+import { testCluster, steadyIngest, storedOnce } from '../helpers/cluster.js';
 import { eventually } from '../helpers/stack.js';
+import { readyz, outageNamed } from '../helpers/outage.js';
+import { deadLetterStream } from '../../lib/contract/messages.js';
 import { CLUSTER_GROUPS, Redis, asCluster, createRedis, redisKeys } from '../../lib/infra/redis.js';
 
 const TIMEOUT_S = 12;
@@ -188,4 +194,121 @@ t.test('kill -9 of a Redis primary while agents heartbeat: its replica takes ove
   await eventually(async () => ((await back.role().catch(() => [''])) as string[])[0] === 'slave', 60_000, 'the old primary rejoined as a replica');
   const info = await back.cluster('INFO');
   t.match(info, /cluster_state:ok/, 'and the cluster is whole');
+});
+
+t.test('one Redis primary refusing writes (maxmemory reached) for longer than the timeout while agents report: they wait, then are stored once; no colour changes', async (t) => {
+  // Ten machines (steadyIngest sends every fourth report as diagnostics: with a number of machines
+  // divisible by 4, some would never heartbeat).
+  const machines = Array.from({ length: 10 }, (_, i) => `rw-m${i}`);
+  const load = steadyIngest(k, 'rw', 4, machines);
+  let stopped = false;
+  t.teardown(async () => {
+    if (!stopped) await load.stop();
+  });
+  // Every machine's instance exists and is green before the fault.
+  const instances = async () =>
+    (
+      await k.pool.query<{ slug: string; id: string; light: string; light_seq: string }>(
+        `SELECT m.slug, i.id, i.light, i.light_seq::text FROM instances i JOIN machines m ON m.id = i.machine_id WHERE i.customer_id = $1 AND m.slug LIKE 'rw-%'`,
+        [k.customer.id],
+      )
+    ).rows;
+  const rows = await eventually(async () => {
+    const r = await instances();
+    return r.length === machines.length && r.every((x) => x.light === 'green') ? r : null;
+  }, 60_000, 'all 10 instances green').catch(async (e) => {
+    throw new Error(`${String(e)}: ${JSON.stringify((await instances()).map((x) => `${x.slug} ${x.light}`))}, answers ${load.summary()}`);
+  });
+  const seqBefore = new Map(rows.map((r) => [r.id, r.light_seq]));
+  const owners = await slotOwners();
+  const on = new Map<number, number>();
+  for (const r of rows) {
+    const port = ownerOf(owners, Number(await cluster.cluster('KEYSLOT', keys.heartbeat(r.id))));
+    on.set(port, (on.get(port) ?? 0) + 1);
+  }
+  const [port, held] = [...on.entries()].sort((a, b) => b[1] - a[1])[0]!;
+  t.ok(held > 0 && on.size > 1, `the primary on port ${port} holds ${held} of the 10 instances' keys, the others the rest (${JSON.stringify(Object.fromEntries(on))})`);
+  const primary = new Redis({ port, host: '127.0.0.1', lazyConnect: true });
+  t.teardown(() => primary.disconnect());
+  const jsm = await k.nc.jetstreamManager();
+  const dlq = deadLetterStream(k.c.cfg.streamName);
+  const deadBefore = (await jsm.streams.info(dlq)).state.messages;
+
+  await primary.config('SET', 'maxmemory', '1');
+  const faultAt = Date.now();
+  const workerUrls = k.c.ports.worker.map((p) => `http://127.0.0.1:${p}`);
+  // What the workers' /readyz said during the fault, each distinct answer with when it came first.
+  const said = new Map<string, number>();
+  let namedRedis = false;
+  while (Date.now() - faultAt < (TIMEOUT_S + 6) * 1000) {
+    for (const [i, u] of workerUrls.entries()) {
+      const r = await readyz(u).catch(() => null);
+      const text = r ? `worker ${i}: ${r.status} ${r.detail.replace(/ for \d+ s, \d+ messages? waiting/g, '')}` : `worker ${i}: no answer`;
+      if (!said.has(text)) said.set(text, Date.now() - faultAt);
+      if (r?.status === 503 && outageNamed(r.detail, 'redis')) namedRedis = true;
+    }
+    await sleep(500);
+  }
+  t.comment(`/readyz during the fault: ${[...said].map(([x, ms]) => `${x} (from ${ms} ms)`).join('; ')}`);
+  t.ok(namedRedis, 'a worker not ready, naming Redis');
+  t.equal((await jsm.streams.info(dlq)).state.messages, deadBefore, 'no dead letter while it lasts');
+  const ackedDuring = load.ackedSince(faultAt);
+  t.ok(ackedDuring > 0, `${ackedDuring} reports acknowledged during the fault`);
+  await primary.config('SET', 'maxmemory', '0');
+  await sleep(4000);
+  await load.stop();
+  stopped = true;
+  // From here the instances are silent: each turns red at its last heartbeat + the timeout, later
+  // than this. A change of colour before it is one the fault caused.
+  const stopAt = Date.now();
+
+  const end = await eventually(async () => {
+    const r = await storedOnce(k, load.acked, 'rw');
+    return r.missing.length === 0 ? r : null;
+  }, 180_000, 'every acknowledged report stored').catch(async (e) => {
+    const r = await storedOnce(k, load.acked, 'rw');
+    t.fail(`${String(e)}: ${r.missing.length} of ${load.acked.length} missing (${r.missing.slice(0, 5).join(', ')})`);
+    return r;
+  });
+  t.equal(end.missing.length, 0, `none of ${load.acked.length} acknowledged reports lost`);
+  t.same(end.split, [], 'no request stored as two reports');
+  // A batch retried by the other worker may insert rows that landed before the refusal again
+  // (docs/architecture.md "Outages"): copies of one report, which FINAL collapses; counted.
+  t.comment(`${end.doubled.length} reports with raw copies (one row each under FINAL)`);
+  t.equal((await jsm.streams.info(dlq)).state.messages, deadBefore, 'zero dead letters');
+  await eventually(async () => {
+    for (const u of workerUrls) if ((await readyz(u)).status !== 200) return null;
+    return true;
+  }, 60_000, 'every worker ready again');
+  // No colour changed while they reported: the keys on the refusing primary expired during the
+  // fault, and the light waited for the reports behind it instead of turning red. The one change
+  // allowed is the red of the silence after the load stopped.
+  const after = await k.pool.query<{ id: string; light: string; light_seq: string; since: string }>(
+    `SELECT id, light, light_seq::text, (extract(epoch FROM light_since) * 1000)::bigint::text AS since FROM instances WHERE id = ANY($1::uuid[])`,
+    [[...seqBefore.keys()]],
+  );
+  const changed = after.rows
+    .filter((r) => {
+      const n = Number(r.light_seq) - Number(seqBefore.get(r.id));
+      return !(n === 0 && r.light === 'green') && !(n === 1 && r.light === 'red' && Number(r.since) > stopAt);
+    })
+    .map((r) => `${r.id}: ${r.light} since ${new Date(Number(r.since)).toISOString()} (load stopped ${new Date(stopAt).toISOString()}), seq ${seqBefore.get(r.id)} -> ${r.light_seq}`);
+  t.same(changed, [], 'no change of colour while they reported (only the red of the silence after)');
+  const reds = await k.ch
+    .query({ query: `SELECT count() AS n FROM light_events FINAL WHERE machine LIKE 'rw-%' AND to_light <> 'green' AND at_ms <= ${stopAt}`, format: 'JSONEachRow' })
+    .then((r) => r.json<{ n: string }>());
+  t.equal(Number(reds[0]?.n), 0, 'none in ClickHouse either');
+  t.comment(`answers: ${load.summary()}`);
+  t.same(load.bad(), [], 'no 5xx but 503 with Retry-After');
+  k.record('redis primary refusing writes', {
+    instances: machines.length,
+    on_refusing_primary: held,
+    acknowledged: load.acked.length,
+    acknowledged_during_fault: ackedDuring,
+    lost: end.missing.length,
+    split: end.split.length,
+    raw_copies: end.doubled.length,
+    colour_changes: changed.length,
+    answers: load.counts(),
+  });
 });
