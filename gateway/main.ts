@@ -24,6 +24,7 @@ import { PendingCommands } from './pending-commands.js';
 import { IdempotencyRegister } from './idempotency.js';
 import { QuotaCache } from '../lib/store/quotas.js';
 import { ArtifactUsage } from '../lib/store/artifact-usage.js';
+import { startupStep } from '../lib/infra/startup.js';
 
 const cfg = configOrExit('gateway');
 const log = createLogger('gateway', cfg.logLevel);
@@ -81,17 +82,21 @@ const js = nc.jetstream();
 let streamOk = false;
 async function checkStream(): Promise<void> {
   try {
-    await ensureStreams(await nc.jetstreamManager(), cfg);
+    await startupStep('the stream check', async () => ensureStreams(await nc.jetstreamManager(), cfg), { attemptMs: 20_000, stop: () => true });
     streamOk = true;
   } catch (e) {
     streamOk = false;
     log.error({ err: e }, 'stream check failed');
   }
 }
+/** A start-up step on JetStream or Postgres: retried until it succeeds, an attempt that hangs abandoned (lib/infra/startup.ts). */
+const step = <T>(what: string, fn: () => Promise<T>) => startupStep(what, fn, { onRetry: (e, attempt) => log.warn({ err: e, attempt }, `start-up: ${what} failed; retrying`) });
 await checkStream();
-await warnDurability(nc, await nc.jetstreamManager(), cfg, log).catch((e) => log.warn({ err: e }, 'NATS durability check failed'));
+await startupStep('the NATS durability check', async () => warnDurability(nc, await nc.jetstreamManager(), cfg, log), { stop: () => true }).catch((e) =>
+  log.warn({ err: e }, 'NATS durability check failed'),
+);
 // Artifact uploads: upload records (KV) and chunks (object store) in JetStream.
-const artifacts = await ArtifactStore.open(nc, cfg);
+const artifacts = await step('the artifact store (JetStream)', () => ArtifactStore.open(nc, cfg));
 // Host metrics: the register of client_metric_ids (one round trip per metrics request); the
 // Idempotency-Key register (one round trip per request that carries a key); artifact uploads: the
 // reservations against the quota artifact_bytes (one script call per artifact-init).
@@ -143,7 +148,7 @@ const publisher = new IngestPublisher(
   })),
   shares,
 );
-shares.start(await nc.jetstreamManager(), publisher.streamNames);
+shares.start(await step('the JetStream manager', () => nc.jetstreamManager()), publisher.streamNames);
 publisher.connected = !nc.isClosed();
 
 void (async () => {

@@ -40,6 +40,7 @@ import { LiveCustomers } from './live-customers.js';
 import { TableGrowth } from '../lib/store/table-growth.js';
 import { runOffboarding } from './offboarding.js';
 import { refreshOccurrences } from '../lib/store/maintenance.js';
+import { startupStep } from '../lib/infra/startup.js';
 
 const cfg = configOrExit('worker');
 const log = createLogger('worker', cfg.logLevel);
@@ -54,18 +55,15 @@ readiness.set('startup', 'starting');
 // Up before anything else: /readyz says what the start-up is waiting for.
 const server = cfg.worker.httpPort > 0 ? serveHealth(cfg.worker.httpHost, cfg.worker.httpPort, readiness, metrics, log) : null;
 
-/** Start-up steps wait for their server: retried with a growing pause until it answers. */
-async function retrying<T>(what: string, fn: () => Promise<T>): Promise<T> {
-  for (let attempt = 1; ; attempt++) {
-    try {
-      return await fn();
-    } catch (e) {
-      if (life.closing) throw e;
+/** Start-up steps wait for their server: retried with a growing pause until it answers, an attempt that hangs abandoned (lib/infra/startup.ts). */
+function retrying<T>(what: string, fn: () => Promise<T>): Promise<T> {
+  return startupStep(what, fn, {
+    stop: () => life.closing,
+    onRetry: (e, attempt) => {
       readiness.set('startup', `waiting for ${what}`);
       log.warn({ err: e, attempt }, `start-up: ${what} failed; retrying`);
-      await new Promise((r) => setTimeout(r, Math.min(500 * attempt, 10_000)));
-    }
-  }
+    },
+  });
 }
 
 const pool = createPool(cfg.databaseUrl, 6, 'fleet-worker');
