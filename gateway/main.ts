@@ -24,7 +24,7 @@ import { PendingCommands } from './pending-commands.js';
 import { IdempotencyRegister } from './idempotency.js';
 import { QuotaCache } from '../lib/store/quotas.js';
 import { ArtifactUsage } from '../lib/store/artifact-usage.js';
-import { startupStep } from '../lib/infra/startup.js';
+import { JETSTREAM_ATTEMPT_MS, startupStep } from '../lib/infra/startup.js';
 
 const cfg = configOrExit('gateway');
 const log = createLogger('gateway', cfg.logLevel);
@@ -82,7 +82,7 @@ const js = nc.jetstream();
 let streamOk = false;
 async function checkStream(): Promise<void> {
   try {
-    await startupStep('the stream check', async () => ensureStreams(await nc.jetstreamManager(), cfg), { attemptMs: 20_000, stop: () => true });
+    await startupStep('the stream check', async () => ensureStreams(await nc.jetstreamManager(), cfg), { attemptMs: JETSTREAM_ATTEMPT_MS, stop: () => true });
     streamOk = true;
   } catch (e) {
     streamOk = false;
@@ -90,9 +90,10 @@ async function checkStream(): Promise<void> {
   }
 }
 /** A start-up step on JetStream or Postgres: retried until it succeeds, an attempt that hangs abandoned (lib/infra/startup.ts). */
-const step = <T>(what: string, fn: () => Promise<T>) => startupStep(what, fn, { onRetry: (e, attempt) => log.warn({ err: e, attempt }, `start-up: ${what} failed; retrying`) });
+const step = <T>(what: string, fn: () => Promise<T>) =>
+  startupStep(what, fn, { attemptMs: JETSTREAM_ATTEMPT_MS, onRetry: (e, attempt) => log.warn({ err: e, attempt }, `start-up: ${what} failed; retrying`) });
 await checkStream();
-await startupStep('the NATS durability check', async () => warnDurability(nc, await nc.jetstreamManager(), cfg, log), { stop: () => true }).catch((e) =>
+await startupStep('the NATS durability check', async () => warnDurability(nc, await nc.jetstreamManager(), cfg, log), { attemptMs: JETSTREAM_ATTEMPT_MS, stop: () => true }).catch((e) =>
   log.warn({ err: e }, 'NATS durability check failed'),
 );
 // Artifact uploads: upload records (KV) and chunks (object store) in JetStream.

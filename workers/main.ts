@@ -40,7 +40,7 @@ import { LiveCustomers } from './live-customers.js';
 import { TableGrowth } from '../lib/store/table-growth.js';
 import { runOffboarding } from './offboarding.js';
 import { refreshOccurrences } from '../lib/store/maintenance.js';
-import { startupStep } from '../lib/infra/startup.js';
+import { JETSTREAM_ATTEMPT_MS, startupStep } from '../lib/infra/startup.js';
 
 const cfg = configOrExit('worker');
 const log = createLogger('worker', cfg.logLevel);
@@ -55,9 +55,13 @@ readiness.set('startup', 'starting');
 // Up before anything else: /readyz says what the start-up is waiting for.
 const server = cfg.worker.httpPort > 0 ? serveHealth(cfg.worker.httpHost, cfg.worker.httpPort, readiness, metrics, log) : null;
 
-/** Start-up steps wait for their server: retried with a growing pause until it answers, an attempt that hangs abandoned (lib/infra/startup.ts). */
-function retrying<T>(what: string, fn: () => Promise<T>): Promise<T> {
+/**
+ * Start-up steps wait for their server: retried with a growing pause until it answers; a JetStream
+ * step's attempt that hangs is abandoned after `attemptMs` (lib/infra/startup.ts).
+ */
+function retrying<T>(what: string, fn: () => Promise<T>, attemptMs?: number): Promise<T> {
   return startupStep(what, fn, {
+    attemptMs,
     stop: () => life.closing,
     onRetry: (e, attempt) => {
       readiness.set('startup', `waiting for ${what}`);
@@ -80,8 +84,10 @@ await retrying('the JetStream stream and consumer', async () => {
   await ensureStreams(jsm, cfg);
   for (const stream of ingestStreams(cfg.streamName, cfg.streamPartitions)) await ensureConsumer(jsm, stream, cfg.worker.consumerName, cfg.worker.ackWaitS);
   for (const stream of await existingIngestStreams(jsm, cfg.streamName)) if (!ingestNames.includes(stream)) ingestNames.push(stream);
-});
-await warnDurability(nc, jsm, cfg, log).catch((e) => log.warn({ err: e }, 'NATS durability check failed'));
+}, JETSTREAM_ATTEMPT_MS);
+await startupStep('the NATS durability check', () => warnDurability(nc, jsm, cfg, log), { attemptMs: JETSTREAM_ATTEMPT_MS, stop: () => true }).catch((e) =>
+  log.warn({ err: e }, 'NATS durability check failed'),
+);
 const js = nc.jetstream();
 const subj = subjects(cfg.subjectPrefix);
 const whitelist = new WhitelistCache(pool, cfg.cacheRefreshMs, (e) => log.warn({ err: e }, 'whitelist refresh failed'), log);
@@ -157,7 +163,7 @@ TimeoutRuleHints.listen(nc, subj.control('timeout-rules'), (customerId) => heart
 hints.attach(nc);
 
 // Opened before consuming starts: its JetStream requests must not queue behind a backlog's first batches.
-const artifactStore = await retrying('the artifact store (JetStream)', () => ArtifactStore.open(nc, cfg));
+const artifactStore = await retrying('the artifact store (JetStream)', () => ArtifactStore.open(nc, cfg), JETSTREAM_ATTEMPT_MS);
 // Reservations of artifact uploads against the quota artifact_bytes (lib/store/artifact-usage.ts).
 const artifactUsage = new ArtifactUsage(redis, cfg.redisPrefix);
 

@@ -5,7 +5,11 @@
 // listening) is abandoned and tried again. Used by the gateway's and the workers' entry files.
 
 export interface StartupOptions {
-  /** Most time one attempt may take (ms). */
+  /**
+   * Most time one attempt may take (ms); none when not given. Only for steps that are safe to make
+   * again while an abandoned attempt may still be running (a JetStream request, not a long SQL
+   * statement that would then run twice at once).
+   */
   attemptMs?: number;
   /** Called before each retry: what failed, and the attempt that failed. */
   onRetry?: (err: unknown, attempt: number) => void;
@@ -23,14 +27,18 @@ export class StartupTimeoutError extends Error {
   }
 }
 
-/** `fn` until it resolves; each attempt at most `attemptMs` (default 20 s). */
+/** A JetStream request at start-up: abandoned and made again after this long. */
+export const JETSTREAM_ATTEMPT_MS = 20_000;
+
+/** `fn` until it resolves; each attempt at most `attemptMs` when given. */
 export async function startupStep<T>(what: string, fn: () => Promise<T>, o: StartupOptions = {}): Promise<T> {
-  const attemptMs = o.attemptMs ?? 20_000;
+  const attemptMs = o.attemptMs;
   const pause = o.pauseMs ?? ((n: number) => Math.min(500 * n, 10_000));
   for (let attempt = 1; ; attempt++) {
     let timer: NodeJS.Timeout | undefined;
     const attemptP = fn();
     try {
+      if (attemptMs === undefined) return await attemptP;
       return await Promise.race([
         attemptP,
         new Promise<never>((_, reject) => {

@@ -44,6 +44,9 @@ t.test('failures are retried with the pause in between; stop ends the retries wi
     return calls;
   }, fast);
   t.equal(v, 4, 'succeeds on the fourth attempt');
+  // Without attemptMs an attempt takes as long as it takes (an SQL step is never made twice at once).
+  let slow = 0;
+  t.equal(await startupStep('slow', () => new Promise<string>((r) => setTimeout(() => r(`done ${++slow}`), 80)), fast), 'done 1', 'one slow attempt, not abandoned');
 
   let stopping = false;
   let n = 0;
