@@ -9,6 +9,12 @@
 //   no-colour-indexes without the indexes whose predicate names the colour (the sweep's candidates),
 //                     so that a change of colour can be a HOT update;
 //   no-outbox         the statement without its outbox row (and so nothing to delete);
+//   narrow            a sketch of the next step (not the schema): the stored colour and the times
+//                     the statement keeps (light, light_since, light_reason, light_seq,
+//                     light_judged_at, deadline, late_at, maintenance_until) in a table of their
+//                     own with only its primary key (`light_state`, fillfactor 70), the statement
+//                     reading instances joined to it (a view) and updating it, its rows the ones
+//                     locked; with and without the outbox row;
 // each once with the table as written (fillfactor 100: pages full) and once rewritten with room on
 // each page (fillfactor 70), which a HOT update also needs. Prints one JSON object on stdout.
 //
@@ -51,6 +57,27 @@ const say = (msg: string) => process.stderr.write(`[bench light-change-cost] ${m
 const NO_OUTBOX_SQL = TRANSITION_SQL.replace(/INSERT INTO light_outbox \([^)]*\)\s*SELECT/, 'SELECT').replace(/\s+RETURNING [\w, ]+$/, '');
 if (NO_OUTBOX_SQL === TRANSITION_SQL || /light_outbox/.test(NO_OUTBOX_SQL)) throw new Error('the recording statement changed shape: update bench/light-change-cost.ts');
 
+/** The columns the recording statement writes: in the narrow sketch, the table `light_state`. */
+const LIGHT_COLUMNS = ['light', 'light_since', 'light_reason', 'light_seq', 'light_judged_at', 'deadline', 'late_at', 'maintenance_until'];
+/** The statement reading `light_state_v` (instances with the narrow table's columns) and updating `light_state`. */
+const narrowSql = (sql: string) => {
+  const out = sql.replace('JOIN instances i ON i.id = k.id', 'JOIN light_state_v i ON i.id = k.id').replace('UPDATE instances i', 'UPDATE light_state i');
+  if (out === sql || /\binstances i\b/.test(out)) throw new Error('the recording statement changed shape: update bench/light-change-cost.ts (narrow)');
+  return out;
+};
+const NARROW_SQL = narrowSql(TRANSITION_SQL);
+const NARROW_NO_OUTBOX_SQL = narrowSql(NO_OUTBOX_SQL);
+
+/** The narrow sketch's table (only its primary key) and the view the statement reads, from the seeded instances. */
+async function createNarrow(c: PoolClient): Promise<void> {
+  const cols = (await c.query<{ column_name: string }>(`SELECT column_name FROM information_schema.columns WHERE table_name = 'instances' ORDER BY ordinal_position`)).rows.map((r) => r.column_name);
+  const rest = cols.filter((x) => !LIGHT_COLUMNS.includes(x));
+  await c.query(`CREATE TABLE light_state WITH (fillfactor = 70) AS SELECT id, ${LIGHT_COLUMNS.join(', ')} FROM instances`);
+  await c.query('ALTER TABLE light_state ADD PRIMARY KEY (id)');
+  await c.query(`CREATE VIEW light_state_v AS SELECT ${rest.map((x) => `i.${x}`).join(', ')}, ${LIGHT_COLUMNS.map((x) => `s.${x}`).join(', ')} FROM instances i JOIN light_state s ON s.id = i.id`);
+  await c.query('ANALYZE light_state');
+}
+
 interface Part {
   lock_ms: number;
   record_ms: number;
@@ -65,7 +92,7 @@ interface Variant {
   batch_ms_max: number;
 }
 
-async function runVariant(c: PoolClient, ids: string[], opts: { dropColourIndexes: boolean; outbox: boolean }): Promise<Variant> {
+async function runVariant(c: PoolClient, ids: string[], opts: { dropColourIndexes: boolean; outbox: boolean; narrow?: boolean }): Promise<Variant> {
   const dropped: string[] = [];
   if (opts.dropColourIndexes) {
     const idx = await c.query<{ indexname: string; indexdef: string }>(`SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'instances' AND indexdef ~ 'WHERE .*\\mlight\\M'`);
@@ -86,13 +113,16 @@ async function runVariant(c: PoolClient, ids: string[], opts: { dropColourIndexe
       const chunk = ids.slice(i, i + BATCH);
       const t0 = performance.now();
       await c.query('BEGIN');
-      const locked = await lockFreeInstances(c, chunk);
+      const locked = opts.narrow
+        ? (await c.query<{ id: string }>(`SELECT id FROM light_state WHERE id = ANY($1::uuid[]) FOR UPDATE SKIP LOCKED`, [chunk])).rows.map((x) => x.id)
+        : await lockFreeInstances(c, chunk);
       const t1 = performance.now();
-      const r = await c.query<{ instance_id: string; seq: string }>({ text: opts.outbox ? TRANSITION_SQL : NO_OUTBOX_SQL, values: [locked, 3600, 'sweep', Date.now()] });
+      const text = opts.narrow ? (opts.outbox ? NARROW_SQL : NARROW_NO_OUTBOX_SQL) : opts.outbox ? TRANSITION_SQL : NO_OUTBOX_SQL;
+      const r = await c.query<{ instance_id: string; seq: string }>({ text, values: [locked, 3600, 'sweep', Date.now()] });
       const t2 = performance.now();
       const changed = r.rows; // both forms return the changed rows only (`WHERE changed`)
       if (opts.outbox) await deleteFromOutbox(c, changed.map((x) => ({ instance_id: x.instance_id, seq: Number(x.seq) }) as LightEvent));
-      const st = await hotStats(c);
+      const st = await hotStats(c, opts.narrow ? 'light_state' : 'instances');
       const t3 = performance.now();
       await c.query('COMMIT');
       const t4 = performance.now();
@@ -116,23 +146,24 @@ async function runVariant(c: PoolClient, ids: string[], opts: { dropColourIndexe
       batch_ms_max: Math.round(batchMax),
     };
   } finally {
-    await reset(c);
+    await reset(c, opts.narrow === true);
     for (const def of dropped) await c.query(def);
   }
 }
 
 /** Back to the seed: every instance green again, the outbox empty, the table rewritten compactly (at its fillfactor). */
-async function reset(c: PoolClient): Promise<void> {
-  await c.query(`UPDATE instances SET light = 'green', light_seq = 0, light_since = now() - interval '1 day', light_reason = NULL,
+async function reset(c: PoolClient, narrow = false): Promise<void> {
+  const table = narrow ? 'light_state' : 'instances';
+  await c.query(`UPDATE ${table} SET light = 'green', light_seq = 0, light_since = now() - interval '1 day', light_reason = NULL,
                         light_judged_at = now() - interval '10 minutes' WHERE light <> 'green'`);
   await c.query('DELETE FROM light_outbox');
-  await c.query('VACUUM FULL instances');
-  await c.query('ANALYZE instances');
+  await c.query(`VACUUM FULL ${table}`);
+  await c.query(`ANALYZE ${table}`);
 }
 
-/** The transaction's own counts of updates and HOT updates of `instances` so far. */
-async function hotStats(c: PoolClient): Promise<{ upd: number; hot: number }> {
-  const r = await c.query<{ upd: string; hot: string }>(`SELECT n_tup_upd AS upd, n_tup_hot_upd AS hot FROM pg_stat_xact_user_tables WHERE relname = 'instances'`);
+/** The transaction's own counts of updates and HOT updates of `table` so far. */
+async function hotStats(c: PoolClient, table: string): Promise<{ upd: number; hot: number }> {
+  const r = await c.query<{ upd: string; hot: string }>(`SELECT n_tup_upd AS upd, n_tup_hot_upd AS hot FROM pg_stat_xact_user_tables WHERE relname = $1`, [table]);
   return { upd: Number(r.rows[0]?.upd ?? 0), hot: Number(r.rows[0]?.hot ?? 0) };
 }
 
@@ -185,6 +216,7 @@ async function main(): Promise<void> {
     try {
       await c.query('SET jit = off');
       for (const q of SETTINGS) await c.query(q);
+      await createNarrow(c);
       for (const fillfactor of [100, 70]) {
         if (fillfactor !== 100) {
           say(`rewriting instances with fillfactor ${fillfactor}`);
@@ -197,6 +229,9 @@ async function main(): Promise<void> {
           ['no-colour-indexes', { dropColourIndexes: true, outbox: true }],
           ['no-outbox', { dropColourIndexes: false, outbox: false }],
           ['no-colour-indexes-no-outbox', { dropColourIndexes: true, outbox: false }],
+          // light_state is at fillfactor 70 in both rows: the fillfactor of the row is that of instances.
+          ['narrow', { dropColourIndexes: false, outbox: true, narrow: true }],
+          ['narrow-no-outbox', { dropColourIndexes: false, outbox: false, narrow: true }],
         ] as const) {
           // A first pass warms the caches and the plan; the second is the one kept. Each pass
           // ends by putting the seed back (reset).
