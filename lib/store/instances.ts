@@ -232,6 +232,24 @@ export async function silentButLit(db: Db, instanceIds: string[]): Promise<{ id:
 // (workers/heartbeat-state.ts), both newest-wins on receive times, so a batch applied twice leaves
 // what it left once --------------------------------------------------------------------------
 
+/**
+ * The lookup behind findInstanceIds: for each key, one probe of machines' unique live slug and one
+ * of instances' unique live software, whatever the planner believes about the tables. Written as a
+ * plain three-way join, it was planned from the statistics, and with those of a table that had
+ * grown since its last analysis (a few hundred rows believed to be three) Postgres hashed every
+ * live instance on its software name (every instance runs the same agent), joined each key to all
+ * of them and then scanned the customer's machines for each pair: keys x instances x machines,
+ * 25 s for 480 keys over 1,200 instances, while every customer's reports waited behind it. A
+ * LATERAL subquery with LIMIT is never flattened into the join, so each key is looked up on its
+ * own (the unique indexes make LIMIT 1 exact).
+ */
+export const FIND_INSTANCE_IDS_SQL = `SELECT k.customer_id, k.slug, k.software, m.id AS machine_id, i.id AS instance_id, i.timeout_s, i.late_percent
+     FROM unnest($1::uuid[], $2::text[], $3::text[]) AS k(customer_id, slug, software)
+     CROSS JOIN LATERAL (SELECT id FROM machines
+                          WHERE customer_id = k.customer_id AND slug = k.slug AND retired_at IS NULL LIMIT 1) m
+     CROSS JOIN LATERAL (SELECT id, timeout_s, late_percent FROM instances
+                          WHERE machine_id = m.id AND software = k.software AND retired_at IS NULL LIMIT 1) i`;
+
 /** Ids and rules (lib/store/timeout-rules.ts) of existing instances (not retired), by (customer id, machine slug, software): one read for many. */
 export async function findInstanceIds(
   db: Db,
@@ -240,10 +258,7 @@ export async function findInstanceIds(
   software: string[],
 ): Promise<{ customer_id: string; slug: string; software: string; machine_id: string; instance_id: string; timeout_s: number | null; late_percent: number | null }[]> {
   const r = await db.query<{ customer_id: string; slug: string; software: string; machine_id: string; instance_id: string; timeout_s: number | null; late_percent: number | null }>(
-    `SELECT m.customer_id, m.slug, i.software, m.id AS machine_id, i.id AS instance_id, i.timeout_s, i.late_percent
-         FROM unnest($1::uuid[], $2::text[], $3::text[]) AS k(customer_id, slug, software)
-         JOIN machines m ON m.customer_id = k.customer_id AND m.slug = k.slug AND m.retired_at IS NULL
-         JOIN instances i ON i.machine_id = m.id AND i.software = k.software AND i.retired_at IS NULL`,
+    FIND_INSTANCE_IDS_SQL,
     [customerIds, machines, software],
   );
   return r.rows;
