@@ -35,9 +35,18 @@ export async function insertRows(ch: ClickHouseClient, table: string, rows: obje
   });
 }
 
+/**
+ * A read. ClickHouse away (unreachable, a replica killed mid-answer, a table detached) surfaces as
+ * DependencyUnavailableError, so the api answers 503 with Retry-After, not 500: a read is safe to
+ * ask again. The answer is read inside the same guard, since a server can die after its headers.
+ */
 export async function queryRows<T>(ch: ClickHouseClient, query: string, params: Record<string, unknown> = {}): Promise<T[]> {
-  const rs = await ch.query({ query, query_params: params, format: 'JSONEachRow' });
-  return (await rs.json()) as T[];
+  try {
+    const rs = await ch.query({ query, query_params: params, format: 'JSONEachRow' });
+    return (await rs.json()) as T[];
+  } catch (e) {
+    throw asUnavailable('clickhouse', e);
+  }
 }
 
 /** Only SQL-safe identifiers become database names (test isolation creates them). */

@@ -123,6 +123,7 @@ export const CH_DATA: Readonly<Record<string, string>> = {
 };
 /** ClickHouse outages of the server or a table as a whole. */
 const CH_WHOLE: Readonly<Record<string, string>> = {
+  '32': 'ATTEMPT_TO_READ_AFTER_EOF',
   '60': 'UNKNOWN_TABLE',
   '81': 'UNKNOWN_DATABASE',
   '159': 'TIMEOUT_EXCEEDED',
@@ -137,6 +138,8 @@ const CH_WHOLE: Readonly<Record<string, string>> = {
   '241': 'MEMORY_LIMIT_EXCEEDED',
   '242': 'TABLE_IS_READ_ONLY',
   '252': 'TOO_MANY_PARTS',
+  '279': 'ALL_CONNECTION_TRIES_FAILED',
+  '285': 'TOO_FEW_LIVE_REPLICAS',
   '286': 'UNFINISHED',
   '319': 'UNKNOWN_STATUS_OF_INSERT',
   '425': 'SYSTEM_ERROR',
@@ -144,8 +147,13 @@ const CH_WHOLE: Readonly<Record<string, string>> = {
   '999': 'KEEPER_EXCEPTION',
 };
 
-/** 18.16: `Code: 60, e.displayText() = DB::Exception: …`; current: `Code: 60. DB::Exception: …`. */
-const CH_TEXT = /^Code: (\d{1,5})(?:, e\.displayText\(\) = |\. )DB::Exception/;
+/**
+ * 18.16: `Code: 60, e.displayText() = DB::Exception: …`; current: `Code: 60. DB::Exception: …`.
+ * Network failures between servers are `DB::NetException` (a replica killed while a distributed
+ * read or a replicated insert talks to it: codes 210, 279, 32): read too, else they were no
+ * ClickHouse error at all, and a read through the api answered 500 instead of 503.
+ */
+const CH_TEXT = /^Code: (\d{1,5})(?:, e\.displayText\(\) = |\. )DB::[A-Za-z]*Exception/;
 
 /** The ClickHouse error code of `e`, whichever the server's version; null when it is not one. */
 export function clickhouseCode(e: unknown): string | null {

@@ -47,6 +47,9 @@ const CH_1816_OUTAGES = {
   16: 'Code: 16, e.displayText() = DB::Exception: No such column nope in table heartbeats, e.what() = DB::Exception\n',
   117: 'Code: 117, e.displayText() = DB::Exception: Unknown field found while parsing JSONEachRow format: nope: (at row 1)\n, e.what() = DB::Exception\n',
   53: 'Code: 53, e.displayText() = DB::Exception: Type mismatch in IN or VALUES section. Expected: UInt8. Got: String, e.what() = DB::Exception\n',
+  // A distributed read whose replica is gone (remote('127.0.0.1:1', system.one)): a NetException.
+  279: 'Code: 279, e.displayText() = DB::NetException: All connection tries failed. Log: \n\nCode: 210, e.displayText() = DB::NetException: Connection refused (127.0.0.1:1), e.what() = DB::NetException\n\n, e.what() = DB::NetException\n',
+  210: 'Code: 210, e.displayText() = DB::NetException: Connection refused (127.0.0.1:1), e.what() = DB::NetException\n',
 } as const;
 
 // PostgreSQL 15.18, captured (code and message of pg's DatabaseError).
@@ -104,10 +107,13 @@ t.test('ClickHouse 18.16, captured: a table away, too many parts, a login, a sch
     t.equal(f.dependency, 'clickhouse', `${code}: of ClickHouse`);
     t.match(f.reason, new RegExp(`^ClickHouse error ${code}\\b`));
   }
-  for (const code of [60, 252, 159, 81, 192, 193]) t.ok(classifyFailure(chError(CH_1816_OUTAGES[code as 60])).whole, `${code}: the whole table or server`);
+  for (const code of [60, 252, 159, 81, 192, 193, 279, 210]) t.ok(classifyFailure(chError(CH_1816_OUTAGES[code as 60])).whole, `${code}: the whole table or server`);
   for (const code of [16, 117, 53]) t.notOk(classifyFailure(chError(CH_1816_OUTAGES[code as 16])).whole, `${code}: isolated first (it might be one report)`);
   t.same(classifyFailure(chError(CH_1816_OUTAGES[60])), { kind: 'outage', reason: 'ClickHouse error 60 UNKNOWN_TABLE', dependency: 'clickhouse', whole: true });
   t.same(classifyFailure(chError(CH_1816_OUTAGES[252])), { kind: 'outage', reason: 'ClickHouse error 252 TOO_MANY_PARTS', dependency: 'clickhouse', whole: true });
+  // NetException, not Exception: a replica away during a distributed read is ClickHouse's outage.
+  t.same(classifyFailure(chError(CH_1816_OUTAGES[279])), { kind: 'outage', reason: 'ClickHouse error 279 ALL_CONNECTION_TRIES_FAILED', dependency: 'clickhouse', whole: true });
+  t.equal(clickhouseCode(new Error('Code: 210. DB::NetException: Connection refused (127.0.0.1:1). (NETWORK_ERROR)')), '210', 'current releases too');
 });
 
 t.test('current ClickHouse: the client builds a ClickHouseError; every listed code is data, any other an outage', async (t) => {
