@@ -24,6 +24,7 @@ import { batchEnvelopeSchema } from '../lib/contract/schemas/ingest.js';
 import type { TokenInfo } from './token-cache.js';
 import { batchJsonLimits, entryBodyRefusal, entryHeadRefusal, entryJsonRefusal, machineRefusal, parseJsonObject, sizeRefusal, schemaRefusal, type EntryHead, type ParsedBody } from './admission.js';
 import type { Call, Outcome, PreparedReport } from './types.js';
+import type { AcceptedAnswer } from './help-coverage.js';
 import type { BatchKind } from '../lib/contract/schemas/ingest.js';
 import type { Ingest } from './ingest.js';
 import { keyReused, keyRegisterUnavailable } from './idempotency.js';
@@ -42,21 +43,11 @@ export interface RefusedEntry {
 
 const dec = new TextDecoder();
 
-// The text after `{` of the last answer body seen as bytes: most entries share one (`{"ok":true}`).
-let lastBody: Uint8Array | null = null;
-let lastRest = '';
-
 /** A result: the single route's answer body with its status (and the report id) in front. */
-function acceptedResult(status: number, id: string, body: string | Uint8Array): string {
-  let rest: string;
-  if (typeof body === 'string') rest = body.slice(1);
-  else if (body === lastBody) rest = lastRest;
-  else {
-    rest = dec.decode(body).slice(1);
-    lastBody = body;
-    lastRest = rest;
-  }
-  return `{"status":${status},"id":"${id}",${rest}`;
+function acceptedResult(answer: AcceptedAnswer, id: string): string {
+  // A shared pre-encoded answer carries its text (gateway/help-coverage.ts), so no entry decodes it.
+  const text = typeof answer.body === 'string' ? answer.body : (answer.text ?? dec.decode(answer.body));
+  return `{"status":${answer.status},"id":"${id}",${text.slice(1)}`;
 }
 
 function refusedResult(err: HttpError): string {
@@ -109,10 +100,11 @@ export class BatchIngest {
     let queued = false;
     // Entries per kind and status, added to the counter once per request (a labelled inc() per
     // entry was 2-3 % of a batch's CPU).
-    const tally = new Map<string, number>();
+    const tally = new Map<string, Map<number, number>>();
     const count = (kind: string, status: number) => {
-      const k = `${kind} ${status}`;
-      tally.set(k, (tally.get(k) ?? 0) + 1);
+      let byStatus = tally.get(kind);
+      if (!byStatus) tally.set(kind, (byStatus = new Map()));
+      byStatus.set(status, (byStatus.get(status) ?? 0) + 1);
     };
 
     const keyed: { i: number; kind: BatchKind; p: PreparedReport; what: string; raw: Buffer; body: unknown }[] = [];
@@ -204,7 +196,7 @@ export class BatchIngest {
         if (err) refuseEntry(i, err, what, size);
         else {
           accepted++;
-          results[i] = acceptedResult(p.answer.status, p.id, p.answer.body);
+          results[i] = acceptedResult(p.answer, p.id);
           count(kind, p.answer.status);
         }
         if (--pending === 0 && queued) finish();
@@ -213,10 +205,7 @@ export class BatchIngest {
 
     function finish(): void {
       for (const r of refused) count(r.what.split(' ')[0] || 'invalid', r.err.status);
-      for (const [k, v] of tally) {
-        const [kind, status] = k.split(' ');
-        entries.labels(kind!, status!).inc(v);
-      }
+      for (const [kind, byStatus] of tally) for (const [status, v] of byStatus) entries.labels(kind, String(status)).inc(v);
       refused.sort((a, b) => a.index - b.index);
       // Everything failed the same way on its way to the queue: the request is answered so (its
       // entries are logged, one row each, by the route).

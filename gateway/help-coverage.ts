@@ -56,8 +56,15 @@ export function distinctHelpItems(items: HelpItem[]): number {
   return new Set(items.map((i) => `${i.code}|${i.lang}`)).size;
 }
 
+/** An accepted request's status and body; `text`: the body as text when it is shared bytes (batch results embed it). */
+export interface AcceptedAnswer {
+  status: number;
+  body: string | Uint8Array;
+  text?: string;
+}
+
 /** The common answer, shared and pre-encoded (strings handed to uWS are converted per call). */
-const OK_ANSWER = { status: 200, body: new TextEncoder().encode('{"ok":true}') } as const;
+const OK_ANSWER: AcceptedAnswer = { status: 200, body: new TextEncoder().encode('{"ok":true}'), text: '{"ok":true}' };
 
 /** The status and body of an accepted ingest request (after JetStream stored it). */
 
@@ -67,7 +74,7 @@ export function acceptedAnswer(
   customerId: string,
   software: string,
   help: HelpCoverage,
-): { status: number; body: string | Uint8Array } {
+): AcceptedAnswer {
   if (kind === 'diagnostics') {
     const missing = help.missing(customerId, software, (body as { items: DiagnosticItem[] }).items);
     if (missing.length > 0) return { status: 202, body: JSON.stringify({ ok: true, missing_help: missing }) };

@@ -14,7 +14,7 @@ import type { TokenCache, TokenInfo } from './token-cache.js';
 import type { IngestPublisher } from './publisher.js';
 import type { RejectionLog } from './rejection-log.js';
 import type { LicenceGate } from './licence-gate.js';
-import type { HelpCoverage } from './help-coverage.js';
+import type { AcceptedAnswer, HelpCoverage } from './help-coverage.js';
 import type { PendingCommands } from './pending-commands.js';
 import type { IdempotencyRegister } from './idempotency.js';
 
@@ -126,8 +126,9 @@ export interface PreparedReport {
   /** Whose machine it is: its ingest partition (lib/contract/messages.ts partitionOf). */
   customerId: string;
   machine: string;
-  answer: { status: number; body: string | Uint8Array };
+  answer: AcceptedAnswer;
 }
+
 
 /** `take`: the request takes one rate token before its body; `has`: one must be left (a batch takes one per entry after reading them). */
 export type RateMode = 'take' | 'has';
