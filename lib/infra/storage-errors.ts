@@ -145,15 +145,19 @@ const CH_WHOLE: Readonly<Record<string, string>> = {
   '425': 'SYSTEM_ERROR',
   '516': 'AUTHENTICATION_FAILED',
   '999': 'KEEPER_EXCEPTION',
+  '1000': 'POCO_EXCEPTION',
 };
 
 /**
  * 18.16: `Code: 60, e.displayText() = DB::Exception: …`; current: `Code: 60. DB::Exception: …`.
  * Network failures between servers are `DB::NetException` (a replica killed while a distributed
  * read or a replicated insert talks to it: codes 210, 279, 32): read too, else they were no
- * ClickHouse error at all, and a read through the api answered 500 instead of 503.
+ * ClickHouse error at all, and a read through the api answered 500 instead of 503. A server-side
+ * Poco or std exception (1000 POCO_EXCEPTION: a socket or file; 1001 STD_EXCEPTION) is written
+ * `Code: 1000, e.code() = 104, e.displayText() = …` or `Code: 1001. …`, sometimes after
+ * `Poco::Exception. ` (the formats of ClickHouse's HTTP handler and getCurrentExceptionMessage).
  */
-const CH_TEXT = /^Code: (\d{1,5})(?:, e\.displayText\(\) = |\. )DB::[A-Za-z]*Exception/;
+const CH_TEXT = /^(?:[A-Za-z:]*[Ee]xception\. )?Code: (\d{1,5})(?:, e\.displayText\(\) = DB::[A-Za-z]*Exception|, e\.code\(\) = -?\d+|\. )/;
 
 /** The ClickHouse error code of `e`, whichever the server's version; null when it is not one. */
 export function clickhouseCode(e: unknown): string | null {
@@ -175,6 +179,9 @@ const CONNECTION_TEXT: [RegExp, Dependency][] = [
   [/Connection is closed|MaxRetriesPerRequest|max retries per request|Stream isn't writeable/i, 'redis'],
   [/CONNECTION_CLOSED|DISCONNECT|no responders/i, 'nats'],
   [/connect ECONNREFUSED|socket hang up|Timeout error|read ECONNRESET|Client has encountered a connection error/i, 'worker'],
+  // A proxy in front of the server (nginx in front of the ClickHouse replicas, deploy/cluster.ts)
+  // that reached none: its own error page is the whole answer the client reports.
+  [/<title>50[234] [^<]{1,40}<\/title>/, 'worker'],
 ];
 
 // Redis refuses writes for reasons of its own state, never the value's.

@@ -114,6 +114,11 @@ t.test('ClickHouse 18.16, captured: a table away, too many parts, a login, a sch
   // NetException, not Exception: a replica away during a distributed read is ClickHouse's outage.
   t.same(classifyFailure(chError(CH_1816_OUTAGES[279])), { kind: 'outage', reason: 'ClickHouse error 279 ALL_CONNECTION_TRIES_FAILED', dependency: 'clickhouse', whole: true });
   t.equal(clickhouseCode(new Error('Code: 210. DB::NetException: Connection refused (127.0.0.1:1). (NETWORK_ERROR)')), '210', 'current releases too');
+  // Server-side Poco and std exceptions, in the formats of ClickHouse's HTTP handler (not captured).
+  t.same(classifyFailure(chError('Code: 1000, e.code() = 104, e.displayText() = Connection reset by peer, e.what() = Connection reset by peer\n')), { kind: 'outage', reason: 'ClickHouse error 1000 POCO_EXCEPTION', dependency: 'clickhouse', whole: true });
+  t.equal(clickhouseCode(new Error('Poco::Exception. Code: 1000, e.code() = 0, e.displayText() = Timeout (version 18.16.1)')), '1000');
+  t.same(classifyFailure(chError('Code: 1001. std::bad_alloc\n')), { kind: 'outage', reason: 'ClickHouse error 1001', dependency: 'clickhouse', whole: false });
+  t.equal(clickhouseCode(new Error('Code: 60 is not a ClickHouse error text')), null, 'a text that only begins alike');
 });
 
 t.test('current ClickHouse: the client builds a ClickHouseError; every listed code is data, any other an outage', async (t) => {
@@ -210,4 +215,10 @@ t.test('adapters name the dependency that refuses as a whole, keep its code, and
   t.equal(asUnavailable('postgres', bug), bug, 'a bug is not the server');
   t.ok(isUnavailable(away));
   t.notOk(isUnavailable(bug));
+  // nginx 1.22.1 in front of the ClickHouse replicas with none reachable, captured: what
+  // @clickhouse/client reports is the proxy's page (no code). ClickHouse is away: 503, not 500.
+  const page = '<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>\r\n<center><h1>502 Bad Gateway</h1></center>\r\n<hr><center>nginx/1.22.1</center>\r\n</body>\r\n</html>\r\n';
+  const proxied = asUnavailable('clickhouse', chError(page));
+  t.ok(proxied instanceof DependencyUnavailableError && proxied.dependency === 'clickhouse', "a proxy's 502 page: ClickHouse unavailable");
+  t.notOk(isUnavailable(new Error('<html><head><title>404 Not Found</title></head></html>')), 'a 404 page is not an outage');
 });
