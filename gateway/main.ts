@@ -89,7 +89,7 @@ async function checkStream(): Promise<void> {
     log.error({ err: e }, 'stream check failed');
   }
 }
-/** A start-up step on JetStream or Postgres: retried until it succeeds, an attempt that hangs abandoned (lib/infra/startup.ts). */
+/** A JetStream start-up step: retried until it succeeds, an attempt that hangs abandoned after JETSTREAM_ATTEMPT_MS (lib/infra/startup.ts). */
 const step = <T>(what: string, fn: () => Promise<T>) =>
   startupStep(what, fn, { attemptMs: JETSTREAM_ATTEMPT_MS, onRetry: (e, attempt) => log.warn({ err: e, attempt }, `start-up: ${what} failed; retrying`) });
 await checkStream();

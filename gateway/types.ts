@@ -129,6 +129,5 @@ export interface PreparedReport {
   answer: AcceptedAnswer;
 }
 
-
 /** `take`: the request takes one rate token before its body; `has`: one must be left (a batch takes one per entry after reading them). */
 export type RateMode = 'take' | 'has';
