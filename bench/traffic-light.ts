@@ -3,7 +3,7 @@
 // (exactly one red per instance is the requirement), and the Redis memory each instance's heartbeat
 // key costs. Prints one JSON object on stdout; progress goes to stderr.
 //
-//   node dist/bench/traffic-light.js [--instances 100000] [--workers 1] [--timeout-s 60]
+//   node dist/bench/traffic-light.js [--instances 100000] [--workers 1] [--timeout-s 90]
 //
 // Runs against the servers of the usual environment (NATS_URL, DATABASE_URL, REDIS_URL,
 // CLICKHOUSE_URL, CLICKHOUSE_DB, ...; lib/infra/config.ts). It keeps out of the way of a deployment on
@@ -35,7 +35,9 @@ function arg(name: string, fallback: number): number {
 
 const N = Math.floor(arg('instances', 100_000));
 const WORKERS = Math.floor(arg('workers', 1));
-const TIMEOUT_S = arg('timeout-s', 60);
+// 90 s: the first heartbeats of 100,000 new instances take 30-60 s to apply on this machine
+// (creating them), and every one must be applied before its deadline (below).
+const TIMEOUT_S = arg('timeout-s', 90);
 const PER_MESSAGE = 500;
 const log = (msg: string) => process.stderr.write(`[bench traffic-light] ${msg}\n`);
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -144,7 +146,10 @@ async function main() {
     await sleep(200);
   }
   const applied = Date.now();
-  log(`${green} of ${N} green ${applied - t0} ms after the heartbeat${green < N ? ' (the rest was applied after its timeout)' : ''}`);
+  log(`${green} of ${N} green ${applied - t0} ms after the heartbeat`);
+  // Instances whose first heartbeat is applied after their deadline turn red when it is applied,
+  // not at it: the figures would measure the apply, not the light. No figure, then.
+  if (green < N) throw new Error(`only ${green} of ${N} instances applied (green) before their timeout of ${TIMEOUT_S} s: run again with a longer --timeout-s`);
   // The keys are written right after each batch's commit: wait until all are there.
   let keys = 0;
   while (Date.now() < deadline) {
@@ -198,7 +203,7 @@ async function main() {
     workers: WORKERS,
     heartbeat_timeout_s: TIMEOUT_S,
     publish_ms: published - t0,
-    all_green_after_heartbeat_ms: green === N ? applied - t0 : null,
+    all_green_after_heartbeat_ms: applied - t0,
     red_instances: red,
     last_red_after_timeout_ms: Number(ev.last_recorded_ms) - deadline,
     red_latency_ms: { p50: Math.round(Number(ev.p50)), p99: Math.round(Number(ev.p99)) },

@@ -190,6 +190,7 @@ export class ExpiryListener {
       try {
         const t0 = Date.now();
         await this.repair(ids);
+        const tRepaired = Date.now();
         // Rows the sweep (or a report) holds right now are skipped, not waited for: they are
         // among the unchanged ones below, and looked at again after DEFER_RETRY_MS.
         const { events } = await recordFreeTransitionsTx(this.pool, ids, 'expiry', this.params, await this.horizon.get());
@@ -203,7 +204,7 @@ export class ExpiryListener {
           await previous;
           const t2 = Date.now();
           await Promise.all([this.sink.deliverOrLeave(events), this.deferUnsettled(unchanged)]);
-          this.log.debug({ expired: ids.length, changes: events.length, recordMs: t1 - t0, deliverMs: Date.now() - t2, waiting: this.pending.size }, 'expired heartbeats handled');
+          this.log.debug({ expired: ids.length, changes: events.length, repairMs: tRepaired - t0, recordMs: t1 - tRepaired, deliverMs: Date.now() - t2, waiting: this.pending.size }, 'expired heartbeats handled');
         })().catch((e) => {
           // The deferral's read failed (Postgres away): what is not red yet is the sweep's.
           this.log.warn({ err: e, instances: unchanged.length }, 'expired heartbeats not looked at again; the sweep will');
