@@ -7,7 +7,7 @@
 // At the end, the workers' side: the stored colour (counted, swept, the rows locked in the ingest
 // order), the ingest upsert and the heartbeat flusher's write (the colour's own changes:
 // lib/store/light-events.ts).
-import type { Pool, PoolClient } from '../infra/postgres.js';
+import { ISO_TIMES, type Pool, type PoolClient } from '../infra/postgres.js';
 import { notFound } from '../contract/errors.js';
 import { lightSql, lightReasonSql, lightSinceSql, lightCandidateSql, silentSql, overdueSql, deadlineSql, lateAtSql, type LightColour } from '../domain/traffic-light.js';
 import { instanceOrderBy, cursorColumns, afterSql, type OrderKey, type GroupKey } from './instance-order.js';
@@ -102,7 +102,11 @@ export type InstanceRow = InstanceTimes & Record<string, unknown>;
 
 /** The customer's instance with its snapshot (also when retired: `retired_at`); 404 otherwise. */
 export async function getInstance(pool: Pool, customerId: string, light: LightParams, id: string): Promise<InstanceRow> {
-  const r = await pool.query<InstanceRow>(`${instanceSelect(', i.snapshot, i.retired_at')} WHERE i.customer_id = $1 AND i.id = $3 AND d.id = 1`, [customerId, light.windowS, id]);
+  const r = await pool.query<InstanceRow>({
+    text: `${instanceSelect(', i.snapshot, i.retired_at')} WHERE i.customer_id = $1 AND i.id = $3 AND d.id = 1`,
+    values: [customerId, light.windowS, id],
+    types: ISO_TIMES,
+  });
   if (!r.rows[0]) throw notFound('no such instance');
   return r.rows[0];
 }
@@ -137,7 +141,7 @@ export async function listInstances(pool: Pool, customerId: string, light: Light
   const sql = `SELECT x.*, ${cursorColumns(page.keys)} FROM (${instanceSelect()} WHERE ${where.join(' AND ')}) x
                     ${outer.length ? `WHERE ${outer.join(' AND ')}` : ''}
                     ${instanceOrderBy(page.sort, page.groupBy)} LIMIT ${param(page.limit)} OFFSET ${param(page.offset)}`;
-  return (await pool.query<InstanceRow>(sql, params)).rows;
+  return (await pool.query<InstanceRow>({ text: sql, values: params, types: ISO_TIMES })).rows;
 }
 
 /** HEARTBEAT_TIMEOUT_S and HEARTBEAT_LATE_PERCENT as the workers last applied them (lib/store/timeout-rules.ts). */
