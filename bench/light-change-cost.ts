@@ -1,32 +1,26 @@
 // What recording one change of colour costs in Postgres, and which part of it (issue 26: 100,000
-// instances falling silent together must all be red within 2 s, and one worker records about 7,000
-// changes/s: bench/README.md "Traffic light at scale"). On a database of its own, seeded by SQL with
-// N green instances whose deadline has passed, it runs what the expiry listener and the sweep run
-// for a batch (lib/store/instances.ts `lockFreeInstances`, then lib/store/light-events.ts
-// `TRANSITION_SQL`, then the delivered rows' `deleteFromOutbox`), each batch in a transaction of
-// its own, over all N, then puts the seed back, for each variant:
-//   shipped           the schema as migrated;
-//   no-colour-indexes without the indexes whose predicate names the colour (the sweep's candidates),
-//                     so that a change of colour can be a HOT update;
-//   no-outbox         the statement without its outbox row (and so nothing to delete);
-//   narrow            a sketch of the next step (not the schema): the stored colour and the times
-//                     the statement keeps (light, light_since, light_reason, light_seq,
-//                     light_judged_at, deadline, late_at, maintenance_until) in a table of their
-//                     own with only its primary key (`light_state`, fillfactor 70), the statement
-//                     reading instances joined to it (a view) and updating it, its rows the ones
-//                     locked; with and without the outbox row;
-// each once with the table as written (fillfactor 100: pages full) and once rewritten with room on
-// each page (fillfactor 70), which a HOT update also needs. Prints one JSON object on stdout.
+// instances falling silent together must all be red within 2 s: bench/README.md "What one change
+// of colour costs"). On a database of its own, seeded by SQL with N green instances whose deadline
+// has passed, it runs what the expiry listener and the sweep run for a batch
+// (lib/store/instances.ts `lockFreeInstances`, then lib/store/light-events.ts `TRANSITION_SQL`,
+// then the delivered rows' `deleteFromOutbox`), each batch in a transaction of its own, over all
+// N, then puts the seed back, for each variant:
+//   shipped           the schema as migrated: the stored colour in `instance_lights` (migration
+//                     0023-instance-lights);
+//   no-outbox         the statement without its outbox row (and so nothing to delete).
+// (Runs before 0023 also measured the colour in `instances` and a sketch of the narrow table:
+// bench/results/light-change-cost*.json, with the code of their commits.) Prints one JSON object on
+// stdout.
 //
 //   node dist/bench/light-change-cost.js [--instances 100000] [--batch 5000] [--explain]
 //
 // --explain: first the plan of one batch as shipped (EXPLAIN ANALYZE, on stderr).
-// --set name=value: a Postgres setting for its sessions (repeatable), e.g. random_page_cost=1.1.
+// Each batch is planned with TRANSITION_PLANNING, as the listener and the sweep plan it.
+// --set name=value: another Postgres setting for its sessions (repeatable).
 //
 // Runs against the servers of the usual environment (DATABASE_URL, CLICKHOUSE_URL: migrate() makes
 // both databases; lib/infra/config.ts) and drops its databases afterwards.
 import { randomBytes } from 'node:crypto';
-import pg from 'pg';
 import { loadConfig } from '../lib/infra/config.js';
 import { serverAdmin } from './fixtures.js';
 import { createPool, type PoolClient } from '../lib/infra/postgres.js';
@@ -34,7 +28,7 @@ import { createClickHouse } from '../lib/infra/clickhouse.js';
 import { migrate } from '../lib/store/migrate.js';
 import { createCustomer } from '../lib/store/customers.js';
 import { lockFreeInstances } from '../lib/store/instances.js';
-import { TRANSITION_SQL, deleteFromOutbox } from '../lib/store/light-events.js';
+import { TRANSITION_PLANNING, TRANSITION_SQL, deleteFromOutbox } from '../lib/store/light-events.js';
 import type { LightEvent } from '../lib/domain/traffic-light.js';
 
 function arg(name: string, fallback: number): number {
@@ -57,27 +51,6 @@ const say = (msg: string) => process.stderr.write(`[bench light-change-cost] ${m
 const NO_OUTBOX_SQL = TRANSITION_SQL.replace(/INSERT INTO light_outbox \([^)]*\)\s*SELECT/, 'SELECT').replace(/\s+RETURNING [\w, ]+$/, '');
 if (NO_OUTBOX_SQL === TRANSITION_SQL || /light_outbox/.test(NO_OUTBOX_SQL)) throw new Error('the recording statement changed shape: update bench/light-change-cost.ts');
 
-/** The columns the recording statement writes: in the narrow sketch, the table `light_state`. */
-const LIGHT_COLUMNS = ['light', 'light_since', 'light_reason', 'light_seq', 'light_judged_at', 'deadline', 'late_at', 'maintenance_until'];
-/** The statement reading `light_state_v` (instances with the narrow table's columns) and updating `light_state`. */
-const narrowSql = (sql: string) => {
-  const out = sql.replace('JOIN instances i ON i.id = k.id', 'JOIN light_state_v i ON i.id = k.id').replace('UPDATE instances i', 'UPDATE light_state i');
-  if (out === sql || /\binstances i\b/.test(out)) throw new Error('the recording statement changed shape: update bench/light-change-cost.ts (narrow)');
-  return out;
-};
-const NARROW_SQL = narrowSql(TRANSITION_SQL);
-const NARROW_NO_OUTBOX_SQL = narrowSql(NO_OUTBOX_SQL);
-
-/** The narrow sketch's table (only its primary key) and the view the statement reads, from the seeded instances. */
-async function createNarrow(c: PoolClient): Promise<void> {
-  const cols = (await c.query<{ column_name: string }>(`SELECT column_name FROM information_schema.columns WHERE table_name = 'instances' ORDER BY ordinal_position`)).rows.map((r) => r.column_name);
-  const rest = cols.filter((x) => !LIGHT_COLUMNS.includes(x));
-  await c.query(`CREATE TABLE light_state WITH (fillfactor = 70) AS SELECT id, ${LIGHT_COLUMNS.join(', ')} FROM instances`);
-  await c.query('ALTER TABLE light_state ADD PRIMARY KEY (id)');
-  await c.query(`CREATE VIEW light_state_v AS SELECT ${rest.map((x) => `i.${x}`).join(', ')}, ${LIGHT_COLUMNS.map((x) => `s.${x}`).join(', ')} FROM instances i JOIN light_state s ON s.id = i.id`);
-  await c.query('ANALYZE light_state');
-}
-
 interface Part {
   lock_ms: number;
   record_ms: number;
@@ -92,15 +65,7 @@ interface Variant {
   batch_ms_max: number;
 }
 
-async function runVariant(c: PoolClient, ids: string[], opts: { dropColourIndexes: boolean; outbox: boolean; narrow?: boolean }): Promise<Variant> {
-  const dropped: string[] = [];
-  if (opts.dropColourIndexes) {
-    const idx = await c.query<{ indexname: string; indexdef: string }>(`SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'instances' AND indexdef ~ 'WHERE .*\\mlight\\M'`);
-    for (const r of idx.rows) {
-      await c.query(`DROP INDEX ${pg.escapeIdentifier(r.indexname)}`);
-      dropped.push(r.indexdef);
-    }
-  }
+async function runVariant(c: PoolClient, ids: string[], opts: { outbox: boolean }): Promise<Variant> {
   try {
     const total: Part = { lock_ms: 0, record_ms: 0, outbox_delete_ms: 0 };
     let changes = 0;
@@ -113,16 +78,15 @@ async function runVariant(c: PoolClient, ids: string[], opts: { dropColourIndexe
       const chunk = ids.slice(i, i + BATCH);
       const t0 = performance.now();
       await c.query('BEGIN');
-      const locked = opts.narrow
-        ? (await c.query<{ id: string }>(`SELECT id FROM light_state WHERE id = ANY($1::uuid[]) FOR UPDATE SKIP LOCKED`, [chunk])).rows.map((x) => x.id)
-        : await lockFreeInstances(c, chunk);
+      const locked = await lockFreeInstances(c, chunk);
+      await c.query(TRANSITION_PLANNING.set); // as the listener and the sweep plan it (recordLightChanges)
       const t1 = performance.now();
-      const text = opts.narrow ? (opts.outbox ? NARROW_SQL : NARROW_NO_OUTBOX_SQL) : opts.outbox ? TRANSITION_SQL : NO_OUTBOX_SQL;
+      const text = opts.outbox ? TRANSITION_SQL : NO_OUTBOX_SQL;
       const r = await c.query<{ instance_id: string; seq: string }>({ text, values: [locked, 3600, 'sweep', Date.now()] });
       const t2 = performance.now();
       const changed = r.rows; // both forms return the changed rows only (`WHERE changed`)
       if (opts.outbox) await deleteFromOutbox(c, changed.map((x) => ({ instance_id: x.instance_id, seq: Number(x.seq) }) as LightEvent));
-      const st = await hotStats(c, opts.narrow ? 'light_state' : 'instances');
+      const st = await hotStats(c, 'instance_lights');
       const t3 = performance.now();
       await c.query('COMMIT');
       const t4 = performance.now();
@@ -146,19 +110,18 @@ async function runVariant(c: PoolClient, ids: string[], opts: { dropColourIndexe
       batch_ms_max: Math.round(batchMax),
     };
   } finally {
-    await reset(c, opts.narrow === true);
-    for (const def of dropped) await c.query(def);
+    await reset(c);
   }
 }
 
-/** Back to the seed: every instance green again, the outbox empty, the table rewritten compactly (at its fillfactor). */
-async function reset(c: PoolClient, narrow = false): Promise<void> {
-  const table = narrow ? 'light_state' : 'instances';
-  await c.query(`UPDATE ${table} SET light = 'green', light_seq = 0, light_since = now() - interval '1 day', light_reason = NULL,
-                        light_judged_at = now() - interval '10 minutes' WHERE light <> 'green'`);
+/** Back to the seed: every instance green again and due, the outbox empty, the table rewritten compactly (at its fillfactor). */
+async function reset(c: PoolClient): Promise<void> {
+  await c.query(`UPDATE instance_lights l SET light = 'green', light_seq = 0, light_since = now() - interval '1 day', light_reason = NULL,
+                        light_judged_at = now() - interval '10 minutes', recheck_at = i.deadline
+                   FROM instances i WHERE i.id = l.instance_id AND l.light <> 'green'`);
   await c.query('DELETE FROM light_outbox');
-  await c.query(`VACUUM FULL ${table}`);
-  await c.query(`ANALYZE ${table}`);
+  await c.query('VACUUM FULL instance_lights');
+  await c.query('ANALYZE instance_lights');
 }
 
 /** The transaction's own counts of updates and HOT updates of `table` so far. */
@@ -186,16 +149,21 @@ async function main(): Promise<void> {
       [customer.id, N],
     );
     await pool.query(
-      `INSERT INTO instances (customer_id, machine_id, software, first_seen_at, last_seen_at, last_heartbeat_at, version, status, status_at, light, light_since, light_judged_at,
-                              deadline, late_at)
+      `INSERT INTO instances (customer_id, machine_id, software, first_seen_at, last_seen_at, last_heartbeat_at, version, status, status_at, deadline, late_at)
        SELECT customer_id, id, 'agent', now() - interval '1 day', now() - interval '10 minutes', now() - interval '10 minutes', '1.0', 'running',
-              now() - interval '1 day', 'green', now() - interval '1 day', now() - interval '10 minutes',
-              light_deadline(now() - interval '10 minutes', NULL), light_late_at(now() - interval '10 minutes', NULL, NULL)
+              now() - interval '1 day', light_deadline(now() - interval '10 minutes', NULL), light_late_at(now() - interval '10 minutes', NULL, NULL)
          FROM machines WHERE customer_id = $1`,
       [customer.id],
     );
-    await pool.query('ANALYZE instances; ANALYZE machines');
-    const ids = (await pool.query<{ id: string }>('SELECT id FROM instances WHERE customer_id = $1 ORDER BY deadline, id', [customer.id])).rows.map((r) => r.id);
+    await pool.query(
+      `UPDATE instance_lights l SET light = 'green', light_since = now() - interval '1 day', light_judged_at = now() - interval '10 minutes', recheck_at = i.deadline
+         FROM instances i WHERE i.id = l.instance_id AND i.customer_id = $1`,
+      [customer.id],
+    );
+    await pool.query('VACUUM FULL instance_lights');
+    await pool.query('ANALYZE instances; ANALYZE machines; ANALYZE instance_lights');
+    // In no order of their ids (a fleet falls silent in any order), the same order every run.
+    const ids = (await pool.query<{ id: string }>('SELECT id FROM instances WHERE customer_id = $1 ORDER BY md5(id::text)', [customer.id])).rows.map((r) => r.id);
     if (ids.length !== N) throw new Error(`seeded ${ids.length} instances, not ${N}`);
     if (process.argv.includes('--explain')) {
       // The plan of one batch as shipped, with the time of each step (stderr), rolled back.
@@ -204,6 +172,7 @@ async function main(): Promise<void> {
         await c.query('SET jit = off');
         for (const q of SETTINGS) await c.query(q);
         await c.query('BEGIN');
+        await c.query(TRANSITION_PLANNING.set);
         const plan = await c.query<{ 'QUERY PLAN': string }>({ text: `EXPLAIN (ANALYZE, BUFFERS) ${TRANSITION_SQL}`, values: [ids.slice(0, BATCH), 3600, 'sweep', Date.now()] });
         say(`plan of one batch of ${BATCH}:\n${plan.rows.map((r) => r['QUERY PLAN']).join('\n')}`);
       } finally {
@@ -216,31 +185,18 @@ async function main(): Promise<void> {
     try {
       await c.query('SET jit = off');
       for (const q of SETTINGS) await c.query(q);
-      await createNarrow(c);
-      for (const fillfactor of [100, 70]) {
-        if (fillfactor !== 100) {
-          say(`rewriting instances with fillfactor ${fillfactor}`);
-          await c.query(`ALTER TABLE instances SET (fillfactor = ${fillfactor})`);
-          await reset(c);
-        }
-        const row: Record<string, Variant> = {};
-        for (const [name, opts] of [
-          ['shipped', { dropColourIndexes: false, outbox: true }],
-          ['no-colour-indexes', { dropColourIndexes: true, outbox: true }],
-          ['no-outbox', { dropColourIndexes: false, outbox: false }],
-          ['no-colour-indexes-no-outbox', { dropColourIndexes: true, outbox: false }],
-          // light_state is at fillfactor 70 in both rows: the fillfactor of the row is that of instances.
-          ['narrow', { dropColourIndexes: false, outbox: true, narrow: true }],
-          ['narrow-no-outbox', { dropColourIndexes: false, outbox: false, narrow: true }],
-        ] as const) {
-          // A first pass warms the caches and the plan; the second is the one kept. Each pass
-          // ends by putting the seed back (reset).
-          await runVariant(c, ids, opts);
-          row[name] = await runVariant(c, ids, opts);
-          say(`fillfactor ${fillfactor}, ${name}: ${JSON.stringify(row[name])}`);
-        }
-        results[`fillfactor_${fillfactor}`] = row;
+      const row: Record<string, Variant> = {};
+      for (const [name, opts] of [
+        ['shipped', { outbox: true }],
+        ['no-outbox', { outbox: false }],
+      ] as const) {
+        // A first pass warms the caches and the plan; the second is the one kept. Each pass
+        // ends by putting the seed back (reset).
+        await runVariant(c, ids, opts);
+        row[name] = await runVariant(c, ids, opts);
+        say(`${name}: ${JSON.stringify(row[name])}`);
       }
+      results.instance_lights_fillfactor_70 = row;
     } finally {
       c.release();
     }

@@ -264,8 +264,8 @@ async function main(): Promise<void> {
 
     // The ingest: every green or yellow instance (those a heartbeat keeps as they are), round robin.
     const live = await pool.query<{ machine: string; software: string }>(
-      `SELECT m.slug AS machine, i.software FROM instances i JOIN machines m ON m.id = i.machine_id
-        WHERE i.customer_id = $1 AND i.light IN ('green', 'yellow') ORDER BY i.last_heartbeat_at DESC`,
+      `SELECT m.slug AS machine, i.software FROM instances i JOIN instance_lights il ON il.instance_id = i.id JOIN machines m ON m.id = i.machine_id
+        WHERE i.customer_id = $1 AND il.light IN ('green', 'yellow') ORDER BY i.last_heartbeat_at DESC`,
       [customer.id],
     );
     const pathsFile = join(tmp, 'paths.txt');

@@ -1,8 +1,12 @@
 // The sweep makes the stored traffic light exact: Redis expiry events are fire-and-forget, so a
-// BullMQ repeatable job (every LIGHT_SWEEP_INTERVAL_MS) finds, by their times in Postgres,
+// BullMQ repeatable job (every LIGHT_SWEEP_INTERVAL_MS) finds, by the time each stored colour may
+// next change (`instance_lights.recheck_at`, which every judgement stores: lib/domain/traffic-light.ts
+// recheckSql),
 //   - instances not red whose deadline passed (last heartbeat + their timeout), instances green or
-//     yellow whose late time passed (lib/store/timeout-rules.ts), and
+//     yellow whose late time passed (lib/store/timeout-rules.ts),
 //   - instances stored yellow whose warning ran out (WARNING_WINDOW_S) and that are not degraded,
+//   - instances in maintenance whose window ended, and those a timeout rule or a deleted window
+//     asked to be judged again,
 // and records their changes (the same conditional UPDATE as every other path, so a change the
 // expiry listener records at the same moment is still recorded once). It also delivers changes
 // left in the outbox by a worker that died or could not reach ClickHouse, and finishes a timeout
@@ -77,13 +81,17 @@ export class LightSweep {
           }
           if (done) await markEntered(this.pool, o);
         }
-        // Each candidate changes colour (or was just changed by someone else, or its waiting
-        // heartbeat was written), so it is not found again; the bound only guards against a loop
-        // on something unforeseen.
+        // Each candidate is judged, which stores its next recheck time after the judgement (or
+        // it was just judged by someone else, or its waiting heartbeat was written), so it is not
+        // found again; the same candidates twice (rows held by others, or a recheck time that does
+        // not follow the colour's rule) end the run, and the bound guards against anything else.
+        let last = '';
         for (let round = 0; round < 10_000; round++) {
           const horizon = await this.horizon.get();
           const ids = await this.candidates(horizon);
           if (ids.length === 0) break;
+          if (ids.join() === last) break;
+          last = ids.join();
           // A candidate whose newest heartbeat was still waiting for Postgres is no longer one.
           await this.repair(ids);
           // Candidates another transaction holds (the expiry listener recording the same silence,
@@ -106,6 +114,6 @@ export class LightSweep {
 
   /** Judged at the horizon, like the change itself, so that every candidate does change. */
   private candidates(horizonMs: number): Promise<string[]> {
-    return instancesDueForSweep(this.pool, this.params.warningWindowS, this.opts.batch, horizonMs);
+    return instancesDueForSweep(this.pool, this.opts.batch, horizonMs);
   }
 }

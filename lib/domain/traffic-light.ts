@@ -73,6 +73,29 @@ export function lightSql(alias: string, windowParam: string, now = 'now()'): str
 }
 
 /**
+ * SQL: when colour `newLight` (an expression) of row `i`, judged at some time t, may next change
+ * with no report: the first of the times whose passing changes it (its deadline, late time, the end
+ * of its warning, of its maintenance), each after t because the colour says it has not passed
+ * yet; NULL where only a report, a timeout rule or a maintenance window changes it (grey, red).
+ * The recording statement stores it (`instance_lights.recheck_at`), and the sweep takes its
+ * candidates from it (lib/store/instances.ts instancesDueForSweep). It must follow lightSql: a
+ * time too late here is a change the sweep finds late (the expiry listener does not depend on it);
+ * one too early only costs a judgement.
+ */
+export function recheckSql(alias: string, newLight: string, windowParam: string): string {
+  const i = alias;
+  const deadline = `GREATEST(${i}.deadline, ${deadlineSql(`${i}.maintenance_until`, `${i}.timeout_s`)})`;
+  const lateAt = `GREATEST(${i}.late_at, ${lateAtSql(`${i}.maintenance_until`, `${i}.timeout_s`, `${i}.late_percent`)})`;
+  return `CASE ${newLight}
+    WHEN 'green' THEN LEAST(${deadline}, ${lateAt})
+    WHEN 'yellow' THEN LEAST(${deadline}, ${lateAt},
+      CASE WHEN ${i}.status IS DISTINCT FROM 'degraded' THEN ${i}.last_warning_at + make_interval(secs => ${windowParam}) END)
+    WHEN 'late' THEN ${deadline}
+    WHEN 'maintenance' THEN ${i}.maintenance_until
+    END`;
+}
+
+/**
  * SQL that every row whose colour (lightSql) is `light` satisfies, in terms an index answers
  * (status, deadline, late_at, last_warning_at: indexes of 0009-read-path and 0019-timeout-rules): a
  * list filtered to a colour other than green reads the few rows that may have it, not every row of
@@ -120,26 +143,27 @@ export function lightReasonSql(alias: string, windowParam: string, now = 'now()'
  * when it was judged; anything else changed with the newest report. Never before the stored
  * colour's own start, never in the future.
  */
-export function lightAtSql(alias: string, newLight: string, windowParam: string, now = 'now()', maintenanceFrom = now): string {
+export function lightAtSql(alias: string, newLight: string, windowParam: string, now = 'now()', maintenanceFrom = now, stored = alias): string {
   const i = alias;
+  const s = stored;
   const window = `make_interval(secs => ${windowParam})`;
   const deadline = `GREATEST(${i}.deadline, ${deadlineSql(`${i}.maintenance_until`, `${i}.timeout_s`)})`;
   const lateAt = `GREATEST(${i}.late_at, ${lateAtSql(`${i}.maintenance_until`, `${i}.timeout_s`, `${i}.late_percent`)})`;
-  return `GREATEST(${i}.light_since, LEAST(now(), CASE
+  return `GREATEST(${s}.light_since, LEAST(now(), CASE
     WHEN ${newLight} = 'maintenance' THEN ${maintenanceFrom}
     WHEN ${newLight} = 'red' AND ${silentSql(i, now)} THEN ${deadline}
     WHEN ${newLight} = 'late' AND ${overdueSql(i, now)} AND ${lateAt} > ${i}.last_seen_at THEN ${lateAt}
-    WHEN ${i}.light = 'maintenance' AND ${i}.maintenance_until > ${i}.last_seen_at THEN ${i}.maintenance_until
-    WHEN ${newLight} = 'green' AND ${i}.light = 'yellow' THEN GREATEST(${i}.last_warning_at + ${window}, ${i}.status_at)
-    WHEN ${i}.light IN ('red', 'late') AND ${i}.last_seen_at <= ${i}.light_since THEN ${now}
+    WHEN ${s}.light = 'maintenance' AND ${i}.maintenance_until > ${i}.last_seen_at THEN ${i}.maintenance_until
+    WHEN ${newLight} = 'green' AND ${s}.light = 'yellow' THEN GREATEST(${i}.last_warning_at + ${window}, ${i}.status_at)
+    WHEN ${s}.light IN ('red', 'late') AND ${i}.last_seen_at <= ${s}.light_since THEN ${now}
     ELSE ${i}.last_seen_at END))`;
 }
 
-/** SQL for since when row `i` has the colour the API shows (derived), whether or not a worker recorded it yet. */
-export function lightSinceSql(alias: string, windowParam: string): string {
+/** SQL for since when row `i` has the colour the API shows (derived), whether or not a worker recorded it yet; `stored`: the alias of its `instance_lights` row. */
+export function lightSinceSql(alias: string, windowParam: string, stored = alias): string {
   const derived = `(${lightSql(alias, windowParam)})`;
-  return `CASE WHEN ${derived} = ${alias}.light THEN COALESCE(${alias}.light_since, ${alias}.first_seen_at)
-    ELSE ${lightAtSql(alias, derived, windowParam)} END`;
+  return `CASE WHEN ${derived} = ${stored}.light THEN COALESCE(${stored}.light_since, ${alias}.first_seen_at)
+    ELSE ${lightAtSql(alias, derived, windowParam, 'now()', 'now()', stored)} END`;
 }
 
 export const LIGHTS = ['green', 'yellow', 'late', 'red', 'grey', 'maintenance'] as const;

@@ -30,7 +30,7 @@
 //
 // Not in a backup: Redis apart from 4 (heartbeat keys, the light census, idempotency and metric
 // duplicate registers, login counters, BullMQ jobs: queued webhook deliveries, schedules). A
-// restored stack rebuilds what it needs: the traffic light is kept in Postgres (`instances.light`),
+// restored stack rebuilds what it needs: the traffic light is kept in Postgres (`instance_lights`),
 // an instance silent since the backup turns red by the normal rule (the sweep), webhook events not
 // yet delivered are in the Postgres outbox. ClickHouse: FINAL rows (duplicates collapse anyway).
 import { spawn } from 'node:child_process';

@@ -59,6 +59,9 @@ async function cancelOpenCommands(c: PoolClient, instanceIds: string[], actor: s
 
 const actorOf = (userId: string | null) => (userId ? `user:${userId}` : 'system');
 
+/** A retired instance is never judged again: the sweep does not keep it among its candidates. */
+const NO_RECHECK_SQL = 'UPDATE instance_lights SET recheck_at = NULL WHERE instance_id IN (SELECT id FROM instances WHERE machine_id = $1) AND recheck_at IS NOT NULL';
+
 /**
  * Retires the customer's machine and every instance on it (404 if the machine is not the
  * customer's). Lock order: the machine row, then its instances in the ingest upsert's order, so it
@@ -84,6 +87,7 @@ export async function retireMachine(pool: Pool, customerId: string, machineId: s
     const retiredAt = at.rows[0]!.retired_at;
     await c.query('SELECT 1 FROM instances WHERE machine_id = $1 AND retired_at IS NULL ORDER BY software COLLATE "C" FOR UPDATE', [machineId]);
     await c.query('UPDATE instances SET retired_at = $2, retired_by = $3 WHERE machine_id = $1 AND retired_at IS NULL', [machineId, retiredAt, userId]);
+    await c.query(NO_RECHECK_SQL, [machineId]);
     const all = await c.query<RetiredInstance>('SELECT id, software FROM instances WHERE machine_id = $1 ORDER BY software COLLATE "C"', [machineId]);
     const cancelled = await cancelOpenCommands(c, all.rows.map((i) => i.id), actorOf(userId));
     return {
@@ -121,6 +125,7 @@ export async function retireInstance(pool: Pool, customerId: string, instanceId:
       'UPDATE instances SET retired_at = clock_timestamp(), retired_by = $2 WHERE id = $1 RETURNING retired_at',
       [instanceId, userId],
     );
+    await c.query('UPDATE instance_lights SET recheck_at = NULL WHERE instance_id = $1', [instanceId]);
     const cancelled = await cancelOpenCommands(c, [instanceId], actorOf(userId));
     return {
       ...base,

@@ -86,7 +86,7 @@ function instanceSelect(extra = ''): string {
   return `SELECT i.id, i.machine_id, i.machine, i.software,
                  CASE WHEN i.retired_at IS NOT NULL THEN 'grey' ELSE ${LIGHT} END AS light,
                  CASE WHEN i.retired_at IS NOT NULL THEN 'retired' ELSE ${lightReasonSql('i', '$2::float8')} END AS light_reason,
-                 CASE WHEN i.retired_at IS NOT NULL THEN i.retired_at ELSE ${lightSinceSql('i', '$2::float8')} END AS light_since,
+                 CASE WHEN i.retired_at IS NOT NULL THEN i.retired_at ELSE ${lightSinceSql('i', '$2::float8', 'l')} END AS light_since,
                  i.first_seen_at, i.last_seen_at, i.last_heartbeat_at, i.version, i.uptime_seconds, i.pid,
                  COALESCE(i.ip_addresses, '{}') AS ip_addresses, i.group_name, i.location, i.group_priority, i.sort_priority,
                  i.status, i.status_message, i.status_at, i.agent_ts, i.clock_skew,
@@ -94,7 +94,7 @@ function instanceSelect(extra = ''): string {
                  CASE WHEN i.retired_at IS NULL THEN GREATEST(i.deadline, ${deadlineSql('i.maintenance_until', 'i.timeout_s')}) END AS deadline,
                  CASE WHEN i.retired_at IS NULL THEN GREATEST(i.late_at, ${lateAtSql('i.maintenance_until', 'i.timeout_s', 'i.late_percent')}) END AS late_at,
                  CASE WHEN i.retired_at IS NULL AND i.maintenance_until > now() THEN i.maintenance_until END AS maintenance_until ${extra}
-            FROM instances i CROSS JOIN light_defaults d`;
+            FROM instances i LEFT JOIN instance_lights l ON l.instance_id = i.id CROSS JOIN light_defaults d`;
 }
 
 /** An instance row as the api answers it (the column group_name is the field `group`). */
@@ -154,7 +154,9 @@ export async function lightDefaults(db: Db): Promise<{ timeout_s: number; late_p
 
 /** Instances per stored colour, all customers, retired ones left out (`n`: a bigint count, as text): one scan of the table. */
 export async function countStoredLights(db: Db): Promise<{ light: string; n: string }[]> {
-  const r = await db.query<{ light: string; n: string }>(`SELECT light, count(*) AS n FROM instances WHERE retired_at IS NULL GROUP BY light`);
+  const r = await db.query<{ light: string; n: string }>(
+    `SELECT l.light, count(*) AS n FROM instances i JOIN instance_lights l ON l.instance_id = i.id WHERE i.retired_at IS NULL GROUP BY l.light`,
+  );
   return r.rows;
 }
 
@@ -178,43 +180,31 @@ export async function lockFreeInstances(c: PoolClient, instanceIds: string[]): P
   return r.rows.map((x) => x.id);
 }
 
-const SWEEP_SQL = `WITH h AS (SELECT LEAST(now(), to_timestamp($3::float8 / 1000)) AS t)
-       (SELECT id FROM instances i, h
-         WHERE light IN ('green', 'yellow', 'late') AND retired_at IS NULL AND deadline < h.t AND ${silentSql('i', 'h.t')}
-         ORDER BY deadline LIMIT $2)
-       UNION
-       (SELECT id FROM instances i, h
-         WHERE light IN ('green', 'yellow') AND retired_at IS NULL AND late_at < h.t AND ${overdueSql('i', 'h.t')}
-         ORDER BY late_at LIMIT $2)
-       UNION
-       (SELECT id FROM instances, h
-         WHERE light = 'yellow' AND retired_at IS NULL AND status IS DISTINCT FROM 'degraded'
-           AND (last_warning_at IS NULL OR last_warning_at <= h.t - make_interval(secs => $1::float8))
-         LIMIT $2)
-       UNION
-       (SELECT id FROM instances, h
-         WHERE light = 'maintenance' AND retired_at IS NULL AND maintenance_until <= h.t
-         LIMIT $2)
-       UNION
-       (SELECT id FROM instances, h
-         WHERE light IN ('red', 'late') AND retired_at IS NULL AND status IS DISTINCT FROM 'error' AND deadline >= h.t
-           AND (light = 'red' OR late_at IS NULL OR late_at >= h.t)
-         LIMIT $2)`;
+/**
+ * The sweep's candidates (workers/light-sweep.ts): live instances whose stored colour may have
+ * changed by the horizon (`horizonMs`, never after now) with no report: `recheck_at` passed (their
+ * deadline, late time, warning or maintenance ended: lib/domain/traffic-light.ts recheckSql), or a
+ * timeout rule or a deleted window asked for a new judgement (recheckNow). Earliest first, at most
+ * `limit`, from the one partial index instance_lights_recheck. (Instances entering a window are
+ * found from the window's side: lib/store/maintenance.ts instancesEnteringMaintenance.)
+ */
+export async function instancesDueForSweep(db: Db, limit: number, horizonMs: number): Promise<string[]> {
+  const r = await db.query<{ id: string }>(
+    `SELECT l.instance_id AS id FROM instance_lights l JOIN instances i ON i.id = l.instance_id
+      WHERE l.recheck_at < LEAST(now(), to_timestamp($2::float8 / 1000)) AND i.retired_at IS NULL
+      ORDER BY l.recheck_at LIMIT $1`,
+    [limit, horizonMs],
+  );
+  return r.rows.map((x) => x.id);
+}
 
 /**
- * The sweep's candidates (workers/light-sweep.ts), judged at the horizon (`horizonMs`, never after
- * now), at most `limit` of each kind: instances not red past their deadline (the red rule's
- * silentSql; earliest deadline first), instances green or yellow past their late time, instances
- * stored yellow, not degraded, whose last warning ran out, and instances stored red or late (not
- * for status error) whose times no longer say so: a timeout rule moved their deadline or late time
- * into the future; instances stored in maintenance whose window ended. The partial indexes
- * instances_light_deadline, instances_light_late, instances_light_yellow, instances_light_alert
- * and instances_light_maintenance serve the five. (Instances entering a window are found from the
- * window's side: lib/store/maintenance.ts instancesEnteringMaintenance.)
+ * SQL: the instances that `idsQuery` (a SELECT of one uuid column) returns are judged again by the
+ * next sweep: something other than the recording statement moved a time their colour depends on
+ * (a timeout rule, the defaults, a deleted maintenance window). Never moves a recheck later.
  */
-export async function instancesDueForSweep(db: Db, warningWindowS: number, limit: number, horizonMs: number): Promise<string[]> {
-  const r = await db.query<{ id: string }>(SWEEP_SQL, [warningWindowS, limit, horizonMs]);
-  return r.rows.map((x) => x.id);
+export function recheckNowSql(idsQuery: string): string {
+  return `UPDATE instance_lights SET recheck_at = now() WHERE instance_id IN (${idsQuery}) AND (recheck_at IS NULL OR recheck_at > now())`;
 }
 
 /**
@@ -224,9 +214,9 @@ export async function instancesDueForSweep(db: Db, warningWindowS: number, limit
  */
 export async function silentButLit(db: Db, instanceIds: string[]): Promise<{ id: string; due: number }[]> {
   const r = await db.query<{ id: string; due: number }>(
-    `SELECT id, (extract(epoch FROM CASE WHEN ${silentSql('i')} THEN deadline ELSE late_at END) * 1000)::float8 AS due
-         FROM instances i WHERE id = ANY($1::uuid[]) AND retired_at IS NULL
-          AND ((light IN ('green', 'yellow', 'late') AND ${silentSql('i')}) OR (light IN ('green', 'yellow') AND ${overdueSql('i')}))`,
+    `SELECT i.id, (extract(epoch FROM CASE WHEN ${silentSql('i')} THEN i.deadline ELSE i.late_at END) * 1000)::float8 AS due
+         FROM instances i JOIN instance_lights l ON l.instance_id = i.id WHERE i.id = ANY($1::uuid[]) AND i.retired_at IS NULL
+          AND ((l.light IN ('green', 'yellow', 'late') AND ${silentSql('i')}) OR (l.light IN ('green', 'yellow') AND ${overdueSql('i')}))`,
     [instanceIds],
   );
   return r.rows;

@@ -1,20 +1,25 @@
 // Changes of an instance's traffic-light colour, as the workers record and deliver them
 // (docs/architecture.md "Traffic light"; when and by whom: workers/traffic-light.ts). This module
-// owns the Postgres table `light_outbox`, the statement that records a change, the workers'
-// inserts into the ClickHouse table `light_events` (the api reads it through lib/store/history.ts)
-// and the advisory lock of the sweep (workers/light-sweep.ts):
+// owns the Postgres tables `instance_lights` and `light_outbox`, the statement that records a
+// change, the workers' inserts into the ClickHouse table `light_events` (the api reads it through
+// lib/store/history.ts) and the advisory lock of the sweep (workers/light-sweep.ts):
 //   recording    one statement recomputes the colour of some instances with the rule of
-//                lib/domain/traffic-light.ts, updates their `light` columns (light, light_since,
-//                light_reason, light_seq, light_judged_at) where the stored colour is still the
-//                one it saw, and writes each change into `light_outbox`, in the caller's transaction;
-//                it also keeps their maintenance end and the deadline and late time started again
-//                there (maintenance_until, deadline, late_at), changed or not;
+//                lib/domain/traffic-light.ts, updates their rows of `instance_lights` (light,
+//                light_since, light_reason, light_seq, light_judged_at) where the stored colour is
+//                still the one it saw, and writes each change into `light_outbox`, in the caller's
+//                transaction; it also stores when the colour may next change with no report
+//                (recheck_at: the sweep's candidates), and keeps in `instances` their maintenance
+//                end and the deadline and late time started again there (maintenance_until,
+//                deadline, late_at), changed or not. The stored colour has a narrow table of its
+//                own so that recording a change rewrites a short row and two index entries, not
+//                the wide `instances` row and its 19 (bench/README.md "What one change of colour
+//                costs");
 //   the outbox   changes recorded and not delivered yet: read oldest first, locked, and deleted
 //                once delivered;
 //   light_events every change, keyed by instance and seq (a copy delivered twice collapses).
 import type { Pool, PoolClient } from '../infra/postgres.js';
 import { insertRows, type ClickHouseClient } from '../infra/clickhouse.js';
-import { lightSql, lightReasonSql, lightAtSql, lightEventId, deadlineSql, lateAtSql, type LightCause, type LightColour, type LightEvent } from '../domain/traffic-light.js';
+import { lightSql, lightReasonSql, lightAtSql, recheckSql, lightEventId, deadlineSql, lateAtSql, type LightCause, type LightColour, type LightEvent } from '../domain/traffic-light.js';
 import { maintenanceFromSql, maintenanceUntilSql } from './maintenance.js';
 
 type Db = Pool | PoolClient;
@@ -71,23 +76,30 @@ const H = (alias: string) =>
 // time (from the occurrences: lib/store/maintenance.ts) or past (as stored); cur: once it is past,
 // the deadline and late time started again at that end (not before: a window deleted early ends
 // sooner), and for a row entering maintenance when that began (its window's start: the change's
-// time); judged: the colour; chg: rows whose colour or times change.
+// time); judged: the colour; next: its recheck time; chg: rows whose colour, times or recheck time
+// change; upd: their `instance_lights` rows; times: their `instances` times, where those changed
+// (a maintenance that ended; rare).
 // The ids come in as a set to join (unnest), not as `id = ANY($1)`: the statement is named, and
 // after five runs Postgres may keep a generic plan, where the array is a parameter, not a
 // constant, so ANY is not hashed but compared element by element for every row it scans: a batch
 // of 5,000 took 7-8 s instead of 0.35 s, from the sixth batch on, when 100,000 instances fell
-// silent together. Joined, each id is one index probe in every plan.
+// silent together. Each id is one probe of each table's primary key in every plan: a LATERAL
+// subquery with LIMIT is never flattened into the join (joined plainly, instances and
+// instance_lights were both scanned and hashed for a batch of 5,000 of 40,000:
+// test/servers/light-plan.test.ts).
 // Every step is MATERIALIZED: inlined, each reference to a column of mw or cur copied its whole
 // expression (the recursive subquery and its InitPlans) into every CASE of the colour, its reason
 // and its time, and planning alone took up to a second per report, under the instance's row lock,
 // so concurrent reports of one instance queued behind it (the concurrency stack test).
 export const TRANSITION_SQL = `
   WITH base AS MATERIALIZED (
-    SELECT i.id, i.customer_id, c.slug AS customer, i.machine_id, i.machine, i.software, i.light, i.light_since,
+    SELECT i.id, i.customer_id, c.slug AS customer, i.machine_id, i.machine, i.software, l.light, l.light_since, l.recheck_at AS stored_recheck,
            i.last_heartbeat_at, i.last_warning_at, i.last_seen_at, i.status, i.status_at, i.timeout_s, i.late_percent,
-           i.deadline AS stored_deadline, i.late_at AS stored_late_at, i.maintenance_until AS stored_mu, ${H('i')} AS judged_at
-      FROM unnest($1::uuid[]) AS k(id) JOIN instances i ON i.id = k.id JOIN customers c ON c.id = i.customer_id
-     WHERE i.retired_at IS NULL
+           i.deadline AS stored_deadline, i.late_at AS stored_late_at, i.maintenance_until AS stored_mu, ${H('l')} AS judged_at
+      FROM unnest($1::uuid[]) AS k(id)
+      CROSS JOIN LATERAL (SELECT * FROM instances x WHERE x.id = k.id AND x.retired_at IS NULL LIMIT 1) i
+      CROSS JOIN LATERAL (SELECT * FROM instance_lights y WHERE y.instance_id = k.id LIMIT 1) l
+      JOIN customers c ON c.id = i.customer_id
   ), mw AS MATERIALIZED (
     SELECT b.*, GREATEST(b.stored_mu, ${maintenanceUntilSql('b', 'b.judged_at')}) AS maintenance_until FROM base b
   ), cur AS MATERIALIZED (
@@ -102,23 +114,31 @@ export const TRANSITION_SQL = `
     SELECT cur.*, cur.light AS old_light, ${lightSql('cur', '$2::float8', 'cur.judged_at')} AS new_light,
            ${lightReasonSql('cur', '$2::float8', 'cur.judged_at')} AS reason
       FROM cur
-  ), chg AS (
-    SELECT j.*, j.new_light <> j.old_light AS changed, ${lightAtSql('j', 'j.new_light', '$2::float8', 'j.judged_at', 'COALESCE(j.maintenance_from, j.judged_at)')} AS at
+  ), next AS MATERIALIZED (
+    SELECT j.*, j.new_light <> j.old_light AS changed, ${recheckSql('j', 'j.new_light', '$2::float8')} AS recheck,
+           j.maintenance_until IS DISTINCT FROM j.stored_mu OR j.deadline IS DISTINCT FROM j.stored_deadline
+             OR j.late_at IS DISTINCT FROM j.stored_late_at AS times_changed
       FROM judged j
-     WHERE j.new_light <> j.old_light OR j.maintenance_until IS DISTINCT FROM j.stored_mu
-        OR j.deadline IS DISTINCT FROM j.stored_deadline OR j.late_at IS DISTINCT FROM j.stored_late_at
+  ), chg AS (
+    SELECT n.*, ${lightAtSql('n', 'n.new_light', '$2::float8', 'n.judged_at', 'COALESCE(n.maintenance_from, n.judged_at)')} AS at
+      FROM next n
+     WHERE n.changed OR n.times_changed OR n.recheck IS DISTINCT FROM n.stored_recheck
   ), upd AS (
-    UPDATE instances i
+    UPDATE instance_lights l
        SET light = chg.new_light,
-           light_since = CASE WHEN chg.changed THEN chg.at ELSE i.light_since END,
-           light_reason = CASE WHEN chg.changed THEN chg.reason ELSE i.light_reason END,
-           light_seq = i.light_seq + CASE WHEN chg.changed THEN 1 ELSE 0 END,
-           light_judged_at = CASE WHEN chg.changed THEN chg.judged_at ELSE i.light_judged_at END,
-           maintenance_until = chg.maintenance_until, deadline = chg.deadline, late_at = chg.late_at
+           light_since = CASE WHEN chg.changed THEN chg.at ELSE l.light_since END,
+           light_reason = CASE WHEN chg.changed THEN chg.reason ELSE l.light_reason END,
+           light_seq = l.light_seq + CASE WHEN chg.changed THEN 1 ELSE 0 END,
+           light_judged_at = CASE WHEN chg.changed THEN chg.judged_at ELSE l.light_judged_at END,
+           recheck_at = chg.recheck
       FROM chg
-     WHERE i.id = chg.id AND i.light = chg.old_light
-    RETURNING chg.changed, i.id AS instance_id, i.light_seq AS seq, chg.customer_id, chg.customer, chg.machine_id, chg.machine, chg.software,
-              chg.old_light AS from_light, chg.new_light AS to_light, chg.reason, chg.at
+     WHERE l.instance_id = chg.id AND l.light = chg.old_light
+    RETURNING chg.changed, chg.times_changed, l.instance_id, l.light_seq AS seq, chg.customer_id, chg.customer, chg.machine_id, chg.machine, chg.software,
+              chg.old_light AS from_light, chg.new_light AS to_light, chg.reason, chg.at, chg.maintenance_until, chg.deadline, chg.late_at
+  ), times AS (
+    UPDATE instances i SET maintenance_until = upd.maintenance_until, deadline = upd.deadline, late_at = upd.late_at
+      FROM upd
+     WHERE i.id = upd.instance_id AND upd.times_changed
   )
   INSERT INTO light_outbox (${OUTBOX_COLUMNS})
   SELECT instance_id, seq, customer_id, customer, machine_id, machine, software, from_light, to_light, reason, $3::text, at, clock_timestamp()
@@ -131,12 +151,17 @@ export const TRANSITION_SQL = `
  * Postgres read a batch of 5,000 by scanning and hashing the whole `instances` table (spilling to
  * disk at 100,000), so a change cost more the larger the fleet: 90 µs per change at 100,000
  * instances, 64 µs planned with 1.1 (the statement alone; bench/light-change-cost.ts,
- * bench/README.md "What one change of colour costs"). Set for the expiry listener's and the sweep's
- * statement only (SET LOCAL, then back to the default), so no other plan changes.
+ * bench/README.md "What one change of colour costs"). And its UPDATE of the batch's
+ * `instance_lights` rows joins them by probes too: with a merge join Postgres read the table's
+ * whole primary-key index for every batch (99,976 rows for a batch of 5,000 of 100,000: 45 of the
+ * batch's 141 ms), since it believed few rows change; so merge and hash joins are off for it (every
+ * join of the statement is a probe of a primary key or of a small table). Set for the expiry
+ * listener's and the sweep's statement only (SET LOCAL, then back to the default), so no other
+ * plan changes.
  */
 export const TRANSITION_PLANNING = {
-  set: 'SET LOCAL random_page_cost = 1.1',
-  reset: 'SET LOCAL random_page_cost TO DEFAULT',
+  set: 'SET LOCAL random_page_cost = 1.1; SET LOCAL enable_mergejoin = off; SET LOCAL enable_hashjoin = off',
+  reset: 'SET LOCAL random_page_cost TO DEFAULT; SET LOCAL enable_mergejoin TO DEFAULT; SET LOCAL enable_hashjoin TO DEFAULT',
 } as const;
 
 /**

@@ -12,6 +12,7 @@
 import { withTx, type Pool, type PoolClient } from '../infra/postgres.js';
 import type { Config } from '../infra/config.js';
 import { loadQuotas } from './quotas.js';
+import { recheckNowSql } from './instances.js';
 import type { MaintenanceWindow } from '../contract/schemas/maintenance.js';
 import {
   OCCURRENCE_HORIZON_MS,
@@ -187,8 +188,11 @@ export async function deleteWindow(pool: Pool, customerId: string, id: string): 
     // sweep judges them again: lib/store/light-events.ts), the others keep the end of what covers
     // them (its occurrences are gone already, with their window).
     await c.query(
-      `UPDATE instances i SET maintenance_until = COALESCE(${maintenanceUntilSql('i', 'now()')}, now())
-        WHERE i.customer_id = $1 AND i.maintenance_until > now()`,
+      `WITH u AS (
+         UPDATE instances i SET maintenance_until = COALESCE(${maintenanceUntilSql('i', 'now()')}, now())
+          WHERE i.customer_id = $1 AND i.maintenance_until > now()
+         RETURNING i.id
+       ) ${recheckNowSql('SELECT id FROM u')}`,
       [customerId],
     );
     return true;

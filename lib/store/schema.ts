@@ -904,6 +904,47 @@ export const postgresMigrations: Migration[] = [
       ).map(([t, c]) => `CREATE INDEX ${t}_${c} ON ${t} (${c}) WHERE ${c} IS NOT NULL`),
     ],
   },
+  {
+    id: '0023-instance-lights',
+    sql: [
+      // The stored traffic light in a narrow table of its own (docs/architecture.md "Traffic
+      // light"): a change of colour rewrote the whole `instances` row and, because five partial
+      // indexes named the colour, wrote an entry into each of its 19 indexes (64-75 µs per change;
+      // bench/README.md "What one change of colour costs"). Here a change writes a short row with
+      // two indexes, most often on the same page (fillfactor 70).
+      //   recheck_at  when the stored colour may next change with no report: its deadline, late
+      //               time, the end of its warning or of its maintenance (lib/store/light-events.ts
+      //               computes it with every judgement); NULL: only a report, a timeout rule or a
+      //               maintenance window changes it. The sweep's one candidate index.
+      `CREATE TABLE instance_lights (
+         instance_id uuid PRIMARY KEY REFERENCES instances(id) ON DELETE CASCADE,
+         light text NOT NULL DEFAULT 'grey' CONSTRAINT instance_lights_light_check
+           CHECK (light IN ('green', 'yellow', 'late', 'red', 'grey', 'maintenance')),
+         light_since timestamptz,
+         light_reason text,
+         light_seq bigint NOT NULL DEFAULT 0,
+         light_judged_at timestamptz,
+         recheck_at timestamptz
+       ) WITH (fillfactor = 70)`,
+      // Every live instance is judged once by the first sweep, which computes its recheck_at.
+      `INSERT INTO instance_lights (instance_id, light, light_since, light_reason, light_seq, light_judged_at, recheck_at)
+       SELECT id, light, light_since, light_reason, light_seq, light_judged_at, CASE WHEN retired_at IS NULL THEN now() END FROM instances`,
+      `CREATE INDEX instance_lights_recheck ON instance_lights (recheck_at) WHERE recheck_at IS NOT NULL`,
+      // Every instance has its row from its first insert on (the ingest upsert's, a restore's).
+      `CREATE FUNCTION instances_light_row() RETURNS trigger LANGUAGE plpgsql AS $$
+       BEGIN
+         INSERT INTO instance_lights (instance_id) VALUES (NEW.id) ON CONFLICT DO NOTHING;
+         RETURN NULL;
+       END $$`,
+      `CREATE TRIGGER instances_light_row AFTER INSERT ON instances FOR EACH ROW EXECUTE FUNCTION instances_light_row()`,
+      `DROP INDEX instances_light_deadline`,
+      `DROP INDEX instances_light_late`,
+      `DROP INDEX instances_light_alert`,
+      `DROP INDEX instances_light_yellow`,
+      `DROP INDEX instances_light_maintenance`,
+      `ALTER TABLE instances DROP COLUMN light, DROP COLUMN light_since, DROP COLUMN light_reason, DROP COLUMN light_seq, DROP COLUMN light_judged_at`,
+    ],
+  },
 ];
 
 /** When the gateway received the report: a DateTime for partitions, and the exact ms. */

@@ -30,7 +30,7 @@ import { withTx, type Pool, type PoolClient } from '../infra/postgres.js';
 import { HintPublisher, listenHints } from '../infra/hints.js';
 import { deadlineSql, lateAtSql } from '../domain/traffic-light.js';
 import { globToLike } from '../domain/glob.js';
-import { lockInstances } from './instances.js';
+import { lockInstances, recheckNowSql } from './instances.js';
 
 type Db = Pool | PoolClient;
 
@@ -204,16 +204,21 @@ const APPLY = `timeout_s = r.timeout_s, late_percent = r.late_percent,
  * many changed.
  */
 async function applyRules(c: PoolClient, ids: string[]): Promise<number> {
-  const r = await c.query(
-    `UPDATE instances SET ${APPLY}
-       FROM (SELECT i.id, x.timeout_s, x.late_percent
-               FROM instances i CROSS JOIN LATERAL timeout_rule_for(i.customer_id, i.software, i.id) x
-              WHERE i.id = ANY($1::uuid[])) r
-      WHERE instances.id = r.id
-        AND (instances.timeout_s IS DISTINCT FROM r.timeout_s OR instances.late_percent IS DISTINCT FROM r.late_percent)`,
+  // Their deadlines and late times moved (either way): the sweep judges them again.
+  const r = await c.query<{ n: number }>(
+    `WITH u AS (
+       UPDATE instances SET ${APPLY}
+         FROM (SELECT i.id, x.timeout_s, x.late_percent
+                 FROM instances i CROSS JOIN LATERAL timeout_rule_for(i.customer_id, i.software, i.id) x
+                WHERE i.id = ANY($1::uuid[])) r
+        WHERE instances.id = r.id
+          AND (instances.timeout_s IS DISTINCT FROM r.timeout_s OR instances.late_percent IS DISTINCT FROM r.late_percent)
+       RETURNING instances.id
+     ), again AS (${recheckNowSql('SELECT id FROM u')})
+     SELECT count(*)::int AS n FROM u`,
     [ids],
   );
-  return r.rowCount ?? 0;
+  return r.rows[0]!.n;
 }
 
 /**
@@ -300,6 +305,7 @@ export async function applyLightDefaults(pool: Pool, timeoutS: number, latePerce
           WHERE id = ANY($1::uuid[])`,
         [ids],
       );
+      await c.query(recheckNowSql('SELECT unnest($1::uuid[])'), [ids]);
     });
     after = ids[ids.length - 1]!;
     if (ids.length < RECOMPUTE_CHUNK) break;

@@ -130,12 +130,12 @@ t.test('kill -9 of a Redis primary while agents heartbeat: its replica takes ove
   // Every quiet instance red, once.
   const quietIds = quiet.map((m) => ids.get(m)!);
   await eventually(
-    async () => (await k.pool.query(`SELECT count(*)::int AS n FROM instances WHERE id = ANY($1::uuid[]) AND light = 'red'`, [quietIds])).rows[0].n === quiet.length,
+    async () => (await k.pool.query(`SELECT count(*)::int AS n FROM instances JOIN instance_lights ON instance_id = id WHERE id = ANY($1::uuid[]) AND light = 'red'`, [quietIds])).rows[0].n === quiet.length,
     90_000,
     'every silent instance red',
   );
   const st = await k.pool.query<{ id: string; light: string; uptime: number; hb: string; light_seq: string }>(
-    `SELECT id, light, uptime_seconds AS uptime, (extract(epoch FROM last_heartbeat_at) * 1000)::bigint::text AS hb, light_seq::text FROM instances WHERE id = ANY($1::uuid[])`,
+    `SELECT id, light, uptime_seconds AS uptime, (extract(epoch FROM last_heartbeat_at) * 1000)::bigint::text AS hb, light_seq::text FROM instances JOIN instance_lights ON instance_id = id WHERE id = ANY($1::uuid[])`,
     [[...ids.values()]],
   );
   const byId = new Map(st.rows.map((r) => [r.id, r]));
@@ -209,7 +209,7 @@ t.test('one Redis primary refusing writes (maxmemory reached) for longer than th
   const instances = async () =>
     (
       await k.pool.query<{ slug: string; id: string; light: string; light_seq: string }>(
-        `SELECT m.slug, i.id, i.light, i.light_seq::text FROM instances i JOIN machines m ON m.id = i.machine_id WHERE i.customer_id = $1 AND m.slug LIKE 'rw-%'`,
+        `SELECT m.slug, i.id, il.light, il.light_seq::text FROM instances i JOIN instance_lights il ON il.instance_id = i.id JOIN machines m ON m.id = i.machine_id WHERE i.customer_id = $1 AND m.slug LIKE 'rw-%'`,
         [k.customer.id],
       )
     ).rows;
@@ -284,7 +284,7 @@ t.test('one Redis primary refusing writes (maxmemory reached) for longer than th
   // fault, and the light waited for the reports behind it instead of turning red. The one change
   // allowed is the red of the silence after the load stopped.
   const after = await k.pool.query<{ id: string; light: string; light_seq: string; since: string }>(
-    `SELECT id, light, light_seq::text, (extract(epoch FROM light_since) * 1000)::bigint::text AS since FROM instances WHERE id = ANY($1::uuid[])`,
+    `SELECT id, light, light_seq::text, (extract(epoch FROM light_since) * 1000)::bigint::text AS since FROM instances JOIN instance_lights ON instance_id = id WHERE id = ANY($1::uuid[])`,
     [[...seqBefore.keys()]],
   );
   const changed = after.rows

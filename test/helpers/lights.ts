@@ -48,8 +48,8 @@ export interface StoredLight {
 
 export async function stored(s: TestStack, machine: string, software = 'agent'): Promise<StoredLight | null> {
   const r = await s.pool.query(
-    `SELECT i.id, i.light, i.light_seq, (extract(epoch FROM i.last_heartbeat_at) * 1000)::float8 AS hb
-       FROM instances i JOIN machines m ON m.id = i.machine_id WHERE m.slug = $1 AND i.software = $2`,
+    `SELECT i.id, il.light, il.light_seq, (extract(epoch FROM i.last_heartbeat_at) * 1000)::float8 AS hb
+       FROM instances i JOIN instance_lights il ON il.instance_id = i.id JOIN machines m ON m.id = i.machine_id WHERE m.slug = $1 AND i.software = $2`,
     [machine, software],
   );
   const row = r.rows[0];

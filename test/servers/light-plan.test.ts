@@ -17,13 +17,18 @@ await s.pool.query(
   [s.customer.id, N],
 );
 await s.pool.query(
-  `INSERT INTO instances (customer_id, machine_id, software, first_seen_at, last_seen_at, last_heartbeat_at, light, light_since, light_judged_at, deadline, late_at)
-   SELECT customer_id, id, 'agent', now() - interval '1 day', now() - interval '10 minutes', now() - interval '10 minutes', 'green', now() - interval '1 day',
-          now() - interval '10 minutes', light_deadline(now() - interval '10 minutes', NULL), light_late_at(now() - interval '10 minutes', NULL, NULL)
+  `INSERT INTO instances (customer_id, machine_id, software, first_seen_at, last_seen_at, last_heartbeat_at, deadline, late_at)
+   SELECT customer_id, id, 'agent', now() - interval '1 day', now() - interval '10 minutes', now() - interval '10 minutes',
+          light_deadline(now() - interval '10 minutes', NULL), light_late_at(now() - interval '10 minutes', NULL, NULL)
      FROM machines WHERE customer_id = $1`,
   [s.customer.id],
 );
-await s.pool.query('ANALYZE instances; ANALYZE machines');
+await s.pool.query(
+  `UPDATE instance_lights l SET light = 'green', light_since = now() - interval '1 day', light_judged_at = now() - interval '10 minutes', recheck_at = i.deadline
+     FROM instances i WHERE i.id = l.instance_id AND i.customer_id = $1`,
+  [s.customer.id],
+);
+await s.pool.query('ANALYZE instances; ANALYZE machines; ANALYZE instance_lights');
 const ids = (await s.pool.query<{ id: string }>('SELECT id FROM instances WHERE customer_id = $1 ORDER BY id LIMIT $2', [s.customer.id, BATCH])).rows.map((r) => r.id);
 
 t.test(`a batch of ${BATCH} of ${N} instances: read by probes of the primary key, not by a scan of the table`, async (t) => {
@@ -32,11 +37,15 @@ t.test(`a batch of ${BATCH} of ${N} instances: read by probes of the primary key
     await c.query('BEGIN');
     await c.query(TRANSITION_PLANNING.set);
     const plan = (await c.query({ text: `EXPLAIN ${TRANSITION_SQL}`, values: [ids, 900, 'sweep', Date.now()] })).rows.map((r) => r['QUERY PLAN'] as string);
-    // `i` is the statement's read of the batch (CTE base); the UPDATE's own join (`i_1`) is the
+    // `x` is the statement's read of the batch (CTE base); the UPDATEs' own joins are the
     // planner's choice by the size of the batch's changes.
-    const read = plan.filter((l) => /on instances i\s/.test(l));
+    const read = plan.filter((l) => /on instances x\s/.test(l));
     t.same(read.filter((l) => /Seq Scan/.test(l)), [], 'no sequential scan of instances to read the batch');
-    t.ok(read.some((l) => /Index Scan using instances_pkey on instances i\s/.test(l)), `the batch read by its primary key (${read.map((l) => l.replace(/^[\s>-]+/, '').split('  ')[0]).join('; ')})`);
+    t.ok(read.some((l) => /Index Scan using instances_pkey on instances x\s/.test(l)), `the batch read by its primary key (${read.map((l) => l.replace(/^[\s>-]+/, '').split('  ')[0]).join('; ')})`);
+    // And its stored colours (instance_lights, `y`) the same way.
+    const lights = plan.filter((l) => /on instance_lights y\s/.test(l));
+    t.same(lights.filter((l) => /Seq Scan/.test(l)), [], 'no sequential scan of instance_lights to read the batch');
+    t.ok(lights.some((l) => /Index Scan using instance_lights_pkey on instance_lights y\s/.test(l)), `the stored colours read by their primary key (${lights.map((l) => l.replace(/^[\s>-]+/, '').split('  ')[0]).join('; ')})`);
   } finally {
     await c.query('ROLLBACK');
     c.release();

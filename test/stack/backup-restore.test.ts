@@ -80,8 +80,8 @@ async function download(apiUrl: string, path: string): Promise<Buffer> {
 const pgInstances = (s: TestStack) =>
   s.pool
     .query(
-      `SELECT i.id, m.slug AS machine, i.software, i.light, i.light_seq, i.light_reason, i.status, i.version, i.last_heartbeat_at, i.last_warning_at
-         FROM instances i JOIN machines m ON m.id = i.machine_id ORDER BY m.slug, i.software`,
+      `SELECT i.id, m.slug AS machine, i.software, il.light, il.light_seq, il.light_reason, i.status, i.version, i.last_heartbeat_at, i.last_warning_at
+         FROM instances i JOIN instance_lights il ON il.instance_id = i.id JOIN machines m ON m.id = i.machine_id ORDER BY m.slug, i.software`,
     )
     .then((r) => r.rows);
 

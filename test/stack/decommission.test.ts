@@ -53,7 +53,7 @@ async function redMarker(machine: string): Promise<void> {
 }
 
 async function row(id: string) {
-  return (await s.pool.query(`SELECT light, light_seq, retired_at FROM instances WHERE id = $1`, [id])).rows[0];
+  return (await s.pool.query(`SELECT light, light_seq, retired_at FROM instances JOIN instance_lights ON instance_id = id WHERE id = $1`, [id])).rows[0];
 }
 
 t.test('retiring an instance: gone from the list and the counts, commands cancelled, Redis cleared, never red, history kept', async (t) => {

@@ -44,7 +44,7 @@ async function heartbeats(customer: Customer, machines: string[], at = Date.now(
 
 async function lights(customer: Customer, machines: string[]): Promise<Record<string, number>> {
   const r = await s.pool.query<{ light: string; n: number }>(
-    `SELECT i.light, count(*)::int AS n FROM instances i JOIN machines m ON m.id = i.machine_id WHERE i.customer_id = $1 AND m.slug = ANY($2) GROUP BY 1`,
+    `SELECT il.light, count(*)::int AS n FROM instances i JOIN instance_lights il ON il.instance_id = i.id JOIN machines m ON m.id = i.machine_id WHERE i.customer_id = $1 AND m.slug = ANY($2) GROUP BY 1`,
     [customer.id, machines],
   );
   return Object.fromEntries(r.rows.map((x) => [x.light, x.n]));

@@ -8,7 +8,7 @@ import { events, publishHeartbeats } from '../helpers/lights.js';
 const s = await testStack(t, 'replicas', { env: { HEARTBEAT_TIMEOUT_S: '2', LIGHT_SWEEP_INTERVAL_MS: '1000' } });
 await s.startWorker(); // two workers
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-const countWhere = async (where: string) => (await s.pool.query(`SELECT count(*)::int AS n FROM instances i JOIN machines m ON m.id = i.machine_id WHERE ${where}`)).rows[0].n as number;
+const countWhere = async (where: string) => (await s.pool.query(`SELECT count(*)::int AS n FROM instances i JOIN instance_lights il ON il.instance_id = i.id JOIN machines m ON m.id = i.machine_id WHERE ${where}`)).rows[0].n as number;
 
 t.test('two workers: one event per transition (green, red, green, red)', async (t) => {
   const machines = Array.from({ length: 50 }, (_, i) => `r-${i}`);
@@ -16,7 +16,7 @@ t.test('two workers: one event per transition (green, red, green, red)', async (
     const rs = await Promise.all(machines.map((m) => s.report(m, 'heartbeat')));
     t.same([...new Set(rs.map((r) => r.status))], [200]);
   };
-  const all = (light: string) => eventually(async () => (await countWhere(`m.slug LIKE 'r-%' AND i.light = '${light}'`)) === 50, 15_000, `all 50 ${light}`);
+  const all = (light: string) => eventually(async () => (await countWhere(`m.slug LIKE 'r-%' AND il.light = '${light}'`)) === 50, 15_000, `all 50 ${light}`);
   await beatAll();
   await all('green');
   await all('red');
@@ -71,13 +71,13 @@ t.test('5,000 instances falling silent together: each exactly one red event; hea
   let allRed = 0;
   const silent = Array.from({ length: 5000 }, (_, i) => `bulk-${i}`);
   try {
-    await eventually(async () => (await countWhere(`m.slug LIKE 'alive-%' AND i.light = 'green'`)) === 100, 15_000, 'the 100 live ones green');
+    await eventually(async () => (await countWhere(`m.slug LIKE 'alive-%' AND il.light = 'green'`)) === 100, 15_000, 'the 100 live ones green');
     // 5,000 instances heartbeat once, all with the same receive time, straight onto the stream.
     const at = Date.now();
     await publishHeartbeats(s, silent, at);
     // Generous: a loaded 2-core machine may take a while; what must be exact are the counts.
-    await eventually(async () => (await countWhere(`m.slug LIKE 'bulk-%' AND i.light = 'red'`)) === 5000, 60_000, 'all 5,000 red').catch(async (e: unknown) => {
-      const r = await s.pool.query(`SELECT i.light, count(*)::int AS n, min(i.deadline) AS d0, max(i.deadline) AS d1, min(i.light_judged_at) AS j0, max(i.last_heartbeat_at) AS h FROM instances i JOIN machines m ON m.id = i.machine_id WHERE m.slug LIKE 'bulk-%' GROUP BY 1`);
+    await eventually(async () => (await countWhere(`m.slug LIKE 'bulk-%' AND il.light = 'red'`)) === 5000, 60_000, 'all 5,000 red').catch(async (e: unknown) => {
+      const r = await s.pool.query(`SELECT il.light, count(*)::int AS n, min(i.deadline) AS d0, max(i.deadline) AS d1, min(il.light_judged_at) AS j0, max(i.last_heartbeat_at) AS h FROM instances i JOIN instance_lights il ON il.instance_id = i.id JOIN machines m ON m.id = i.machine_id WHERE m.slug LIKE 'bulk-%' GROUP BY 1`);
       const logs = s.procs.flatMap((p) => p.lines.filter((l) => Number(l.level) >= 40).slice(-5).map((l) => JSON.stringify(l).slice(0, 600)));
       throw new Error(`${String(e)}: ${JSON.stringify(r.rows)} now ${new Date().toISOString()}; warnings: ${logs.join(' | ')}`);
     });
@@ -91,7 +91,7 @@ t.test('5,000 instances falling silent together: each exactly one red event; hea
     await beat;
   }
   t.ok(rounds >= 3 && lastRound >= allRed, `the live ones kept heartbeating all along (${rounds} rounds)`);
-  const stillGreen = await countWhere(`m.slug LIKE 'alive-%' AND i.light = 'green' OR m.slug LIKE 'alive-%' AND i.last_heartbeat_at < now() - interval '2 s'`);
+  const stillGreen = await countWhere(`m.slug LIKE 'alive-%' AND il.light = 'green' OR m.slug LIKE 'alive-%' AND i.last_heartbeat_at < now() - interval '2 s'`);
   t.equal(stillGreen, 100, 'every heartbeating one green now, unless its last heartbeat is older than the timeout');
 
   // Markers: every change takes the next light_seq of its instance, in the transaction that records
@@ -111,7 +111,7 @@ t.test('5,000 instances falling silent together: each exactly one red event; hea
   // recorded and every change up to it is in ClickHouse, any red recorded while it heartbeat is there.
   await eventually(async () => {
     const pg = await s.pool.query<{ id: string; light: string; light_seq: string }>(
-      `SELECT i.id, i.light, i.light_seq FROM instances i JOIN machines m ON m.id = i.machine_id WHERE m.slug LIKE 'alive-%'`,
+      `SELECT i.id, il.light, il.light_seq FROM instances i JOIN instance_lights il ON il.instance_id = i.id JOIN machines m ON m.id = i.machine_id WHERE m.slug LIKE 'alive-%'`,
     );
     const ch = new Map(
       (await chRows<{ instance_id: string; n: string; top: string }>(s.ch, `SELECT instance_id, count() AS n, max(seq) AS top FROM light_events FINAL WHERE machine LIKE 'alive-%' GROUP BY instance_id`)).map(

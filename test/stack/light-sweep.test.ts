@@ -20,7 +20,7 @@ t.test('no expiry listener: the sweep turns every silent instance red, once', as
   const rs = await Promise.all(machines.map((m) => post(ingest(m, 'heartbeat'), s.token, {})));
   t.same([...new Set(rs.map((r) => r.status))], [200]);
   await eventually(async () => {
-    const r = await s.pool.query(`SELECT count(*)::int AS n FROM instances WHERE light = 'red'`);
+    const r = await s.pool.query(`SELECT count(*)::int AS n FROM instances JOIN instance_lights ON instance_id = id WHERE light = 'red'`);
     return r.rows[0].n === 20;
   }, 15_000, 'all 20 red');
   const ev = await eventually(async () => {
@@ -96,7 +96,7 @@ t.test('a row another transaction holds does not stop the sweep; it is judged on
   const rs = await Promise.all(machines.map((m) => post(ingest(m, 'heartbeat'), s.token, {})));
   t.same([...new Set(rs.map((r) => r.status))], [200]);
   await eventually(async () => {
-    const r = await s.pool.query(`SELECT count(*)::int AS n FROM instances WHERE machine LIKE 'held-%' AND light = 'green'`);
+    const r = await s.pool.query(`SELECT count(*)::int AS n FROM instances JOIN instance_lights ON instance_id = id WHERE machine LIKE 'held-%' AND light = 'green'`);
     return r.rows[0].n === 10;
   }, 5000, 'all ten green');
   const held = (await stored(s, 'held-0'))!;
@@ -105,7 +105,7 @@ t.test('a row another transaction holds does not stop the sweep; it is judged on
     await c.query('BEGIN');
     await c.query('SELECT 1 FROM instances WHERE id = $1 FOR UPDATE', [held.id]);
     await eventually(async () => {
-      const r = await s.pool.query(`SELECT count(*)::int AS n FROM instances WHERE machine LIKE 'held-%' AND light = 'red'`);
+      const r = await s.pool.query(`SELECT count(*)::int AS n FROM instances JOIN instance_lights ON instance_id = id WHERE machine LIKE 'held-%' AND light = 'red'`);
       return r.rows[0].n === 9;
     }, 10_000, 'the other nine red while one row is held');
     await sleep(1000);
