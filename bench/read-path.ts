@@ -236,16 +236,14 @@ async function main(): Promise<void> {
     // n: the instance's number; its colour follows n % 100 (0 red by status, 1-3 yellow, 4 grey, 5 red by silence).
     await pool.query(
       `INSERT INTO instances (customer_id, machine_id, software, first_seen_at, last_seen_at, last_heartbeat_at, version, uptime_seconds, pid,
-                              ip_addresses, group_name, location, group_priority, sort_priority, status, status_at, light, light_since, light_judged_at)
+                              ip_addresses, group_name, location, group_priority, sort_priority, status, status_at)
        SELECT customer_id, id, sw, now() - interval '30 days',
               CASE WHEN k = 4 THEN now() - interval '30 days' WHEN k = 5 THEN now() - interval '1 hour' ELSE now() - (n % 60) * interval '1 s' END,
               CASE WHEN k = 4 THEN NULL WHEN k = 5 THEN now() - interval '1 hour' ELSE now() - (n % 60) * interval '1 s' END,
               '5.10.' || (n % 7), n % 100000, 1000 + n % 30000, ARRAY['10.' || (n / 65536 % 256) || '.' || (n / 256 % 256) || '.' || (n % 256)],
               'group-' || lpad((n % 20)::text, 2, '0'), 'site-' || lpad((n / 7 % 50)::text, 2, '0'), n % 20, n % 1000,
               CASE WHEN k = 0 THEN 'error' WHEN k BETWEEN 1 AND 3 THEN 'degraded' WHEN k = 4 THEN NULL ELSE 'running' END,
-              CASE WHEN k = 4 THEN NULL ELSE now() - interval '1 day' END,
-              CASE WHEN k IN (0, 5) THEN 'red' WHEN k BETWEEN 1 AND 3 THEN 'yellow' WHEN k = 4 THEN 'grey' ELSE 'green' END,
-              now() - interval '1 day', now()
+              CASE WHEN k = 4 THEN NULL ELSE now() - interval '1 day' END
          FROM (SELECT m.customer_id, m.id, s.sw, substr(m.slug, 2)::int * ${SOFTWARE.length} + z.k0 AS n, (substr(m.slug, 2)::int * ${SOFTWARE.length} + z.k0) % 100 AS k
                  FROM machines m CROSS JOIN unnest($2::text[]) WITH ORDINALITY AS s(sw, k1)
                  CROSS JOIN LATERAL (SELECT (s.k1 - 1)::int AS k0) z
@@ -253,8 +251,18 @@ async function main(): Promise<void> {
         WHERE n < $3`,
       [[customer.id, other.id], SOFTWARE, N],
     );
+    // The colours stored as the workers would have recorded them (their rows made by the insert's trigger).
+    await pool.query(
+      `UPDATE instance_lights l
+          SET light = CASE WHEN i.status = 'error' OR i.last_heartbeat_at < now() - interval '30 minutes' THEN 'red'
+                           WHEN i.status = 'degraded' THEN 'yellow' WHEN i.last_heartbeat_at IS NULL THEN 'grey' ELSE 'green' END,
+              light_since = now() - interval '1 day', light_judged_at = now()
+         FROM instances i WHERE i.id = l.instance_id AND i.customer_id = ANY($1)`,
+      [[customer.id, other.id]],
+    );
     await pool.query('ANALYZE machines');
     await pool.query('ANALYZE instances');
+    await pool.query('ANALYZE instance_lights');
     const count = (await pool.query<{ n: number }>('SELECT count(*)::int AS n FROM instances WHERE customer_id = $1', [customer.id])).rows[0]!.n;
     say(`seeded ${count} instances on ${machines} machines in ${Date.now() - t0} ms`);
 

@@ -157,15 +157,21 @@ return n
 
 /**
  * Claims instances due in Postgres. KEYS: hbdue. ARGV: now, lease until, limit, state-hash prefix,
- * then (optional) instance ids to claim whatever their due time (a repair).
+ * heartbeat-key prefix ('' = none), then (optional) instance ids to claim whatever their due time
+ * (a repair), whose heartbeat keys are deleted first when the prefix is given (one call where a
+ * DEL and a claim took two: the expiry listener repairs every instance it judges).
  * Returns [id, seen, fields, machine id, fingerprint] of each claimed one; drops members with
  * nothing to write.
  */
 const CLAIM = `
 local ids
-if #ARGV > 4 then
+if #ARGV > 5 then
   ids = {}
-  for i = 5, #ARGV do ids[#ids + 1] = ARGV[i] end
+  local drop = ARGV[5]
+  for i = 6, #ARGV do
+    ids[#ids + 1] = ARGV[i]
+    if drop ~= '' then redis.call('DEL', drop .. ARGV[i]) end
+  end
 else
   ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[3]))
 end
@@ -175,7 +181,7 @@ for _, id in ipairs(ids) do
   if st[1] and st[2] and st[3] and st[4] and tonumber(st[1]) > tonumber(st[2]) then
     redis.call('ZADD', KEYS[1], ARGV[2], id)
     out[#out + 1] = { id, st[1], st[3], st[4], st[5] or '' }
-  elseif #ARGV == 4 then
+  elseif #ARGV == 5 then
     redis.call('ZREM', KEYS[1], id)
   end
 end
@@ -494,11 +500,21 @@ export class HeartbeatState {
    * `limit` in all (a cluster's groups are claimed side by side, each its share). `more`: some
    * group had more due than its share.
    */
-  async claim(limit: number, ids: string[] = [], now = Date.now()): Promise<{ claimed: Claimed[]; more: boolean }> {
+  async claim(limit: number, ids: string[] = [], now = Date.now(), opts: { dropKeys?: boolean } = {}): Promise<{ claimed: Claimed[]; more: boolean }> {
     const share = Math.max(1, Math.ceil(limit / this.keys.groups));
     const calls: Promise<[string, string, string, string, string][]>[] = [];
     const claimIn = (g: number, some: string[]) =>
-      claimScript(this.redis, 1, this.keys.heartbeatDueOf(g), now, now + this.leaseMs, share, this.keys.heartbeatStatePrefixOf(g), ...some);
+      claimScript(
+        this.redis,
+        1,
+        this.keys.heartbeatDueOf(g),
+        now,
+        now + this.leaseMs,
+        share,
+        this.keys.heartbeatStatePrefixOf(g),
+        opts.dropKeys && some.length > 0 ? this.keys.heartbeatPrefixOf(g) : '',
+        ...some,
+      );
     if (ids.length > 0) for (const [g, some] of byGroup(ids, this.keys.groups, (id) => id)) calls.push(claimIn(g, some));
     else for (let g = 0; g < this.keys.groups; g++) calls.push(claimIn(g, []));
     const claimed: Claimed[] = [];
@@ -522,14 +538,6 @@ export class HeartbeatState {
         for (const { c, pgAt } of inGroup.slice(i, i + CHUNK)) args.push(c.instanceId, c.fields.at, c.fp, pgAt);
         calls.push(flushedScript(this.redis, 1, ...args));
       }
-    await Promise.all(calls);
-  }
-
-  /** Deletes these instances' heartbeat keys (no expiry event): their next heartbeats go to Postgres at once. */
-  async dropKeys(instanceIds: string[]): Promise<void> {
-    const calls: Promise<number>[] = [];
-    for (const [, inGroup] of byGroup(instanceIds, this.keys.groups, (id) => id))
-      for (let i = 0; i < inGroup.length; i += CHUNK) calls.push(this.redis.del(...inGroup.slice(i, i + CHUNK).map((id) => this.keys.heartbeat(id))));
     await Promise.all(calls);
   }
 
@@ -598,16 +606,17 @@ export class HeartbeatFlusher {
   /**
    * Writes the newest heartbeat of these instances now, if Postgres lacks it: before the expiry
    * listener and the sweep judge silence (they then see exact times even if a flush is late).
-   * First their heartbeat keys go: from then on each heartbeat of theirs reaches Postgres at once,
+   * First their heartbeat keys go (in the claim's own script, so no heartbeat can be skipped
+   * between the two): from then on each heartbeat of theirs reaches Postgres at once,
    * so one that arrives while they are judged, or after they turned late or red, is never skipped
    * (a key can outlive the instance's deadline when a worker's copy of its rule is stale).
    */
   async repair(instanceIds: string[]): Promise<number> {
     if (!this.state.enabled || instanceIds.length === 0) return 0;
-    await this.state.dropKeys(instanceIds);
     let n = 0;
     for (let i = 0; i < instanceIds.length; i += this.batch) {
-      const { claimed } = await this.state.claim(this.batch, instanceIds.slice(i, i + this.batch));
+      // Their heartbeat keys go in the same call (dropKeys), before their waiting heartbeats are claimed.
+      const { claimed } = await this.state.claim(this.batch, instanceIds.slice(i, i + this.batch), Date.now(), { dropKeys: true });
       if (claimed.length) await this.write(claimed);
       n += claimed.length;
     }

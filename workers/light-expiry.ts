@@ -176,25 +176,43 @@ export class ExpiryListener {
     });
   }
 
+  /** Up to a batch of the pending instances, taken out of the pending set. */
+  private take(): string[] {
+    const ids: string[] = [];
+    for (const id of this.pending) {
+      ids.push(id);
+      this.pending.delete(id);
+      if (ids.length >= this.batch) break;
+    }
+    return ids;
+  }
+
   private async drain(): Promise<void> {
-    // Delivering a batch's changes (ClickHouse, NATS, the outbox) overlaps with recording the next
-    // batch: one delivery at a time, in order, and drain() ends only after the last one.
+    // Three stages overlap, each one batch at a time and in order: the repair of the next batch
+    // (Redis, and Postgres for a waiting heartbeat) while this one is recorded (Postgres), and
+    // the delivery of the last one (ClickHouse, NATS, the outbox) while this one is recorded.
+    // A batch's repair always ends before its own recording begins; batches hold different
+    // instances (each id leaves `pending` when taken). drain() ends only after the last delivery.
     let delivering: Promise<void> = Promise.resolve();
-    while (this.pending.size && !this.stopped) {
-      const ids: string[] = [];
-      for (const id of this.pending) {
-        ids.push(id);
-        this.pending.delete(id);
-        if (ids.length >= this.batch) break;
-      }
+    const repairOf = (ids: string[]) => {
+      const t0 = Date.now();
+      const done = this.repair(ids).then(() => Date.now() - t0);
+      done.catch(() => {}); // awaited below; never an unhandled rejection meanwhile
+      return { ids, done };
+    };
+    let next = this.pending.size && !this.stopped ? repairOf(this.take()) : null;
+    while (next && !this.stopped) {
+      const { ids, done } = next;
+      next = null;
       try {
-        const t0 = Date.now();
-        await this.repair(ids);
-        const tRepaired = Date.now();
+        const repairMs = await done;
+        // The next batch's repair runs while this one is recorded.
+        if (this.pending.size && !this.stopped) next = repairOf(this.take());
+        const t1 = Date.now();
         // Rows the sweep (or a report) holds right now are skipped, not waited for: they are
         // among the unchanged ones below, and looked at again after DEFER_RETRY_MS.
         const { events } = await recordFreeTransitionsTx(this.pool, ids, 'expiry', this.params, await this.horizon.get());
-        const t1 = Date.now();
+        const recordMs = Date.now() - t1;
         this.onEvents(events);
         const changed = new Set(events.map((e) => e.instance_id));
         for (const id of changed) this.deferred.delete(id);
@@ -204,16 +222,19 @@ export class ExpiryListener {
           await previous;
           const t2 = Date.now();
           await Promise.all([this.sink.deliverOrLeave(events), this.deferUnsettled(unchanged)]);
-          this.log.debug({ expired: ids.length, changes: events.length, repairMs: tRepaired - t0, recordMs: t1 - tRepaired, deliverMs: Date.now() - t2, waiting: this.pending.size }, 'expired heartbeats handled');
+          this.log.debug({ expired: ids.length, changes: events.length, repairMs, recordMs, deliverMs: Date.now() - t2, waiting: this.pending.size }, 'expired heartbeats handled');
         })().catch((e) => {
           // The deferral's read failed (Postgres away): what is not red yet is the sweep's.
           this.log.warn({ err: e, instances: unchanged.length }, 'expired heartbeats not looked at again; the sweep will');
         });
       } catch (e) {
-        // Postgres away: these instances are left to the sweep, which finds them by their times.
+        // Postgres or Redis away: these instances are left to the sweep, which finds them by their times.
         this.log.warn({ err: e, instances: ids.length }, 'expired heartbeats not recorded; the sweep will');
       }
+      if (!next && this.pending.size && !this.stopped) next = repairOf(this.take());
     }
+    // Stopped with a repair under way: it finishes (it writes only what is waiting), unjudged.
+    if (next) await next.done.catch(() => {});
     await delivering;
   }
 
