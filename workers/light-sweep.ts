@@ -86,22 +86,30 @@ export class LightSweep {
         // found again; the same candidates twice (rows held by others, or a recheck time that does
         // not follow the colour's rule) end the run, and the bound guards against anything else.
         let last = '';
-        for (let round = 0; round < 10_000; round++) {
-          const horizon = await this.horizon.get();
-          const ids = await this.candidates(horizon);
-          if (ids.length === 0) break;
-          if (ids.join() === last) break;
-          last = ids.join();
-          // A candidate whose newest heartbeat was still waiting for Postgres is no longer one.
-          await this.repair(ids);
-          // Candidates another transaction holds (the expiry listener recording the same silence,
-          // a report) are skipped, not waited for; whatever that leaves unchanged is found by the
-          // next round or run.
-          const { events, skipped } = await recordFreeTransitionsTx(this.pool, ids, 'sweep', this.params, horizon);
-          this.onEvents(events);
-          await this.sink.deliverOrLeave(events);
-          changes += events.length;
-          if (ids.length < this.opts.batch || skipped.length === ids.length) break;
+        // A round's delivery (ClickHouse, NATS, the outbox) runs while the next round is judged:
+        // one delivery at a time, in order, and all of them done before the run ends (so before
+        // the next run's outbox drain could take them for undelivered).
+        let delivering: Promise<void> = Promise.resolve();
+        try {
+          for (let round = 0; round < 10_000; round++) {
+            const horizon = await this.horizon.get();
+            const ids = await this.candidates(horizon);
+            if (ids.length === 0) break;
+            if (ids.join() === last) break;
+            last = ids.join();
+            // A candidate whose newest heartbeat was still waiting for Postgres is no longer one.
+            await this.repair(ids);
+            // Candidates another transaction holds (the expiry listener recording the same silence,
+            // a report) are skipped, not waited for; whatever that leaves unchanged is found by the
+            // next round or run.
+            const { events, skipped } = await recordFreeTransitionsTx(this.pool, ids, 'sweep', this.params, horizon);
+            this.onEvents(events);
+            delivering = delivering.then(() => this.sink.deliverOrLeave(events));
+            changes += events.length;
+            if (ids.length < this.opts.batch || skipped.length === ids.length) break;
+          }
+        } finally {
+          await delivering;
         }
         return { ran: true, changes, redelivered };
       } finally {

@@ -156,7 +156,7 @@ export const Settings = Type.Object({
   API_KEEPALIVE_TIMEOUT_MS: Pos(72_000, 'an idle keep-alive connection stays open this long'),
 
   LIGHT_EXPIRY_LISTENER: Bool(true, 'workers listen for Redis expired-key events (off: only the sweep makes red)'),
-  LIGHT_SWEEP_INTERVAL_MS: Pos(5000, 'how often the sweep repairs missed expiry events'),
+  LIGHT_SWEEP_INTERVAL_MS: Pos(1000, 'how often the sweep repairs missed expiry events'),
   LIGHT_SWEEP_BATCH: Pos(5000, 'instances per traffic-light transaction'),
   LIGHT_CENSUS_INTERVAL_MS: Pos(30_000, 'how often one worker counts the instances of each traffic-light colour (the metric fleet_worker_instances)'),
   WEBHOOK_ATTEMPTS: Int(10, 1, 100, 'deliveries of one event before it is failed'),

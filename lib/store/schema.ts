@@ -926,9 +926,27 @@ export const postgresMigrations: Migration[] = [
          light_judged_at timestamptz,
          recheck_at timestamptz
        ) WITH (fillfactor = 70)`,
-      // Every live instance is judged once by the first sweep, which computes its recheck_at.
-      `INSERT INTO instance_lights (instance_id, light, light_since, light_reason, light_seq, light_judged_at, recheck_at)
-       SELECT id, light, light_since, light_reason, light_seq, light_judged_at, CASE WHEN retired_at IS NULL THEN now() END FROM instances`,
+      `INSERT INTO instance_lights (instance_id, light, light_since, light_reason, light_seq, light_judged_at)
+       SELECT id, light, light_since, light_reason, light_seq, light_judged_at FROM instances`,
+      // Each stored colour's recheck time, as the recording statement computes it
+      // (lib/domain/traffic-light.ts recheckSql, written out here as it is today), except that a
+      // warning counts from its own time (the warning window is the workers' setting; early only
+      // costs a judgement); and what the old sweep looked for besides: red or late whose times lie
+      // ahead (a timeout rule moved them), now. Not "now" for every instance: the first sweep
+      // would judge the whole fleet and repair every heartbeat key.
+      `UPDATE instance_lights l SET recheck_at = CASE
+         WHEN i.retired_at IS NOT NULL THEN NULL
+         WHEN l.light IN ('red', 'late') AND i.status IS DISTINCT FROM 'error' AND i.deadline >= now()
+              AND (l.light = 'red' OR i.late_at IS NULL OR i.late_at >= now()) THEN now()
+         WHEN l.light = 'green' THEN LEAST(GREATEST(i.deadline, light_deadline(i.maintenance_until, i.timeout_s)),
+                                           GREATEST(i.late_at, light_late_at(i.maintenance_until, i.timeout_s, i.late_percent)))
+         WHEN l.light = 'yellow' THEN LEAST(GREATEST(i.deadline, light_deadline(i.maintenance_until, i.timeout_s)),
+                                            GREATEST(i.late_at, light_late_at(i.maintenance_until, i.timeout_s, i.late_percent)),
+                                            CASE WHEN i.status IS DISTINCT FROM 'degraded' THEN i.last_warning_at END)
+         WHEN l.light = 'late' THEN GREATEST(i.deadline, light_deadline(i.maintenance_until, i.timeout_s))
+         WHEN l.light = 'maintenance' THEN i.maintenance_until
+       END
+       FROM instances i WHERE i.id = l.instance_id`,
       `CREATE INDEX instance_lights_recheck ON instance_lights (recheck_at) WHERE recheck_at IS NOT NULL`,
       // Every instance has its row from its first insert on (the ingest upsert's, a restore's).
       `CREATE FUNCTION instances_light_row() RETURNS trigger LANGUAGE plpgsql AS $$
