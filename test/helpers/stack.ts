@@ -82,7 +82,8 @@ export function dbUrl(name: string, server = base.pg): string {
   return u.toString();
 }
 
-async function adminQuery(sql: string, server = base.pg): Promise<void> {
+/** A statement on the server's `postgres` database (CREATE or DROP DATABASE). */
+export async function adminQuery(sql: string, server = base.pg): Promise<void> {
   const c = new pg.Client({ connectionString: dbUrl('postgres', server) });
   await c.connect();
   try {

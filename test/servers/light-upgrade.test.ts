@@ -7,22 +7,14 @@
 import t from 'tap';
 import pg from 'pg';
 import { randomBytes } from 'node:crypto';
-import { testStack, dbUrl } from '../helpers/stack.js';
+import { testStack, dbUrl, adminQuery } from '../helpers/stack.js';
 import { postgresMigrations } from '../../lib/store/schema.js';
 import { migrate } from '../../lib/store/migrate.js';
 
 const s = await testStack(t, 'lightupgrade', { gateway: false, worker: false, api: false });
 const name = `t_upg${randomBytes(3).toString('hex')}`;
 const server = s.env.DATABASE_URL!;
-const admin = async (sql: string) => {
-  const c = new pg.Client({ connectionString: dbUrl('postgres', server) });
-  await c.connect();
-  try {
-    await c.query(sql);
-  } finally {
-    await c.end();
-  }
-};
+const admin = (sql: string) => adminQuery(sql, server);
 await admin(`CREATE DATABASE "${name}"`);
 t.teardown(() => admin(`DROP DATABASE IF EXISTS "${name}" WITH (FORCE)`));
 
