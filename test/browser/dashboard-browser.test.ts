@@ -279,6 +279,9 @@ async function run(): Promise<void> {
     await chart.locator('canvas').waitFor();
     t.pass('a chart is drawn');
     t.match(await chart.locator('figcaption').textContent(), /latest 65/, 'the caption says the latest value');
+    // Each chart appears once its own series has loaded (SeriesChart fetches one each): the
+    // second may come a moment after the first (counted at once, it was 1 in a CI run).
+    await page.locator('#metrics .chart[data-metric="load1"] canvas').waitFor();
     t.equal(await page.locator('#metrics .chart').count(), 2, 'both metrics shown');
     await chart.locator('summary').click();
     t.equal(await chart.locator('tbody tr').count(), 12, 'the same numbers as a table');
