@@ -24,6 +24,11 @@ const GATHER_MS = 10;
  */
 const DEFER_RETRY_MS = 200;
 const DEFER_MAX_MS = 120_000;
+/**
+ * Batches of changes that may wait for delivery (ClickHouse, NATS, the outbox) before the next
+ * batch is recorded: the overlap needs one; more absorb a slow insert without a pause.
+ */
+const MAX_QUEUED_BATCHES = 4;
 
 /**
  * The `notify-keyspace-events` flags with expired-key events added: `E` (keyevent channel) and `x`
@@ -74,6 +79,8 @@ export class ExpiryListener {
   private topology: Redis | null = null;
   private nodesTimer: NodeJS.Timeout | null = null;
   private readonly pending = new Set<string>();
+  /** Ids of the batches being repaired or recorded (take()). */
+  private readonly inFlight = new Set<string>();
   /** Instance id -> when it was first deferred, and its deadline (last heartbeat + timeout, ms). */
   private readonly deferred = new Map<string, { since: number; due: number }>();
   private deferTimer: NodeJS.Timeout | null = null;
@@ -176,12 +183,18 @@ export class ExpiryListener {
     });
   }
 
-  /** Up to a batch of the pending instances, taken out of the pending set. */
+  /**
+   * Up to a batch of the pending instances, taken out of the pending set. An id that is in a batch
+   * being repaired or recorded (it came back meanwhile: deferred, or its key expired again) stays
+   * pending for a later batch, so no two batches under way hold the same instance.
+   */
   private take(): string[] {
     const ids: string[] = [];
     for (const id of this.pending) {
+      if (this.inFlight.has(id)) continue;
       ids.push(id);
       this.pending.delete(id);
+      this.inFlight.add(id);
       if (ids.length >= this.batch) break;
     }
     return ids;
@@ -189,25 +202,33 @@ export class ExpiryListener {
 
   private async drain(): Promise<void> {
     // Three stages overlap, each one batch at a time and in order: the repair of the next batch
-    // (Redis, and Postgres for a waiting heartbeat) while this one is recorded (Postgres), and
-    // the delivery of the last one (ClickHouse, NATS, the outbox) while this one is recorded.
-    // A batch's repair always ends before its own recording begins; batches hold different
-    // instances (each id leaves `pending` when taken). drain() ends only after the last delivery.
-    let delivering: Promise<void> = Promise.resolve();
+    // (Redis, and Postgres for a waiting heartbeat) while this one is recorded (Postgres), and the
+    // delivery of the batches before (the sink's queue: ClickHouse, NATS, the outbox). A batch's
+    // repair ends before its recording begins. At most MAX_QUEUED_BATCHES batches' changes wait
+    // for delivery: with ClickHouse slow, recording waits for it rather than holding ever more
+    // changes in memory. drain() ends only after its last delivery.
+    let delivered: Promise<void> = Promise.resolve();
+    let deferring: Promise<void> = Promise.resolve();
     const repairOf = (ids: string[]) => {
       const t0 = Date.now();
       const done = this.repair(ids).then(() => Date.now() - t0);
       done.catch(() => {}); // awaited below; never an unhandled rejection meanwhile
       return { ids, done };
     };
-    let next = this.pending.size && !this.stopped ? repairOf(this.take()) : null;
+    const nextBatch = () => {
+      if (this.pending.size === 0 || this.stopped) return null;
+      const ids = this.take();
+      return ids.length > 0 ? repairOf(ids) : null;
+    };
+    let next = nextBatch();
     while (next && !this.stopped) {
       const { ids, done } = next;
       next = null;
       try {
         const repairMs = await done;
         // The next batch's repair runs while this one is recorded.
-        if (this.pending.size && !this.stopped) next = repairOf(this.take());
+        next = nextBatch();
+        await this.sink.queuedAtMost(MAX_QUEUED_BATCHES * this.batch);
         const t1 = Date.now();
         // Rows the sweep (or a report) holds right now are skipped, not waited for: they are
         // among the unchanged ones below, and looked at again after DEFER_RETRY_MS.
@@ -217,25 +238,31 @@ export class ExpiryListener {
         const changed = new Set(events.map((e) => e.instance_id));
         for (const id of changed) this.deferred.delete(id);
         const unchanged = ids.filter((id) => !changed.has(id));
-        const previous = delivering;
-        delivering = (async () => {
-          await previous;
-          const t2 = Date.now();
-          await Promise.all([this.sink.deliverOrLeave(events), this.deferUnsettled(unchanged)]);
-          this.log.debug({ expired: ids.length, changes: events.length, repairMs, recordMs, deliverMs: Date.now() - t2, waiting: this.pending.size }, 'expired heartbeats handled');
-        })().catch((e) => {
-          // The deferral's read failed (Postgres away): what is not red yet is the sweep's.
-          this.log.warn({ err: e, instances: unchanged.length }, 'expired heartbeats not looked at again; the sweep will');
+        const queuedAt = Date.now();
+        const waiting = this.pending.size;
+        delivered = this.sink.queue(events).then(() => {
+          this.log.debug({ expired: ids.length, changes: events.length, repairMs, recordMs, deliveredAfterMs: Date.now() - queuedAt, waiting }, 'expired heartbeats handled');
         });
+        deferring = deferring
+          .then(() => this.deferUnsettled(unchanged))
+          .catch((e) => {
+            // The deferral's read failed (Postgres away): what is not red yet is the sweep's.
+            this.log.warn({ err: e, instances: unchanged.length }, 'expired heartbeats not looked at again; the sweep will');
+          });
       } catch (e) {
         // Postgres or Redis away: these instances are left to the sweep, which finds them by their times.
         this.log.warn({ err: e, instances: ids.length }, 'expired heartbeats not recorded; the sweep will');
+      } finally {
+        for (const id of ids) this.inFlight.delete(id);
       }
-      if (!next && this.pending.size && !this.stopped) next = repairOf(this.take());
+      next ??= nextBatch();
     }
     // Stopped with a repair under way: it finishes (it writes only what is waiting), unjudged.
-    if (next) await next.done.catch(() => {});
-    await delivering;
+    if (next) {
+      await next.done.catch(() => {});
+      for (const id of next.ids) this.inFlight.delete(id);
+    }
+    await Promise.all([delivered, deferring]);
   }
 
   /** Of these (expired, not changed), the ones silent by the wall clock: the horizon is behind. */

@@ -87,9 +87,10 @@ export class LightSweep {
         // not follow the colour's rule) end the run, and the bound guards against anything else.
         let last = '';
         // A round's delivery (ClickHouse, NATS, the outbox) runs while the next round is judged:
-        // one delivery at a time, in order, and all of them done before the run ends (so before
+        // the sink's queue delivers one batch at a time, in order (this worker's expiry listener
+        // queues there too), and the run ends only after its last round is delivered (so before
         // the next run's outbox drain could take them for undelivered).
-        let delivering: Promise<void> = Promise.resolve();
+        let delivered: Promise<void> = Promise.resolve();
         try {
           for (let round = 0; round < 10_000; round++) {
             const horizon = await this.horizon.get();
@@ -104,12 +105,12 @@ export class LightSweep {
             // next round or run.
             const { events, skipped } = await recordFreeTransitionsTx(this.pool, ids, 'sweep', this.params, horizon);
             this.onEvents(events);
-            delivering = delivering.then(() => this.sink.deliverOrLeave(events));
+            delivered = this.sink.queue(events);
             changes += events.length;
             if (ids.length < this.opts.batch || skipped.length === ids.length) break;
           }
         } finally {
-          await delivering;
+          await delivered;
         }
         return { ran: true, changes, redelivered };
       } finally {

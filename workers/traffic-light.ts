@@ -194,6 +194,38 @@ export class LightEventSink {
     this.onDelivered(events);
   }
 
+  /** The last delivery queued (`queue`): every later one starts after it. */
+  private tail: Promise<void> = Promise.resolve();
+  /** Events handed to `queue` and not yet delivered (or left to the outbox). */
+  private queuedEvents = 0;
+
+  /**
+   * Delivers `events` after everything queued before them, one delivery at a time, in order: the
+   * expiry listener and the sweep hand a batch's changes over and go on judging the next batch.
+   * Resolves once they are delivered or left to the outbox (deliverOrLeave: it never rejects).
+   * With nothing to deliver it resolves when what was queued before has gone.
+   */
+  queue(events: LightEvent[]): Promise<void> {
+    if (events.length === 0) return this.tail;
+    this.queuedEvents += events.length;
+    this.tail = this.tail.then(() => this.deliverOrLeave(events)).finally(() => (this.queuedEvents -= events.length));
+    return this.tail;
+  }
+
+  /** Events queued and not yet delivered (or left to the outbox). */
+  get queued(): number {
+    return this.queuedEvents;
+  }
+
+  /**
+   * Resolves once at most `limit` events wait in the queue: a caller that records faster than
+   * ClickHouse takes the changes (ClickHouse slow, not away: away fails fast into the outbox)
+   * waits here instead of holding ever more of them in memory.
+   */
+  async queuedAtMost(limit: number): Promise<void> {
+    while (this.queuedEvents > limit) await this.tail;
+  }
+
   /** Delivers what `recordTransitions` returned; a failure leaves the events to the outbox drain. */
   async deliverOrLeave(events: LightEvent[]): Promise<void> {
     try {

@@ -1,18 +1,43 @@
 // The sweep alone: with every expiry listener stopped (LIGHT_EXPIRY_LISTENER=0), silent instances
-// still turn red, each once; a warning that ran out turns yellow back into green; changes a worker
-// committed but did not deliver (it died) are delivered from the outbox.
+// still turn red, each once, in rounds of 7 (LIGHT_SWEEP_BATCH) whose deliveries overlap the next
+// round's judgement, each change delivered once; a warning that ran out turns yellow back into
+// green; changes a worker committed but did not deliver (it died) are delivered from the outbox;
+// the colour table missing mid-way stops the sweep without losing or doubling a change.
 import t from 'tap';
-import { testStack, post, eventually } from '../helpers/stack.js';
+import { testStack, post, eventually, chRows } from '../helpers/stack.js';
 import { events, stored } from '../helpers/lights.js';
+import { stopMerges } from '../helpers/stored-once.js';
+import { deadLetterCount } from '../helpers/outage.js';
 import { Horizon, recordTransitions } from '../../workers/traffic-light.js';
 import { createLogger } from '../../lib/infra/log.js';
-import { ingestStreams } from '../../lib/contract/messages.js';
+import { ingestStreams, subjects } from '../../lib/contract/messages.js';
+import type { LightMessage } from '../../lib/domain/traffic-light.js';
 
 const s = await testStack(t, 'sweep', {
-  env: { HEARTBEAT_TIMEOUT_S: '2', WARNING_WINDOW_S: '2', LIGHT_EXPIRY_LISTENER: '0', LIGHT_SWEEP_INTERVAL_MS: '500' },
+  env: { HEARTBEAT_TIMEOUT_S: '2', WARNING_WINDOW_S: '2', LIGHT_EXPIRY_LISTENER: '0', LIGHT_SWEEP_INTERVAL_MS: '500', LIGHT_SWEEP_BATCH: '7', WORKER_RETRY_MAX_MS: '2000' },
 });
 const ingest = (m: string, kind: string) => s.ingestUrl(m, kind);
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+// Raw rows count copies: a change delivered twice is two rows until a merge, and merges stay off.
+await stopMerges(s.ch, s.env.CLICKHOUSE_DB!, ['light_events']);
+// Every change the workers publish for the live stream, by instance and seq.
+const published = new Map<string, number>();
+const live = s.nc.subscribe(subjects(s.env.SUBJECT_PREFIX!).control(`light.${s.customer.id}`));
+void (async () => {
+  for await (const m of live) {
+    for (const e of (m.json() as LightMessage).events) published.set(`${e.instance_id}/${e.seq}`, (published.get(`${e.instance_id}/${e.seq}`) ?? 0) + 1);
+  }
+})();
+t.teardown(() => live.unsubscribe());
+
+/** Changes of `where` stored in more than one raw row of light_events (a delivery copied). */
+async function copiedRows(where: string): Promise<string[]> {
+  const rows = await chRows<{ k: string }>(
+    s.ch,
+    `SELECT concat(toString(instance_id), '/', toString(seq)) AS k FROM light_events WHERE ${where} GROUP BY instance_id, seq HAVING count() > 1`,
+  );
+  return rows.map((r) => r.k);
+}
 
 t.test('no expiry listener: the sweep turns every silent instance red, once', async (t) => {
   t.ok(s.procs.find((p) => p.name === 'worker')!.lines.some((l) => /expiry listener off/.test(l.msg ?? '')), 'the worker does not listen');
@@ -38,6 +63,11 @@ t.test('no expiry listener: the sweep turns every silent instance red, once', as
   }
   const late = Math.max(...reds.map((e) => e.recorded_ms - e.at_ms));
   t.ok(late < 5000, `the last one recorded ${late} ms after its timeout (sweep every 500 ms)`);
+  // 20 in rounds of 7: each round's delivery ran beside the next round's judgement. Each change
+  // reached ClickHouse and the live stream once.
+  t.same(await copiedRows(`machine LIKE 's-%'`), [], 'no change stored twice (raw rows, merges stopped)');
+  await eventually(async () => ev.every((e) => published.has(`${e.instance_id}/${e.seq}`)), 5000, 'every change published');
+  t.same(ev.filter((e) => published.get(`${e.instance_id}/${e.seq}`) !== 1).map((e) => `${e.machine}/${e.seq}`), [], 'each change published once');
   // A heartbeat turns them green again (reports need no listener).
   await post(ingest('s-0', 'heartbeat'), s.token, {});
   await eventually(async () => (await stored(s, 's-0'))?.light === 'green', 5000, 's-0 green again');
@@ -123,6 +153,50 @@ t.test('a row another transaction holds does not stop the sweep; it is judged on
   t.equal(new Set(ev.map((e) => e.instance_id)).size, 10);
   const first = ev.find((e) => e.instance_id === held.id)!;
   t.equal(first.at_ms, held.last_heartbeat_ms! + 2000, 'the held one red since its own deadline, not since it was released');
+});
+
+// A schema the code does not expect (42P01, the colour table renamed away) is an outage, not a
+// fault of the data: the sweep records nothing while it lasts and the worker keeps running; the
+// report that arrives meanwhile waits (no dead letter); once the table is back, every silent
+// instance turns red once, since its own deadline.
+t.test('the colour table missing mid-way: nothing recorded, nothing lost, each change once afterwards', async (t) => {
+  const machines = Array.from({ length: 6 }, (_, i) => `gone-${i}`);
+  t.same([...new Set((await Promise.all(machines.map((m) => post(ingest(m, 'heartbeat'), s.token, {})))).map((r) => r.status))], [200]);
+  await eventually(async () => {
+    const r = await s.pool.query(`SELECT count(*)::int AS n FROM instances JOIN instance_lights ON instance_id = id JOIN machines m ON m.id = machine_id WHERE m.slug LIKE 'gone-%' AND light = 'green'`);
+    return r.rows[0].n === 6;
+  }, 5000, 'all six green');
+  const before = new Map<string, number>();
+  for (const m of machines) before.set(m, (await stored(s, m))!.last_heartbeat_ms!);
+  const worker = s.procs.find((p) => p.name === 'worker' && p.running)!;
+  const sweepFailures = () => worker.lines.filter((l) => l.job === 'light-sweep' && /scheduled job failed/.test(l.msg ?? '')).length;
+  const failedBefore = sweepFailures();
+  await s.pool.query('ALTER TABLE instance_lights RENAME TO instance_lights_away');
+  let back = false;
+  try {
+    // A new instance reports while the table is missing: acknowledged, then it waits.
+    t.equal((await post(ingest('gone-new', 'heartbeat'), s.token, {})).status, 200, 'acknowledged during the outage');
+    // Past every deadline (2 s), several sweeps (every 500 ms) fail.
+    await sleep(Math.max(...before.values()) + 2000 + 2000 - Date.now());
+    await eventually(async () => sweepFailures() > failedBefore, 5000, 'a sweep failed');
+    t.ok(worker.running, 'the worker keeps running');
+    t.same((await events(s, `machine LIKE 'gone-%' AND to_light = 'red'`)).length, 0, 'no red recorded while the table is away');
+    await s.pool.query('ALTER TABLE instance_lights_away RENAME TO instance_lights');
+    back = true;
+  } finally {
+    if (!back) await s.pool.query('ALTER TABLE instance_lights_away RENAME TO instance_lights');
+  }
+  const reds = await eventually(async () => {
+    const e = (await events(s, `machine LIKE 'gone-%'`)).filter((x) => x.to_light === 'red' && x.machine !== 'gone-new');
+    return e.length >= 6 ? e : null;
+  }, 15_000, 'six red events');
+  t.equal(reds.length, 6, 'one red event per instance');
+  for (const e of reds) t.equal(e.at_ms, before.get(e.machine)! + 2000, `${e.machine}: red since its own deadline`);
+  // The report that waited is stored, then its instance turns green and, silent since, red.
+  await eventually(async () => (await stored(s, 'gone-new'))?.light === 'red', 15_000, 'gone-new stored, then red');
+  t.same((await events(s, `machine = 'gone-new'`)).map((e) => [e.from_light, e.to_light]), [['grey', 'green'], ['green', 'red']]);
+  t.same(await copiedRows(`machine LIKE 'gone-%'`), [], 'no change stored twice');
+  t.equal(await deadLetterCount(s), 0, 'no dead letter');
 });
 
 t.test('a heartbeat received in time but applied late (workers down) never turns its instance red', async (t) => {

@@ -1,0 +1,104 @@
+// How long migration 0023-instance-lights (lib/store/schema.ts) holds `instances` on a large
+// fleet. It runs in one transaction, as `fleet migrate` runs every migration: from its first
+// statement (CREATE TABLE … REFERENCES instances) no ingest write to `instances` goes through, and
+// from its first DROP INDEX no read either, until the commit. On a database of its own, seeded by
+// SQL with N instances stored the way the code before 0023 stored them (the colour in
+// `instances`: 80 % green, 10 % red, 5 % yellow, 5 % grey; heartbeats spread over the last 10
+// minutes), it applies the migration statement by statement and times each. Prints one JSON
+// object on stdout; drops its database afterwards.
+//
+//   node dist/bench/upgrade-lights.js [--instances 1000000]
+//
+// Runs against the Postgres of the usual environment (DATABASE_URL; lib/infra/config.ts).
+import { randomBytes } from 'node:crypto';
+import pg from 'pg';
+import { loadConfig } from '../lib/infra/config.js';
+import { serverAdmin } from './fixtures.js';
+import { postgresMigrations } from '../lib/store/schema.js';
+
+function arg(name: string, fallback: number): number {
+  const i = process.argv.indexOf(`--${name}`);
+  if (i < 0) return fallback;
+  const v = Number(process.argv[i + 1]);
+  if (!Number.isInteger(v) || v <= 0) throw new Error(`--${name} needs a positive whole number`);
+  return v;
+}
+const N = arg('instances', 1_000_000);
+const say = (msg: string) => process.stderr.write(`[bench upgrade-lights] ${msg}\n`);
+
+const cfg = loadConfig();
+const id = `bench_upgrade_${randomBytes(3).toString('hex')}`;
+const dbUrl = new URL(cfg.databaseUrl);
+dbUrl.pathname = `/${id}`;
+const admin = serverAdmin(cfg.databaseUrl);
+await admin(`CREATE DATABASE "${id}"`);
+const db = new pg.Client({ connectionString: dbUrl.toString() });
+await db.connect();
+try {
+  const upgrade = postgresMigrations.findIndex((m) => m.id === '0023-instance-lights');
+  if (upgrade <= 0) throw new Error('0023-instance-lights is not a migration of its own');
+  await db.query(`CREATE TABLE schema_migrations (id text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`);
+  for (const m of postgresMigrations.slice(0, upgrade)) {
+    for (const sql of m.sql) await db.query(sql);
+    await db.query('INSERT INTO schema_migrations (id) VALUES ($1)', [m.id]);
+  }
+  const t0 = Date.now();
+  const customer = (await db.query<{ id: string }>(`INSERT INTO customers (slug, name) VALUES ('up', 'up') RETURNING id`)).rows[0]!.id;
+  await db.query(`UPDATE licences SET tier = 'paid', device_limit = $2 WHERE customer_id = $1`, [customer, N]);
+  await db.query(
+    `INSERT INTO machines (customer_id, slug, first_seen_at, last_seen_at)
+     SELECT $1, 'm' || g, now() - interval '1 day', now() FROM generate_series(1, $2::int) g`,
+    [customer, N],
+  );
+  // g % 20: 0-15 green, 16-17 red (silent for an hour), 18 yellow (a warning 30 s ago), 19 grey.
+  await db.query(
+    `INSERT INTO instances (customer_id, machine_id, software, first_seen_at, last_seen_at, last_heartbeat_at, status, status_at, last_warning_at,
+                            deadline, late_at, light, light_since, light_reason, light_seq, light_judged_at)
+     SELECT customer_id, id, 'agent', now() - interval '1 day', now(), hb, 'running', hb, CASE WHEN g % 20 = 18 THEN now() - interval '30 s' END,
+            light_deadline(hb, NULL), light_late_at(hb, NULL, NULL),
+            CASE WHEN g % 20 < 16 THEN 'green' WHEN g % 20 < 18 THEN 'red' WHEN g % 20 = 18 THEN 'yellow' ELSE 'grey' END,
+            now() - interval '1 hour', 'as stored', 3, now() - interval '1 s'
+       FROM (SELECT customer_id, id, substr(slug, 2)::int AS g FROM machines) m,
+            LATERAL (SELECT CASE WHEN g % 20 = 19 THEN NULL
+                                 WHEN g % 20 IN (16, 17) THEN now() - interval '1 hour'
+                                 ELSE now() - (g % 600) * interval '1 s' END AS hb) h`,
+  );
+  await db.query('VACUUM ANALYZE instances');
+  await db.query('VACUUM ANALYZE machines');
+  const seedMs = Date.now() - t0;
+  const size = (await db.query<{ b: string }>(`SELECT pg_total_relation_size('instances')::text AS b`)).rows[0]!.b;
+  say(`${N} instances seeded in ${seedMs} ms (instances with its indexes: ${Math.round(Number(size) / 1024 / 1024)} MiB)`);
+
+  const steps: { sql: string; ms: number }[] = [];
+  const m = postgresMigrations[upgrade]!;
+  const start = Date.now();
+  await db.query('BEGIN');
+  for (const sql of m.sql) {
+    const s0 = Date.now();
+    await db.query(sql);
+    steps.push({ sql: sql.replace(/\s+/g, ' ').trim().slice(0, 60), ms: Date.now() - s0 });
+  }
+  const c0 = Date.now();
+  await db.query('COMMIT');
+  steps.push({ sql: 'COMMIT', ms: Date.now() - c0 });
+  const totalMs = Date.now() - start;
+  const firstDrop = steps.findIndex((s) => s.sql.startsWith('DROP INDEX'));
+  const readsBlockedMs = steps.slice(firstDrop).reduce((a, s) => a + s.ms, 0);
+  const rows = (await db.query<{ n: number }>('SELECT count(*)::int AS n FROM instance_lights')).rows[0]!.n;
+  if (rows !== N) throw new Error(`instance_lights holds ${rows} rows, expected ${N}`);
+  say(`migration: ${totalMs} ms with ingest writes to instances blocked, of which ${readsBlockedMs} ms with reads blocked too`);
+  process.stdout.write(
+    JSON.stringify({
+      bench: 'upgrade-lights',
+      at: new Date().toISOString(),
+      instances: N,
+      instances_mib: Math.round(Number(size) / 1024 / 1024),
+      writes_blocked_ms: totalMs,
+      reads_blocked_ms: readsBlockedMs,
+      steps,
+    }) + '\n',
+  );
+} finally {
+  await db.end();
+  await admin(`DROP DATABASE IF EXISTS "${id}" WITH (FORCE)`);
+}
