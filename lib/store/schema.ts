@@ -916,8 +916,10 @@ export const postgresMigrations: Migration[] = [
       //               time, the end of its warning or of its maintenance (lib/store/light-events.ts
       //               computes it with every judgement); NULL: only a report, a timeout rule or a
       //               maintenance window changes it. The sweep's one candidate index.
+      // The keys are added after the copy: checked row by row during it (a foreign-key lookup
+      // and a B-tree insert per instance), they made most of the copy's time.
       `CREATE TABLE instance_lights (
-         instance_id uuid PRIMARY KEY REFERENCES instances(id) ON DELETE CASCADE,
+         instance_id uuid NOT NULL,
          light text NOT NULL DEFAULT 'grey' CONSTRAINT instance_lights_light_check
            CHECK (light IN ('green', 'yellow', 'late', 'red', 'grey', 'maintenance')),
          light_since timestamptz,
@@ -926,27 +928,31 @@ export const postgresMigrations: Migration[] = [
          light_judged_at timestamptz,
          recheck_at timestamptz
        ) WITH (fillfactor = 70)`,
-      `INSERT INTO instance_lights (instance_id, light, light_since, light_reason, light_seq, light_judged_at)
-       SELECT id, light, light_since, light_reason, light_seq, light_judged_at FROM instances`,
       // Each stored colour's recheck time, as the recording statement computes it
       // (lib/domain/traffic-light.ts recheckSql, written out here as it is today), except that a
       // warning counts from its own time (the warning window is the workers' setting; early only
       // costs a judgement); and what the old sweep looked for besides: red or late whose times lie
       // ahead (a timeout rule moved them), now. Not "now" for every instance: the first sweep
-      // would judge the whole fleet and repair every heartbeat key.
-      `UPDATE instance_lights l SET recheck_at = CASE
+      // would judge the whole fleet and repair every heartbeat key. Computed in the copy itself:
+      // an UPDATE afterwards wrote every row twice, and `instances` takes no ingest write until
+      // this migration commits (1,000,000 instances: 29 s with the UPDATE; bench/upgrade-lights.ts,
+      // docs/operations.md "Upgrading").
+      `INSERT INTO instance_lights (instance_id, light, light_since, light_reason, light_seq, light_judged_at, recheck_at)
+       SELECT i.id, i.light, i.light_since, i.light_reason, i.light_seq, i.light_judged_at, CASE
          WHEN i.retired_at IS NOT NULL THEN NULL
-         WHEN l.light IN ('red', 'late') AND i.status IS DISTINCT FROM 'error' AND i.deadline >= now()
-              AND (l.light = 'red' OR i.late_at IS NULL OR i.late_at >= now()) THEN now()
-         WHEN l.light = 'green' THEN LEAST(GREATEST(i.deadline, light_deadline(i.maintenance_until, i.timeout_s)),
+         WHEN i.light IN ('red', 'late') AND i.status IS DISTINCT FROM 'error' AND i.deadline >= now()
+              AND (i.light = 'red' OR i.late_at IS NULL OR i.late_at >= now()) THEN now()
+         WHEN i.light = 'green' THEN LEAST(GREATEST(i.deadline, light_deadline(i.maintenance_until, i.timeout_s)),
                                            GREATEST(i.late_at, light_late_at(i.maintenance_until, i.timeout_s, i.late_percent)))
-         WHEN l.light = 'yellow' THEN LEAST(GREATEST(i.deadline, light_deadline(i.maintenance_until, i.timeout_s)),
+         WHEN i.light = 'yellow' THEN LEAST(GREATEST(i.deadline, light_deadline(i.maintenance_until, i.timeout_s)),
                                             GREATEST(i.late_at, light_late_at(i.maintenance_until, i.timeout_s, i.late_percent)),
                                             CASE WHEN i.status IS DISTINCT FROM 'degraded' THEN i.last_warning_at END)
-         WHEN l.light = 'late' THEN GREATEST(i.deadline, light_deadline(i.maintenance_until, i.timeout_s))
-         WHEN l.light = 'maintenance' THEN i.maintenance_until
+         WHEN i.light = 'late' THEN GREATEST(i.deadline, light_deadline(i.maintenance_until, i.timeout_s))
+         WHEN i.light = 'maintenance' THEN i.maintenance_until
        END
-       FROM instances i WHERE i.id = l.instance_id`,
+       FROM instances i`,
+      `ALTER TABLE instance_lights ADD CONSTRAINT instance_lights_pkey PRIMARY KEY (instance_id)`,
+      `ALTER TABLE instance_lights ADD CONSTRAINT instance_lights_instance_id_fkey FOREIGN KEY (instance_id) REFERENCES instances(id) ON DELETE CASCADE`,
       `CREATE INDEX instance_lights_recheck ON instance_lights (recheck_at) WHERE recheck_at IS NOT NULL`,
       // Every instance has its row from its first insert on (the ingest upsert's, a restore's).
       `CREATE FUNCTION instances_light_row() RETURNS trigger LANGUAGE plpgsql AS $$

@@ -106,6 +106,7 @@ t.test('one delivery at a time, in order; a slow ClickHouse holds back a caller 
   const done = batches.map((b) => sink.queue(b));
   await sleep(300);
   t.equal(sink.queued, 15, 'all three batches wait while ClickHouse holds the first insert');
+  t.equal(conns.size, 1, 'one insert under way: the others have not started');
   t.same(published, [], 'nothing published before its row is in ClickHouse');
   let through = false;
   const waiter = sink.queuedAtMost(5).then(() => (through = true));

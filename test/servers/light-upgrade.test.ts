@@ -105,4 +105,16 @@ t.test('the upgrade keeps every stored colour and says when each is to be judged
   const later = (await db.query<{ id: string }>(`INSERT INTO instances (customer_id, machine_id, software, first_seen_at, last_seen_at) VALUES ($1, $2, 'agent', now(), now()) RETURNING id`, [customer, m])).rows[0]!.id;
   const row = (await db.query(`SELECT light, light_seq::text AS seq, recheck_at FROM instance_lights WHERE instance_id = $1`, [later])).rows[0];
   t.same(row, { light: 'grey', seq: '0', recheck_at: null }, 'an instance inserted afterwards has its row: grey, no change yet');
+  // The keys, added after the copy, are the ones a table declared with them has.
+  const keys = (
+    await db.query<{ name: string; def: string }>(
+      `SELECT conname AS name, pg_get_constraintdef(oid) AS def FROM pg_constraint WHERE conrelid = 'instance_lights'::regclass AND contype IN ('p', 'f') ORDER BY conname`,
+    )
+  ).rows;
+  t.same(keys, [
+    { name: 'instance_lights_instance_id_fkey', def: 'FOREIGN KEY (instance_id) REFERENCES instances(id) ON DELETE CASCADE' },
+    { name: 'instance_lights_pkey', def: 'PRIMARY KEY (instance_id)' },
+  ]);
+  await db.query('DELETE FROM instances WHERE id = $1', [later]);
+  t.equal((await db.query('SELECT 1 FROM instance_lights WHERE instance_id = $1', [later])).rowCount, 0, 'an instance deleted takes its row along');
 });
