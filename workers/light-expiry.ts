@@ -10,7 +10,7 @@ import { asCluster, createRedis, redisKeys } from '../lib/infra/redis.js';
 import type { Pool } from '../lib/infra/postgres.js';
 import type { Logger } from '../lib/infra/log.js';
 import type { LightEvent } from '../lib/domain/traffic-light.js';
-import { silentButLit } from '../lib/store/instances.js';
+import { notRed, silentButLit } from '../lib/store/instances.js';
 import { recordFreeTransitionsTx, type Horizon, type LightEventSink, type LightParams } from './traffic-light.js';
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
@@ -209,11 +209,18 @@ export class ExpiryListener {
     // changes in memory. drain() ends only after its last delivery.
     let delivered: Promise<void> = Promise.resolve();
     let deferring: Promise<void> = Promise.resolve();
-    const repairOf = (ids: string[]) => {
+    // A batch's first look drops the instances already red (the sweep, another worker's listener
+    // or a report recorded them first: when Redis expires keys late, the sweep's repair touching a
+    // key is what makes Redis publish its expiry): judging those again cost as much as judging
+    // them first, for nothing (bench/README.md "The listener's second look").
+    const repairOf = (taken: string[]) => {
       const t0 = Date.now();
-      const done = this.repair(ids).then(() => Date.now() - t0);
+      const done = notRed(this.pool, taken).then(async (ids) => {
+        await this.repair(ids);
+        return { ids, repairMs: Date.now() - t0 };
+      });
       done.catch(() => {}); // awaited below; never an unhandled rejection meanwhile
-      return { ids, done };
+      return { taken, done };
     };
     const nextBatch = () => {
       if (this.pending.size === 0 || this.stopped) return null;
@@ -222,10 +229,17 @@ export class ExpiryListener {
     };
     let next = nextBatch();
     while (next && !this.stopped) {
-      const { ids, done } = next;
+      const { taken, done } = next;
       next = null;
+      let ids: string[] = [];
       try {
-        const repairMs = await done;
+        const looked = await done;
+        ids = looked.ids;
+        const { repairMs } = looked;
+        if (ids.length < taken.length) {
+          const lit = new Set(ids);
+          for (const id of taken) if (!lit.has(id)) this.deferred.delete(id);
+        }
         // The next batch's repair runs while this one is recorded.
         next = nextBatch();
         await this.sink.queuedAtMost(MAX_QUEUED_BATCHES * this.batch);
@@ -241,7 +255,7 @@ export class ExpiryListener {
         const queuedAt = Date.now();
         const waiting = this.pending.size;
         delivered = this.sink.queue(events).then(() => {
-          this.log.debug({ expired: ids.length, changes: events.length, repairMs, recordMs, deliveredAfterMs: Date.now() - queuedAt, waiting }, 'expired heartbeats handled');
+          this.log.debug({ expired: taken.length, red: taken.length - ids.length, changes: events.length, repairMs, recordMs, deliveredAfterMs: Date.now() - queuedAt, waiting }, 'expired heartbeats handled');
         });
         deferring = deferring
           .then(() => this.deferUnsettled(unchanged))
@@ -251,16 +265,16 @@ export class ExpiryListener {
           });
       } catch (e) {
         // Postgres or Redis away: these instances are left to the sweep, which finds them by their times.
-        this.log.warn({ err: e, instances: ids.length }, 'expired heartbeats not recorded; the sweep will');
+        this.log.warn({ err: e, instances: taken.length }, 'expired heartbeats not recorded; the sweep will');
       } finally {
-        for (const id of ids) this.inFlight.delete(id);
+        for (const id of taken) this.inFlight.delete(id);
       }
       next ??= nextBatch();
     }
     // Stopped with a repair under way: it finishes (it writes only what is waiting), unjudged.
     if (next) {
       await next.done.catch(() => {});
-      for (const id of next.ids) this.inFlight.delete(id);
+      for (const id of next.taken) this.inFlight.delete(id);
     }
     await Promise.all([delivered, deferring]);
   }

@@ -208,6 +208,18 @@ export function recheckNowSql(idsQuery: string): string {
 }
 
 /**
+ * Of these instances, those whose stored colour is not red (the expiry listener's first look: an
+ * instance already red, most often because the sweep judged it first, cannot change for silence,
+ * so it is neither repaired nor judged again). A read without locks: a report that turns one
+ * green meanwhile also sets its new heartbeat key, whose own expiry brings it back.
+ */
+export async function notRed(db: Db, instanceIds: string[]): Promise<string[]> {
+  if (instanceIds.length === 0) return [];
+  const r = await db.query<{ id: string }>(`SELECT instance_id AS id FROM instance_lights WHERE instance_id = ANY($1::uuid[]) AND light <> 'red'`, [instanceIds]);
+  return r.rows.map((x) => x.id);
+}
+
+/**
  * Of these instances, those whose stored colour is behind their deadline or late time by the wall
  * clock (silent but not red, or overdue but green or yellow), with when that time came (`due`, ms
  * since the epoch).
