@@ -30,16 +30,10 @@ import { createCustomer } from '../lib/store/customers.js';
 import { lockFreeInstances } from '../lib/store/instances.js';
 import { TRANSITION_PLANNING, TRANSITION_SQL, deleteFromOutbox } from '../lib/store/light-events.js';
 import type { LightEvent } from '../lib/domain/traffic-light.js';
+import { countArg } from './args.js';
 
-function arg(name: string, fallback: number): number {
-  const i = process.argv.indexOf(`--${name}`);
-  if (i < 0) return fallback;
-  const v = Number(process.argv[i + 1]);
-  if (!Number.isInteger(v) || v <= 0) throw new Error(`--${name} needs a positive whole number`);
-  return v;
-}
-const N = arg('instances', 100_000);
-const BATCH = arg('batch', 5000);
+const N = countArg('instances', 100_000);
+const BATCH = countArg('batch', 5000);
 /** `--set name=value` (repeatable): a Postgres setting for the bench's sessions, e.g. random_page_cost=1.1. */
 const SETTINGS = process.argv.flatMap((a, i) => (process.argv[i - 1] === '--set' ? [a] : [])).map((kv) => {
   const m = /^([a-z_]+)=([\w.]+)$/.exec(kv);

@@ -21,14 +21,11 @@ import { natsConfig, tcpProbe, which } from '../deploy/local-servers.js';
 import { connectNats, ensureConsumer, ensureStreams, placeStreamLeaders } from '../lib/infra/nats.js';
 import { encodeBatch, encodeReport, ingestPartitions } from '../lib/contract/messages.js';
 import { cpuSeconds } from './cpu.js';
+import { textArg } from './args.js';
 
 const log = (msg: string) => process.stderr.write(`[bench nats] ${msg}\n`);
-function arg(name: string, fallback: string): string {
-  const i = process.argv.indexOf(`--${name}`);
-  return i < 0 ? fallback : process.argv[i + 1]!;
-}
-const MESSAGES = Number(arg('messages', '20000'));
-const GROUPS = arg('group', '8,64').split(',').map(Number);
+const MESSAGES = Number(textArg('messages', '20000'));
+const GROUPS = textArg('group', '8,64').split(',').map(Number);
 /** Bytes published per run at most: large groups send fewer messages. */
 const MAX_BYTES = 256 * 1024 * 1024;
 const PARTITIONS = 3;

@@ -24,20 +24,14 @@ import { migrate } from '../lib/store/migrate.js';
 import { createCustomer } from '../lib/store/customers.js';
 import { encodeBatch, encodeReport, subjects, deadLetterStream, heartbeatStream } from '../lib/contract/messages.js';
 import { Proc } from '../deploy/service-process.js';
+import { countArg } from './args.js';
 
-function arg(name: string, fallback: number): number {
-  const i = process.argv.indexOf(`--${name}`);
-  if (i < 0) return fallback;
-  const v = Number(process.argv[i + 1]);
-  if (!Number.isFinite(v) || v <= 0) throw new Error(`--${name} needs a positive number`);
-  return v;
-}
 
-const N = Math.floor(arg('instances', 100_000));
-const WORKERS = Math.floor(arg('workers', 1));
+const N = countArg('instances', 100_000);
+const WORKERS = countArg('workers', 1);
 // 90 s: the first heartbeats of 100,000 new instances take 30-60 s to apply on this machine
 // (creating them), and every one must be applied before its deadline (below).
-const TIMEOUT_S = arg('timeout-s', 90);
+const TIMEOUT_S = countArg('timeout-s', 90);
 const PER_MESSAGE = 500;
 const log = (msg: string) => process.stderr.write(`[bench traffic-light] ${msg}\n`);
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));

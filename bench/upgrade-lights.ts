@@ -14,16 +14,10 @@ import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { loadConfig } from '../lib/infra/config.js';
 import { serverAdmin } from './fixtures.js';
-import { postgresMigrations } from '../lib/store/schema.js';
+import { migratePostgresBefore } from '../lib/store/migrate.js';
+import { countArg } from './args.js';
 
-function arg(name: string, fallback: number): number {
-  const i = process.argv.indexOf(`--${name}`);
-  if (i < 0) return fallback;
-  const v = Number(process.argv[i + 1]);
-  if (!Number.isInteger(v) || v <= 0) throw new Error(`--${name} needs a positive whole number`);
-  return v;
-}
-const N = arg('instances', 1_000_000);
+const N = countArg('instances', 1_000_000);
 const say = (msg: string) => process.stderr.write(`[bench upgrade-lights] ${msg}\n`);
 
 const cfg = loadConfig();
@@ -35,13 +29,7 @@ await admin(`CREATE DATABASE "${id}"`);
 const db = new pg.Client({ connectionString: dbUrl.toString() });
 await db.connect();
 try {
-  const upgrade = postgresMigrations.findIndex((m) => m.id === '0023-instance-lights');
-  if (upgrade <= 0) throw new Error('0023-instance-lights is not a migration of its own');
-  await db.query(`CREATE TABLE schema_migrations (id text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`);
-  for (const m of postgresMigrations.slice(0, upgrade)) {
-    for (const sql of m.sql) await db.query(sql);
-    await db.query('INSERT INTO schema_migrations (id) VALUES ($1)', [m.id]);
-  }
+  const m = await migratePostgresBefore(db, '0023-instance-lights');
   const t0 = Date.now();
   const customer = (await db.query<{ id: string }>(`INSERT INTO customers (slug, name) VALUES ('up', 'up') RETURNING id`)).rows[0]!.id;
   await db.query(`UPDATE licences SET tier = 'paid', device_limit = $2 WHERE customer_id = $1`, [customer, N]);
@@ -70,7 +58,6 @@ try {
   say(`${N} instances seeded in ${seedMs} ms (instances with its indexes: ${Math.round(Number(size) / 1024 / 1024)} MiB)`);
 
   const steps: { sql: string; ms: number }[] = [];
-  const m = postgresMigrations[upgrade]!;
   const start = Date.now();
   await db.query('BEGIN');
   for (const sql of m.sql) {

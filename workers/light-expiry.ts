@@ -231,11 +231,8 @@ export class ExpiryListener {
     while (next && !this.stopped) {
       const { taken, done } = next;
       next = null;
-      let ids: string[] = [];
       try {
-        const looked = await done;
-        ids = looked.ids;
-        const { repairMs } = looked;
+        const { ids, repairMs } = await done;
         if (ids.length < taken.length) {
           const lit = new Set(ids);
           for (const id of taken) if (!lit.has(id)) this.deferred.delete(id);

@@ -8,6 +8,26 @@ import { repartition, type RepartitionStop } from './repartition.js';
 
 const LOCK_KEY = 7_401_133; // any constant; identifies "fleet migrations" among advisory locks
 
+/** Where the applied Postgres migrations are recorded. */
+const SCHEMA_MIGRATIONS_SQL = `CREATE TABLE IF NOT EXISTS schema_migrations (id text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`;
+
+/**
+ * Brings an empty Postgres database to the schema just before migration `id`, recorded as
+ * `migrate` records it (so a later `migrate` applies `id` and what follows), and returns that
+ * migration: how an upgrade is tested and timed on data stored the old way
+ * (test/servers/light-upgrade.test.ts, bench/upgrade-lights.ts).
+ */
+export async function migratePostgresBefore(db: { query(sql: string, values?: unknown[]): Promise<unknown> }, id: string): Promise<(typeof postgresMigrations)[number]> {
+  const at = postgresMigrations.findIndex((m) => m.id === id);
+  if (at < 0) throw new Error(`no Postgres migration ${id}`);
+  await db.query(SCHEMA_MIGRATIONS_SQL);
+  for (const m of postgresMigrations.slice(0, at)) {
+    for (const sql of m.sql) await db.query(sql);
+    await db.query('INSERT INTO schema_migrations (id) VALUES ($1)', [m.id]);
+  }
+  return postgresMigrations[at]!;
+}
+
 export interface MigrateTarget {
   databaseUrl: string;
   clickhouseUrl: string;
@@ -26,7 +46,7 @@ export async function migrate(t: MigrateTarget, log: (msg: string) => void = () 
   const client = await pool.connect();
   try {
     await client.query('SELECT pg_advisory_lock($1)', [LOCK_KEY]);
-    await client.query(`CREATE TABLE IF NOT EXISTS schema_migrations (id text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`);
+    await client.query(SCHEMA_MIGRATIONS_SQL);
     const done = new Set((await client.query<{ id: string }>('SELECT id FROM schema_migrations')).rows.map((r) => r.id));
     for (const m of postgresMigrations) {
       if (done.has(m.id)) continue;

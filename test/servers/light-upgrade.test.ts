@@ -8,8 +8,7 @@ import t from 'tap';
 import pg from 'pg';
 import { randomBytes } from 'node:crypto';
 import { testStack, dbUrl, adminQuery } from '../helpers/stack.js';
-import { postgresMigrations } from '../../lib/store/schema.js';
-import { migrate } from '../../lib/store/migrate.js';
+import { migrate, migratePostgresBefore } from '../../lib/store/migrate.js';
 
 const s = await testStack(t, 'lightupgrade', { gateway: false, worker: false, api: false });
 const name = `t_upg${randomBytes(3).toString('hex')}`;
@@ -22,13 +21,7 @@ const db = new pg.Client({ connectionString: dbUrl(name, server) });
 await db.connect();
 t.teardown(() => db.end());
 
-const upgrade = postgresMigrations.findIndex((m) => m.id === '0023-instance-lights');
-if (upgrade <= 0) throw new Error('the upgrade is no migration of its own');
-await db.query(`CREATE TABLE schema_migrations (id text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`);
-for (const m of postgresMigrations.slice(0, upgrade)) {
-  for (const sql of m.sql) await db.query(sql);
-  await db.query('INSERT INTO schema_migrations (id) VALUES ($1)', [m.id]);
-}
+await migratePostgresBefore(db, '0023-instance-lights');
 
 // The fleet as the code before stored it: the colour recorded in instances.
 const customer = (await db.query<{ id: string }>(`INSERT INTO customers (slug, name) VALUES ('up', 'up') RETURNING id`)).rows[0]!.id;
