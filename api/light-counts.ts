@@ -1,7 +1,7 @@
 // Counts per traffic-light colour of a customer's instances (all of them, or those matching the
 // list's filters): the fleet summary and the `total` of GET /api/instances. Counting reads every
-// matching row (the colour is derived at read time, so no index answers it), which at 100,000
-// instances costs more than the page itself; so counts are cached per customer and filter for
+// matching row (the stored colour, joined to the instance for the filters and its retirement),
+// which at 100,000 instances costs more than the page itself; so counts are cached per customer and filter for
 // API_COUNT_CACHE_MS (default 1 s), and concurrent requests for the same count share one query
 // (single flight). A count is at most that old when answered; the rows of a page never are.
 // Bounded: at most 10,000 entries per api process, least recently used first out.
@@ -40,7 +40,7 @@ export class LightCounts {
   }
 
   private query(customerId: string, filter: CountFilter): Promise<LightCountsValue> {
-    return countLights(this.d.pool, customerId, { windowS: this.d.cfg.warningWindowS }, filter);
+    return countLights(this.d.pool, customerId, filter);
   }
 }
 

@@ -23,7 +23,12 @@ const cfg = configOrExit('api');
 const log = createLogger('api', cfg.logLevel);
 const life = new Lifecycle(log, cfg.gateway.shutdownGraceMs + 15_000);
 const metrics = createMetrics('api');
-const pool = createPool(cfg.databaseUrl, 10, 'fleet-api');
+// The api reads by index, from data that is in memory: planned with the cost of a random read
+// near a sequential one (random_page_cost 1.1, as for SSDs), a list filtered to a colour reads that
+// colour's entries of instance_lights_customer_light and probes each instance, instead of
+// scanning the customer's instances in order (at 100,000 instances, 2,000 of them red: 16 ms
+// instead of 47-139 ms; docs/architecture.md "Read path").
+const pool = createPool(cfg.databaseUrl, 10, 'fleet-api', { random_page_cost: 1.1 });
 const ch = createClickHouse({ url: cfg.clickhouseUrl, database: cfg.clickhouseDatabase, user: cfg.clickhouseUser, password: cfg.clickhousePassword });
 
 const redis = createRedis(cfg.redisUrl);

@@ -4,8 +4,10 @@
 // from its first DROP INDEX no read either, until the commit. On a database of its own, seeded by
 // SQL with N instances stored the way the code before 0023 stored them (the colour in
 // `instances`: 80 % green, 10 % red, 5 % yellow, 5 % grey; heartbeats spread over the last 10
-// minutes), it applies the migration statement by statement and times each. Prints one JSON
-// object on stdout; drops its database afterwards.
+// minutes), it applies the migration statement by statement and times each; then, the same way,
+// 0024-lights-by-customer (it writes every row of `instance_lights`, so no colour can be recorded,
+// and so no ingest batch commits, until it commits). Prints one JSON object on stdout; drops its
+// database afterwards.
 //
 //   node dist/bench/upgrade-lights.js [--instances 1000000]
 //
@@ -15,6 +17,7 @@ import pg from 'pg';
 import { loadConfig } from '../lib/infra/config.js';
 import { serverAdmin } from './fixtures.js';
 import { migratePostgresBefore } from '../lib/store/migrate.js';
+import { postgresMigrations } from '../lib/store/schema.js';
 import { countArg } from './args.js';
 
 const N = countArg('instances', 1_000_000);
@@ -57,23 +60,33 @@ try {
   const size = (await db.query<{ b: string }>(`SELECT pg_total_relation_size('instances')::text AS b`)).rows[0]!.b;
   say(`${N} instances seeded in ${seedMs} ms (instances with its indexes: ${Math.round(Number(size) / 1024 / 1024)} MiB)`);
 
-  const steps: { sql: string; ms: number }[] = [];
+  /** Applies one migration in one transaction, statement by statement: the time of each. */
+  const timed = async (sqls: string[]) => {
+    const steps: { sql: string; ms: number }[] = [];
+    await db.query('BEGIN');
+    for (const sql of sqls) {
+      const s0 = Date.now();
+      await db.query(sql);
+      steps.push({ sql: sql.replace(/\s+/g, ' ').trim().slice(0, 60), ms: Date.now() - s0 });
+    }
+    const c0 = Date.now();
+    await db.query('COMMIT');
+    steps.push({ sql: 'COMMIT', ms: Date.now() - c0 });
+    return steps;
+  };
   const start = Date.now();
-  await db.query('BEGIN');
-  for (const sql of m.sql) {
-    const s0 = Date.now();
-    await db.query(sql);
-    steps.push({ sql: sql.replace(/\s+/g, ' ').trim().slice(0, 60), ms: Date.now() - s0 });
-  }
-  const c0 = Date.now();
-  await db.query('COMMIT');
-  steps.push({ sql: 'COMMIT', ms: Date.now() - c0 });
+  const steps = await timed(m.sql);
   const totalMs = Date.now() - start;
+  const byCustomer = postgresMigrations.find((x) => x.id === '0024-lights-by-customer')!;
+  const b0 = Date.now();
+  const byCustomerSteps = await timed(byCustomer.sql);
+  const byCustomerMs = Date.now() - b0;
   const firstDrop = steps.findIndex((s) => s.sql.startsWith('DROP INDEX'));
   const readsBlockedMs = steps.slice(firstDrop).reduce((a, s) => a + s.ms, 0);
   const rows = (await db.query<{ n: number }>('SELECT count(*)::int AS n FROM instance_lights')).rows[0]!.n;
   if (rows !== N) throw new Error(`instance_lights holds ${rows} rows, expected ${N}`);
   say(`migration: ${totalMs} ms with ingest writes to instances blocked, of which ${readsBlockedMs} ms with reads blocked too`);
+  say(`0024-lights-by-customer: ${byCustomerMs} ms with every recording of a colour (so every ingest batch) blocked`);
   process.stdout.write(
     JSON.stringify({
       bench: 'upgrade-lights',
@@ -83,6 +96,8 @@ try {
       writes_blocked_ms: totalMs,
       reads_blocked_ms: readsBlockedMs,
       steps,
+      lights_by_customer_ms: byCustomerMs,
+      lights_by_customer_steps: byCustomerSteps,
     }) + '\n',
   );
 } finally {

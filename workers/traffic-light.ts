@@ -1,7 +1,7 @@
 // The stored traffic light: deciding and recording changes of colour (docs/architecture.md
 // "Traffic light").
 //
-// Three paths recompute an instance's colour with the same SQL the api uses (lib/domain/traffic-light.ts):
+// Three paths recompute an instance's colour with one SQL rule (lib/domain/traffic-light.ts), and store it (the api shows the stored colour):
 //   report  after the batch's upsert, in the same transaction (a heartbeat turns red into green,
 //           status error turns red, a warning yellow, ...);
 //   expiry  a Redis heartbeat key expired (workers/light-expiry.ts);

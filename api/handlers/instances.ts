@@ -36,8 +36,6 @@ function toInstance(r: Record<string, unknown>): ReturnType<typeof apiRow<Record
 }
 
 export function instanceHandlers(d: ApiDeps): HandlersOf<'get_instance' | 'list_instance_diagnostics' | 'list_instances'> {
-  const light = { windowS: d.cfg.warningWindowS };
-
   return {
     async list_instances(req) {
       const p = principal(req);
@@ -59,7 +57,7 @@ export function instanceHandlers(d: ApiDeps): HandlersOf<'get_instance' | 'list_
       // One row more than the page: whether there is a next page.
       const pageOf = { filter, light: q.light, sort: q.sort, keys, groupBy: q.group_by, after, limit: limit + 1, offset: q.offset ?? 0 };
       // The total from the counts per colour (cached per customer and filter: api/light-counts.ts).
-      const [counts, rows] = await Promise.all([lightCounts(d).get(p.customerId, filter), listInstances(d.pool, p.customerId, light, pageOf)]);
+      const [counts, rows] = await Promise.all([lightCounts(d).get(p.customerId, filter), listInstances(d.pool, p.customerId, pageOf)]);
       const total = q.light ? counts[q.light] : Object.values(counts).reduce((a, n) => a + n, 0);
       const more = rows.length > limit;
       const page = more ? rows.slice(0, limit) : rows;
@@ -72,7 +70,7 @@ export function instanceHandlers(d: ApiDeps): HandlersOf<'get_instance' | 'list_
 
     async get_instance(req) {
       const p = principal(req);
-      const [row] = await mergeLatest(d.redis, d.cfg.redisPrefix, [await getInstance(d.pool, p.customerId, light, req.params.id)]);
+      const [row] = await mergeLatest(d.redis, d.cfg.redisPrefix, [await getInstance(d.pool, p.customerId, req.params.id)]);
       return { ...toInstance(row), snapshot: row.snapshot ?? null };
     },
 

@@ -18,8 +18,8 @@ export function trafficLightHandlers(d: ApiDeps): HandlersOf<'fleet_light_stream
   return {
     async fleet_summary(req) {
       const p = principal(req);
-      // Derived at read time, like the instance list: always right, events or not; cached per
-      // customer for up to API_COUNT_CACHE_MS (api/light-counts.ts).
+      // The stored colours, like the instance list (the workers keep them exact, events or not:
+      // lib/domain/traffic-light.ts); cached per customer for up to API_COUNT_CACHE_MS (api/light-counts.ts).
       const q = req.query;
       const lights = await lightCounts(d).get(p.customerId, { machine: q.machine, software: q.software, group: q.group, location: q.location, q: q.q });
       return { total: Object.values(lights).reduce((a, n) => a + n, 0), lights: { ...lights } };

@@ -1,8 +1,10 @@
 // The traffic light (docs/decisions.md "Traffic light"), derived from what Postgres holds about an
 // instance: the last heartbeat's receive time and the deadline and late time computed from it
 // (`deadline`, `late_at`: lib/store/timeout-rules.ts, per instance), the latest status, the last
-// unsuppressed warning. The api computes it in SQL at read time, so what it shows is right even
-// when no event fired.
+// unsuppressed warning. The workers judge it with this SQL whenever it may change (a report, a
+// heartbeat key's expiry, the sweep at each stored recheck time: workers/traffic-light.ts),
+// after writing any newer heartbeat Redis holds, and store it (`instance_lights`); the api shows
+// what is stored, so the list, its counts, the events and the webhooks always agree.
 //
 //   grey    never sent a heartbeat, or latest status `stopped`
 //   maintenance  in a maintenance window (`maintenance_until` after now: lib/store/maintenance.ts);
@@ -95,23 +97,6 @@ export function recheckSql(alias: string, newLight: string, windowParam: string)
     END`;
 }
 
-/**
- * SQL that every row whose colour (lightSql) is `light` satisfies, in terms an index answers
- * (status, deadline, late_at, last_warning_at: indexes of 0009-read-path and 0019-timeout-rules): a
- * list filtered to a colour other than green reads the few rows that may have it, not every row of
- * the customer. Only a pre-filter: the colour itself is still compared. Green is most rows: null.
- */
-export function lightCandidateSql(alias: string, light: string, windowParam: string, now = 'now()'): string | null {
-  const i = alias;
-  if (light === 'grey') return `(${i}.last_heartbeat_at IS NULL OR ${i}.status = 'stopped')`;
-  // Silent or overdue implies past the stored deadline or late time: what the indexes answer.
-  if (light === 'maintenance') return inMaintenanceSql(i, now);
-  if (light === 'red') return `(${i}.status = 'error' OR ${i}.deadline < ${now})`;
-  if (light === 'late') return `${i}.late_at < ${now}`;
-  if (light === 'yellow') return `(${i}.status = 'degraded' OR ${i}.last_warning_at > ${now} - make_interval(secs => ${windowParam}))`;
-  return null;
-}
-
 /** SQL: the instance's timeout in whole seconds (its rule's, else the default). */
 const timeoutOf = (i: string) => `COALESCE(${i}.timeout_s, ${DEFAULT_TIMEOUT})`;
 /** SQL: its late time's offset in whole seconds. */
@@ -157,13 +142,6 @@ export function lightAtSql(alias: string, newLight: string, windowParam: string,
     WHEN ${newLight} = 'green' AND ${s}.light = 'yellow' THEN GREATEST(${i}.last_warning_at + ${window}, ${i}.status_at)
     WHEN ${s}.light IN ('red', 'late') AND ${i}.last_seen_at <= ${s}.light_since THEN ${now}
     ELSE ${i}.last_seen_at END))`;
-}
-
-/** SQL for since when row `i` has the colour the API shows (derived), whether or not a worker recorded it yet; `stored`: the alias of its `instance_lights` row. */
-export function lightSinceSql(alias: string, windowParam: string, stored = alias): string {
-  const derived = `(${lightSql(alias, windowParam)})`;
-  return `CASE WHEN ${derived} = ${stored}.light THEN COALESCE(${stored}.light_since, ${alias}.first_seen_at)
-    ELSE ${lightAtSql(alias, derived, windowParam, 'now()', 'now()', stored)} END`;
 }
 
 export const LIGHTS = ['green', 'yellow', 'late', 'red', 'grey', 'maintenance'] as const;

@@ -8,8 +8,15 @@ export type PoolClient = pg.PoolClient;
 // bigint columns (ms counters, priorities) come back as JS numbers: every value we store fits in 2^53.
 pg.types.setTypeParser(20, (v: string) => Number(v));
 
-export function createPool(url: string, max = 10, applicationName = 'fleet'): Pool {
-  const pool = new pg.Pool({ connectionString: url, max, application_name: applicationName, idleTimeoutMillis: 30_000 });
+/**
+ * `settings`: Postgres settings for every connection of the pool (sent at connect, as `-c name=value`
+ * options), e.g. the api's planner costs (api/main.ts).
+ */
+export function createPool(url: string, max = 10, applicationName = 'fleet', settings: Record<string, string | number> = {}): Pool {
+  const options = Object.entries(settings)
+    .map(([k, v]) => `-c ${k}=${v}`)
+    .join(' ');
+  const pool = new pg.Pool({ connectionString: url, max, application_name: applicationName, idleTimeoutMillis: 30_000, ...(options ? { options } : {}) });
   // A client that loses its connection emits 'error': an idle one on the pool, a checked-out one
   // on itself (seen: a Postgres restart crashed a worker mid-transaction). Without a listener
   // either would crash the process; the query in flight fails anyway, and is retried by its caller.

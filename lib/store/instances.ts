@@ -1,15 +1,17 @@
 // Instances as the api reads them (Postgres `instances`), scoped to a customer: ownership ("does
 // this instance belong to this customer", a 404 otherwise, never a 403 that would tell the id
 // exists), the list with its filters, order and keyset paging (lib/store/instance-order.ts), one
-// instance, and the counts per traffic-light colour. The colour is derived at read time from the
-// rule of lib/domain/traffic-light.ts, here always with the warning window as $2 (each instance's
-// deadline and late time are its own columns: lib/store/timeout-rules.ts).
+// instance, and the counts per traffic-light colour. The colour is the stored one
+// (`instance_lights`): the workers judge it from the newest receive time, in Postgres or in Redis,
+// with every report, at every heartbeat key's expiry and in the sweep (lib/domain/traffic-light.ts,
+// docs/decisions.md "Traffic light"); the api never derives it from Postgres's heartbeat times,
+// which may be older than the newest heartbeat (workers/heartbeat-state.ts).
 // At the end, the workers' side: the stored colour (counted, swept, the rows locked in the ingest
 // order), the ingest upsert and the heartbeat flusher's write (the colour's own changes:
 // lib/store/light-events.ts).
 import { ISO_TIMES, type Pool, type PoolClient } from '../infra/postgres.js';
 import { notFound } from '../contract/errors.js';
-import { lightSql, lightReasonSql, lightSinceSql, lightCandidateSql, silentSql, overdueSql, deadlineSql, lateAtSql, type LightColour } from '../domain/traffic-light.js';
+import { silentSql, overdueSql, deadlineSql, lateAtSql, type LightColour } from '../domain/traffic-light.js';
 import { instanceOrderBy, cursorColumns, afterSql, type OrderKey, type GroupKey } from './instance-order.js';
 import type { InstanceTimes, HeartbeatFields } from './live-heartbeats.js';
 
@@ -35,14 +37,6 @@ export const ownedInstanceSnapshot = (db: Db, customerId: string, id: string) =>
 export const ownedInstanceStatus = (db: Db, customerId: string, id: string) =>
   ownedColumns<{ status: string | null; status_message: string | null; status_at: Date | null; snapshot: unknown }>(db, customerId, id, 'status, status_message, status_at, snapshot');
 
-/** The threshold of the traffic light that is not per instance (WARNING_WINDOW_S). */
-export interface LightParams {
-  windowS: number;
-}
-
-/** The colour of `instances i`, with the window as $2 (every query here). */
-const LIGHT = lightSql('i', '$2::float8');
-
 /** The list's filters other than the colour (a count serves every colour of a filter). */
 export interface InstanceFilter {
   machine?: string;
@@ -67,12 +61,12 @@ function filterSql(customerParam: string, f: InstanceFilter, param: (v: unknown)
 
 export type LightCountsValue = Record<LightColour, number>;
 
-/** Counts per colour of the customer's instances matching the filter (every matching row is read). */
-export async function countLights(pool: Pool, customerId: string, light: LightParams, filter: InstanceFilter): Promise<LightCountsValue> {
-  const params: unknown[] = [customerId, light.windowS];
+/** Counts per stored colour of the customer's instances matching the filter (every matching row is read). */
+export async function countLights(pool: Pool, customerId: string, filter: InstanceFilter): Promise<LightCountsValue> {
+  const params: unknown[] = [customerId];
   const where = filterSql('$1', filter, (v) => `$${params.push(v)}`);
   const r = await pool.query<{ light: LightColour; n: number }>(
-    `SELECT light, count(*)::int AS n FROM (SELECT ${LIGHT} AS light FROM instances i WHERE ${where.join(' AND ')}) x GROUP BY light`,
+    `SELECT l.light, count(*)::int AS n FROM instances i JOIN instance_lights l ON l.instance_id = i.id WHERE ${where.join(' AND ')} GROUP BY l.light`,
     params,
   );
   const out: LightCountsValue = { green: 0, yellow: 0, late: 0, red: 0, grey: 0, maintenance: 0 };
@@ -82,11 +76,13 @@ export async function countLights(pool: Pool, customerId: string, light: LightPa
 
 // A retired instance (only GET /api/instances/{id} still answers it) is grey, reason `retired`,
 // since its retirement: it is never silent, so never red (docs/operations.md "Decommissioning").
+// A row no judgement has written yet (an instance created a moment ago whose first judgement is
+// still in its transaction) is grey: no heartbeat yet.
 function instanceSelect(extra = ''): string {
   return `SELECT i.id, i.machine_id, i.machine, i.software,
-                 CASE WHEN i.retired_at IS NOT NULL THEN 'grey' ELSE ${LIGHT} END AS light,
-                 CASE WHEN i.retired_at IS NOT NULL THEN 'retired' ELSE ${lightReasonSql('i', '$2::float8')} END AS light_reason,
-                 CASE WHEN i.retired_at IS NOT NULL THEN i.retired_at ELSE ${lightSinceSql('i', '$2::float8', 'l')} END AS light_since,
+                 CASE WHEN i.retired_at IS NOT NULL THEN 'grey' ELSE l.light END AS light,
+                 CASE WHEN i.retired_at IS NOT NULL THEN 'retired' ELSE COALESCE(l.light_reason, 'no heartbeat yet') END AS light_reason,
+                 CASE WHEN i.retired_at IS NOT NULL THEN i.retired_at ELSE COALESCE(l.light_since, i.first_seen_at) END AS light_since,
                  i.first_seen_at, i.last_seen_at, i.last_heartbeat_at, i.version, i.uptime_seconds, i.pid,
                  COALESCE(i.ip_addresses, '{}') AS ip_addresses, i.group_name, i.location, i.group_priority, i.sort_priority,
                  i.status, i.status_message, i.status_at, i.agent_ts, i.clock_skew,
@@ -94,17 +90,18 @@ function instanceSelect(extra = ''): string {
                  CASE WHEN i.retired_at IS NULL THEN GREATEST(i.deadline, ${deadlineSql('i.maintenance_until', 'i.timeout_s')}) END AS deadline,
                  CASE WHEN i.retired_at IS NULL THEN GREATEST(i.late_at, ${lateAtSql('i.maintenance_until', 'i.timeout_s', 'i.late_percent')}) END AS late_at,
                  CASE WHEN i.retired_at IS NULL AND i.maintenance_until > now() THEN i.maintenance_until END AS maintenance_until ${extra}
-            FROM instances i LEFT JOIN instance_lights l ON l.instance_id = i.id CROSS JOIN light_defaults d`;
+            FROM instances i JOIN instance_lights l ON l.instance_id = i.id
+           CROSS JOIN (SELECT timeout_s, late_percent FROM light_defaults WHERE id = 1) d`;
 }
 
 /** An instance row as the api answers it (the column group_name is the field `group`). */
 export type InstanceRow = InstanceTimes & Record<string, unknown>;
 
 /** The customer's instance with its snapshot (also when retired: `retired_at`); 404 otherwise. */
-export async function getInstance(pool: Pool, customerId: string, light: LightParams, id: string): Promise<InstanceRow> {
+export async function getInstance(pool: Pool, customerId: string, id: string): Promise<InstanceRow> {
   const r = await pool.query<InstanceRow>({
-    text: `${instanceSelect(', i.snapshot, i.retired_at')} WHERE i.customer_id = $1 AND i.id = $3 AND d.id = 1`,
-    values: [customerId, light.windowS, id],
+    text: `${instanceSelect(', i.snapshot, i.retired_at')} WHERE i.customer_id = $1 AND i.id = $2`,
+    values: [customerId, id],
     types: ISO_TIMES,
   });
   if (!r.rows[0]) throw notFound('no such instance');
@@ -126,16 +123,14 @@ export interface InstancePage {
 }
 
 /** A page of the customer's instances; each row also has the order's values as `_c0`, `_c1`, … (the cursor). */
-export async function listInstances(pool: Pool, customerId: string, light: LightParams, page: InstancePage): Promise<InstanceRow[]> {
-  const params: unknown[] = [customerId, light.windowS];
+export async function listInstances(pool: Pool, customerId: string, page: InstancePage): Promise<InstanceRow[]> {
+  const params: unknown[] = [customerId];
   const param = (v: unknown) => `$${params.push(v)}`;
   const where = filterSql('$1', page.filter, param);
   const outer: string[] = [];
-  if (page.light) {
-    outer.push(`x.light = ${param(page.light)}`);
-    const candidates = lightCandidateSql('i', page.light, '$2::float8');
-    if (candidates) where.push(candidates);
-  }
+  // The customer's entries of that colour in instance_lights_customer_light (the customer named
+  // on the stored row too, or Postgres cannot use the index for it).
+  if (page.light) where.push(`l.customer_id = $1`, `l.light = ${param(page.light)}`);
   // Keyset paging: the rows after the previous page's last row (an index walk from there).
   if (page.after !== undefined) outer.push(afterSql(page.keys, page.after, param));
   const sql = `SELECT x.*, ${cursorColumns(page.keys)} FROM (${instanceSelect()} WHERE ${where.join(' AND ')}) x

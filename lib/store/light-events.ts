@@ -7,7 +7,8 @@
 //                lib/domain/traffic-light.ts, updates their rows of `instance_lights` (light,
 //                light_since, light_reason, light_seq, light_judged_at) where the stored colour is
 //                still the one it saw, and writes each change into `light_outbox`, in the caller's
-//                transaction; it also stores when the colour may next change with no report
+//                transaction; the reason is kept current without a change of colour too (red for
+//                status error, then for silence), since the api shows the stored row; it also stores when the colour may next change with no report
 //                (recheck_at: the sweep's candidates), and keeps in `instances` their maintenance
 //                end and the deadline and late time started again there (maintenance_until,
 //                deadline, late_at), changed or not. The stored colour has a narrow table of its
@@ -76,7 +77,7 @@ const H = (alias: string) =>
 // time (from the occurrences: lib/store/maintenance.ts) or past (as stored); cur: once it is past,
 // the deadline and late time started again at that end (not before: a window deleted early ends
 // sooner), and for a row entering maintenance when that began (its window's start: the change's
-// time); judged: the colour; next: its recheck time; chg: rows whose colour, times or recheck time
+// time); judged: the colour; next: its recheck time; chg: rows whose colour, reason, times or recheck time
 // change; upd: their `instance_lights` rows; times: their `instances` times, where those changed
 // (a maintenance that ended; rare).
 // The ids come in as a set to join (unnest), not as `id = ANY($1)`: the statement is named, and
@@ -93,7 +94,7 @@ const H = (alias: string) =>
 // so concurrent reports of one instance queued behind it (the concurrency stack test).
 export const TRANSITION_SQL = `
   WITH base AS MATERIALIZED (
-    SELECT i.id, i.customer_id, c.slug AS customer, i.machine_id, i.machine, i.software, l.light, l.light_since, l.recheck_at AS stored_recheck,
+    SELECT i.id, i.customer_id, c.slug AS customer, i.machine_id, i.machine, i.software, l.light, l.light_since, l.light_reason AS stored_reason, l.recheck_at AS stored_recheck,
            i.last_heartbeat_at, i.last_warning_at, i.last_seen_at, i.status, i.status_at, i.timeout_s, i.late_percent,
            i.deadline AS stored_deadline, i.late_at AS stored_late_at, i.maintenance_until AS stored_mu, ${H('l')} AS judged_at
       FROM unnest($1::uuid[]) AS k(id)
@@ -122,12 +123,12 @@ export const TRANSITION_SQL = `
   ), chg AS (
     SELECT n.*, ${lightAtSql('n', 'n.new_light', '$2::float8', 'n.judged_at', 'COALESCE(n.maintenance_from, n.judged_at)')} AS at
       FROM next n
-     WHERE n.changed OR n.times_changed OR n.recheck IS DISTINCT FROM n.stored_recheck
+     WHERE n.changed OR n.times_changed OR n.recheck IS DISTINCT FROM n.stored_recheck OR n.reason IS DISTINCT FROM n.stored_reason
   ), upd AS (
     UPDATE instance_lights l
        SET light = chg.new_light,
            light_since = CASE WHEN chg.changed THEN chg.at ELSE l.light_since END,
-           light_reason = CASE WHEN chg.changed THEN chg.reason ELSE l.light_reason END,
+           light_reason = chg.reason,
            light_seq = l.light_seq + CASE WHEN chg.changed THEN 1 ELSE 0 END,
            light_judged_at = CASE WHEN chg.changed THEN chg.judged_at ELSE l.light_judged_at END,
            recheck_at = chg.recheck

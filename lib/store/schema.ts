@@ -969,6 +969,25 @@ export const postgresMigrations: Migration[] = [
       `ALTER TABLE instances DROP COLUMN light, DROP COLUMN light_since, DROP COLUMN light_reason, DROP COLUMN light_seq, DROP COLUMN light_judged_at`,
     ],
   },
+  {
+    id: '0024-lights-by-customer',
+    sql: [
+      // The api shows the stored colour (docs/decisions.md "Traffic light"): a list filtered to a
+      // colour, and the counts per colour, read one customer's entries of this index, never
+      // another customer's (a customer with a million red instances costs nobody else's red list
+      // anything). An instance never changes customer, so the copy is written once, here for the
+      // existing rows and by the insert trigger for new ones.
+      `ALTER TABLE instance_lights ADD COLUMN customer_id uuid`,
+      `UPDATE instance_lights l SET customer_id = i.customer_id FROM instances i WHERE i.id = l.instance_id`,
+      `ALTER TABLE instance_lights ALTER COLUMN customer_id SET NOT NULL`,
+      `CREATE INDEX instance_lights_customer_light ON instance_lights (customer_id, light)`,
+      `CREATE OR REPLACE FUNCTION instances_light_row() RETURNS trigger LANGUAGE plpgsql AS $$
+       BEGIN
+         INSERT INTO instance_lights (instance_id, customer_id) VALUES (NEW.id, NEW.customer_id) ON CONFLICT DO NOTHING;
+         RETURN NULL;
+       END $$`,
+    ],
+  },
 ];
 
 /** When the gateway received the report: a DateTime for partitions, and the exact ms. */

@@ -6,6 +6,7 @@
 import t from 'tap';
 import type { Page } from 'playwright-core';
 import { testStack } from '../helpers/stack.js';
+import { judgeAll } from '../helpers/lights.js';
 import { launchBrowser, browserUnavailable, screenshot, untilInPage } from '../helpers/browser.js';
 
 const skip = browserUnavailable();
@@ -39,6 +40,9 @@ async function run(): Promise<void> {
      INSERT INTO instances (customer_id, machine_id, software, first_seen_at, last_seen_at, last_heartbeat_at) SELECT $1, id, 'b-only', now(), now(), now() FROM m`,
     [B.customer.id],
   );
+  // The api shows the stored colour: judged as a worker would.
+  await judgeAll(s.pool);
+  await s.pool.query('ANALYZE instance_lights');
   const owner = await s.newUser('owner');
 
   const browser = await launchBrowser();

@@ -4,6 +4,8 @@ import { randomUUID } from 'node:crypto';
 import type { TestStack } from './stack.js';
 import { chRows } from './stack.js';
 import { encodeBatch, encodeReport, subjects } from '../../lib/contract/messages.js';
+import { withTx, type Pool } from '../../lib/infra/postgres.js';
+import { recordLightChanges } from '../../lib/store/light-events.js';
 
 export interface EventRow {
   instance_id: string;
@@ -148,4 +150,17 @@ export async function publishHeartbeats(s: TestStack, machines: string[], at: nu
     );
     await js.publish(subject, encodeBatch(reports), { msgID: randomUUID() });
   }
+}
+
+/**
+ * Judges the colour of every instance (or those of `customerId`) as a worker would, and stores it:
+ * for tests that write `instances` rows with SQL (many at once) and then read them through the
+ * api, which shows the stored colour. `horizonMs`: the time silence is judged at (now).
+ */
+export async function judgeAll(pool: Pool, customerId?: string, horizonMs = Date.now(), warningWindowS = 900): Promise<number> {
+  const ids = (await pool.query<{ id: string }>(`SELECT id FROM instances WHERE retired_at IS NULL AND ($1::uuid IS NULL OR customer_id = $1)`, [customerId ?? null])).rows.map((r) => r.id);
+  let changes = 0;
+  for (let i = 0; i < ids.length; i += 5000)
+    changes += (await withTx(pool, (c) => recordLightChanges(c, ids.slice(i, i + 5000), 'sweep', warningWindowS, horizonMs))).length;
+  return changes;
 }

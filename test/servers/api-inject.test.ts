@@ -1,37 +1,14 @@
 // The api in-process: buildApi() over this file's own Postgres and ClickHouse databases, requests
 // through Fastify's inject (no port, no process). The middle layer between the unit tests and the
 // tests that start processes: routes, validation, typed handlers, rules next to the data.
-import { WhitelistChecks } from '../../api/whitelist-check.js';
 import t from 'tap';
-import { pino } from 'pino';
 import { randomUUID } from 'node:crypto';
 import { testStack } from '../helpers/stack.js';
-import { buildApi } from '../../api/server.js';
-import { Sessions } from '../../api/session.js';
-import { LightHub } from '../../api/light-stream.js';
-import { CommandHints } from '../../lib/store/commands.js';
-import { createMetrics } from '../../lib/infra/metrics.js';
-import { loadConfig } from '../../lib/infra/config.js';
+import { injectApi } from '../helpers/api.js';
 import { createUser, addMembership } from '../../lib/store/accounts.js';
 
 const s = await testStack(t, 'inject', { gateway: false, worker: false, api: false });
-const cfg = loadConfig({ ...process.env, ...s.env });
-const log = pino({ level: 'silent' });
-const app = await buildApi({
-  cfg,
-  log,
-  metrics: createMetrics('api'),
-  pool: s.pool,
-  ch: s.ch,
-  redis: s.redis,
-  sessions: new Sessions(s.env.JWT_SECRET!, 3600),
-  artifacts: () => null,
-  lights: new LightHub(log, 15, 100),
-  hints: new CommandHints('t.hints'),
-  deadLetters: () => null,
-  whitelistChecks: new WhitelistChecks(),
-});
-t.teardown(() => app.close());
+const app = await injectApi(t, s);
 
 const password = 'a long enough password';
 const owner = await createUser(s.pool, { email: `owner-${s.id}@example.com`, password });

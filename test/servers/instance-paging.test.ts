@@ -2,40 +2,14 @@
 // paging (`after` / `next`) in every kind of order, at the page boundaries; the machine search;
 // totals and the fleet summary from the cached counts (API_COUNT_CACHE_MS) and how stale they can
 // be; two customers never see each other's rows or counts.
-import { WhitelistChecks } from '../../api/whitelist-check.js';
 import t from 'tap';
-import { pino } from 'pino';
 import { testStack, eventually } from '../helpers/stack.js';
-import { buildApi } from '../../api/server.js';
-import { Sessions } from '../../api/session.js';
-import { LightHub } from '../../api/light-stream.js';
-import { CommandHints } from '../../lib/store/commands.js';
-import { createMetrics } from '../../lib/infra/metrics.js';
-import { loadConfig } from '../../lib/infra/config.js';
+import { injectApi } from '../helpers/api.js';
+import { judgeAll } from '../helpers/lights.js';
 import { createCustomer, createToken } from '../../lib/store/customers.js';
 
 const s = await testStack(t, 'paging', { gateway: false, worker: false, api: false });
-const log = pino({ level: 'silent' });
-
-async function api(countCacheMs: number) {
-  const cfg = loadConfig({ ...process.env, ...s.env, API_COUNT_CACHE_MS: String(countCacheMs) });
-  const app = await buildApi({
-    cfg,
-    log,
-    metrics: createMetrics('api'),
-    pool: s.pool,
-    ch: s.ch,
-    redis: s.redis,
-    sessions: new Sessions(s.env.JWT_SECRET!, 3600),
-    artifacts: () => null,
-    lights: new LightHub(log, 15, 100),
-    hints: new CommandHints('t.hints'),
-    deadLetters: () => null,
-  whitelistChecks: new WhitelistChecks(),
-  });
-  t.teardown(() => app.close());
-  return app;
-}
+const api = (countCacheMs: number) => injectApi(t, s, { API_COUNT_CACHE_MS: String(countCacheMs) });
 
 const uncached = await api(0);
 const cached = await api(60_000);
@@ -74,6 +48,8 @@ async function seed(customerId: string, prefix: string, machines: number) {
 }
 await seed(A.id, 'a-m', 60); // 120 instances
 await seed(B.id, 'b-m', 5); // 10 instances
+// The api shows the stored colour: judged as a worker would.
+await judgeAll(s.pool);
 
 type Page = { items: { id: string; machine: string; software: string; light: string }[]; total: number; next: string | null };
 async function page(app: Awaited<ReturnType<typeof api>>, who: typeof A, query: string): Promise<Page> {

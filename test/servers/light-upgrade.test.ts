@@ -96,8 +96,11 @@ t.test('the upgrade keeps every stored colour and says when each is to be judged
   t.same(idx, [], 'no colour index left on instances');
   const m = (await db.query<{ id: string }>(`INSERT INTO machines (customer_id, slug, first_seen_at, last_seen_at) VALUES ($1, 'later', now(), now()) RETURNING id`, [customer])).rows[0]!.id;
   const later = (await db.query<{ id: string }>(`INSERT INTO instances (customer_id, machine_id, software, first_seen_at, last_seen_at) VALUES ($1, $2, 'agent', now(), now()) RETURNING id`, [customer, m])).rows[0]!.id;
-  const row = (await db.query(`SELECT light, light_seq::text AS seq, recheck_at FROM instance_lights WHERE instance_id = $1`, [later])).rows[0];
-  t.same(row, { light: 'grey', seq: '0', recheck_at: null }, 'an instance inserted afterwards has its row: grey, no change yet');
+  const row = (await db.query(`SELECT light, light_seq::text AS seq, recheck_at, customer_id FROM instance_lights WHERE instance_id = $1`, [later])).rows[0];
+  t.same(row, { light: 'grey', seq: '0', recheck_at: null, customer_id: customer }, 'an instance inserted afterwards has its row: grey, no change yet, its customer named');
+  // 0024: every row names its instance's customer (the api's colour filter and counts read them by customer).
+  const owners = (await db.query<{ n: string }>(`SELECT count(*)::text AS n FROM instance_lights l JOIN instances i ON i.id = l.instance_id WHERE l.customer_id = i.customer_id`)).rows[0]!.n;
+  t.equal(owners, String(Object.keys(cases).length + 1), "every row names its instance's customer, the upgraded ones too");
   // The keys, added after the copy, are the ones a table declared with them has.
   const keys = (
     await db.query<{ name: string; def: string }>(

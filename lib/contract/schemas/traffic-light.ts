@@ -11,7 +11,7 @@ export const FleetSummary = Type.Object(
     total: Type.Integer(),
     lights: Type.Object({ green: Type.Integer(), yellow: Type.Integer(), late: Type.Integer(), red: Type.Integer(), grey: Type.Integer(), maintenance: Type.Integer() }),
   },
-  { $id: 'FleetSummary', description: 'instances per colour, derived at read time like GET /api/instances' },
+  { $id: 'FleetSummary', description: 'instances per colour, the colours GET /api/instances shows' },
 );
 
 export const LightCause = Type.Union([Type.Literal('report'), Type.Literal('expiry'), Type.Literal('sweep')], {
