@@ -67,7 +67,7 @@ async function countKeys(pattern: string): Promise<number> {
 }
 
 async function countLight(light: string): Promise<number> {
-  const r = await pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM instances JOIN instance_lights ON instance_id = id WHERE customer_id = $1 AND light = $2`, [customerId, light]);
+  const r = await pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM instances JOIN instance_lights ON instance_id = id WHERE instances.customer_id = $1 AND light = $2`, [customerId, light]);
   return r.rows[0]!.n;
 }
 

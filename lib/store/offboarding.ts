@@ -84,6 +84,7 @@ export const PG_CUSTOMER_TABLES = [
   'help_texts',
   'timeout_recomputes',
   'timeout_rules',
+  'instance_lights',
   'instances',
   'machines',
   'api_tokens',
