@@ -76,7 +76,7 @@ async function runVariant(c: PoolClient, ids: string[], opts: { outbox: boolean 
       await c.query(TRANSITION_PLANNING.set); // as the listener and the sweep plan it (recordLightChanges)
       const t1 = performance.now();
       const text = opts.outbox ? TRANSITION_SQL : NO_OUTBOX_SQL;
-      const r = await c.query<{ instance_id: string; seq: string }>({ text, values: [locked, 3600, 'sweep', Date.now()] });
+      const r = await c.query<{ instance_id: string; seq: string }>({ text, values: [locked, 3600, 'sweep', Date.now(), 0] });
       const t2 = performance.now();
       const changed = r.rows; // both forms return the changed rows only (`WHERE changed`)
       if (opts.outbox) await deleteFromOutbox(c, changed.map((x) => ({ instance_id: x.instance_id, seq: Number(x.seq) }) as LightEvent));
@@ -167,7 +167,7 @@ async function main(): Promise<void> {
         for (const q of SETTINGS) await c.query(q);
         await c.query('BEGIN');
         await c.query(TRANSITION_PLANNING.set);
-        const plan = await c.query<{ 'QUERY PLAN': string }>({ text: `EXPLAIN (ANALYZE, BUFFERS) ${TRANSITION_SQL}`, values: [ids.slice(0, BATCH), 3600, 'sweep', Date.now()] });
+        const plan = await c.query<{ 'QUERY PLAN': string }>({ text: `EXPLAIN (ANALYZE, BUFFERS) ${TRANSITION_SQL}`, values: [ids.slice(0, BATCH), 3600, 'sweep', Date.now(), 0] });
         say(`plan of one batch of ${BATCH}:\n${plan.rows.map((r) => r['QUERY PLAN']).join('\n')}`);
       } finally {
         await c.query('ROLLBACK');

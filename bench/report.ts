@@ -85,6 +85,12 @@ export function renderTable(r: R, source?: string): string {
     const hb = r.cost.heartbeat?.pg_rows_per_100k;
     const before = r.cost.heartbeat_pg_every_report?.pg_rows_per_100k;
     if (hb !== undefined && before) lines.push('', `Postgres rows per 100,000 steady heartbeats: ${hb.toLocaleString('en')}, ${((hb / before) * 100).toFixed(2)} % of writing every heartbeat (${before.toLocaleString('en')}); target ≤ 1 %.`);
+    const interval = Number(r.cost.pg_heartbeat_interval_s);
+    if (interval > 0)
+      lines.push(
+        '',
+        `At one heartbeat a minute an instance that changes nothing is written once per PG_HEARTBEAT_INTERVAL_S (${interval.toLocaleString('en')} s), whatever its timeout: ${(6000 / interval).toFixed(2)} % of its heartbeats; target ≤ 1 %.`,
+      );
   }
   if (r.peak_rss_mb && Object.keys(r.peak_rss_mb).length) {
     lines.push('', '| Peak RSS | MB |', '|---|---:|');

@@ -345,6 +345,10 @@ export async function runBench(cfg: Config, root: string, args: string[]): Promi
       await w.p.stop();
     }
     out.heartbeat_saturation = await saturation();
+    // The steady state at one heartbeat a minute: an instance that changes nothing is written once
+    // per PG_HEARTBEAT_INTERVAL_S, whatever its timeout (issue 26; the rows above are a few
+    // minutes' worth, in which no flush comes due).
+    out.pg_heartbeat_interval_s = cfg.worker.pgHeartbeatIntervalS;
     return out;
   }
 

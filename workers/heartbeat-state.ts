@@ -11,31 +11,35 @@
 //             heartbeat Postgres holds), `fp`/`fa` (fingerprint of the fields Postgres holds, and
 //             of which heartbeat; '' = unknown), `mid` (machine id), `iv` (the instance's
 //             interval, below).
-// and the sorted set hbdue: instance id -> when its newest heartbeat is due in Postgres.
+// and the sorted sets hbdue: instance id -> when its newest heartbeat is due in Postgres, and hbdl:
+// instance id -> when its heartbeat key expires (its silence time: the sweep's candidates).
 //
 // A batch's heartbeat-only update of an instance whose ids this worker knows is *skipped* (no
 // Postgres write) when, atomically in one script: its heartbeat key exists (so its light is not
 // red for silence, and this heartbeat cannot change its colour) and its fingerprint equals the one
-// Postgres holds (no field changes). A skipped heartbeat extends the key, becomes the hash's
-// newest if it is, and puts the instance in hbdue at `pg + interval` (unless it is there
-// earlier: a rule that shortened the interval moves it forward; a claim moved forward may be
-// written twice, which is harmless).
+// Postgres holds (no field changes). A skipped heartbeat extends the key and its silence time,
+// becomes the hash's newest if it is, and puts the instance in hbdue at `pg + interval` (unless it
+// is there earlier; a claim moved forward may be written twice, which is harmless).
 // Everything else goes to Postgres at once, as before (identity, changed fields, status, warnings,
 // a silent instance coming back) and records afterwards what Postgres holds.
 //
 // The flusher (every worker, HeartbeatFlusher) writes what is due: the newest heartbeat of each
-// instance at most `interval` after the previous Postgres write, with the same newest-wins rules as
-// the ingest upsert (both statements in lib/store/instances.ts). So Postgres's last_heartbeat_at is never more than interval + one flush tick
-// behind, and each instance's interval is below 80 % of its own timeout, or of its late time where
-// it has one (lib/store/timeout-rules.ts; its rule as this worker last read it, from the upsert or
-// the id lookup; dropped when the api hints that the customer's rules changed, and at most ID_TTL_MS
-// old when a hint is lost): a silence Postgres sees is real, and the traffic-light SQL
-// (lib/domain/traffic-light.ts) keeps judging from Postgres alone. Where a worker's copy of a rule
-// is stale all the same, the sweep and the expiry listener drop the instance's heartbeat key and
-// write its waiting heartbeat before they judge (repair): a stale copy costs writes and, at worst,
-// a colour shown early for one sweep interval; never a change recorded wrongly, and never a
-// heartbeat skipped after its instance turned late or red. The api merges the
-// hash into what it shows (lib/store/live-heartbeats.ts): times exact to the millisecond.
+// instance at most `interval` (PG_HEARTBEAT_INTERVAL_S, 6,000 s by default) after the previous
+// Postgres write, with the same newest-wins rules as the ingest upsert (both statements in
+// lib/store/instances.ts). So Postgres's last_heartbeat_at is at most `postgresLagMs` behind
+// (interval + a flush tick + a lease + a margin), which may be far past the instance's deadline:
+// nothing judges silence from Postgres alone. The heartbeat key (expiring at the instance's first
+// change of colour under its rule as this worker last read it: from the upsert or the id lookup;
+// dropped when the api hints that the customer's rules changed, at most ID_TTL_MS old when a hint
+// is lost) drives the expiry listener; its expiry time, kept in hbdl, is the sweep's candidate
+// list for silence; and the stored recheck times add `postgresLagMs` to a time a heartbeat moves
+// (lib/domain/traffic-light.ts recheckSql), so a live instance is written (and judged) by the
+// flusher before its stale Postgres deadline makes it a candidate. The sweep and the expiry
+// listener drop an instance's heartbeat key and write its waiting heartbeat before they judge it
+// (repair), so the judgement sees the newest heartbeat, and no heartbeat is skipped after its
+// instance turned late or red. A worker's stale copy of a rule costs writes and a judgement,
+// never a change recorded wrongly. The api shows the stored colour and merges the hash into what
+// it shows (lib/store/live-heartbeats.ts): times exact to the millisecond.
 //
 // In a Redis Cluster each instance's keys carry its group's hash tag, and every group has a due set
 // of its own (lib/infra/redis.ts): each script call is for one group, so it names keys of one slot
@@ -66,19 +70,20 @@ const ID_TTL_MS = 10 * 60_000;
 const CHUNK = 1000;
 
 /**
- * KEYS: hbdue, then per instance its state hash and heartbeat key.
+ * KEYS: hbdue, hbdl, then per instance its state hash and heartbeat key.
  * ARGV: interval ms (unused: each instance has its own), keep ms (state outlives the heartbeat key
  *       by this), then per instance receive time, fingerprint, fields (JSON), key expiry (ms),
  *       instance id, the instance's interval ms.
- * Returns per instance 1 (skipped: Postgres holds its fields, the key is extended) or 0.
+ * Returns per instance 1 (skipped: Postgres holds its fields, the key and its silence time are
+ * extended) or 0.
  */
 const SKIP = `
 local keep = tonumber(ARGV[2])
 local out = {}
-local n = (#KEYS - 1) / 2
+local n = (#KEYS - 2) / 2
 for i = 1, n do
-  local hs = KEYS[2 * i]
-  local hb = KEYS[2 * i + 1]
+  local hs = KEYS[2 * i + 1]
+  local hb = KEYS[2 * i + 2]
   local a = 2 + (i - 1) * 6
   local interval = tonumber(ARGV[a + 6])
   local at = tonumber(ARGV[a + 1])
@@ -90,6 +95,7 @@ for i = 1, n do
       out[i] = 1
       local exp = tonumber(ARGV[a + 4])
       redis.call('PEXPIREAT', hb, exp, 'GT')
+      redis.call('ZADD', KEYS[2], 'GT', exp, ARGV[a + 5])
       local seen = tonumber(st[3]) or 0
       if at > seen then
         redis.call('HSET', hs, 'seen', at, 'hb', ARGV[a + 3], 'hf', fp, 'iv', interval)
@@ -104,7 +110,7 @@ return out
 `;
 
 /**
- * After a Postgres write. KEYS: hbdue, then per instance its state hash and heartbeat key.
+ * After a Postgres write. KEYS: hbdue, hbdl, then per instance its state hash and heartbeat key.
  * ARGV: now ms, keep ms, record state (1/0), then per instance receive time, fingerprint, fields,
  *       key expiry, instance id, customer id, machine id, the receive time of the heartbeat
  *       Postgres holds after the write (its last_heartbeat_at), and the instance's interval ms.
@@ -113,10 +119,10 @@ const WRITTEN = `
 local now = tonumber(ARGV[1])
 local keep = tonumber(ARGV[2])
 local record = ARGV[3] == '1'
-local n = (#KEYS - 1) / 2
+local n = (#KEYS - 2) / 2
 for i = 1, n do
-  local hs = KEYS[2 * i]
-  local hb = KEYS[2 * i + 1]
+  local hs = KEYS[2 * i + 1]
+  local hb = KEYS[2 * i + 2]
   local a = 3 + (i - 1) * 9
   local at = tonumber(ARGV[a + 1])
   local fp = ARGV[a + 2]
@@ -128,6 +134,8 @@ for i = 1, n do
       redis.call('PEXPIREAT', hb, exp, 'GT')
     end
   end
+  -- Past already (a heartbeat applied after its own first change): due at once for the sweep.
+  redis.call('ZADD', KEYS[2], 'GT', exp, id)
   if record then
     local st = redis.call('HMGET', hs, 'pg', 'fa', 'seen', 'hf')
     local pg = tonumber(st[1]) or 0
@@ -189,7 +197,7 @@ return out
 `;
 
 /**
- * After the flusher's write. KEYS: hbdue. ARGV: interval (where the hash names none of its own: `iv`), state-hash prefix, heartbeat-key prefix,
+ * After the flusher's write. KEYS: hbdue, hbdl. ARGV: interval (where the hash names none of its own: `iv`), state-hash prefix, heartbeat-key prefix,
  * then per instance: id, receive time written, its fingerprint, Postgres's last heartbeat time
  * after the write (-1: Postgres has no such instance; its keys go, so the next heartbeat is
  * written to Postgres and creates it again).
@@ -207,6 +215,7 @@ for i = 4, #ARGV, 4 do
   if pgAt < 0 then
     redis.call('DEL', hs, ARGV[3] .. id)
     redis.call('ZREM', KEYS[1], id)
+    redis.call('ZREM', KEYS[2], id)
   elseif st[3] then
     local pg = math.max(tonumber(st[1]) or 0, pgAt)
     local fa = tonumber(st[2]) or 0
@@ -229,7 +238,22 @@ end
 return n
 `;
 
+/**
+ * Silences judged. KEYS: hbdl. ARGV: the horizon they were judged at (ms), then instance ids. Drops
+ * each one's entry if it is at most the horizon (a heartbeat that came after the judgement moved it
+ * later, and it stays).
+ */
+const SETTLED = `
+local h = tonumber(ARGV[1])
+for i = 2, #ARGV do
+  local s = redis.call('ZSCORE', KEYS[1], ARGV[i])
+  if s and tonumber(s) <= h then redis.call('ZREM', KEYS[1], ARGV[i]) end
+end
+return 0
+`;
+
 const skipScript = luaCommand<number[]>('heartbeatSkip', SKIP);
+const settledScript = luaCommand<number>('heartbeatSilenceSettled', SETTLED);
 const writtenScript = luaCommand<number>('heartbeatWritten', WRITTEN);
 const claimScript = luaCommand<[string, string, string, string, string][]>('heartbeatClaim', CLAIM);
 const flushedScript = luaCommand<number>('heartbeatFlushed', FLUSHED);
@@ -289,30 +313,22 @@ export function lookupIdsIn(pool: Pool): (updates: InstanceUpdate[]) => Promise<
 }
 
 /**
- * The interval in force: as configured, but at most 80 % of the heartbeat timeout, so that a flush
- * (interval + one tick + the write) always lands before Postgres's stale time could look silent.
+ * The interval in force: as configured (0: every heartbeat is written to Postgres). Not bounded by
+ * the timeout: silence is judged from Redis's times (the top of this file).
  */
-export function effectiveIntervalMs(o: Pick<HeartbeatStateOptions, 'heartbeatTimeoutMs' | 'pgIntervalMs'>): number {
-  return Math.max(0, Math.min(o.pgIntervalMs, Math.floor(o.heartbeatTimeoutMs * 0.8)));
+export function effectiveIntervalMs(o: Pick<HeartbeatStateOptions, 'pgIntervalMs'>): number {
+  return Math.max(0, o.pgIntervalMs);
 }
 
 /**
- * An instance's times under its rule (ms): its timeout, when a silence first changes its colour
- * (its late time where it has one, else the timeout), and its interval: as configured, but at most
- * 80 % of that first change, and at most 90 % of it less one flush tick (`tickMs`), so that a
- * flush (interval + a tick + the write) always lands before Postgres's stale time could look late
- * or silent. 0 (a first change too short for that): every heartbeat goes to Postgres at once.
+ * An instance's times under its rule (ms): its timeout, and when a silence first changes its
+ * colour (its late time where it has one, else the timeout): when its heartbeat key expires.
  */
-export function instanceTimes(
-  o: Pick<HeartbeatStateOptions, 'heartbeatTimeoutMs' | 'pgIntervalMs' | 'latePercent'>,
-  id: Pick<Resolved, 'timeoutS' | 'latePercent'>,
-  tickMs = 0,
-) {
+export function instanceTimes(o: Pick<HeartbeatStateOptions, 'heartbeatTimeoutMs' | 'latePercent'>, id: Pick<Resolved, 'timeoutS' | 'latePercent'>) {
   const timeoutMs = id.timeoutS != null ? id.timeoutS * 1000 : o.heartbeatTimeoutMs;
   const late = id.latePercent ?? o.latePercent ?? 0;
   const firstChangeMs = late > 0 ? Math.floor((timeoutMs * late) / 100) : timeoutMs;
-  const intervalMs = Math.max(0, Math.min(o.pgIntervalMs, Math.floor(firstChangeMs * 0.8), Math.floor(firstChangeMs * 0.9) - tickMs));
-  return { timeoutMs, firstChangeMs, intervalMs };
+  return { timeoutMs, firstChangeMs };
 }
 
 /** A heartbeat-only update with its fields, as the scripts take it. */
@@ -360,6 +376,15 @@ export class HeartbeatState {
     return this.intervalMs > 0;
   }
 
+  /**
+   * How far Postgres's last heartbeat of an instance may lag its newest one: the interval, a flush
+   * tick, a lease (a flushing worker that died) and 30 s for a slow write. 0 when every heartbeat
+   * is written at once. The stored recheck times add it (LightParams.recheckSlackS).
+   */
+  get postgresLagMs(): number {
+    return this.enabled ? this.intervalMs + this.tickMs + this.leaseMs + 30_000 : 0;
+  }
+
   /** The customer's timeout rules changed (lib/store/timeout-rules.ts TimeoutRuleHints): its cached copies are stale. O(1). */
   rulesChanged(customerId: string): void {
     this.ruleGen.set(customerId, (this.ruleGen.get(customerId) ?? 0) + 1);
@@ -381,8 +406,7 @@ export class HeartbeatState {
    * goes the careful way (Postgres at once), like any heartbeat of an instance without an interval.
    */
   private late(u: InstanceUpdate, id: Resolved, now: number): boolean {
-    const t = instanceTimes(this.o, id, this.tickMs);
-    return t.intervalMs === 0 || u.heartbeat!.at + t.firstChangeMs <= now;
+    return u.heartbeat!.at + instanceTimes(this.o, id).firstChangeMs <= now;
   }
 
   private prepare(u: InstanceUpdate): Prepared {
@@ -423,15 +447,12 @@ export class HeartbeatState {
     for (const [g, inGroup] of byGroup(candidates, this.keys.groups, (c) => c.id.instanceId))
       for (let i = 0; i < inGroup.length; i += CHUNK) {
         const part = inGroup.slice(i, i + CHUNK);
-        const args: (string | number)[] = [this.keys.heartbeatDueOf(g)];
+        const args: (string | number)[] = [this.keys.heartbeatDueOf(g), this.keys.heartbeatSilenceOf(g)];
         for (const c of part) args.push(this.keys.heartbeatState(c.id.instanceId), this.keys.heartbeat(c.id.instanceId));
         args.push(this.intervalMs, this.keepMs);
-        for (const { p, id } of part) {
-          const t = instanceTimes(this.o, id, this.tickMs);
-          args.push(p.f.at, p.fp, p.json, p.f.at + t.firstChangeMs, id.instanceId, t.intervalMs);
-        }
+        for (const { p, id } of part) args.push(p.f.at, p.fp, p.json, p.f.at + instanceTimes(this.o, id).firstChangeMs, id.instanceId, this.intervalMs);
         calls.push(
-          skipScript(this.redis, 1 + 2 * part.length, ...args).then((res) => {
+          skipScript(this.redis, 2 + 2 * part.length, ...args).then((res) => {
             part.forEach((c, j) => {
               if (res[j] === 1) out.set(c.p.u.key, c.id);
             });
@@ -459,14 +480,12 @@ export class HeartbeatState {
     for (const [g, inGroup] of byGroup(withHb, this.keys.groups, (c) => c.id.instanceId))
       for (let i = 0; i < inGroup.length; i += CHUNK) {
         const part = inGroup.slice(i, i + CHUNK);
-        const args: (string | number)[] = [this.keys.heartbeatDueOf(g)];
+        const args: (string | number)[] = [this.keys.heartbeatDueOf(g), this.keys.heartbeatSilenceOf(g)];
         for (const c of part) args.push(this.keys.heartbeatState(c.id.instanceId), this.keys.heartbeat(c.id.instanceId));
         args.push(now, this.keepMs, this.enabled ? 1 : 0);
-        for (const { p, id, pgAt } of part) {
-          const t = instanceTimes(this.o, id, this.tickMs);
-          args.push(p.f.at, p.fp, p.json, p.f.at + t.firstChangeMs, id.instanceId, p.u.customerId, id.machineId, pgAt, t.intervalMs);
-        }
-        calls.push(writtenScript(this.redis, 1 + 2 * part.length, ...args));
+        for (const { p, id, pgAt } of part)
+          args.push(p.f.at, p.fp, p.json, p.f.at + instanceTimes(this.o, id).firstChangeMs, id.instanceId, p.u.customerId, id.machineId, pgAt, this.intervalMs);
+        calls.push(writtenScript(this.redis, 2 + 2 * part.length, ...args));
       }
     await Promise.all(calls);
   }
@@ -534,11 +553,59 @@ export class HeartbeatState {
     const calls: Promise<number>[] = [];
     for (const [g, inGroup] of byGroup(done, this.keys.groups, (d) => d.c.instanceId))
       for (let i = 0; i < inGroup.length; i += CHUNK) {
-        const args: (string | number)[] = [this.keys.heartbeatDueOf(g), this.intervalMs, this.keys.heartbeatStatePrefixOf(g), this.keys.heartbeatPrefixOf(g)];
+        const args: (string | number)[] = [this.keys.heartbeatDueOf(g), this.keys.heartbeatSilenceOf(g), this.intervalMs, this.keys.heartbeatStatePrefixOf(g), this.keys.heartbeatPrefixOf(g)];
         for (const { c, pgAt } of inGroup.slice(i, i + CHUNK)) args.push(c.instanceId, c.fields.at, c.fp, pgAt);
-        calls.push(flushedScript(this.redis, 1, ...args));
+        calls.push(flushedScript(this.redis, 2, ...args));
       }
     await Promise.all(calls);
+  }
+
+  /**
+   * Instances whose heartbeat key expires at `horizonMs` or before (their silence may change their
+   * colour by then): about `limit`, a cluster's groups side by side, earliest first in each.
+   * `more`: some group had more than its share.
+   */
+  async dueSilences(horizonMs: number, limit: number): Promise<{ ids: string[]; more: boolean }> {
+    const share = Math.max(1, Math.ceil(limit / this.keys.groups));
+    const all = await Promise.all(this.keys.heartbeatSilences.map((k) => this.redis.zrangebyscore(k, '-inf', horizonMs, 'LIMIT', 0, share)));
+    return { ids: all.flat(), more: all.some((ids) => ids.length >= share) };
+  }
+
+  /** These instances were judged at `horizonMs`: their silence entries up to it go (later ones stay). */
+  async settleSilences(ids: string[], horizonMs: number): Promise<void> {
+    if (ids.length === 0) return;
+    await Promise.all(
+      byGroup(ids, this.keys.groups, (id) => id).flatMap(([g, some]) => {
+        const calls: Promise<number>[] = [];
+        for (let i = 0; i < some.length; i += CHUNK) calls.push(settledScript(this.redis, 1, this.keys.heartbeatSilenceOf(g), horizonMs, ...some.slice(i, i + CHUNK)));
+        return calls;
+      }),
+    );
+  }
+
+  /**
+   * Silence times from Postgres (lib/store/instances.ts silenceTimes), after a judgement: they
+   * replace what Redis holds, earlier or later (a timeout rule shortened since the heartbeat key
+   * was set: Postgres has the rule). A heartbeat written between the judgement and this (the
+   * repair dropped the key, so none is skipped) may be set back to an older time: its instance is
+   * then judged early once, unchanged, and gets the newer time.
+   */
+  async addSilences(times: { id: string; at: number }[]): Promise<void> {
+    if (times.length === 0) return;
+    await Promise.all(
+      byGroup(times, this.keys.groups, (x) => x.id).flatMap(([g, some]) => {
+        const calls: Promise<unknown>[] = [];
+        for (let i = 0; i < some.length; i += CHUNK)
+          calls.push(this.redis.zadd(this.keys.heartbeatSilenceOf(g), ...some.slice(i, i + CHUNK).flatMap((x) => [x.at, x.id])));
+        return calls;
+      }),
+    );
+  }
+
+  /** Instances whose silence time Redis holds (a gauge). */
+  async silenceCount(): Promise<number> {
+    const counts = await Promise.all(this.keys.heartbeatSilences.map((k) => this.redis.zcard(k)));
+    return counts.reduce((a, b) => a + b, 0);
   }
 
   /** Instances whose heartbeats wait for Postgres (a gauge). */

@@ -12,6 +12,7 @@ import type { Logger } from '../lib/infra/log.js';
 import type { LightEvent } from '../lib/domain/traffic-light.js';
 import { notRed, silentButLit } from '../lib/store/instances.js';
 import { recordFreeTransitionsTx, type Horizon, type LightEventSink, type LightParams } from './traffic-light.js';
+import { afterJudgement, type SilenceTimes } from './light-sweep.js';
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 /** Expiry events that arrive together are handled together, after this short wait. */
@@ -101,6 +102,8 @@ export class ExpiryListener {
     private readonly onEvents: (events: LightEvent[]) => void = () => {},
     /** Writes an instance's heartbeat still waiting for Postgres (workers/heartbeat-state.ts) before it is judged. */
     private readonly repair: (ids: string[]) => Promise<unknown> = async () => {},
+    /** Redis's silence times (workers/light-sweep.ts): what this judged is settled there, so the sweep does not judge it again. */
+    private readonly silences: SilenceTimes | null = null,
   ) {
     // Both layouts: an id is an id whether or not its key carries a cluster's group tag.
     const cluster = redisKeys(redisPrefix, { isCluster: true });
@@ -243,8 +246,19 @@ export class ExpiryListener {
         const t1 = Date.now();
         // Rows the sweep (or a report) holds right now are skipped, not waited for: they are
         // among the unchanged ones below, and looked at again after DEFER_RETRY_MS.
-        const { events } = await recordFreeTransitionsTx(this.pool, ids, 'expiry', this.params, await this.horizon.get());
+        const horizonMs = await this.horizon.get();
+        const { events, skipped } = await recordFreeTransitionsTx(this.pool, ids, 'expiry', this.params, horizonMs);
         const recordMs = Date.now() - t1;
+        // Judged (or already red): settled, except the rows someone else held.
+        if (this.silences) {
+          const held = new Set(skipped);
+          await afterJudgement(
+            this.pool,
+            this.silences,
+            taken.filter((id) => !held.has(id)),
+            horizonMs,
+          );
+        }
         this.onEvents(events);
         const changed = new Set(events.map((e) => e.instance_id));
         for (const id of changed) this.deferred.delete(id);

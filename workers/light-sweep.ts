@@ -1,7 +1,11 @@
 // The sweep makes the stored traffic light exact: Redis expiry events are fire-and-forget, so a
-// BullMQ repeatable job (every LIGHT_SWEEP_INTERVAL_MS) finds, by the time each stored colour may
-// next change (`instance_lights.recheck_at`, which every judgement stores: lib/domain/traffic-light.ts
-// recheckSql),
+// BullMQ repeatable job (every LIGHT_SWEEP_INTERVAL_MS) finds, from two sources,
+//   - Redis's silence times (`hbdl`, workers/heartbeat-state.ts: when each heartbeat key expires),
+//     exact while Postgres's heartbeat times lag the newest heartbeat: instances whose silence
+//     changes their colour now;
+//   - Postgres's recheck times (`instance_lights.recheck_at`, which every judgement stores:
+//     lib/domain/traffic-light.ts recheckSql; a time a heartbeat moves comes there only after
+//     Postgres's possible lag, as a backstop for a Redis that lost its times):
 //   - instances not red whose deadline passed (last heartbeat + their timeout), instances green or
 //     yellow whose late time passed (lib/store/timeout-rules.ts),
 //   - instances stored yellow whose warning ran out (WARNING_WINDOW_S) and that are not degraded,
@@ -17,7 +21,7 @@
 // sure that a run which outlasts the interval is never overlapped by the next one on another worker.
 import type { Pool } from '../lib/infra/postgres.js';
 import type { LightEvent } from '../lib/domain/traffic-light.js';
-import { instancesDueForSweep } from '../lib/store/instances.js';
+import { instancesDueForSweep, notRed, silenceTimes } from '../lib/store/instances.js';
 import { tryLightSweepLock, releaseLightSweepLock } from '../lib/store/light-events.js';
 import { recomputeCustomer, unfinishedRecomputes } from '../lib/store/timeout-rules.js';
 import { instancesEnteringMaintenance, markEntered, occurrencesToEnter } from '../lib/store/maintenance.js';
@@ -27,6 +31,29 @@ import { recordFreeTransitionsTx, recordTransitionsTx, type Horizon, type LightE
 const OUTBOX_GRACE_MS = 5000;
 /** A timeout-rule recompute asked for longer ago than this was left half-way by its api: finished here. */
 const RECOMPUTE_GRACE_S = 60;
+
+/** Redis's silence times (HeartbeatState.dueSilences / settleSilences). */
+export interface SilenceTimes {
+  /** Instances whose silence time is at most `horizonMs`, about `limit`; `more`: there are more. */
+  due(horizonMs: number, limit: number): Promise<{ ids: string[]; more: boolean }>;
+  /** These were judged at `horizonMs`: their times up to it go. */
+  settle(ids: string[], horizonMs: number): Promise<void>;
+  /** Silence times as Postgres has them after a judgement (they replace Redis's: Postgres has the rule). */
+  add(times: { id: string; at: number }[]): Promise<void>;
+}
+
+/**
+ * After a judgement at `horizonMs` of `judged` (`sourcedFromRedis`: those that came from the silence
+ * times): their times up to the horizon go, and those still green or yellow get their silence time
+ * as Postgres now has it (the repair wrote their newest heartbeat, and dropped their heartbeat key,
+ * so until their next heartbeat nothing else would put one there; without it a silence would be
+ * found only at the stored recheck time, which is later by Postgres's possible lag).
+ */
+export async function afterJudgement(pool: Pool, silences: SilenceTimes, judged: string[], horizonMs: number): Promise<void> {
+  if (judged.length === 0) return;
+  await silences.settle(judged, horizonMs);
+  await silences.add(await silenceTimes(pool, judged));
+}
 
 export interface SweepResult {
   ran: boolean;
@@ -46,6 +73,8 @@ export class LightSweep {
     private readonly repair: (ids: string[]) => Promise<unknown> = async () => {},
     /** A customer's rules were recomputed here (the workers' copies are stale: TimeoutRuleHints). */
     private readonly rulesChanged: (customerId: string) => void = () => {},
+    /** Redis's silence times (none: the recheck times alone, exact only while Postgres does not lag). */
+    private readonly silences: SilenceTimes | null = null,
   ) {}
 
   /** One run; skipped (ran: false) while another worker's run holds the lock. */
@@ -94,20 +123,43 @@ export class LightSweep {
         try {
           for (let round = 0; round < 10_000; round++) {
             const horizon = await this.horizon.get();
-            const ids = await this.candidates(horizon);
-            if (ids.length === 0) break;
-            if (ids.join() === last) break;
-            last = ids.join();
-            // A candidate whose newest heartbeat was still waiting for Postgres is no longer one.
-            await this.repair(ids);
-            // Candidates another transaction holds (the expiry listener recording the same silence,
-            // a report) are skipped, not waited for; whatever that leaves unchanged is found by the
-            // next round or run.
-            const { events, skipped } = await recordFreeTransitionsTx(this.pool, ids, 'sweep', this.params, horizon);
-            this.onEvents(events);
-            delivered = this.sink.queue(events);
-            changes += events.length;
-            if (ids.length < this.opts.batch || skipped.length === ids.length) break;
+            const [fromPostgres, redisDue] = await Promise.all([
+              instancesDueForSweep(this.pool, this.opts.batch, horizon),
+              this.silences ? this.silences.due(horizon, this.opts.batch) : Promise.resolve({ ids: [], more: false }),
+            ]);
+            const fromRedis = redisDue.ids;
+            if (fromPostgres.length === 0 && fromRedis.length === 0) break;
+            const seen = `${fromPostgres.join()}|${fromRedis.join()}`;
+            if (seen === last) break;
+            last = seen;
+            // Redis's candidates already red (the expiry listener or a report recorded them) or gone
+            // are settled without a judgement.
+            const lit = fromRedis.length > 0 ? await notRed(this.pool, fromRedis) : [];
+            const ids = [...new Set([...fromPostgres, ...lit])];
+            let skipped: string[] = [];
+            if (ids.length > 0) {
+              // A candidate whose newest heartbeat was still waiting for Postgres is no longer one.
+              await this.repair(ids);
+              // Candidates another transaction holds (the expiry listener recording the same silence,
+              // a report) are skipped, not waited for; whatever that leaves unchanged is found by the
+              // next round or run.
+              const recorded = await recordFreeTransitionsTx(this.pool, ids, 'sweep', this.params, horizon);
+              skipped = recorded.skipped;
+              this.onEvents(recorded.events);
+              delivered = this.sink.queue(recorded.events);
+              changes += recorded.events.length;
+            }
+            if (this.silences) {
+              const held = new Set(skipped);
+              await afterJudgement(
+                this.pool,
+                this.silences,
+                [...new Set([...fromRedis, ...ids])].filter((id) => !held.has(id)),
+                horizon,
+              );
+            }
+            const full = fromPostgres.length >= this.opts.batch || redisDue.more;
+            if (!full || (ids.length > 0 && skipped.length === ids.length)) break;
           }
         } finally {
           await delivered;
@@ -119,10 +171,5 @@ export class LightSweep {
     } finally {
       lockClient.release();
     }
-  }
-
-  /** Judged at the horizon, like the change itself, so that every candidate does change. */
-  private candidates(horizonMs: number): Promise<string[]> {
-    return instancesDueForSweep(this.pool, this.opts.batch, horizonMs);
   }
 }

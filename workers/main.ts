@@ -17,9 +17,9 @@ import { WhitelistCache } from './whitelist-cache.js';
 import { ArtifactStore } from '../lib/store/artifacts.js';
 import { sweepUploads } from './artifact-expiry.js';
 import { ArtifactUsage } from '../lib/store/artifact-usage.js';
-import { Horizon, LightEventSink, ReportLights } from './traffic-light.js';
+import { Horizon, LightEventSink, ReportLights, type LightParams } from './traffic-light.js';
 import { ExpiryListener, ensureExpiryEvents } from './light-expiry.js';
-import { LightSweep } from './light-sweep.js';
+import { LightSweep, type SilenceTimes } from './light-sweep.js';
 import { HeartbeatState, HeartbeatFlusher, lookupIdsIn } from './heartbeat-state.js';
 import { Webhooks } from './webhooks.js';
 import { MailDigests } from './mail-digest.js';
@@ -95,7 +95,7 @@ await retrying('the whitelist (Postgres)', () => whitelist.start());
 
 // Traffic light (docs/architecture.md "Traffic light"): changes recorded by reports, by Redis
 // expiry events and by the sweep; delivered to ClickHouse, NATS (live stream) and webhooks.
-const lightParams = { warningWindowS: cfg.warningWindowS };
+const lightParams: LightParams = { warningWindowS: cfg.warningWindowS };
 // The defaults of instances without a timeout rule (lib/store/timeout-rules.ts): a changed
 // HEARTBEAT_TIMEOUT_S or HEARTBEAT_LATE_PERCENT moves their deadlines before anything is judged.
 await retrying('the traffic-light defaults (Postgres)', async () => {
@@ -135,6 +135,13 @@ const heartbeats = new HeartbeatState(redis, cfg.redisPrefix, {
     log.warn({ node, replicas: got, wanted: cfg.redisWaitReplicas }, 'Redis: fewer replicas than REDIS_WAIT_REPLICAS hold the skipped heartbeats; the batch goes on');
   },
 });
+// A time a heartbeat moves is stored for the sweep only after Postgres's possible lag (lib/domain/traffic-light.ts recheckSql).
+lightParams.recheckSlackS = heartbeats.postgresLagMs / 1000;
+const silences: SilenceTimes = {
+  due: (h, limit) => heartbeats.dueSilences(h, limit),
+  settle: (ids, h) => heartbeats.settleSilences(ids, h),
+  add: (times) => heartbeats.addSilences(times),
+};
 const hbUpdates = metrics.counter('fleet_worker_heartbeat_updates_total');
 metrics.onScrape(() => {
   hbUpdates.labels('postgres').inc(heartbeats.counts.written);
@@ -146,11 +153,11 @@ const flusher = new HeartbeatFlusher(pool, heartbeats, reportLights, log, (n) =>
 const repair = (ids: string[]) => flusher.repair(ids);
 const ruleHints = new TimeoutRuleHints(subj.control('timeout-rules'), (e) => log.warn({ err: e }, 'timeout-rule hint not published'));
 ruleHints.attach(nc);
-const sweep = new LightSweep(pool, sink, lightParams, horizon, { batch: cfg.light.sweepBatch }, countLights, repair, (customerId) => ruleHints.publish(customerId));
+const sweep = new LightSweep(pool, sink, lightParams, horizon, { batch: cfg.light.sweepBatch }, countLights, repair, (customerId) => ruleHints.publish(customerId), silences);
 let expiry: ExpiryListener | null = null;
 if (cfg.light.expiryListener) {
   await retrying('Redis expiry events', () => ensureExpiryEvents(redis, log));
-  expiry = new ExpiryListener(cfg.redisUrl, cfg.redisPrefix, pool, sink, lightParams, horizon, cfg.light.sweepBatch, log, countLights, repair);
+  expiry = new ExpiryListener(cfg.redisUrl, cfg.redisPrefix, pool, sink, lightParams, horizon, cfg.light.sweepBatch, log, countLights, repair, silences);
   await retrying('the expiry listener (Redis)', () => expiry!.start());
 } else {
   log.info('expiry listener off (LIGHT_EXPIRY_LISTENER=0): the sweep alone turns silent instances red');

@@ -26,6 +26,8 @@ import { chTime } from './reports.js';
 
 export interface LightParams {
   warningWindowS: number;
+  /** How far Postgres's last heartbeat may lag the newest one (s; HeartbeatState.postgresLagMs): recheck times are that much later while heartbeats may wait. */
+  recheckSlackS?: number;
 }
 
 /**
@@ -44,7 +46,7 @@ export async function recordTransitions(
 ): Promise<LightEvent[]> {
   if (instanceIds.length === 0) return [];
   if (lock) await lockInstances(c, instanceIds);
-  return recordLightChanges(c, instanceIds, cause, p.warningWindowS, horizonMs);
+  return recordLightChanges(c, instanceIds, cause, p.warningWindowS, horizonMs, p.recheckSlackS ?? 0);
 }
 
 /** `recordTransitions` in a transaction of its own (expiry events, the sweep). */

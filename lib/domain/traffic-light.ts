@@ -74,6 +74,14 @@ export function lightSql(alias: string, windowParam: string, now = 'now()'): str
     ELSE 'green' END`;
 }
 
+/** SQL: when row `i`'s silence first changes its colour: the first of its deadline and late time, each started again at the end of its maintenance. */
+export function silenceAtSql(alias: string): string {
+  const i = alias;
+  const deadline = `GREATEST(${i}.deadline, ${deadlineSql(`${i}.maintenance_until`, `${i}.timeout_s`)})`;
+  const lateAt = `GREATEST(${i}.late_at, ${lateAtSql(`${i}.maintenance_until`, `${i}.timeout_s`, `${i}.late_percent`)})`;
+  return `LEAST(${deadline}, ${lateAt})`;
+}
+
 /**
  * SQL: when colour `newLight` (an expression) of row `i`, judged at some time t, may next change
  * with no report: the first of the times whose passing changes it (its deadline, late time, the end
@@ -81,16 +89,24 @@ export function lightSql(alias: string, windowParam: string, now = 'now()'): str
  * yet; NULL where only a report, a timeout rule or a maintenance window changes it (grey, red).
  * The recording statement stores it (`instance_lights.recheck_at`), and the sweep takes its
  * candidates from it (lib/store/instances.ts instancesDueForSweep). It must follow lightSql: a
- * time too late here is a change the sweep finds late (the expiry listener does not depend on it);
- * one too early only costs a judgement.
+ * time too late here is a change the sweep finds late; one too early only costs a judgement.
+ *
+ * `slackParam` (seconds, an expression): how far Postgres's last heartbeat may lag the newest one
+ * while the instance's heartbeats wait in Redis (workers/heartbeat-state.ts), added to the times
+ * a heartbeat moves (deadline, late time) while green or yellow, the colours whose heartbeats may
+ * wait: an instance that is alive is written by the flusher, and judged again, before its time
+ * plus the slack, so the sweep does not take every live instance for a candidate at its stale
+ * Postgres deadline. Its silence is found on time by the heartbeat keys' expiry and the sweep's
+ * second source, Redis's silence times (workers/light-sweep.ts); this time is the backstop for a
+ * Redis that lost them. Late is never slackened: no heartbeat waits while an instance is late.
  */
-export function recheckSql(alias: string, newLight: string, windowParam: string): string {
+export function recheckSql(alias: string, newLight: string, windowParam: string, slackParam = '0'): string {
   const i = alias;
   const deadline = `GREATEST(${i}.deadline, ${deadlineSql(`${i}.maintenance_until`, `${i}.timeout_s`)})`;
-  const lateAt = `GREATEST(${i}.late_at, ${lateAtSql(`${i}.maintenance_until`, `${i}.timeout_s`, `${i}.late_percent`)})`;
+  const slack = `make_interval(secs => ${slackParam})`;
   return `CASE ${newLight}
-    WHEN 'green' THEN LEAST(${deadline}, ${lateAt})
-    WHEN 'yellow' THEN LEAST(${deadline}, ${lateAt},
+    WHEN 'green' THEN ${silenceAtSql(i)} + ${slack}
+    WHEN 'yellow' THEN LEAST(${silenceAtSql(i)} + ${slack},
       CASE WHEN ${i}.status IS DISTINCT FROM 'degraded' THEN ${i}.last_warning_at + make_interval(secs => ${windowParam}) END)
     WHEN 'late' THEN ${deadline}
     WHEN 'maintenance' THEN ${i}.maintenance_until

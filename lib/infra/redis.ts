@@ -211,6 +211,7 @@ export function redisKeys(prefix: string, layout: { isCluster: boolean }) {
   const hbPrefix = (g: number) => `${prefix}hb:${tag(g)}`;
   const hsPrefix = (g: number) => `${prefix}hs:${tag(g)}`;
   const duePerGroup = Array.from({ length: groups }, (_, g) => (cluster ? `${prefix}hbdue:${tag(g)}` : `${prefix}hbdue`));
+  const silencePerGroup = Array.from({ length: groups }, (_, g) => (cluster ? `${prefix}hbdl:${tag(g)}` : `${prefix}hbdl`));
   return {
     cluster,
     /** Groups of instance keys: 1 on one Redis, CLUSTER_GROUPS in a cluster. */
@@ -248,6 +249,14 @@ export function redisKeys(prefix: string, layout: { isCluster: boolean }) {
     heartbeatDue: (instanceId: string) => duePerGroup[groupOf(instanceId, groups)]!,
     /** Every group's due set. */
     heartbeatDues: duePerGroup,
+    /**
+     * Sorted set of group `g`: instance id -> when its heartbeat key expires (ms), i.e. when its
+     * silence would first change its colour: the sweep's candidates for silence
+     * (workers/heartbeat-state.ts, workers/light-sweep.ts), which Postgres's times lag.
+     */
+    heartbeatSilenceOf: (g: number) => silencePerGroup[g]!,
+    /** Every group's silence set. */
+    heartbeatSilences: silencePerGroup,
     /** First receive time of a report sent with an Idempotency-Key (24 h). */
     idempotency: (reportId: string) => `${prefix}idem:${reportId}`,
     /** The body an Idempotency-Key was first used with (a hash, gateway/idempotency.ts; 24 h). */

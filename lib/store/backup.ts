@@ -51,7 +51,7 @@ import { isNotFound } from '../infra/jetstream-errors.js';
 import { deadLetterStream, heartbeatStream, ingestStreamOf, ingestStreams, partitionOfStream, subjects, type IngestPartition } from '../contract/messages.js';
 import { ArtifactStore, bucketNames } from './artifacts.js';
 import { decodeFields, type HeartbeatFields } from './live-heartbeats.js';
-import { lockInstances, writeHeartbeats } from './instances.js';
+import { lockInstances, recheckNowSql, writeHeartbeats } from './instances.js';
 import { advanceMachinesLastSeen } from './machines.js';
 import { migrate } from './migrate.js';
 import { CH_RETENTION_TABLES, dropPartitionSql, listPartitions } from './retention.js';
@@ -500,6 +500,11 @@ export async function restore(cfg: Config, dir: string, o: RestoreOptions = {}):
     });
     await step('heartbeats', async () => {
       result.heartbeats = await foldHeartbeats(pool, join(dir, m.heartbeats.file), Date.parse(m.cutoff.at));
+      // The restored Redis holds no silence times (workers/light-sweep.ts), and the stored recheck
+      // time of a green or yellow instance comes Postgres's possible lag after its deadline: every
+      // one is judged by the first sweep, from the heartbeats just written (each then gets its
+      // silence time in Redis, so one that never reports again turns red at its deadline).
+      await pool.query(recheckNowSql(`SELECT instance_id FROM instance_lights WHERE light IN ('green', 'yellow')`));
     });
     await migrate(cfg); // ClickHouse's tables (and Postgres's, when the step above was done before)
     for (const [table, e] of Object.entries(m.clickhouse)) {

@@ -11,7 +11,7 @@
 // lib/store/light-events.ts).
 import { ISO_TIMES, type Pool, type PoolClient } from '../infra/postgres.js';
 import { notFound } from '../contract/errors.js';
-import { silentSql, overdueSql, deadlineSql, lateAtSql, type LightColour } from '../domain/traffic-light.js';
+import { silentSql, overdueSql, silenceAtSql, deadlineSql, lateAtSql, type LightColour } from '../domain/traffic-light.js';
 import { instanceOrderBy, cursorColumns, afterSql, type OrderKey, type GroupKey } from './instance-order.js';
 import type { InstanceTimes, HeartbeatFields } from './live-heartbeats.js';
 
@@ -212,6 +212,24 @@ export async function notRed(db: Db, instanceIds: string[]): Promise<string[]> {
   if (instanceIds.length === 0) return [];
   const r = await db.query<{ id: string }>(`SELECT instance_id AS id FROM instance_lights WHERE instance_id = ANY($1::uuid[]) AND light <> 'red'`, [instanceIds]);
   return r.rows.map((x) => x.id);
+}
+
+/**
+ * Of these instances, those stored green or yellow (the colours whose heartbeats may wait in Redis),
+ * with when their silence first changes their colour by what Postgres holds (the first of their
+ * deadline and late time, each started again at the end of a maintenance; ms): after a judgement,
+ * the sweep's exact candidate time in Redis (workers/light-sweep.ts), where the stored recheck time
+ * is later by Postgres's possible lag.
+ */
+export async function silenceTimes(db: Db, instanceIds: string[]): Promise<{ id: string; at: number }[]> {
+  if (instanceIds.length === 0) return [];
+  const r = await db.query<{ id: string; at: number | null }>(
+    `SELECT i.id, (extract(epoch FROM ${silenceAtSql('i')}) * 1000)::float8 AS at
+       FROM instances i JOIN instance_lights l ON l.instance_id = i.id
+      WHERE i.id = ANY($1::uuid[]) AND i.retired_at IS NULL AND l.light IN ('green', 'yellow')`,
+    [instanceIds],
+  );
+  return r.rows.filter((x): x is { id: string; at: number } => x.at !== null);
 }
 
 /**

@@ -116,7 +116,7 @@ export const TRANSITION_SQL = `
            ${lightReasonSql('cur', '$2::float8', 'cur.judged_at')} AS reason
       FROM cur
   ), next AS MATERIALIZED (
-    SELECT j.*, j.new_light <> j.old_light AS changed, ${recheckSql('j', 'j.new_light', '$2::float8')} AS recheck,
+    SELECT j.*, j.new_light <> j.old_light AS changed, ${recheckSql('j', 'j.new_light', '$2::float8', '$5::float8')} AS recheck,
            j.maintenance_until IS DISTINCT FROM j.stored_mu OR j.deadline IS DISTINCT FROM j.stored_deadline
              OR j.late_at IS DISTINCT FROM j.stored_late_at AS times_changed
       FROM judged j
@@ -180,6 +180,8 @@ export async function recordLightChanges(
   cause: LightCause,
   warningWindowS: number,
   horizonMs: number,
+  /** How far Postgres's last heartbeat may lag the newest (s): lib/domain/traffic-light.ts recheckSql. */
+  recheckSlackS = 0,
 ): Promise<LightEvent[]> {
   // Named: each connection parses it once, and Postgres may keep a generic plan (planning it is a
   // good part of its cost for one instance; see TRANSITION_SQL). The expiry listener and the sweep
@@ -188,7 +190,7 @@ export async function recordLightChanges(
   // other), and the transaction's own setting put back after it (a failed statement ends the
   // transaction, and the setting with it). A report's batch, inside the ingest transaction, is
   // planned as before.
-  const values = [instanceIds, warningWindowS, cause, horizonMs];
+  const values = [instanceIds, warningWindowS, cause, horizonMs, recheckSlackS];
   if (cause === 'report') return (await c.query<OutboxRow>({ name: 'light-transition', text: TRANSITION_SQL, values })).rows.map(toEvent);
   await c.query(TRANSITION_PLANNING.set);
   const r = await c.query<OutboxRow>({ name: 'light-transition-silence', text: TRANSITION_SQL, values });

@@ -35,12 +35,15 @@ const ms = (d: Date | null) => (d ? d.getTime() : null);
 const hash = (instanceId: string) => s.redis.hgetall(`${prefix}hs:${instanceId}`);
 const due = (instanceId: string) => s.redis.zscore(`${prefix}hbdue`, instanceId);
 
-t.test('the interval in force: as set, at most 80 % of the timeout; 0 turns skipping off', async (t) => {
-  t.equal(effectiveIntervalMs({ heartbeatTimeoutMs: 300_000, pgIntervalMs: 60_000 }), 60_000);
-  t.equal(effectiveIntervalMs({ heartbeatTimeoutMs: 300_000, pgIntervalMs: 3_600_000 }), 240_000);
-  t.equal(effectiveIntervalMs({ heartbeatTimeoutMs: 2_000, pgIntervalMs: 240_000 }), 1_600);
-  t.equal(effectiveIntervalMs({ heartbeatTimeoutMs: 300_000, pgIntervalMs: 0 }), 0);
-  t.notOk(new HeartbeatState(s.redis, prefix, { heartbeatTimeoutMs: 1000, pgIntervalMs: 0, idCacheSize: 1 }).enabled);
+t.test('the interval in force: as set, longer than the timeout too (silence is judged from Redis); 0 turns skipping off', async (t) => {
+  t.equal(effectiveIntervalMs({ pgIntervalMs: 60_000 }), 60_000);
+  t.equal(effectiveIntervalMs({ pgIntervalMs: 6_000_000 }), 6_000_000);
+  t.equal(effectiveIntervalMs({ pgIntervalMs: 0 }), 0);
+  const on = new HeartbeatState(s.redis, prefix, { heartbeatTimeoutMs: 300_000, pgIntervalMs: 6_000_000, idCacheSize: 1 });
+  t.equal(on.postgresLagMs, 6_000_000 + on.tickMs + on.leaseMs + 30_000, "Postgres's lag: interval, tick, lease and margin");
+  const off = new HeartbeatState(s.redis, prefix, { heartbeatTimeoutMs: 1000, pgIntervalMs: 0, idCacheSize: 1 });
+  t.notOk(off.enabled);
+  t.equal(off.postgresLagMs, 0, 'no lag when every heartbeat is written');
 });
 
 t.test('an unchanged heartbeat skips Postgres; its time, uptime and ClickHouse row are exact all the same', async (t) => {

@@ -36,7 +36,7 @@ t.test(`a batch of ${BATCH} of ${N} instances: read by probes of the primary key
   try {
     await c.query('BEGIN');
     await c.query(TRANSITION_PLANNING.set);
-    const plan = (await c.query({ text: `EXPLAIN ${TRANSITION_SQL}`, values: [ids, 900, 'sweep', Date.now()] })).rows.map((r) => r['QUERY PLAN'] as string);
+    const plan = (await c.query({ text: `EXPLAIN ${TRANSITION_SQL}`, values: [ids, 900, 'sweep', Date.now(), 0] })).rows.map((r) => r['QUERY PLAN'] as string);
     // `x` is the statement's read of the batch (CTE base); the UPDATEs' own joins are the
     // planner's choice by the size of the batch's changes.
     const read = plan.filter((l) => /on instances x\s/.test(l));

@@ -13,6 +13,7 @@ import t from 'tap';
 import fc from 'fast-check';
 import { testStack } from '../helpers/stack.js';
 import { recordLightChanges } from '../../lib/store/light-events.js';
+import { silenceTimes } from '../../lib/store/instances.js';
 import { lightSql, LIGHTS } from '../../lib/domain/traffic-light.js';
 
 const K = 40;
@@ -135,4 +136,46 @@ t.test('the sweep takes its candidates by recheck time only, earliest first, and
   const { instancesDueForSweep } = await import('../../lib/store/instances.js');
   t.same(await instancesDueForSweep(s.pool, 10, T), [ids[1], ids[0]], 'the two due by T, the earlier first; not the one due after T, not the retired one');
   t.same(await instancesDueForSweep(s.pool, 1, T), [ids[1]], 'at most the limit');
+});
+
+t.test("Postgres's possible lag (the slack) delays the times a heartbeat moves while green or yellow, nothing else; the silence time is exact", async (t) => {
+  const T = Date.now();
+  const SLACK_S = 7260;
+  const [green, degraded, late, warned] = ids.slice(4, 8) as [string, string, string, string];
+  await s.pool.query('UPDATE light_defaults SET timeout_s = 300, late_percent = 0 WHERE id = 1');
+  const set = (id: string, hbAgoS: number, status: string, warnAgoS: number | null, latePercent: number | null, light: string) =>
+    Promise.all([
+      s.pool.query(
+        `UPDATE instances SET last_heartbeat_at = to_timestamp($2::float8 / 1000), status = $3, last_warning_at = to_timestamp($4::float8 / 1000), late_percent = $5::int,
+                timeout_s = NULL, maintenance_until = NULL, retired_at = NULL,
+                deadline = light_deadline(to_timestamp($2::float8 / 1000), NULL), late_at = light_late_at(to_timestamp($2::float8 / 1000), NULL, $5::int)
+          WHERE id = $1`,
+        [id, T - hbAgoS * 1000, status, warnAgoS === null ? null : T - warnAgoS * 1000, latePercent],
+      ),
+      s.pool.query(`UPDATE instance_lights SET light = $2, recheck_at = NULL WHERE instance_id = $1`, [id, light]),
+    ]);
+  await set(green, 10, 'running', null, null, 'green');
+  await set(degraded, 10, 'degraded', null, null, 'yellow');
+  await set(late, 200, 'running', null, 50, 'late');
+  await set(warned, 10, 'running', 10, null, 'yellow');
+  const c = await s.pool.connect();
+  try {
+    await c.query('BEGIN');
+    t.same(await recordLightChanges(c, [green, degraded, late, warned], 'sweep', WINDOW_S, T, SLACK_S), [], 'no change of colour');
+    await c.query('COMMIT');
+  } finally {
+    c.release();
+  }
+  const rows = (await s.pool.query<{ id: string; ms: number }>(`SELECT instance_id AS id, (extract(epoch FROM recheck_at) * 1000)::float8 AS ms FROM instance_lights WHERE instance_id = ANY($1::uuid[])`, [[green, degraded, late, warned]])).rows;
+  const recheck = new Map(rows.map((r) => [r.id, Math.round(r.ms)]));
+  t.equal(recheck.get(green), T - 10_000 + 300_000 + SLACK_S * 1000, 'green: its deadline plus the slack');
+  t.equal(recheck.get(degraded), T - 10_000 + 300_000 + SLACK_S * 1000, 'yellow for a status: its deadline plus the slack');
+  t.equal(recheck.get(late), T - 200_000 + 300_000, 'late: its deadline exactly (no heartbeat waits while late)');
+  t.equal(recheck.get(warned), T - 10_000 + WINDOW_S * 1000, "yellow for a warning: the warning's end, exactly");
+  const times = new Map((await silenceTimes(s.pool, [green, degraded, late, warned])).map((x) => [x.id, Math.round(x.at)]));
+  t.same(
+    [times.get(green), times.get(degraded), times.get(late), times.get(warned)],
+    [T - 10_000 + 300_000, T - 10_000 + 300_000, undefined, T - 10_000 + 300_000],
+    "the silence times: each green or yellow instance's deadline, exactly; none for late",
+  );
 });
