@@ -212,6 +212,7 @@ export class ExpiryListener {
     // changes in memory. drain() ends only after its last delivery.
     let delivered: Promise<void> = Promise.resolve();
     let deferring: Promise<void> = Promise.resolve();
+    let settling: Promise<void> = Promise.resolve();
     // A batch's first look drops the instances already red (the sweep, another worker's listener
     // or a report recorded them first: when Redis expires keys late, the sweep's repair touching a
     // key is what makes Redis publish its expiry): judging those again cost as much as judging
@@ -249,15 +250,17 @@ export class ExpiryListener {
         const horizonMs = await this.horizon.get();
         const { events, skipped } = await recordFreeTransitionsTx(this.pool, ids, 'expiry', this.params, horizonMs);
         const recordMs = Date.now() - t1;
-        // Judged (or already red): settled, except the rows someone else held.
+        // Judged (or already red): settled, except the rows someone else held; beside the next
+        // batch's recording, not before it (until it is done the sweep may only find these again,
+        // and finds them red).
         if (this.silences) {
           const held = new Set(skipped);
-          await afterJudgement(
-            this.pool,
-            this.silences,
-            taken.filter((id) => !held.has(id)),
-            horizonMs,
-          );
+          const changedTo = new Map(events.map((e) => [e.instance_id, e.to]));
+          const judged = taken.filter((id) => !held.has(id));
+          const silences = this.silences;
+          settling = settling
+            .then(() => afterJudgement(this.pool, silences, judged, horizonMs, (id) => changedTo.get(id) === 'red'))
+            .catch((e) => this.log.warn({ err: e, instances: judged.length }, "silence times not settled; the sweep looks at them again"));
         }
         this.onEvents(events);
         const changed = new Set(events.map((e) => e.instance_id));
@@ -287,7 +290,7 @@ export class ExpiryListener {
       await next.done.catch(() => {});
       for (const id of next.taken) this.inFlight.delete(id);
     }
-    await Promise.all([delivered, deferring]);
+    await Promise.all([delivered, deferring, settling]);
   }
 
   /** Of these (expired, not changed), the ones silent by the wall clock: the horizon is behind. */

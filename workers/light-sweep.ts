@@ -49,10 +49,12 @@ export interface SilenceTimes {
  * so until their next heartbeat nothing else would put one there; without it a silence would be
  * found only at the stored recheck time, which is later by Postgres's possible lag).
  */
-export async function afterJudgement(pool: Pool, silences: SilenceTimes, judged: string[], horizonMs: number): Promise<void> {
+export async function afterJudgement(pool: Pool, silences: SilenceTimes, judged: string[], horizonMs: number, turnedRed: (id: string) => boolean = () => false): Promise<void> {
   if (judged.length === 0) return;
   await silences.settle(judged, horizonMs);
-  await silences.add(await silenceTimes(pool, judged));
+  // Those just recorded red have no silence time to put back: not read.
+  const lit = judged.filter((id) => !turnedRed(id));
+  if (lit.length > 0) await silences.add(await silenceTimes(pool, lit));
 }
 
 export interface SweepResult {
@@ -137,6 +139,7 @@ export class LightSweep {
             const lit = fromRedis.length > 0 ? await notRed(this.pool, fromRedis) : [];
             const ids = [...new Set([...fromPostgres, ...lit])];
             let skipped: string[] = [];
+            let turnedRed = new Set<string>();
             if (ids.length > 0) {
               // A candidate whose newest heartbeat was still waiting for Postgres is no longer one.
               await this.repair(ids);
@@ -145,18 +148,16 @@ export class LightSweep {
               // next round or run.
               const recorded = await recordFreeTransitionsTx(this.pool, ids, 'sweep', this.params, horizon);
               skipped = recorded.skipped;
+              turnedRed = new Set(recorded.events.filter((e) => e.to === 'red').map((e) => e.instance_id));
               this.onEvents(recorded.events);
               delivered = this.sink.queue(recorded.events);
               changes += recorded.events.length;
             }
             if (this.silences) {
+              // Before the next round reads its candidates (else it would read these again).
               const held = new Set(skipped);
-              await afterJudgement(
-                this.pool,
-                this.silences,
-                [...new Set([...fromRedis, ...ids])].filter((id) => !held.has(id)),
-                horizon,
-              );
+              const judged = [...new Set([...fromRedis, ...ids])].filter((id) => !held.has(id));
+              await afterJudgement(this.pool, this.silences, judged, horizon, (id) => turnedRed.has(id));
             }
             const full = fromPostgres.length >= this.opts.batch || redisDue.more;
             if (!full || (ids.length > 0 && skipped.length === ids.length)) break;
