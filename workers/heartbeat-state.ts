@@ -602,12 +602,6 @@ export class HeartbeatState {
     );
   }
 
-  /** Instances whose silence time Redis holds (a gauge). */
-  async silenceCount(): Promise<number> {
-    const counts = await Promise.all(this.keys.heartbeatSilences.map((k) => this.redis.zcard(k)));
-    return counts.reduce((a, b) => a + b, 0);
-  }
-
   /** Instances whose heartbeats wait for Postgres (a gauge). */
   async dueCount(): Promise<number> {
     const counts = await Promise.all(this.keys.heartbeatDues.map((k) => this.redis.zcard(k)));

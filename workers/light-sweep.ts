@@ -43,8 +43,8 @@ export interface SilenceTimes {
 }
 
 /**
- * After a judgement at `horizonMs` of `judged` (`sourcedFromRedis`: those that came from the silence
- * times): their times up to the horizon go, and those still green or yellow get their silence time
+ * After a judgement at `horizonMs` of `judged` (`turnedRed`: those it recorded red, which have
+ * none to put back): their times up to the horizon go, and those still green or yellow get their silence time
  * as Postgres now has it (the repair wrote their newest heartbeat, and dropped their heartbeat key,
  * so until their next heartbeat nothing else would put one there; without it a silence would be
  * found only at the stored recheck time, which is later by Postgres's possible lag).
