@@ -95,6 +95,8 @@ export async function applyBatch(d: ApplyDeps, all: Report[], rejections: Reject
     toWrite.length > 0
       ? await withTx(d.pool, async (c) => {
           const w = await upsertMachinesAndInstances(c, toWrite, d.growth);
+          // Judged from the newest heartbeat, also where only Redis holds it (workers/heartbeat-state.ts).
+          await d.heartbeats.catchUp(c, w);
           if (d.lights) lightEvents = await d.lights.inTransaction(c, [...w.values()].map((x) => x.instanceId));
           return w;
         })

@@ -24,7 +24,7 @@
 // a silent instance coming back) and records afterwards what Postgres holds.
 //
 // The flusher (every worker, HeartbeatFlusher) writes what is due: the newest heartbeat of each
-// instance at most `interval` (PG_HEARTBEAT_INTERVAL_S, 6,000 s by default) after the previous
+// instance at most `interval` (PG_HEARTBEAT_INTERVAL_S, 7,200 s by default) after the previous
 // Postgres write, with the same newest-wins rules as the ingest upsert (both statements in
 // lib/store/instances.ts). So Postgres's last_heartbeat_at is at most `postgresLagMs` behind
 // (interval + a flush tick + a lease + a margin), which may be far past the instance's deadline:
@@ -46,9 +46,9 @@
 // only, including the keys the scripts build from a group's prefix.
 import { LRUCache } from 'lru-cache';
 import { byGroup, luaCommand, primaries, redisKeys, type Redis } from '../lib/infra/redis.js';
-import { withTx, type Pool } from '../lib/infra/postgres.js';
+import { withTx, type Pool, type PoolClient } from '../lib/infra/postgres.js';
 import type { Logger } from '../lib/infra/log.js';
-import { heartbeatFields, fingerprint, encodeFields, decodeFields, type HeartbeatFields } from '../lib/store/live-heartbeats.js';
+import { heartbeatFields, fingerprint, encodeFields, decodeFields, readLatest, type HeartbeatFields } from '../lib/store/live-heartbeats.js';
 import { findInstanceIds, lockInstances, writeHeartbeats } from '../lib/store/instances.js';
 import { advanceMachinesLastSeen } from '../lib/store/machines.js';
 import type { InstanceUpdate } from './reports.js';
@@ -239,16 +239,19 @@ return n
 `;
 
 /**
- * Silences judged. KEYS: hbdl. ARGV: the horizon they were judged at (ms), then instance ids. Drops
- * each one's entry if it is at most the horizon (a heartbeat that came after the judgement moved it
- * later, and it stays).
+ * Silences judged. KEYS: hbdl. ARGV: the horizon they were judged at (ms), how many ids follow,
+ * the ids, then pairs of silence time and id. Drops each id's entry if it is at most the horizon
+ * (a heartbeat that came after the judgement moved it later, and it stays), then sets the pairs:
+ * one script, so a failure never leaves an instance settled without its new time.
  */
 const SETTLED = `
 local h = tonumber(ARGV[1])
-for i = 2, #ARGV do
+local n = tonumber(ARGV[2])
+for i = 3, n + 2 do
   local s = redis.call('ZSCORE', KEYS[1], ARGV[i])
   if s and tonumber(s) <= h then redis.call('ZREM', KEYS[1], ARGV[i]) end
 end
+for i = n + 3, #ARGV, 2 do redis.call('ZADD', KEYS[1], ARGV[i], ARGV[i + 1]) end
 return 0
 `;
 
@@ -491,6 +494,31 @@ export class HeartbeatState {
   }
 
   /**
+   * In the ingest transaction of `c`, after the upsert of `written` (their rows locked) and before
+   * their colour is judged: Postgres gets the newest heartbeat Redis holds of each, where it is
+   * newer than the one Postgres has (`pgAt`, moved forward here). A report without a heartbeat
+   * (status, diagnostics, metrics), or with an older one, would otherwise be judged from a
+   * heartbeat up to PG_HEARTBEAT_INTERVAL_S old: silent, and recorded red, wrongly.
+   */
+  async catchUp(c: PoolClient, written: Map<string, Resolved & { pgAt: number | null }>): Promise<void> {
+    if (!this.enabled || written.size === 0) return;
+    const byId = new Map<string, Resolved & { pgAt: number | null }>();
+    for (const w of written.values()) byId.set(w.instanceId, w);
+    const latest = await readLatest(this.redis, this.prefix, [...byId.keys()], { isCluster: this.keys.cluster });
+    const behind = [...latest].filter(([id, f]) => f.at > (byId.get(id)!.pgAt ?? 0));
+    if (behind.length === 0) return;
+    const rows = await writeHeartbeats(
+      c,
+      behind.map(([id]) => id),
+      behind.map(([, f]) => f),
+    );
+    for (const r of rows) {
+      const w = byId.get(r.id);
+      if (w) w.pgAt = Math.max(w.pgAt ?? 0, Number(r.pg_ms));
+    }
+  }
+
+  /**
    * Waits until REDIS_WAIT_REPLICAS replicas hold this connection's writes: on each primary of a
    * cluster (WAIT counts the writes of the connection it is sent on, and ioredis sends each node's
    * commands on one connection), or on the one Redis. A primary that fails meanwhile fails the
@@ -571,35 +599,29 @@ export class HeartbeatState {
     return { ids: all.flat(), more: all.some((ids) => ids.length >= share) };
   }
 
-  /** These instances were judged at `horizonMs`: their silence entries up to it go (later ones stay). */
-  async settleSilences(ids: string[], horizonMs: number): Promise<void> {
-    if (ids.length === 0) return;
-    await Promise.all(
-      byGroup(ids, this.keys.groups, (id) => id).flatMap(([g, some]) => {
-        const calls: Promise<number>[] = [];
-        for (let i = 0; i < some.length; i += CHUNK) calls.push(settledScript(this.redis, 1, this.keys.heartbeatSilenceOf(g), horizonMs, ...some.slice(i, i + CHUNK)));
-        return calls;
-      }),
-    );
-  }
-
   /**
-   * Silence times from Postgres (lib/store/instances.ts silenceTimes), after a judgement: they
+   * These instances were judged at `horizonMs`: their silence entries up to it go (later ones
+   * stay), and `times` (from Postgres after the judgement: lib/store/instances.ts silenceTimes)
    * replace what Redis holds, earlier or later (a timeout rule shortened since the heartbeat key
    * was set: Postgres has the rule). A heartbeat written between the judgement and this (the
    * repair dropped the key, so none is skipped) may be set back to an older time: its instance is
-   * then judged early once, unchanged, and gets the newer time.
+   * then judged early once, unchanged, and gets the newer time. One script per group and chunk.
    */
-  async addSilences(times: { id: string; at: number }[]): Promise<void> {
-    if (times.length === 0) return;
-    await Promise.all(
-      byGroup(times, this.keys.groups, (x) => x.id).flatMap(([g, some]) => {
-        const calls: Promise<unknown>[] = [];
-        for (let i = 0; i < some.length; i += CHUNK)
-          calls.push(this.redis.zadd(this.keys.heartbeatSilenceOf(g), ...some.slice(i, i + CHUNK).flatMap((x) => [x.at, x.id])));
-        return calls;
-      }),
-    );
+  async settleSilences(ids: string[], horizonMs: number, times: { id: string; at: number }[] = []): Promise<void> {
+    if (ids.length === 0 && times.length === 0) return;
+    const idsOf = new Map<number, string[]>(byGroup(ids, this.keys.groups, (id) => id));
+    const timesOf = new Map<number, { id: string; at: number }[]>(byGroup(times, this.keys.groups, (x) => x.id));
+    const calls: Promise<number>[] = [];
+    for (const g of new Set([...idsOf.keys(), ...timesOf.keys()])) {
+      const someIds = idsOf.get(g) ?? [];
+      const someTimes = timesOf.get(g) ?? [];
+      for (let i = 0; i < Math.max(someIds.length, someTimes.length); i += CHUNK) {
+        const part = someIds.slice(i, i + CHUNK);
+        const pairs = someTimes.slice(i, i + CHUNK).flatMap((x) => [x.at, x.id]);
+        calls.push(settledScript(this.redis, 1, this.keys.heartbeatSilenceOf(g), horizonMs, part.length, ...part, ...pairs));
+      }
+    }
+    await Promise.all(calls);
   }
 
   /** Instances whose heartbeats wait for Postgres (a gauge). */

@@ -36,10 +36,11 @@ const RECOMPUTE_GRACE_S = 60;
 export interface SilenceTimes {
   /** Instances whose silence time is at most `horizonMs`, about `limit`; `more`: there are more. */
   due(horizonMs: number, limit: number): Promise<{ ids: string[]; more: boolean }>;
-  /** These were judged at `horizonMs`: their times up to it go. */
-  settle(ids: string[], horizonMs: number): Promise<void>;
-  /** Silence times as Postgres has them after a judgement (they replace Redis's: Postgres has the rule). */
-  add(times: { id: string; at: number }[]): Promise<void>;
+  /**
+   * These were judged at `horizonMs`: their times up to it go, and `times` (as Postgres has them
+   * after the judgement) replace Redis's, in one step.
+   */
+  settle(ids: string[], horizonMs: number, times: { id: string; at: number }[]): Promise<void>;
 }
 
 /**
@@ -51,10 +52,11 @@ export interface SilenceTimes {
  */
 export async function afterJudgement(pool: Pool, silences: SilenceTimes, judged: string[], horizonMs: number, turnedRed: (id: string) => boolean = () => false): Promise<void> {
   if (judged.length === 0) return;
-  await silences.settle(judged, horizonMs);
-  // Those just recorded red have no silence time to put back: not read.
+  // Those just recorded red have no silence time to put back: not read. Read first, so that a
+  // failure leaves everything as it was (the sweep finds them again), never settled without a time.
   const lit = judged.filter((id) => !turnedRed(id));
-  if (lit.length > 0) await silences.add(await silenceTimes(pool, lit));
+  const times = lit.length > 0 ? await silenceTimes(pool, lit) : [];
+  await silences.settle(judged, horizonMs, times);
 }
 
 export interface SweepResult {

@@ -139,8 +139,7 @@ const heartbeats = new HeartbeatState(redis, cfg.redisPrefix, {
 lightParams.recheckSlackS = heartbeats.postgresLagMs / 1000;
 const silences: SilenceTimes = {
   due: (h, limit) => heartbeats.dueSilences(h, limit),
-  settle: (ids, h) => heartbeats.settleSilences(ids, h),
-  add: (times) => heartbeats.addSilences(times),
+  settle: (ids, h, times) => heartbeats.settleSilences(ids, h, times),
 };
 const hbUpdates = metrics.counter('fleet_worker_heartbeat_updates_total');
 metrics.onScrape(() => {

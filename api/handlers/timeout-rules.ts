@@ -30,7 +30,7 @@ export function timeoutRuleHandlers(d: ApiDeps): HandlersOf<'list_timeout_rules'
     }
   }
   const checkTimeout = (t: number | null | undefined) => {
-    if (t != null && t < minS) throw badRequest(`timeout_s: at least ${minS} s (TIMEOUT_RULE_MIN_S): each instance of a rule reaches Postgres at least every 80 % of its timeout`);
+    if (t != null && t < minS) throw badRequest(`timeout_s: at least ${minS} s (TIMEOUT_RULE_MIN_S): a shorter timeout makes the workers judge its instances' silences more often`);
   };
 
   return {

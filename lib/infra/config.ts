@@ -177,7 +177,7 @@ export const Settings = Type.Object({
   SUPPORT_CONTACT_PHONE: Str('', 'named contact phone (default: the support phone)'),
   HEARTBEAT_TIMEOUT_S: Pos(300, 'heartbeat silence before red, where no timeout rule says otherwise'),
   HEARTBEAT_LATE_PERCENT: Int(0, 0, 99, 'share of the timeout after which a silent instance turns late, where no timeout rule says otherwise (0: no late colour)'),
-  TIMEOUT_RULE_MIN_S: Int(30, 1, 2_592_000, 'shortest timeout a timeout rule may set (each instance of it reaches Postgres at least every 80 % of it)'),
+  TIMEOUT_RULE_MIN_S: Int(30, 1, 2_592_000, 'shortest timeout a timeout rule may set (a shorter one makes the workers judge its instances\' silences more often)'),
   TIMEOUT_RULES_PER_CUSTOMER: Nat(1000, 'timeout rules a customer may hold, the default of the quota timeout_rules (409 above)'),
   PG_HEARTBEAT_INTERVAL_S: Nat(7200, 'a heartbeat that changes nothing reaches Postgres at most this much later (0: every heartbeat at once); silence is judged from Redis, so it may be longer than any timeout'),
   WORKER_ID_CACHE: Pos(500_000, 'instances whose ids each worker keeps in memory (the ids of others are read from Postgres, one query per batch)'),

@@ -5,7 +5,8 @@
 // instance's stored recheck time comes only after Postgres's possible lag. With the expiry
 // listener off, the sweep alone turns a silent instance red at its own deadline, within a sweep
 // interval or two; Redis's silence time of a heartbeat applied after its own deadline (the workers
-// were behind) is due at once.
+// were behind) is due at once. A status report, which carries no heartbeat, is judged from the
+// newest heartbeat too (its transaction first writes the one Redis holds).
 import t from 'tap';
 import { testStack, post, eventually } from '../helpers/stack.js';
 import { events, stored } from '../helpers/lights.js';
@@ -50,6 +51,17 @@ t.test('a live instance whose Postgres heartbeat is older than its timeout stays
   t.equal(shown.items[0]!.light, 'green', 'the api: green');
   t.ok(Date.parse(shown.items[0]!.last_heartbeat_at) >= lastPosted - 1000, 'the api: the newest heartbeat time, from Redis');
   t.ok((await s.redis.zscore(keys.heartbeatSilenceOf(keys.groupOf(pg.id)), pg.id)) !== null, "Redis holds its silence time");
+
+  // A status report (no heartbeat) is judged in its own transaction: from the newest heartbeat,
+  // which Redis holds, not from Postgres's, four timeouts old (that would record red).
+  t.equal((await post(s.ingestUrl('alive', 'status'), s.token, { status: 'running' })).status, 200);
+  const afterStatus = await eventually(async () => {
+    const st = (await stored(s, 'alive'))!;
+    return st.last_heartbeat_ms! > first.last_heartbeat_ms! ? st : null;
+  }, 5000, "the status report's transaction wrote the newest heartbeat first");
+  t.ok(afterStatus.last_heartbeat_ms! >= lastPosted - 1000, 'Postgres now has the newest heartbeat');
+  t.equal(afterStatus.light, 'green', 'still green');
+  t.same((await events(s, `machine = 'alive'`)).map((e) => e.to_light), ['green'], 'no change recorded by the status report');
 
   // The quiet one went red by the sweep alone (no listener), at its own deadline, soon after it.
   const red = (await events(s, `machine = 'quiet' AND to_light = 'red'`))[0];
