@@ -17,7 +17,10 @@ import { deadLetterStream } from '../../lib/contract/messages.js';
 import { CLUSTER_GROUPS, Redis, asCluster, createRedis, redisKeys } from '../../lib/infra/redis.js';
 
 const TIMEOUT_S = 12;
-const k = await testCluster(t, 'redis', { HEARTBEAT_TIMEOUT_S: String(TIMEOUT_S) });
+// The sweep every 15 s, not every second: it judges silence from the expiry times in Redis as
+// soon as the listener does, and would otherwise make every silent instance red before the
+// promoted replica's expiry events could be seen to (it stays the backstop for a missed event).
+const k = await testCluster(t, 'redis', { HEARTBEAT_TIMEOUT_S: String(TIMEOUT_S), LIGHT_SWEEP_INTERVAL_MS: '15000' });
 const redis = createRedis(k.c.cfg.redisUrl);
 t.teardown(() => redis.quit().then(() => {}));
 const cluster = asCluster(redis)!;
@@ -164,7 +167,7 @@ t.test('kill -9 of a Redis primary while agents heartbeat: its replica takes ove
   }
   t.same(lostHeartbeats, [], 'no acknowledged heartbeat of a silent instance lost in the failover');
   // The expiry listener hears every node: the keys on the promoted replica expired there, and
-  // their events reached a worker (the sweep would have made them red too, later).
+  // their events reached a worker (the sweep, every 15 s here, would have made them red too, later).
   const byExpiry = (ms: string[]) => ms.filter((m) => reds(ids.get(m)!).some((e) => e.cause === 'expiry')).length;
   const onVictim = quiet.filter((m) => portOf.get(m) === victimPort);
   const elsewhere = quiet.filter((m) => portOf.get(m) !== victimPort);
