@@ -988,6 +988,20 @@ export const postgresMigrations: Migration[] = [
        END $$`,
     ],
   },
+  {
+    id: '0025-drop-unread-instance-indexes',
+    sql: [
+      // Every written heartbeat moves last_seen_at, which is indexed, so each write of an instance
+      // row is a non-HOT update: a new entry in every index of the table. These three were read
+      // only by the colour the api derived in SQL (0009, 0014); since the api shows the stored
+      // colour (0024) nothing reads them, and each cost every row write an index entry.
+      // (customer_id, status) stays: `sort=status` walks it. Cheap to drop (no rewrite); a
+      // brief exclusive lock on instances, like any DROP INDEX.
+      `DROP INDEX IF EXISTS instances_customer_deadline`,
+      `DROP INDEX IF EXISTS instances_customer_late`,
+      `DROP INDEX IF EXISTS instances_customer_warning`,
+    ],
+  },
 ];
 
 /** When the gateway received the report: a DateTime for partitions, and the exact ms. */
