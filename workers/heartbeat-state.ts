@@ -45,7 +45,7 @@
 // of its own (lib/infra/redis.ts): each script call is for one group, so it names keys of one slot
 // only, including the keys the scripts build from a group's prefix.
 import { LRUCache } from 'lru-cache';
-import { byGroup, luaCommand, primaries, redisKeys, type Redis } from '../lib/infra/redis.js';
+import { byGroup, chunks, luaCommand, primaries, redisKeys, type Redis } from '../lib/infra/redis.js';
 import { withTx, type Pool, type PoolClient } from '../lib/infra/postgres.js';
 import type { Logger } from '../lib/infra/log.js';
 import { heartbeatFields, fingerprint, encodeFields, decodeFields, readLatest, type HeartbeatFields } from '../lib/store/live-heartbeats.js';
@@ -562,7 +562,7 @@ export class HeartbeatState {
         opts.dropKeys && some.length > 0 ? this.keys.heartbeatPrefixOf(g) : '',
         ...some,
       );
-    if (ids.length > 0) for (const [g, some] of byGroup(ids, this.keys.groups, (id) => id)) calls.push(claimIn(g, some));
+    if (ids.length > 0) for (const [g, all] of byGroup(ids, this.keys.groups, (id) => id)) for (const some of chunks(all, CHUNK)) calls.push(claimIn(g, some));
     else for (let g = 0; g < this.keys.groups; g++) calls.push(claimIn(g, []));
     const claimed: Claimed[] = [];
     let more = false;

@@ -130,10 +130,25 @@ export async function* scanKeys(redis: Redis, pattern: string, count = 1000): As
 export function luaCommand<R>(name: string, lua: string): (redis: Redis, numKeys: number, ...args: (string | number)[]) => Promise<R> {
   scripts.set(name, lua);
   return (redis, numKeys, ...args) => {
+    // ioredis spreads a command's arguments into a call inside its automatic pipeline; one that
+    // throws there (60,500 keys overflowed the stack) leaves the pipeline a callback short, and
+    // ioredis then ends the process ("results[i] is not iterable"). Refused here instead, as a
+    // rejected call: callers send at most LUA_MAX_ARGS (they chunk).
+    if (args.length > LUA_MAX_ARGS) return Promise.reject(new Error(`${name}: ${args.length} arguments in one call (at most ${LUA_MAX_ARGS}; the caller must chunk)`));
     const r = redis as unknown as Record<string, (n: number, ...a: (string | number)[]) => Promise<R>>;
     if (typeof r[name] !== 'function') redis.defineCommand(name, { lua });
     return r[name]!(numKeys, ...args);
   };
+}
+
+/** The most arguments one Lua command takes (the largest caller: 1,000 written heartbeats, 11,005). */
+export const LUA_MAX_ARGS = 20_000;
+
+/** `items` in slices of at most `n`. */
+export function chunks<T>(items: readonly T[], n: number): T[][] {
+  const out: T[][] = [];
+  for (let i = 0; i < items.length; i += n) out.push(items.slice(i, i + n));
+  return out;
 }
 
 /** The part of a key that picks its cluster slot: its first non-empty `{...}`, else the whole key. */

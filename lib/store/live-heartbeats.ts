@@ -7,7 +7,9 @@
 // The api merges that hash into what it answers (`mergeLatest`), so the times it shows are exact.
 import { createHash } from 'node:crypto';
 import type { Redis } from '../infra/redis.js';
-import { byGroup, luaCommand, redisKeys } from '../infra/redis.js';
+import { byGroup, chunks, luaCommand, redisKeys } from '../infra/redis.js';
+
+const READ_CHUNK = 1000;
 import { pgText, pgJson } from '../infra/postgres.js';
 import type { Heartbeat } from '../contract/schemas/ingest.js';
 
@@ -105,8 +107,9 @@ export async function readLatest(redis: Redis, prefix: string, instanceIds: stri
   const out = new Map<string, HeartbeatFields>();
   if (instanceIds.length === 0) return out;
   const keys = redisKeys(prefix, layout);
+  // At most READ_CHUNK keys a call: a worker's batch may hold 60,000 instances (lib/infra/redis.ts LUA_MAX_ARGS).
   await Promise.all(
-    byGroup(instanceIds, keys.groups, (id) => id).map(async ([, ids]) => {
+    byGroup(instanceIds, keys.groups, (id) => id).flatMap(([, all]) => chunks(all, READ_CHUNK)).map(async (ids) => {
       const res = await readHb(redis, ids.length, ...ids.map((id) => keys.heartbeatState(id)));
       res.forEach((v, i) => {
         if (typeof v !== 'string') return;

@@ -11,6 +11,7 @@ import { HeartbeatState, effectiveIntervalMs } from '../../workers/heartbeat-sta
 import { heartbeatWorker } from '../helpers/heartbeat-worker.js';
 import { mergeLatest, type InstanceTimes } from '../../lib/store/live-heartbeats.js';
 import { createLogger } from '../../lib/infra/log.js';
+import { LUA_MAX_ARGS, luaCommand } from '../../lib/infra/redis.js';
 import type { Report } from '../../lib/contract/messages.js';
 
 const s = await testStack(t, 'hbstate', { gateway: false, worker: false, api: false });
@@ -292,4 +293,23 @@ t.test('a worker that starts (no ids cached) reads the ids of known instances an
   t.not(own.instanceId, theirs.instanceId);
   t.equal((await s.pool.query('SELECT customer_id FROM instances WHERE id = $1', [theirs.instanceId])).rows[0].customer_id, c2.id);
   t.equal(Number((await hash(theirs.instanceId)).seen), next[2]!.receivedAt, "the other customer's newest time in its own state");
+});
+
+// A worker's batch may hold tens of thousands of instances (the light bench's 100,000 first
+// heartbeats came in batches of 60,500). Read in one Lua call, their keys overflowed the stack
+// inside ioredis's automatic pipeline, which then ended the worker ("results[i] is not iterable").
+t.test('catching up a batch of 100,000 instances reads Redis in chunks; a Lua call too large is refused, and the connection goes on', async (t) => {
+  const { state } = worker();
+  const written = new Map(Array.from({ length: 100_000 }, () => randomUUID()).map((id) => [id, { instanceId: id, machineId: randomUUID(), pgAt: 0 }]));
+  const c = await s.pool.connect();
+  try {
+    await state.catchUp(c, written as never);
+    t.pass('100,000 instances caught up (nothing in Redis to write)');
+  } finally {
+    c.release();
+  }
+  const tooLarge = luaCommand<number>('testTooLarge', 'return #KEYS');
+  await t.rejects(tooLarge(s.redis, LUA_MAX_ARGS + 1, ...Array.from({ length: LUA_MAX_ARGS + 1 }, (_, i) => `k${i}`)), /at most 20000/);
+  t.equal(await tooLarge(s.redis, 3, 'a', 'b', 'c'), 3, 'the same connection still runs Lua commands');
+  t.equal(await s.redis.ping(), 'PONG');
 });
