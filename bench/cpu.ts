@@ -74,14 +74,15 @@ export function cpuSeconds(pid: number, withChildren = false): number {
 export interface CpuSnapshot {
   at: number;
   seconds: Record<string, number>;
-  pgRows: number;
+  /** Rows written so far, per table. */
+  pgRows: Record<string, number>;
 }
 
-/** Rows inserted, updated and deleted in this database's tables so far (Postgres's statistics). */
-export async function pgRowsWritten(pool: Pool): Promise<number> {
+/** Rows inserted, updated and deleted in each of this database's tables so far (Postgres's statistics). */
+export async function pgRowsWritten(pool: Pool): Promise<Record<string, number>> {
   // The statistics a backend collected reach the shared counters when it is idle for a moment.
-  const r = await pool.query<{ n: string }>('SELECT coalesce(sum(n_tup_ins + n_tup_upd + n_tup_del), 0)::text AS n FROM pg_stat_user_tables');
-  return Number(r.rows[0]!.n);
+  const r = await pool.query<{ t: string; n: string }>('SELECT relname AS t, (n_tup_ins + n_tup_upd + n_tup_del)::text AS n FROM pg_stat_user_tables');
+  return Object.fromEntries(r.rows.map((x) => [x.t, Number(x.n)]));
 }
 
 export async function snapshot(dataDir: string, procs: Record<string, number | undefined>, pool: Pool): Promise<CpuSnapshot> {
@@ -103,5 +104,13 @@ export function perHundredThousand(a: CpuSnapshot, b: CpuSnapshot, reports: numb
     cpu[name] = Math.round(d * k * 100) / 100;
   }
   cpu.total = Math.round(total * k * 100) / 100;
-  return { reports, wall_s: Math.round((b.at - a.at) / 100) / 10, cpu_s_per_100k: cpu, pg_rows_per_100k: Math.round((b.pgRows - a.pgRows) * k) };
+  // Which tables the rows went to: the first question whenever the total moves.
+  const byTable: Record<string, number> = {};
+  let rows = 0;
+  for (const [t, n] of Object.entries(b.pgRows)) {
+    const d = n - (a.pgRows[t] ?? 0);
+    rows += d;
+    if (d > 0) byTable[t] = Math.round(d * k);
+  }
+  return { reports, wall_s: Math.round((b.at - a.at) / 100) / 10, cpu_s_per_100k: cpu, pg_rows_per_100k: Math.round(rows * k), pg_rows_per_100k_by_table: byTable };
 }

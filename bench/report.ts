@@ -67,7 +67,8 @@ export function renderTable(r: R, source?: string): string {
     );
   }
   if (r.cost) {
-    const names = Object.keys(r.cost);
+    // The scenarios (objects); `pg_heartbeat_interval_s` beside them is a setting, not a column.
+    const names = Object.keys(r.cost).filter((n) => typeof r.cost[n] === 'object' && r.cost[n] !== null);
     const procs = [...new Set(names.flatMap((n) => Object.keys(r.cost[n].cpu_s_per_100k ?? {})))].filter((p) => p !== 'total');
     lines.push(
       '',

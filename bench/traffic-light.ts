@@ -3,7 +3,7 @@
 // (exactly one red per instance is the requirement), and the Redis memory each instance's heartbeat
 // key costs. Prints one JSON object on stdout; progress goes to stderr.
 //
-//   node dist/bench/traffic-light.js [--instances 100000] [--workers 1] [--timeout-s 90]
+//   node dist/bench/traffic-light.js [--instances 100000] [--workers 1] [--timeout-s 150]
 //
 // Runs against the servers of the usual environment (NATS_URL, DATABASE_URL, REDIS_URL,
 // CLICKHOUSE_URL, CLICKHOUSE_DB, ...; lib/infra/config.ts). It keeps out of the way of a deployment on
@@ -31,7 +31,7 @@ const N = countArg('instances', 100_000);
 const WORKERS = countArg('workers', 1);
 // 90 s: the first heartbeats of 100,000 new instances take 30-60 s to apply on this machine
 // (creating them), and every one must be applied before its deadline (below).
-const TIMEOUT_S = countArg('timeout-s', 90);
+const TIMEOUT_S = countArg('timeout-s', 150);
 const PER_MESSAGE = 500;
 const log = (msg: string) => process.stderr.write(`[bench traffic-light] ${msg}\n`);
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
