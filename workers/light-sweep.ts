@@ -32,15 +32,15 @@ const OUTBOX_GRACE_MS = 5000;
 /** A timeout-rule recompute asked for longer ago than this was left half-way by its api: finished here. */
 const RECOMPUTE_GRACE_S = 60;
 
-/** Redis's silence times (HeartbeatState.dueSilences / settleSilences). */
+/** Redis's silence times (HeartbeatState implements it). */
 export interface SilenceTimes {
   /** Instances whose silence time is at most `horizonMs`, about `limit`; `more`: there are more. */
-  due(horizonMs: number, limit: number): Promise<{ ids: string[]; more: boolean }>;
+  dueSilences(horizonMs: number, limit: number): Promise<{ ids: string[]; more: boolean }>;
   /**
    * These were judged at `horizonMs`: their times up to it go, and `times` (as Postgres has them
    * after the judgement) replace Redis's, in one step.
    */
-  settle(ids: string[], horizonMs: number, times: { id: string; at: number }[]): Promise<void>;
+  settleSilences(ids: string[], horizonMs: number, times: { id: string; at: number }[]): Promise<void>;
 }
 
 /**
@@ -56,7 +56,7 @@ export async function afterJudgement(pool: Pool, silences: SilenceTimes, judged:
   // failure leaves everything as it was (the sweep finds them again), never settled without a time.
   const lit = judged.filter((id) => !turnedRed(id));
   const times = lit.length > 0 ? await silenceTimes(pool, lit) : [];
-  await silences.settle(judged, horizonMs, times);
+  await silences.settleSilences(judged, horizonMs, times);
 }
 
 export interface SweepResult {
@@ -129,7 +129,7 @@ export class LightSweep {
             const horizon = await this.horizon.get();
             const [fromPostgres, redisDue] = await Promise.all([
               instancesDueForSweep(this.pool, this.opts.batch, horizon),
-              this.silences ? this.silences.due(horizon, this.opts.batch) : Promise.resolve({ ids: [], more: false }),
+              this.silences ? this.silences.dueSilences(horizon, this.opts.batch) : Promise.resolve({ ids: [], more: false }),
             ]);
             const fromRedis = redisDue.ids;
             if (fromPostgres.length === 0 && fromRedis.length === 0) break;

@@ -137,10 +137,8 @@ const heartbeats = new HeartbeatState(redis, cfg.redisPrefix, {
 });
 // A time a heartbeat moves is stored for the sweep only after Postgres's possible lag (lib/domain/traffic-light.ts recheckSql).
 lightParams.recheckSlackS = heartbeats.postgresLagMs / 1000;
-const silences: SilenceTimes = {
-  due: (h, limit) => heartbeats.dueSilences(h, limit),
-  settle: (ids, h, times) => heartbeats.settleSilences(ids, h, times),
-};
+// Redis's silence times, the sweep's and the listener's candidates (workers/light-sweep.ts).
+const silences: SilenceTimes = heartbeats;
 const hbUpdates = metrics.counter('fleet_worker_heartbeat_updates_total');
 metrics.onScrape(() => {
   hbUpdates.labels('postgres').inc(heartbeats.counts.written);
