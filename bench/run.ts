@@ -21,7 +21,7 @@ import { createFixtures, backlog, LIFTED_CUSTOMER_RATES, type BODIES } from './f
 import { wrk, type WrkResult } from './wrk.js';
 import { writeReport, renderTable, writeCapacity } from './report.js';
 import { snapshot, perHundredThousand } from './cpu.js';
-import { createRedis } from '../lib/infra/redis.js';
+import { createRedis, redisKeys } from '../lib/infra/redis.js';
 import { whitelistBench } from './whitelist.js';
 import { newRun, benchRatios, writeRunFiles, type RunInfo } from './results.js';
 
@@ -328,11 +328,12 @@ export async function runBench(cfg: Config, root: string, args: string[]): Promi
       const g = await startProc('gateway', 'gateway/main.js');
       const targets = fx.targets(p.kind, `cost-${p.name.replace(/_/g, '-')}`);
       // Every instance known first (its first report is an insert, not the steady state measured),
-      // and the deliveries of its first colour done (their outbox rows deleted: 3,604 of the 4,004
-      // rows per 100,000 paced heartbeats were that, in a run that did not wait for them).
+      // and the light settled: the deliveries of its first colour done (3,604 of the 4,004 rows
+      // per 100,000 paced heartbeats were that, in a run that did not wait for them), and the
+      // silences of an earlier run judged (settled()).
       await wrk({ url: `http://127.0.0.1:${g.port}`, targetsFile: targets, bodyFile: fx.body(p.kind), seconds: 2, root });
       while (!(await drained())) await sleep(100);
-      await outboxEmpty();
+      await settled();
       await sleep(1500);
       const procs = { gateway: g.p.child.pid, worker: w.p.child.pid };
       const a = await snapshot(cfg.dataDir, procs, pool);
@@ -375,7 +376,7 @@ export async function runBench(cfg: Config, root: string, args: string[]): Promi
     // Every instance known first, and the processes warm.
     await wrk({ url, targetsFile: targets, bodyFile: fx.body('heartbeat'), seconds: D.warmS, root });
     while (!(await drained())) await sleep(100);
-    await outboxEmpty();
+    await settled();
     await sleep(1500);
     const procs = { gateway: g.p.child.pid, worker: w.p.child.pid };
     const a = await snapshot(cfg.dataDir, procs, pool);
@@ -437,10 +438,38 @@ export async function runBench(cfg: Config, root: string, args: string[]): Promi
     return (await pending()) === 0;
   }
 
-  /** The changes of colour recorded so far delivered (their outbox rows gone), or 30 s passed. */
-  async function outboxEmpty() {
-    for (const until = Date.now() + 30_000; Date.now() < until; await sleep(200)) {
-      if ((await pool.query<{ n: number }>('SELECT count(*)::int AS n FROM light_outbox')).rows[0]!.n === 0) return;
+  /**
+   * Nothing of the light left to do before a cost is measured: the changes of colour recorded so
+   * far delivered (outbox empty), no instance due for the sweep in Postgres (`recheck_at` passed)
+   * or in Redis (`hbdl`), three reads in a row, or 60 s passed (logged). A fixture's instances
+   * that went silent since an earlier run (their heartbeat keys expired while no worker ran) are
+   * judged red when the worker starts and green again by the warm-up; without this wait those
+   * judgements landed in the measured window (997-14,040 Postgres rows per 100,000 paced
+   * heartbeats instead of 100: bench/README.md).
+   */
+  async function settled() {
+    const redis = createRedis(cfg.redisUrl);
+    const silences = redisKeys(cfg.redisPrefix, redis).heartbeatSilences;
+    const started = Date.now();
+    try {
+      let quiet = 0;
+      for (const until = Date.now() + 60_000; Date.now() < until; await sleep(250)) {
+        const pg = await pool.query<{ outbox: number; due: number }>(
+          `SELECT (SELECT count(*)::int FROM light_outbox) AS outbox,
+                  (SELECT count(*)::int FROM instance_lights l JOIN instances i ON i.id = l.instance_id WHERE l.recheck_at < now() AND i.retired_at IS NULL) AS due`,
+        );
+        const now = Date.now();
+        const inRedis = (await Promise.all(silences.map((k) => redis.zcount(k, '-inf', now)))).reduce((a, b) => a + b, 0);
+        const left = pg.rows[0]!.outbox + pg.rows[0]!.due + inRedis;
+        quiet = left === 0 ? quiet + 1 : 0;
+        if (quiet >= 3) {
+          log(`settled after ${Date.now() - started} ms`);
+          return;
+        }
+      }
+      log(`not settled after 60 s (outbox, instances due or silences in Redis left): measuring anyway`);
+    } finally {
+      redis.disconnect();
     }
   }
 
