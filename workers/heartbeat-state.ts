@@ -17,8 +17,8 @@
 // A batch's heartbeat-only update of an instance whose ids this worker knows is *skipped* (no
 // Postgres write) when, atomically in one script: its heartbeat key exists (so its light is not
 // red for silence, and this heartbeat cannot change its colour) and its fingerprint equals the one
-// Postgres holds (no field changes). A skipped heartbeat extends the key and its silence time,
-// becomes the hash's newest if it is, and puts the instance in hbdue at `pg + interval` (unless it
+// Postgres holds (no field changes). A skipped heartbeat extends the key (not its silence time in
+// hbdl, which the sweep's candidate read moves up to the key's expiry when it comes due), becomes the hash's newest if it is, and puts the instance in hbdue at `pg + interval` (unless it
 // is there earlier; a claim moved forward may be written twice, which is harmless).
 // Everything else goes to Postgres at once, as before (identity, changed fields, status, warnings,
 // a silent instance coming back) and records afterwards what Postgres holds.
@@ -31,8 +31,8 @@
 // nothing judges silence from Postgres alone. The heartbeat key (expiring at the instance's first
 // change of colour under its rule as this worker last read it: from the upsert or the id lookup;
 // dropped when the api hints that the customer's rules changed, at most ID_TTL_MS old when a hint
-// is lost) drives the expiry listener; its expiry time, kept in hbdl, is the sweep's candidate
-// list for silence; and the stored recheck times add `postgresLagMs` to a time a heartbeat moves
+// is lost) drives the expiry listener; its expiry time, kept in hbdl (or an earlier one), is the
+// sweep's candidate list for silence; and the stored recheck times add `postgresLagMs` to a time a heartbeat moves
 // (lib/domain/traffic-light.ts recheckSql), so a live instance is written (and judged) by the
 // flusher before its stale Postgres deadline makes it a candidate. The sweep and the expiry
 // listener drop an instance's heartbeat key and write its waiting heartbeat before they judge it
@@ -68,14 +68,23 @@ const ID_TTL_MS = 10 * 60_000;
 
 /** Instances per script call. */
 const CHUNK = 1000;
+/**
+ * Silence entries one candidate read looks at in a script call (each a PEXPIRETIME and maybe a
+ * ZADD: a few ms of Redis), and in all before it returns without candidates (the sweep's next
+ * round or run goes on).
+ */
+const SILENCE_READ_BUDGET = 5000;
+const SILENCE_READ_MAX = 1_000_000;
 
 /**
  * KEYS: hbdue, hbdl, then per instance its state hash and heartbeat key.
  * ARGV: interval ms (unused: each instance has its own), keep ms (state outlives the heartbeat key
  *       by this), then per instance receive time, fingerprint, fields (JSON), key expiry (ms),
  *       instance id, the instance's interval ms.
- * Returns per instance 1 (skipped: Postgres holds its fields, the key and its silence time are
- * extended) or 0.
+ * Returns per instance 1 (skipped: Postgres holds its fields, the key is extended) or 0.
+ * A skip leaves the instance's silence time in hbdl where it was (earlier than the key's expiry,
+ * never later): the sweep's candidate read (DUE_SILENCES) moves it up to the key's expiry when it
+ * comes due while the key lives on, once per timeout rather than a sorted-set move per heartbeat.
  */
 const SKIP = `
 local keep = tonumber(ARGV[2])
@@ -95,7 +104,6 @@ for i = 1, n do
       out[i] = 1
       local exp = tonumber(ARGV[a + 4])
       redis.call('PEXPIREAT', hb, exp, 'GT')
-      redis.call('ZADD', KEYS[2], 'GT', exp, ARGV[a + 5])
       local seen = tonumber(st[3]) or 0
       if at > seen then
         redis.call('HSET', hs, 'seen', at, 'hb', ARGV[a + 3], 'hf', fp, 'iv', interval)
@@ -255,7 +263,37 @@ for i = n + 3, #ARGV, 2 do redis.call('ZADD', KEYS[1], ARGV[i], ARGV[i + 1]) end
 return 0
 `;
 
+/**
+ * The sweep's silence candidates of one group. KEYS: hbdl. ARGV: horizon ms, limit, heartbeat-key
+ * prefix, how many entries at most to look at. Walks hbdl up to the horizon, earliest first: an
+ * entry whose heartbeat key still exists and expires after the horizon (skipped heartbeats extended
+ * the key, not the entry) is moved to the key's expiry and is no candidate; every other one (key
+ * gone, expiring by the horizon, or without an expiry) is. Returns [candidates, 1 if entries up to
+ * the horizon were left unread, else 0].
+ */
+const DUE_SILENCES = `
+local h = tonumber(ARGV[1])
+local limit = tonumber(ARGV[2])
+local budget = tonumber(ARGV[4])
+local out = {}
+local looked = 0
+-- Candidates stay in hbdl (settled after their judgement) and come first in it, so the entries
+-- not yet read start at offset #out.
+while #out < limit and looked < budget do
+  local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', h, 'LIMIT', #out, math.min(limit - #out, budget - looked))
+  if #ids == 0 then return { out, 0 } end
+  for _, id in ipairs(ids) do
+    looked = looked + 1
+    local exp = redis.call('PEXPIRETIME', ARGV[3] .. id)
+    if exp > h then redis.call('ZADD', KEYS[1], exp, id) else out[#out + 1] = id end
+  end
+end
+local left = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', h, 'LIMIT', #out, 1)
+return { out, #left > 0 and 1 or 0 }
+`;
+
 const skipScript = luaCommand<number[]>('heartbeatSkip', SKIP);
+const dueSilencesScript = luaCommand<[string[], number]>('heartbeatDueSilences', DUE_SILENCES);
 const settledScript = luaCommand<number>('heartbeatSilenceSettled', SETTLED);
 const writtenScript = luaCommand<number>('heartbeatWritten', WRITTEN);
 const claimScript = luaCommand<[string, string, string, string, string][]>('heartbeatClaim', CLAIM);
@@ -595,8 +633,18 @@ export class HeartbeatState {
    */
   async dueSilences(horizonMs: number, limit: number): Promise<{ ids: string[]; more: boolean }> {
     const share = Math.max(1, Math.ceil(limit / this.keys.groups));
-    const all = await Promise.all(this.keys.heartbeatSilences.map((k) => this.redis.zrangebyscore(k, '-inf', horizonMs, 'LIMIT', 0, share)));
-    return { ids: all.flat(), more: all.some((ids) => ids.length >= share) };
+    const budget = Math.max(share, SILENCE_READ_BUDGET);
+    const all = await Promise.all(
+      this.keys.heartbeatSilences.map(async (k, g) => {
+        // Entries of live instances (moved up, no candidates) may fill a script call's budget: the
+        // next call goes on where it stopped, each call short, until candidates or the end.
+        for (let read = 0; ; read += budget) {
+          const [ids, more] = await dueSilencesScript(this.redis, 1, k, horizonMs, share, this.keys.heartbeatPrefixOf(g), budget);
+          if (ids.length > 0 || more === 0 || read >= SILENCE_READ_MAX) return { ids, more: more === 1 };
+        }
+      }),
+    );
+    return { ids: all.flatMap((x) => x.ids), more: all.some((x) => x.more) };
   }
 
   /**

@@ -313,3 +313,57 @@ t.test('catching up a batch of 100,000 instances reads Redis in chunks; a Lua ca
   t.equal(await tooLarge(s.redis, 3, 'a', 'b', 'c'), 3, 'the same connection still runs Lua commands');
   t.equal(await s.redis.ping(), 'PONG');
 });
+
+// A skipped heartbeat extends its heartbeat key but leaves its silence time in hbdl behind; the
+// sweep's candidate read moves such an entry up to the key's expiry instead of returning it. So a
+// live instance must never come out as a candidate (the sweep would write and judge it), a silent
+// one always must, however many live entries come before it (more than one script call's budget).
+t.test('silence candidates: a skip leaves hbdl behind; an entry whose key lives on is moved up, not returned; a silent one is, behind 12,000 live ones', async (t) => {
+  const { deps } = worker();
+  const now = Date.now();
+  const ids = await applyBatch(deps, [report('hs-dl', 'heartbeat', { version: '1' }, now - 10_000)], []);
+  const id = ids.values().next().value!.instanceId;
+  const silence = () => s.redis.zscore(`${prefix}hbdl`, id).then(Number);
+  t.equal(await silence(), now - 10_000 + TIMEOUT_MS, 'a written heartbeat sets its silence time');
+  await applyBatch(deps, [report('hs-dl', 'heartbeat', { version: '1' }, now)], []);
+  t.equal(Number(await s.redis.call('PEXPIRETIME', `${prefix}hb:${id}`)), now + TIMEOUT_MS, 'the skip extended the key');
+  t.equal(await silence(), now - 10_000 + TIMEOUT_MS, '… not the silence time');
+
+  // A prefix of its own: only these entries.
+  const p = `${prefix}dl:`;
+  const st = new HeartbeatState(s.redis, p, { heartbeatTimeoutMs: TIMEOUT_MS, pgIntervalMs: 240_000, idCacheSize: 1 });
+  const hbdl = `${p}hbdl`;
+  const horizon = now + 1000;
+  const setup = s.redis.pipeline();
+  for (let i = 0; i < 12_000; i++) {
+    setup.zadd(hbdl, now - 20_000 + i, `live-${i}`);
+    setup.set(`${p}hb:live-${i}`, 'c', 'PXAT', now + 60_000 + i);
+  }
+  setup.zadd(hbdl, now - 30_000, 'expiring'); // its key expires before the horizon
+  setup.set(`${p}hb:expiring`, 'c', 'PXAT', now + 500);
+  setup.zadd(hbdl, now - 25_000, 'no-expiry'); // a key without an expiry: judged, not trusted
+  setup.set(`${p}hb:no-expiry`, 'c');
+  setup.zadd(hbdl, now, 'silent'); // last in hbdl, its key gone
+  setup.zadd(hbdl, now + 5000, 'later'); // past the horizon: not read
+  await setup.exec();
+
+  const first = await st.dueSilences(horizon, 2);
+  t.same(first.ids, ['expiring', 'no-expiry'], 'the earliest candidates, up to the limit');
+  t.equal(first.more, true, 'more are due');
+  // As the sweep's rounds: a call returns what it found within its budget and says whether more
+  // are due; the entries it moved up are not read again.
+  let calls = 0;
+  let last: { ids: string[]; more: boolean };
+  do {
+    last = await st.dueSilences(horizon, 100);
+    calls++;
+  } while (last.more && calls < 10);
+  t.ok(calls > 1, `more than one call (${calls})`);
+  t.same(last.ids, ['expiring', 'no-expiry', 'silent'], 'every candidate, past 12,000 live entries');
+  t.equal(last.more, false);
+  t.equal(await s.redis.zcount(hbdl, '-inf', horizon), 3, 'only the candidates are left up to the horizon');
+  t.equal(Number(await s.redis.zscore(hbdl, 'live-0')), now + 60_000, 'a live entry moved to its key expiry');
+  t.equal(Number(await s.redis.zscore(hbdl, 'live-11999')), now + 60_000 + 11_999);
+  t.equal(Number(await s.redis.zscore(hbdl, 'later')), now + 5000, 'an entry past the horizon untouched');
+  await s.redis.del(hbdl);
+});
