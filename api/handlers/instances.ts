@@ -7,7 +7,7 @@ import { lightCounts } from '../light-counts.js';
 import { HttpError } from '../../lib/contract/errors.js';
 import type { apiRow } from '../../lib/infra/postgres.js';
 import { mergeLatest } from '../../lib/store/live-heartbeats.js';
-import { getInstance, listInstances, ownedInstance } from '../../lib/store/instances.js';
+import { COLOUR_FIRST_MAX, getInstance, listInstances, ownedInstance } from '../../lib/store/instances.js';
 import { listDiagnostics } from '../../lib/store/history.js';
 
 /** A page's cursor: the order's values of its last row, and the sort they belong to. */
@@ -56,8 +56,11 @@ export function instanceHandlers(d: ApiDeps): HandlersOf<'get_instance' | 'list_
       const limit = q.limit ?? 1000;
       // One row more than the page: whether there is a next page.
       const pageOf = { filter, light: q.light, sort: q.sort, keys, groupBy: q.group_by, after, limit: limit + 1, offset: q.offset ?? 0 };
-      // The total from the counts per colour (cached per customer and filter: api/light-counts.ts).
-      const [counts, rows] = await Promise.all([lightCounts(d).get(p.customerId, filter), listInstances(d.pool, p.customerId, pageOf)]);
+      // The total from the counts per colour (cached per customer and filter: api/light-counts.ts);
+      // a list of one colour reads them first, as they choose how its page is read.
+      const countsP = lightCounts(d).get(p.customerId, filter);
+      const colourFirst = q.light ? (await countsP)[q.light] <= COLOUR_FIRST_MAX : false;
+      const [counts, rows] = await Promise.all([countsP, listInstances(d.pool, p.customerId, { ...pageOf, colourFirst })]);
       const total = q.light ? counts[q.light] : Object.values(counts).reduce((a, n) => a + n, 0);
       const more = rows.length > limit;
       const page = more ? rows.slice(0, limit) : rows;

@@ -7,6 +7,9 @@ import { testStack, eventually } from '../helpers/stack.js';
 import { injectApi } from '../helpers/api.js';
 import { judgeAll } from '../helpers/lights.js';
 import { createCustomer, createToken } from '../../lib/store/customers.js';
+import { listInstances } from '../../lib/store/instances.js';
+import { orderKeys } from '../../lib/store/instance-order.js';
+import type { LightColour } from '../../lib/domain/traffic-light.js';
 
 const s = await testStack(t, 'paging', { gateway: false, worker: false, api: false });
 const api = (countCacheMs: number) => injectApi(t, s, { API_COUNT_CACHE_MS: String(countCacheMs) });
@@ -125,6 +128,38 @@ t.test('filters with cursors: colour, software, machine search (substring, any c
   t.equal((await page(uncached, A, 'q=%25&limit=5')).total, 0, '% matches only itself');
   t.equal((await page(uncached, A, 'q=&limit=5')).total, 120, 'an empty search filters nothing');
   t.equal((await page(uncached, A, 'machine=a-m007&limit=5')).total, 2, 'machine: the exact name still');
+});
+
+// A list of one colour that few instances have reads that colour's rows first and builds the full
+// rows of the page only (colourFirst, which the api takes from its cached counts); otherwise it
+// walks the order's index. Both must give the same rows in the same order, with the same cursors,
+// in every order, at every offset and after every cursor, whatever the colour; and A's list never
+// holds B's instances of that colour.
+t.test('a list of one colour: read colour first or by walking the order, the same page, row for row', async (t) => {
+  const read = (light: LightColour, sort: string, colourFirst: boolean, offset = 0, after?: (string | null)[], limit = 8) =>
+    listInstances(s.pool, A.id, { filter: {}, light, sort, keys: orderKeys(sort), after, limit, offset, colourFirst });
+  const seen = (rows: Record<string, unknown>[]) => rows.map((r) => Object.entries(r).map(([k, v]) => `${k}=${v instanceof Date ? v.toISOString() : JSON.stringify(v)}`).join(','));
+  let compared = 0;
+  for (const light of ['red', 'yellow', 'grey', 'green'] as LightColour[]) {
+    for (const sort of ['machine,software', '-last_seen', 'last_seen', 'group,group_priority,sort_priority,location', '-sort_priority,location', 'light', '-status,-group', 'software,-machine', 'first_seen']) {
+      const whole = await read(light, sort, false, 0, undefined, 1000);
+      t.same(seen(await read(light, sort, true, 0, undefined, 1000)), seen(whole), `${light} by ${sort}: every row and column the same`);
+      for (const offset of [0, 3, whole.length - 1, whole.length].filter((o) => o >= 0)) {
+        t.same(seen(await read(light, sort, true, offset)), seen(await read(light, sort, false, offset)), `${light} by ${sort}, offset ${offset}`);
+        compared++;
+      }
+      for (const at of [0, 4, whole.length - 2].filter((i) => i >= 0)) {
+        const row = whole[at]!;
+        const cursor = orderKeys(sort).map((_, i) => (row[`_c${i}`] ?? null) as string | null);
+        t.same(seen(await read(light, sort, true, 0, cursor)), seen(await read(light, sort, false, 0, cursor)), `${light} by ${sort}, after row ${at}`);
+        compared++;
+      }
+      t.ok(whole.every((r) => r.light === light), `${light} by ${sort}: that colour only`);
+    }
+  }
+  t.ok(compared > 200, `${compared} pages compared`);
+  const theirs = await listInstances(s.pool, A.id, { filter: {}, light: 'red', sort: 'machine', keys: orderKeys('machine'), limit: 1000, offset: 0, colourFirst: true });
+  t.ok(theirs.length > 0 && theirs.every((r) => String(r.machine).startsWith('a-m')), "A's red only, never B's");
 });
 
 t.test('a cursor that is not one of this list is refused (400), never an error of the database', async (t) => {
