@@ -201,6 +201,17 @@ export async function lockInstances(c: PoolClient, instanceIds: string[]): Promi
   await c.query(`SELECT 1 FROM instances WHERE id = ANY($1::uuid[]) ORDER BY machine_id, software COLLATE "C" FOR UPDATE`, [instanceIds]);
 }
 
+// A batch of instance ids ($1) read by probes of the primary keys, one per id, whatever the
+// planner believes: written as `id = ANY($1)` (or joined plainly), Postgres scanned the whole of
+// `instances` and `instance_lights` for each batch of the expiry listener and the sweep once a
+// batch was a few per cent of the fleet (100,000 silent at once: 40-60 ms a batch, a third of
+// Postgres's time for the light; bench/README.md "The light's own statements"), so a batch cost
+// more the larger the fleet. A LATERAL subquery with LIMIT is never flattened into a join, so each
+// id is one probe (test/servers/light-plan.test.ts).
+const BATCH_IDS = '(SELECT DISTINCT u.id FROM unnest($1::uuid[]) AS u(id)) b';
+const storedLight = (id: string) => `(SELECT light FROM instance_lights WHERE instance_id = ${id} LIMIT 1)`;
+const instanceRow = (id: string) => `(SELECT * FROM instances WHERE id = ${id} LIMIT 1)`;
+
 /**
  * Locks those of these instances' rows that no other transaction holds, in the transaction of
  * `c`, and returns their ids; the others are skipped, never waited for (so no order is needed:
@@ -209,7 +220,10 @@ export async function lockInstances(c: PoolClient, instanceIds: string[]): Promi
  * what the other does not hold, instead of queueing behind the other's whole batch.
  */
 export async function lockFreeInstances(c: PoolClient, instanceIds: string[]): Promise<string[]> {
-  const r = await c.query<{ id: string }>(`SELECT id FROM instances WHERE id = ANY($1::uuid[]) FOR UPDATE SKIP LOCKED`, [instanceIds]);
+  const r = await c.query<{ id: string }>(
+    `SELECT i.id FROM ${BATCH_IDS} CROSS JOIN LATERAL (SELECT id FROM instances WHERE id = b.id LIMIT 1 FOR UPDATE SKIP LOCKED) i`,
+    [instanceIds],
+  );
   return r.rows.map((x) => x.id);
 }
 
@@ -248,7 +262,7 @@ export function recheckNowSql(idsQuery: string): string {
  */
 export async function notRed(db: Db, instanceIds: string[]): Promise<string[]> {
   if (instanceIds.length === 0) return [];
-  const r = await db.query<{ id: string }>(`SELECT instance_id AS id FROM instance_lights WHERE instance_id = ANY($1::uuid[]) AND light <> 'red'`, [instanceIds]);
+  const r = await db.query<{ id: string }>(`SELECT b.id FROM ${BATCH_IDS} CROSS JOIN LATERAL ${storedLight('b.id')} l WHERE l.light <> 'red'`, [instanceIds]);
   return r.rows.map((x) => x.id);
 }
 
@@ -263,8 +277,8 @@ export async function silenceTimes(db: Db, instanceIds: string[]): Promise<{ id:
   if (instanceIds.length === 0) return [];
   const r = await db.query<{ id: string; at: number | null }>(
     `SELECT i.id, (extract(epoch FROM ${silenceAtSql('i')}) * 1000)::float8 AS at
-       FROM instances i JOIN instance_lights l ON l.instance_id = i.id
-      WHERE i.id = ANY($1::uuid[]) AND i.retired_at IS NULL AND l.light IN ('green', 'yellow')`,
+       FROM ${BATCH_IDS} CROSS JOIN LATERAL ${storedLight('b.id')} l CROSS JOIN LATERAL ${instanceRow('b.id')} i
+      WHERE l.light IN ('green', 'yellow') AND i.retired_at IS NULL`,
     [instanceIds],
   );
   return r.rows.filter((x): x is { id: string; at: number } => x.at !== null);
@@ -278,7 +292,7 @@ export async function silenceTimes(db: Db, instanceIds: string[]): Promise<{ id:
 export async function silentButLit(db: Db, instanceIds: string[]): Promise<{ id: string; due: number }[]> {
   const r = await db.query<{ id: string; due: number }>(
     `SELECT i.id, (extract(epoch FROM CASE WHEN ${silentSql('i')} THEN i.deadline ELSE i.late_at END) * 1000)::float8 AS due
-         FROM instances i JOIN instance_lights l ON l.instance_id = i.id WHERE i.id = ANY($1::uuid[]) AND i.retired_at IS NULL
+         FROM ${BATCH_IDS} CROSS JOIN LATERAL ${storedLight('b.id')} l CROSS JOIN LATERAL ${instanceRow('b.id')} i WHERE i.retired_at IS NULL
           AND ((l.light IN ('green', 'yellow', 'late') AND ${silentSql('i')}) OR (l.light IN ('green', 'yellow') AND ${overdueSql('i')}))`,
     [instanceIds],
   );

@@ -66,3 +66,70 @@ t.test("the statement's setting does not outlive it: the transaction's own is ba
     c.release();
   }
 });
+
+
+// The expiry listener's and the sweep's other statements over a batch of ids (lib/store/instances.ts
+// BATCH_IDS): the same probes. Written as `id = ANY($1)` each scanned every row of both tables
+// (at 100,000 instances 40-60 ms a batch: bench/README.md "The light's own statements").
+t.test(`the listener's and the sweep's reads of a batch of ${BATCH} of ${N}: probes of the primary keys, the rows of id = ANY`, async (t) => {
+  const { lockFreeInstances, notRed, silenceTimes, silentButLit } = await import('../../lib/store/instances.js');
+  // Some of the batch made yellow and red, one id twice and one that is no instance.
+  await s.pool.query(`UPDATE instance_lights SET light = CASE WHEN random() < 0.5 THEN 'yellow' ELSE 'red' END WHERE instance_id = ANY($1::uuid[])`, [ids.slice(0, 400)]);
+  await s.pool.query(`UPDATE instances SET deadline = now() - interval '1 minute' WHERE id = ANY($1::uuid[])`, [ids.slice(200, 700)]);
+  const batch = [...ids, ids[3]!, '00000000-0000-4000-8000-000000000000'];
+  // Each statement as the functions send it, for its plan below.
+  const captured: string[] = [];
+  const spyOn = <D extends { query: (q: string, v: unknown[]) => Promise<unknown> }>(db: D) =>
+    ({ query: (q: string, v: unknown[]) => (captured.push(q), db.query(q, v)) }) as unknown as D;
+  const spy = spyOn(s.pool);
+  const got = {
+    notRed: (await notRed(spy, batch)).sort(),
+    silenceTimes: (await silenceTimes(spy, batch)).map((x) => `${x.id} ${x.at}`).sort(),
+    silentButLit: (await silentButLit(spy, batch)).map((x) => `${x.id} ${x.due}`).sort(),
+  };
+  // The same rows as the plain forms, which read every row (the old statements).
+  const plain = async (sql: string) => (await s.pool.query(sql, [batch])).rows;
+  const { silenceAtSql, silentSql, overdueSql } = await import('../../lib/domain/traffic-light.js');
+  t.same(got.notRed, (await plain(`SELECT instance_id AS id FROM instance_lights WHERE instance_id = ANY($1::uuid[]) AND light <> 'red'`)).map((r) => r.id).sort(), 'notRed: the same ids');
+  t.same(
+    got.silenceTimes,
+    (await plain(`SELECT i.id, (extract(epoch FROM ${silenceAtSql('i')}) * 1000)::float8 AS at FROM instances i JOIN instance_lights l ON l.instance_id = i.id
+                   WHERE i.id = ANY($1::uuid[]) AND i.retired_at IS NULL AND l.light IN ('green', 'yellow')`)).filter((r) => r.at !== null).map((r) => `${r.id} ${r.at}`).sort(),
+    'silenceTimes: the same ids and times',
+  );
+  t.same(
+    got.silentButLit,
+    (await plain(`SELECT i.id, (extract(epoch FROM CASE WHEN ${silentSql('i')} THEN i.deadline ELSE i.late_at END) * 1000)::float8 AS due
+                    FROM instances i JOIN instance_lights l ON l.instance_id = i.id WHERE i.id = ANY($1::uuid[]) AND i.retired_at IS NULL
+                     AND ((l.light IN ('green', 'yellow', 'late') AND ${silentSql('i')}) OR (l.light IN ('green', 'yellow') AND ${overdueSql('i')}))`)).map((r) => `${r.id} ${r.due}`).sort(),
+    'silentButLit: the same ids and times',
+  );
+  t.ok(got.silentButLit.length >= 300 && got.notRed.length > 4000 && got.silenceTimes.length > 4000, `every form has rows to compare (${got.notRed.length}, ${got.silenceTimes.length}, ${got.silentButLit.length})`);
+
+  const c = await s.pool.connect();
+  try {
+    await c.query('BEGIN');
+    const locked = await lockFreeInstances(spyOn(c), batch);
+    t.equal(locked.length, BATCH, 'lockFreeInstances: each instance once (the id given twice too), the unknown id not');
+    // A second transaction takes none of them: they are held, and skipped rather than waited for.
+    const other = await s.pool.connect();
+    try {
+      await other.query('BEGIN');
+      t.same(await lockFreeInstances(other, ids.slice(0, 50)), [], 'rows another transaction holds are skipped');
+      await other.query('ROLLBACK');
+    } finally {
+      other.release();
+    }
+    t.equal(captured.length, 4, 'the four statements were sent (each planned below)');
+    for (const sql of captured) {
+      const plan = (await c.query({ text: `EXPLAIN ${sql}`, values: [batch] })).rows.map((r) => r['QUERY PLAN'] as string);
+      const name = sql.slice(0, 60).replace(/\s+/g, ' ');
+      t.same(plan.filter((l) => /Seq Scan on instance/.test(l)), [], `${name}…: no sequential scan of instances or instance_lights`);
+      t.same(plan.filter((l) => /Hash Join|Merge Join/.test(l)), [], `${name}…: no join of whole tables`);
+      t.ok(plan.some((l) => /Index Scan using instance(s|_lights)_pkey/.test(l)), `${name}…: probes of a primary key`);
+    }
+    await c.query('ROLLBACK');
+  } finally {
+    c.release();
+  }
+});
