@@ -25,6 +25,8 @@ import { createCustomer } from '../lib/store/customers.js';
 import { encodeBatch, encodeReport, subjects, deadLetterStream, heartbeatStream } from '../lib/contract/messages.js';
 import { Proc } from '../deploy/service-process.js';
 import { countArg } from './args.js';
+import { snapshot, type CpuSnapshot } from './cpu.js';
+import type { LightMessage } from '../lib/domain/traffic-light.js';
 
 
 const N = countArg('instances', 100_000);
@@ -55,6 +57,40 @@ async function usedMemory(): Promise<number> {
   return Number(/used_memory:(\d+)/.exec(info)![1]);
 }
 
+/** µs of CPU per change of each process between two snapshots, their total, and the cores busy on average. */
+function lightCpu(a: CpuSnapshot, b: CpuSnapshot, changes: number) {
+  const us_per_change: Record<string, number> = {};
+  let total = 0;
+  for (const [name, sec] of Object.entries(b.seconds)) {
+    const d = sec - (a.seconds[name] ?? 0);
+    total += d;
+    us_per_change[name] = Math.round((d * 1e6) / Math.max(1, changes));
+  }
+  us_per_change.total = Math.round((total * 1e6) / Math.max(1, changes));
+  const wall_s = Math.round((b.at - a.at) / 100) / 10;
+  return { changes, wall_s, cpu_s: Math.round(total * 10) / 10, cores_busy: Math.round((total / Math.max(0.1, wall_s)) * 100) / 100, us_per_change };
+}
+
+/** Whether pg_stat_statements is loaded (PG_STAT_STATEMENTS=1); if so its counts start again now. */
+async function statementsReset(): Promise<boolean> {
+  try {
+    await pool.query('CREATE EXTENSION IF NOT EXISTS pg_stat_statements');
+    await pool.query('SELECT pg_stat_statements_reset()');
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** The 15 statements of the most execution time since statementsReset, all databases. */
+async function statementsTop() {
+  const r = await pool.query<{ query: string; calls: string; total_ms: number; rows: string }>(
+    `SELECT left(regexp_replace(query, '\\s+', ' ', 'g'), 160) AS query, calls::text, round(total_exec_time::numeric, 1)::float8 AS total_ms, rows::text
+       FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT 15`,
+  );
+  return r.rows.map((x) => ({ total_ms: x.total_ms, calls: Number(x.calls), rows: Number(x.rows), query: x.query }));
+}
+
 async function countKeys(pattern: string): Promise<number> {
   let n = 0;
   let cursor = '0';
@@ -67,7 +103,9 @@ async function countKeys(pattern: string): Promise<number> {
 }
 
 async function countLight(light: string): Promise<number> {
-  const r = await pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM instances JOIN instance_lights ON instance_id = id WHERE instances.customer_id = $1 AND light = $2`, [customerId, light]);
+  // The stored colours alone, by their (customer_id, light) index: joined to instances, a count of
+  // 100,000 red took Postgres 250 ms (bench/README.md "The light bench's own load").
+  const r = await pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM instance_lights WHERE customer_id = $1 AND light = $2`, [customerId, light]);
   return r.rows[0]!.n;
 }
 
@@ -161,14 +199,48 @@ async function main() {
   const keyBytes = usage.length ? Math.round(usage.reduce((a, b) => a + b, 0) / usage.length) : null;
 
   // Wait for the timeout, then for the last one red (stored) and every red event in ClickHouse.
+  // Each change the workers record is published on the customer's live stream (core NATS, as the
+  // api's dashboards get it): the bench follows it there instead of counting the colours in
+  // Postgres, which at 100,000 instances cost Postgres a join of every red row per count, ten
+  // times a second, on the two cores the light shares (bench/README.md "The light bench's own
+  // load"). A change lost on core NATS is found by a count every 2 s.
+  const reds = new Set<string>();
+  let lastSeen = 0;
+  const sub = nc.subscribe(subjects(names.SUBJECT_PREFIX).control(`light.${customerId}`), {
+    callback: (err, m) => {
+      if (err) return;
+      for (const e of (JSON.parse(new TextDecoder().decode(m.data)) as LightMessage).events) {
+        if (e.to === 'red' && !reds.has(e.instance_id)) {
+          reds.add(e.instance_id);
+          lastSeen = Date.now();
+        }
+      }
+    },
+  });
+  await nc.flush();
+  await sleep(Math.max(0, deadline - Date.now()));
+  // What the light's work costs each process from the timeout to the last red (CPU from /proc):
+  // the workers, Postgres, Redis, ClickHouse and NATS, not this bench.
+  const procs = Object.fromEntries(workers.map((w, i) => [`worker_${i}`, w.child.pid]));
+  const cpu0 = await snapshot(base.dataDir, procs, pool);
+  const statements = await statementsReset();
   let red = 0;
   const giveUp = deadline + Math.max(120_000, N);
-  while (Date.now() < giveUp) {
-    red = await countLight('red');
-    if (red === N) break;
-    await sleep(100);
+  for (let lastCount = 0; Date.now() < giveUp; await sleep(100)) {
+    if (reds.size >= N) break;
+    if (Date.now() - lastCount >= 2000) {
+      lastCount = Date.now();
+      if ((await countLight('red')) === N) {
+        lastSeen = Date.now();
+        break;
+      }
+    }
   }
-  const allRedSeen = Date.now();
+  const cpu1 = await snapshot(base.dataDir, procs, pool);
+  const topStatements = statements ? await statementsTop() : null;
+  await sub.drain();
+  red = await countLight('red');
+  const allRedSeen = lastSeen;
   const where = `customer_id = ${chStr(customerId)}`;
   let ev: Record<string, string | number> = {};
   while (Date.now() < giveUp + 30_000) {
@@ -211,6 +283,14 @@ async function main() {
     redis_heartbeat_keys: keys,
     redis_bytes_per_instance: keyBytes,
     redis_used_memory_growth_per_instance: Math.round((memAfter - memBefore) / N),
+    red_seen_on_live_stream: reds.size,
+    // CPU per change of colour (µs, user + system) of each process from the timeout until the last
+    // red was seen, and how many cores were busy meanwhile: on two cores, 100,000 changes within
+    // 2 s leave at most 40 µs of CPU per change in all.
+    light_cpu: lightCpu(cpu0, cpu1, red),
+    // With PG_STAT_STATEMENTS=1 (its Postgres started so): the statements that took Postgres's
+    // time in the same window, by total execution time (ms), with their calls and rows.
+    light_pg_statements: topStatements,
   };
   process.stdout.write(JSON.stringify(result) + '\n');
 }

@@ -335,6 +335,8 @@ export async function startPostgres(cfg: Config, log: Log, opts: { fast?: boolea
   ];
   // PG_SLOWLOG=<ms>: log statements slower than that, with parse, bind and execute times (test/README.md).
   if (/^\d+$/.test(process.env.PG_SLOWLOG ?? '')) args.push('-c', `log_min_duration_statement=${process.env.PG_SLOWLOG}`);
+  // PG_STAT_STATEMENTS=1: load pg_stat_statements, so a bench can say which statements took the time (bench/README.md).
+  if (process.env.PG_STAT_STATEMENTS === '1') args.push('-c', 'shared_preload_libraries=pg_stat_statements', '-c', 'pg_stat_statements.track=all');
   // Test stacks are thrown away after the run: skip fsync there.
   if (opts.fast) args.push('-c', 'fsync=off', '-c', 'synchronous_commit=off', '-c', 'full_page_writes=off');
   await ensurePortFree(cfg.ports.postgres, 'PG_PORT');
