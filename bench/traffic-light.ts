@@ -112,11 +112,13 @@ async function countLight(light: string): Promise<number> {
 /**
  * A worker from dist/ (deploy/service-process.ts) with this bench's names and timeout, ready once it
  * consumes. On Node's own flags, not `nodeFlags()`: this bench has always run its workers so, and its
- * figures stay comparable. BENCH_WORKER_LOG=1: their logs go to stderr (for looking into a run).
+ * figures stay comparable. FLEET_PROFILE_DIR: a CPU profile of each. BENCH_WORKER_LOG=1: their logs go to stderr (for looking into a run).
  */
 async function startWorker(i: number): Promise<void> {
   const env = { ...names, HEARTBEAT_TIMEOUT_S: String(TIMEOUT_S), WORKER_HTTP_PORT: '0', LOG_LEVEL: process.env.BENCH_WORKER_LOG_LEVEL ?? 'info' };
-  const worker = new Proc(`worker ${i}`, 'workers/main.js', env, { flags: [], echo: process.env.BENCH_WORKER_LOG === '1' });
+  // FLEET_PROFILE_DIR: each worker writes a V8 CPU profile there when it stops (as deploy/service-process.ts does for the stack's).
+  const flags = process.env.FLEET_PROFILE_DIR ? ['--cpu-prof', `--cpu-prof-dir=${process.env.FLEET_PROFILE_DIR}`] : [];
+  const worker = new Proc(`worker ${i}`, 'workers/main.js', env, { flags, echo: process.env.BENCH_WORKER_LOG === '1' });
   workers.push(worker);
   await worker.waitFor((l) => l.msg === 'consuming', 60_000);
 }

@@ -14,7 +14,7 @@
 import type { Report, RejectionRecord } from '../lib/contract/messages.js';
 import type { Pool, PoolClient } from '../lib/infra/postgres.js';
 import { withTx, pgText, pgJson } from '../lib/infra/postgres.js';
-import type { ClickHouseClient } from '../lib/infra/clickhouse.js';
+import { chTime, type ClickHouseClient } from '../lib/infra/clickhouse.js';
 import type { Redis } from '../lib/infra/redis.js';
 import { redisKeys } from '../lib/infra/redis.js';
 import type { Heartbeat, Diagnostics, Status } from '../lib/contract/schemas/ingest.js';
@@ -25,7 +25,7 @@ import type { Logger } from '../lib/infra/log.js';
 import type { LightEvent } from '../lib/domain/traffic-light.js';
 import type { ReportLights } from './traffic-light.js';
 import { applyCommandReports, type CommandDeps } from './commands.js';
-import { summarise, agentTime, instanceKey, machineKey, chTime, type InstanceUpdate, type TsWindow } from './reports.js';
+import { summarise, agentTime, instanceKey, machineKey, type InstanceUpdate, type TsWindow } from './reports.js';
 import { heartbeatFields } from '../lib/store/live-heartbeats.js';
 import { applyHelpTexts } from './help-texts.js';
 import type { WhitelistCache, Suppression } from './whitelist-cache.js';

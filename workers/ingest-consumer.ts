@@ -31,7 +31,7 @@ import { deadLetterOf } from '../lib/store/dead-letters.js';
 import type { Logger } from '../lib/infra/log.js';
 import type { Metrics } from '../lib/infra/metrics.js';
 import { decodeBatch, encodeBatch, reportSlices, toReport, toWire, DecodeError, type Report, type RejectionRecord } from '../lib/contract/messages.js';
-import { insertRows } from '../lib/infra/clickhouse.js';
+import { chTime, insertRows } from '../lib/infra/clickhouse.js';
 import { isUuid, uuidFromName } from '../lib/contract/ids.js';
 import { envelopeRefusal, type ReportChecker } from '../lib/domain/report-check.js';
 import { classifyFailure, type Failure } from '../lib/infra/storage-errors.js';
@@ -39,7 +39,6 @@ import { applyBatch, type ApplyDeps, type RowLedger } from './apply-batch.js';
 import { applyIsolated } from './isolate.js';
 import { MessagePuller, type PullOptions } from './pull.js';
 import { LandedRows, Outages } from './outages.js';
-import { chTime } from './reports.js';
 
 export interface ConsumerOptions {
   /** Which stream this consumer pulls (lib/contract/messages.ts): `reports` (the main one) or `heartbeats`; a metric label. */

@@ -3,10 +3,9 @@
 // the same sorting key (customer, machine, name, client_metric_id) and collapses; `ver` keeps the
 // first copy received (see lib/store/schema.ts, ClickHouse 0004-metrics).
 import type { Report } from '../lib/contract/messages.js';
-import type { ClickHouseClient } from '../lib/infra/clickhouse.js';
-import { insertRows } from '../lib/infra/clickhouse.js';
+import { chTime, insertRows, type ClickHouseClient } from '../lib/infra/clickhouse.js';
 import type { MetricsBatch } from '../lib/contract/schemas/metrics.js';
-import { chTime, instanceKey, parseTs } from './reports.js';
+import { instanceKey, parseTs } from './reports.js';
 
 /** `ver` = VER_BASE - receive time: the earliest copy has the highest version and wins. */
 export const VER_BASE = Date.parse('2100-01-01T00:00:00Z');

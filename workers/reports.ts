@@ -82,15 +82,3 @@ export function summarise(reports: Report[], w: TsWindow, suppressed?: Map<Repor
   }
   return out;
 }
-
-let lastSecond = -1;
-let lastText = '';
-/** ClickHouse DateTime text (UTC) of a time in ms; consecutive reports share their second. */
-export function chTime(ms: number): string {
-  const sec = Math.floor(ms / 1000);
-  if (sec !== lastSecond) {
-    lastSecond = sec;
-    lastText = new Date(sec * 1000).toISOString().slice(0, 19).replace('T', ' ');
-  }
-  return lastText;
-}

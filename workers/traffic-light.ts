@@ -22,7 +22,6 @@ import { subjects } from '../lib/contract/messages.js';
 import { notifiesWebhooks, type LightCause, type LightEvent, type LightMessage } from '../lib/domain/traffic-light.js';
 import { lockFreeInstances, lockInstances } from '../lib/store/instances.js';
 import { recordLightChanges, lockOutboxOlderThan, deleteFromOutbox, insertLightEvents } from '../lib/store/light-events.js';
-import { chTime } from './reports.js';
 
 export interface LightParams {
   warningWindowS: number;
@@ -166,28 +165,7 @@ export class LightEventSink {
    */
   async deliver(events: LightEvent[], client: Pool | PoolClient = this.pool): Promise<void> {
     if (events.length === 0) return;
-    await insertLightEvents(
-      this.ch,
-      events.map((e) => {
-        const at = Date.parse(e.at);
-        return {
-          at: chTime(at),
-          at_ms: at,
-          recorded_ms: Date.parse(e.recorded_at),
-          customer_id: e.customer_id,
-          customer: e.customer,
-          machine_id: e.machine_id,
-          machine: e.machine,
-          software: e.software,
-          instance_id: e.instance_id,
-          seq: e.seq,
-          from_light: e.from,
-          to_light: e.to,
-          reason: e.reason,
-          cause: e.cause,
-        };
-      }),
-    );
+    await insertLightEvents(this.ch, events);
     this.publish(events);
     const red = events.filter(notifiesWebhooks);
     if (red.length && this.webhooks) await this.webhooks.enqueue(red, client);

@@ -76,6 +76,18 @@ export function tsvValue(v: TsvValue): string {
   return `[${v.map((x) => `'${x.replace(QUOTED_ESCAPE, (c) => QUOTED_ESCAPES[c]!)}'`).join(',')}]`;
 }
 
+let lastSecond = -1;
+let lastText = '';
+/** ClickHouse DateTime text (UTC) of a time in ms; consecutive rows share their second's text. */
+export function chTime(ms: number): string {
+  const sec = Math.floor(ms / 1000);
+  if (sec !== lastSecond) {
+    lastSecond = sec;
+    lastText = new Date(sec * 1000).toISOString().slice(0, 19).replace('T', ' ');
+  }
+  return lastText;
+}
+
 export function tsvRow(values: TsvValue[]): string {
   let s = tsvValue(values[0]);
   for (let i = 1; i < values.length; i++) s += '\t' + tsvValue(values[i]);

@@ -1,7 +1,6 @@
 // TabSeparated rows for ClickHouse (lib/infra/clickhouse.ts).
 import t from 'tap';
-import { chTime } from '../../workers/reports.js';
-import { tsvValue, tsvRow } from '../../lib/infra/clickhouse.js';
+import { chTime, tsvValue, tsvRow } from '../../lib/infra/clickhouse.js';
 
 t.test('TabSeparated values: escapes, NULL, arrays', async (t) => {
   t.equal(tsvValue('plain'), 'plain');
