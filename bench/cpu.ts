@@ -114,3 +114,33 @@ export function perHundredThousand(a: CpuSnapshot, b: CpuSnapshot, reports: numb
   }
   return { reports, wall_s: Math.round((b.at - a.at) / 100) / 10, cpu_s_per_100k: cpu, pg_rows_per_100k: Math.round(rows * k), pg_rows_per_100k_by_table: byTable };
 }
+
+/** Redis's own account so far: CPU µs and calls per command (INFO commandstats) and keys expired. */
+export interface RedisStats {
+  commands: Record<string, { usec: number; calls: number }>;
+  expiredKeys: number;
+}
+
+export async function redisStats(redis: { info: (section: string) => Promise<string> }): Promise<RedisStats> {
+  const commands: RedisStats['commands'] = {};
+  for (const m of (await redis.info('commandstats')).matchAll(/^cmdstat_([^:]+):calls=(\d+),usec=(\d+)/gm)) commands[m[1]!] = { calls: Number(m[2]), usec: Number(m[3]) };
+  const expired = /^expired_keys:(\d+)/m.exec(await redis.info('stats'));
+  return { commands, expiredKeys: Number(expired?.[1] ?? 0) };
+}
+
+/**
+ * What Redis did between two of its accounts: the commands that took the most of its time (µs of
+ * Redis CPU per 100,000 reports, and calls), and the keys it expired. Read beside the process's CPU
+ * when `redis-server` moves: a command the scenario did not send, or expiries, are Redis's work
+ * for something else (an earlier scenario's keys, a sweep).
+ */
+export function redisDelta(a: RedisStats, b: RedisStats, reports: number) {
+  const k = 100_000 / Math.max(1, reports);
+  const top = Object.entries(b.commands)
+    .map(([cmd, x]) => ({ cmd, us_per_100k: Math.round((x.usec - (a.commands[cmd]?.usec ?? 0)) * k), calls: x.calls - (a.commands[cmd]?.calls ?? 0) }))
+    .filter((x) => x.calls > 0)
+    .sort((x, y) => y.us_per_100k - x.us_per_100k)
+    .slice(0, 6);
+  return { top_commands: top, expired_keys: b.expiredKeys - a.expiredKeys };
+}
+

@@ -20,7 +20,7 @@ import { Proc } from '../deploy/service-process.js';
 import { createFixtures, backlog, LIFTED_CUSTOMER_RATES, type BODIES } from './fixtures.js';
 import { wrk, type WrkResult } from './wrk.js';
 import { writeReport, renderTable, writeCapacity } from './report.js';
-import { snapshot, perHundredThousand } from './cpu.js';
+import { snapshot, perHundredThousand, redisStats, redisDelta } from './cpu.js';
 import { createRedis, redisKeys } from '../lib/infra/redis.js';
 import { whitelistBench } from './whitelist.js';
 import { newRun, benchRatios, writeRunFiles, type RunInfo } from './results.js';
@@ -322,6 +322,7 @@ export async function runBench(cfg: Config, root: string, args: string[]): Promi
       { name: 'status', kind: 'status', rate: 1500, env: {} },
     ];
     const out: Record<string, unknown> = {};
+    const statsRedis = createRedis(cfg.redisUrl);
     for (const p of plans) {
       await purge();
       const w = await startProc('worker', 'workers/main.js', p.env, 'consuming');
@@ -337,17 +338,19 @@ export async function runBench(cfg: Config, root: string, args: string[]): Promi
       await sleep(1500);
       const procs = { gateway: g.p.child.pid, worker: w.p.child.pid };
       const a = await snapshot(cfg.dataDir, procs, pool);
+      const ra = await redisStats(statsRedis);
       const d = await generators(g.port, targets, p.rate, D.costS, () => {}, fx.body(p.kind));
       while (!(await drained())) await sleep(100);
       // Postgres publishes a backend's row counts once it is idle for a moment.
       await sleep(1500);
       const b = await snapshot(cfg.dataDir, procs, pool);
-      const r = { offered_rate: p.rate, achieved_rate: Math.round(d.ok / d.seconds), failed: d.failed, ...perHundredThousand(a, b, d.ok) };
+      const r = { offered_rate: p.rate, achieved_rate: Math.round(d.ok / d.seconds), failed: d.failed, ...perHundredThousand(a, b, d.ok), redis: redisDelta(ra, await redisStats(statsRedis), d.ok) };
       log(`cost of ${p.name}: ${JSON.stringify(r)}`);
       out[p.name] = r;
       await g.p.stop();
       await w.p.stop();
     }
+    statsRedis.disconnect();
     out.heartbeat_saturation = await saturation();
     // The steady state at one heartbeat a minute: an instance that changes nothing is written once
     // per PG_HEARTBEAT_INTERVAL_S, whatever its timeout (issue 26; the rows above are a few
