@@ -25,7 +25,7 @@ import { createCustomer } from '../lib/store/customers.js';
 import { encodeBatch, encodeReport, subjects, deadLetterStream, heartbeatStream } from '../lib/contract/messages.js';
 import { Proc } from '../deploy/service-process.js';
 import { countArg } from './args.js';
-import { snapshot, type CpuSnapshot } from './cpu.js';
+import { snapshot, redisStats, redisDelta, type CpuSnapshot } from './cpu.js';
 import type { LightMessage } from '../lib/domain/traffic-light.js';
 
 
@@ -225,6 +225,7 @@ async function main() {
   // the workers, Postgres, Redis, ClickHouse and NATS, not this bench.
   const procs = Object.fromEntries(workers.map((w, i) => [`worker_${i}`, w.child.pid]));
   const cpu0 = await snapshot(base.dataDir, procs, pool);
+  const redis0 = await redisStats(redis);
   const statements = await statementsReset();
   let red = 0;
   const giveUp = deadline + Math.max(120_000, N);
@@ -239,6 +240,7 @@ async function main() {
     }
   }
   const cpu1 = await snapshot(base.dataDir, procs, pool);
+  const redis1 = await redisStats(redis);
   const topStatements = statements ? await statementsTop() : null;
   await sub.drain();
   red = await countLight('red');
@@ -293,6 +295,9 @@ async function main() {
     // With PG_STAT_STATEMENTS=1 (its Postgres started so): the statements that took Postgres's
     // time in the same window, by total execution time (ms), with their calls and rows.
     light_pg_statements: topStatements,
+    // Redis's own account of the same window (INFO commandstats: µs of Redis per 100,000 changes,
+    // and calls; keys expired), as the cost scenarios record it.
+    light_redis: redisDelta(redis0, redis1, red),
   };
   process.stdout.write(JSON.stringify(result) + '\n');
 }
