@@ -63,12 +63,23 @@ export function cpuSeconds(pid: number, withChildren = false): number {
   const s = stat(pid);
   if (!s) return 0;
   if (!withChildren) return s.self;
-  let total = s.self + s.children;
-  for (const p of pids()) {
-    const c = stat(p);
-    if (c && c.ppid === pid) total += c.self;
+  // A child reaped while its siblings are read is in neither: gone from /proc when its turn came,
+  // and not yet in the parent's cutime read before. So the parent is read again after the
+  // children, and the reading taken again while that moved (a child's CPU went to it meanwhile):
+  // read once, a Postgres backend that exited then vanished from one reading, and the next one got
+  // its whole lifetime back at once (test/servers/bench-cpu.test.ts).
+  for (let attempt = 0; ; attempt++) {
+    const before = stat(pid);
+    if (!before) return 0;
+    let live = 0;
+    for (const p of pids()) {
+      const c = stat(p);
+      if (c && c.ppid === pid) live += c.self;
+    }
+    const after = stat(pid);
+    if (!after) return 0;
+    if (after.children === before.children || attempt >= 50) return before.self + before.children + live;
   }
-  return total;
 }
 
 export interface CpuSnapshot {
