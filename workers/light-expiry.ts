@@ -258,8 +258,10 @@ export class ExpiryListener {
           const changedTo = new Map(events.map((e) => [e.instance_id, e.to]));
           const judged = taken.filter((id) => !held.has(id));
           const silences = this.silences;
+          // Red at the first look (so not judged), or recorded red: no time to read.
+          const lit = new Set(ids);
           settling = settling
-            .then(() => afterJudgement(this.pool, silences, judged, horizonMs, (id) => changedTo.get(id) === 'red'))
+            .then(() => afterJudgement(this.pool, silences, judged, horizonMs, (id) => !lit.has(id) || changedTo.get(id) === 'red'))
             .catch((e) => this.log.warn({ err: e, instances: judged.length }, "silence times not settled; the sweep looks at them again"));
         }
         this.onEvents(events);
