@@ -60,9 +60,7 @@ export function serverPids(dataDir: string): Partial<Servers> {
  * counted directly, exited ones through the kernel's cutime/cstime): Postgres works in backends.
  */
 export function cpuSeconds(pid: number, withChildren = false): number {
-  const s = stat(pid);
-  if (!s) return 0;
-  if (!withChildren) return s.self;
+  if (!withChildren) return stat(pid)?.self ?? 0;
   // A child reaped while its siblings are read is in neither: gone from /proc when its turn came,
   // and not yet in the parent's cutime read before. So the parent is read again after the
   // children, and the reading taken again while that moved (a child's CPU went to it meanwhile):

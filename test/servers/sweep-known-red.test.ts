@@ -53,23 +53,34 @@ async function instance(slug: string, light: 'red' | 'green', heartbeatAgo: stri
   return id;
 }
 
-t.test("a round's silence times: read for the lit instance judged unchanged, not for the one found red; both entries settled", async (t) => {
-  // Red already (recorded by someone else), its silence time in hbdl still due; and a green one
-  // whose heartbeat Postgres holds is recent, its entry in hbdl due too (behind Postgres).
-  const red = await instance('known-red', 'red', '20 minutes');
-  const lit = await instance('lit', 'green', '1 minute');
-  const hbdl = `${prefix}hbdl`;
-  await s.redis.zadd(hbdl, Date.now() - 60_000, red, Date.now() - 60_000, lit);
+const hbdl = `${prefix}hbdl`;
+const sink = new LightEventSink(pool, s.ch, s.nc, s.env.SUBJECT_PREFIX!, null, log);
+const silences = new HeartbeatState(s.redis, prefix, { heartbeatTimeoutMs: 300_000, pgIntervalMs: 240_000, idCacheSize: 100 });
 
-  const sink = new LightEventSink(pool, s.ch, s.nc, s.env.SUBJECT_PREFIX!, null, log);
-  const silences = new HeartbeatState(s.redis, prefix, { heartbeatTimeoutMs: 300_000, pgIntervalMs: 240_000, idCacheSize: 100 });
+/**
+ * One instance red already (recorded by someone else) and one green whose heartbeat Postgres holds
+ * is recent, both with their silence time in hbdl due (the green one's behind Postgres).
+ */
+async function dueRedAndLit(name: string): Promise<{ red: string; lit: string }> {
+  const red = await instance(`${name}-red`, 'red', '20 minutes');
+  const lit = await instance(`${name}-lit`, 'green', '1 minute');
+  await s.redis.zadd(hbdl, Date.now() - 60_000, red, Date.now() - 60_000, lit);
+  return { red, lit };
+}
+
+/** The id lists of the silence-time reads (lib/store/instances.ts silenceTimes) sent since `from`. */
+const silenceReads = (from = 0) =>
+  sent.slice(from).filter((q) => q.text.includes("l.light IN ('green', 'yellow') AND i.retired_at IS NULL")).map((q) => q.values[0] as string[]);
+
+t.test("a round's silence times: read for the lit instance judged unchanged, not for the one found red; both entries settled", async (t) => {
+  const { red, lit } = await dueRedAndLit('swept');
+  const from = sent.length;
   const sweep = new LightSweep(pool, sink, { warningWindowS: 900 }, new Horizon(null, [], log), { batch: 1000 }, undefined, undefined, undefined, silences);
   const r = await sweep.sweep();
   t.ok(r.ran, 'the sweep ran');
   t.equal(r.changes, 0, 'nothing changed colour: one was red already, the other is not silent by Postgres');
 
-  const reads = sent.filter((q) => q.text.includes("l.light IN ('green', 'yellow') AND i.retired_at IS NULL")).map((q) => q.values[0] as string[]);
-  t.same(reads, [[lit]], 'the silence times read once, for the lit instance only');
+  t.same(silenceReads(from), [[lit]], 'the silence times read once, for the lit instance only');
   t.equal(await s.redis.zscore(hbdl, red), null, "the red one's entry is gone");
   // When its silence first changes its colour (the earlier of its late time and deadline).
   const at = (await s.pool.query<{ ms: number }>(`SELECT (extract(epoch FROM ${silenceAtSql('i')}) * 1000)::float8 AS ms FROM instances i WHERE i.id = $1`, [lit])).rows[0]!.ms;
@@ -80,12 +91,7 @@ t.test("a round's silence times: read for the lit instance judged unchanged, not
 
 t.test("the expiry listener's batch: the same, for an instance found red at its first look", async (t) => {
   await ensureExpiryEvents(s.redis, log);
-  const red = await instance('expired-red', 'red', '20 minutes');
-  const lit = await instance('expired-lit', 'green', '1 minute');
-  const hbdl = `${prefix}hbdl`;
-  await s.redis.zadd(hbdl, Date.now() - 60_000, red, Date.now() - 60_000, lit);
-  const sink = new LightEventSink(pool, s.ch, s.nc, s.env.SUBJECT_PREFIX!, null, log);
-  const silences = new HeartbeatState(s.redis, prefix, { heartbeatTimeoutMs: 300_000, pgIntervalMs: 240_000, idCacheSize: 100 });
+  const { red, lit } = await dueRedAndLit('expired');
   const listener = new ExpiryListener(s.env.REDIS_URL!, prefix, pool, sink, { warningWindowS: 900 }, new Horizon(null, [], log), 1000, log, undefined, undefined, silences);
   await listener.start();
   t.teardown(() => listener.stop());
@@ -100,6 +106,6 @@ t.test("the expiry listener's batch: the same, for an instance found red at its 
     20_000,
     'both entries settled',
   );
-  const reads = sent.slice(from).filter((q) => q.text.includes("l.light IN ('green', 'yellow') AND i.retired_at IS NULL")).map((q) => q.values[0] as string[]);
+  const reads = silenceReads(from);
   t.ok(reads.length > 0 && reads.every((ids) => !ids.includes(red)) && reads.some((ids) => ids.includes(lit)), `the silence times read for the lit one, never for the red one (${JSON.stringify(reads)})`);
 });
