@@ -20,7 +20,7 @@
 //
 // Runs against the servers of the usual environment (DATABASE_URL, CLICKHOUSE_URL: migrate() makes
 // both databases; lib/infra/config.ts) and drops its databases afterwards.
-import { randomBytes } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 import { loadConfig } from '../lib/infra/config.js';
 import { serverAdmin } from './fixtures.js';
 import { createPool, type PoolClient } from '../lib/infra/postgres.js';
@@ -29,7 +29,6 @@ import { migrate } from '../lib/store/migrate.js';
 import { createCustomer } from '../lib/store/customers.js';
 import { lockFreeInstances } from '../lib/store/instances.js';
 import { TRANSITION_PLANNING, TRANSITION_SQL, deleteFromOutbox } from '../lib/store/light-events.js';
-import type { LightEvent } from '../lib/domain/traffic-light.js';
 import { countArg } from './args.js';
 
 const N = countArg('instances', 100_000);
@@ -42,7 +41,7 @@ const SETTINGS = process.argv.flatMap((a, i) => (process.argv[i - 1] === '--set'
 });
 const say = (msg: string) => process.stderr.write(`[bench light-change-cost] ${msg}\n`);
 
-const NO_OUTBOX_SQL = TRANSITION_SQL.replace(/INSERT INTO light_outbox \([^)]*\)\s*SELECT/, 'SELECT').replace(/\s+RETURNING [\w, ]+$/, '');
+const NO_OUTBOX_SQL = TRANSITION_SQL.replace(/\), ob AS \(\s*INSERT INTO light_outbox[\s\S]*?GROUP BY customer_id\s*\)/, ')');
 if (NO_OUTBOX_SQL === TRANSITION_SQL || /light_outbox/.test(NO_OUTBOX_SQL)) throw new Error('the recording statement changed shape: update bench/light-change-cost.ts');
 
 interface Part {
@@ -76,10 +75,11 @@ async function runVariant(c: PoolClient, ids: string[], opts: { outbox: boolean 
       await c.query(TRANSITION_PLANNING.set); // as the listener and the sweep plan it (recordLightChanges)
       const t1 = performance.now();
       const text = opts.outbox ? TRANSITION_SQL : NO_OUTBOX_SQL;
-      const r = await c.query<{ instance_id: string; seq: string }>({ text, values: [locked, 3600, 'sweep', Date.now(), 0] });
+      const recording = randomUUID();
+      const r = await c.query<{ instance_id: string; customer_id: string }>({ text, values: [locked, 3600, 'sweep', Date.now(), 0, ...(opts.outbox ? [recording] : [])] });
       const t2 = performance.now();
       const changed = r.rows; // both forms return the changed rows only (`WHERE changed`)
-      if (opts.outbox) await deleteFromOutbox(c, changed.map((x) => ({ instance_id: x.instance_id, seq: Number(x.seq) }) as LightEvent));
+      if (opts.outbox) await deleteFromOutbox(c, [...new Set(changed.map((x) => x.customer_id))].map((customer_id) => ({ recording, customer_id })));
       const st = await hotStats(c, 'instance_lights');
       const t3 = performance.now();
       await c.query('COMMIT');

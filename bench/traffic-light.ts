@@ -312,7 +312,7 @@ async function main() {
     light_redis: redisDelta(redis0, redis1, red),
     // Postgres's maintenance in the same window: checkpoints begun, and the autovacuum workers'
     // statements with the 100-ms samples that saw each (a run whose Postgres took twice its usual
-    // CPU per change had every statement slower alike: bench/README.md "The outbox's delete")
+    // CPU per change had every statement slower alike: bench/README.md "One outbox row per recording")
     light_pg_maintenance: { checkpoints: checkpointsDuring, autovacuum_samples: autovacuum },
   };
   process.stdout.write(JSON.stringify(result) + '\n');

@@ -22,7 +22,7 @@ import { writeMetrics } from './metrics.js';
 import { writeArtifacts } from './artifacts.js';
 import type { ArtifactUsage } from '../lib/store/artifact-usage.js';
 import type { Logger } from '../lib/infra/log.js';
-import type { LightEvent } from '../lib/domain/traffic-light.js';
+import { NO_CHANGES, type RecordedChanges } from '../lib/store/light-events.js';
 import type { ReportLights } from './traffic-light.js';
 import { applyCommandReports, type CommandDeps } from './commands.js';
 import { summarise, agentTime, instanceKey, machineKey, type InstanceUpdate, type TsWindow } from './reports.js';
@@ -90,20 +90,20 @@ export async function applyBatch(d: ApplyDeps, all: Report[], rejections: Reject
   // Heartbeats that change nothing: their keys are extended now, Postgres gets them later.
   const ids = await d.heartbeats.skip(updates.values());
   const toWrite = [...updates.values()].filter((u) => !ids.has(u.key));
-  let lightEvents: LightEvent[] = [];
+  let lightChanges: RecordedChanges = NO_CHANGES;
   const written =
     toWrite.length > 0
       ? await withTx(d.pool, async (c) => {
           const w = await upsertMachinesAndInstances(c, toWrite, d.growth);
           // Judged from the newest heartbeat, also where only Redis holds it (workers/heartbeat-state.ts).
           await d.heartbeats.catchUp(c, w);
-          if (d.lights) lightEvents = await d.lights.inTransaction(c, [...w.values()].map((x) => x.instanceId));
+          if (d.lights) lightChanges = await d.lights.inTransaction(c, [...w.values()].map((x) => x.instanceId));
           return w;
         })
       : new Map<string, Resolved & { pgAt: number | null }>();
   for (const [k, v] of written) ids.set(k, v);
   // Committed changes of colour go out (never throws), even if the rest of the batch is retried.
-  const lightsDelivered = d.lights?.afterCommit(lightEvents);
+  const lightsDelivered = d.lights?.afterCommit(lightChanges);
   try {
     // Settled, not raced: a write still in flight when another failed could land unnoticed, and
     // its rows would be inserted again by the retry.

@@ -53,7 +53,7 @@ import { findInstanceIds, lockInstances, writeHeartbeats } from '../lib/store/in
 import { advanceMachinesLastSeen } from '../lib/store/machines.js';
 import type { InstanceUpdate } from './reports.js';
 import type { ReportLights } from './traffic-light.js';
-import type { LightEvent } from '../lib/domain/traffic-light.js';
+import { NO_CHANGES, type RecordedChanges } from '../lib/store/light-events.js';
 
 export interface Resolved {
   machineId: string;
@@ -756,16 +756,16 @@ export class HeartbeatFlusher {
 
   private async write(claimed: Claimed[]): Promise<void> {
     const f = claimed.map((c) => c.fields);
-    let events: LightEvent[] = [];
+    let changes: RecordedChanges = NO_CHANGES;
     const pgAt = await withTx(this.pool, async (c) => {
       const ids = claimed.map((x) => x.instanceId);
       // Lock order of the ingest upsert (machine, software), so the two never deadlock.
       await lockInstances(c, ids);
       const rows = await writeHeartbeats(c, ids, f);
-      if (this.lights) events = await this.lights.inTransaction(c, ids);
+      if (this.lights) changes = await this.lights.inTransaction(c, ids);
       return new Map(rows.map((x) => [x.id, Number(x.pg_ms)]));
     });
-    const lightsDelivered = this.lights?.afterCommit(events);
+    const lightsDelivered = this.lights?.afterCommit(changes);
     // Machines' last_seen_at in a statement of its own (never two row locks of different tables at
     // once here), in the ingest upsert's lock order.
     const latest = new Map<string, number>();

@@ -248,7 +248,8 @@ export class ExpiryListener {
         // Rows the sweep (or a report) holds right now are skipped, not waited for: they are
         // among the unchanged ones below, and looked at again after DEFER_RETRY_MS.
         const horizonMs = await this.horizon.get();
-        const { events, skipped } = await recordFreeTransitionsTx(this.pool, ids, 'expiry', this.params, horizonMs);
+        const recorded = await recordFreeTransitionsTx(this.pool, ids, 'expiry', this.params, horizonMs);
+        const { events, skipped } = recorded;
         const recordMs = Date.now() - t1;
         // Judged (or already red): settled, except the rows someone else held; beside the next
         // batch's recording, not before it (until it is done the sweep may only find these again,
@@ -270,7 +271,7 @@ export class ExpiryListener {
         const unchanged = ids.filter((id) => !changed.has(id));
         const queuedAt = Date.now();
         const waiting = this.pending.size;
-        delivered = this.sink.queue(events).then(() => {
+        delivered = this.sink.queue(recorded).then(() => {
           this.log.debug({ expired: taken.length, red: taken.length - ids.length, changes: events.length, repairMs, recordMs, deliveredAfterMs: Date.now() - queuedAt, waiting }, 'expired heartbeats handled');
         });
         deferring = deferring

@@ -112,10 +112,10 @@ export class LightSweep {
             // The same ones again: judged before the window began (a horizon behind): the next run.
             if (ids.join() === last) break;
             last = ids.join();
-            const events = await recordTransitionsTx(this.pool, ids, 'sweep', this.params, await this.horizon.get());
-            this.onEvents(events);
-            await this.sink.deliverOrLeave(events);
-            changes += events.length;
+            const recorded = await recordTransitionsTx(this.pool, ids, 'sweep', this.params, await this.horizon.get());
+            this.onEvents(recorded.events);
+            await this.sink.deliverOrLeave(recorded);
+            changes += recorded.events.length;
           }
           if (done) await markEntered(this.pool, o);
         }
@@ -157,7 +157,7 @@ export class LightSweep {
               skipped = recorded.skipped;
               turnedRed = new Set(recorded.events.filter((e) => e.to === 'red').map((e) => e.instance_id));
               this.onEvents(recorded.events);
-              delivered = this.sink.queue(recorded.events);
+              delivered = this.sink.queue(recorded);
               changes += recorded.events.length;
             }
             if (this.silences) {

@@ -21,7 +21,7 @@ import type { Logger } from '../lib/infra/log.js';
 import { subjects } from '../lib/contract/messages.js';
 import { notifiesWebhooks, type LightCause, type LightEvent, type LightMessage } from '../lib/domain/traffic-light.js';
 import { lockFreeInstances, lockInstances } from '../lib/store/instances.js';
-import { recordLightChanges, lockOutboxOlderThan, deleteFromOutbox, insertLightEvents } from '../lib/store/light-events.js';
+import { recordLightChanges, lockOutboxOlderThan, deleteFromOutbox, insertLightEvents, NO_CHANGES, type RecordedChanges } from '../lib/store/light-events.js';
 
 export interface LightParams {
   warningWindowS: number;
@@ -42,15 +42,15 @@ export async function recordTransitions(
   p: LightParams,
   horizonMs: number,
   lock: boolean,
-): Promise<LightEvent[]> {
-  if (instanceIds.length === 0) return [];
+): Promise<RecordedChanges> {
+  if (instanceIds.length === 0) return NO_CHANGES;
   if (lock) await lockInstances(c, instanceIds);
   return recordLightChanges(c, instanceIds, cause, p.warningWindowS, horizonMs, p.recheckSlackS ?? 0);
 }
 
 /** `recordTransitions` in a transaction of its own (expiry events, the sweep). */
-export async function recordTransitionsTx(pool: Pool, instanceIds: string[], cause: LightCause, p: LightParams, horizonMs: number): Promise<LightEvent[]> {
-  if (instanceIds.length === 0) return [];
+export async function recordTransitionsTx(pool: Pool, instanceIds: string[], cause: LightCause, p: LightParams, horizonMs: number): Promise<RecordedChanges> {
+  if (instanceIds.length === 0) return NO_CHANGES;
   return withTx(pool, (c) => recordTransitions(c, instanceIds, cause, p, horizonMs, true));
 }
 
@@ -65,13 +65,13 @@ export async function recordFreeTransitionsTx(
   cause: LightCause,
   p: LightParams,
   horizonMs: number,
-): Promise<{ events: LightEvent[]; skipped: string[] }> {
-  if (instanceIds.length === 0) return { events: [], skipped: [] };
+): Promise<RecordedChanges & { skipped: string[] }> {
+  if (instanceIds.length === 0) return { ...NO_CHANGES, skipped: [] };
   return withTx(pool, async (c) => {
     const locked = await lockFreeInstances(c, instanceIds);
     const held = new Set(locked);
-    const events = await recordTransitions(c, locked, cause, p, horizonMs, false);
-    return { events, skipped: instanceIds.filter((id) => !held.has(id)) };
+    const changes = await recordTransitions(c, locked, cause, p, horizonMs, false);
+    return { ...changes, skipped: instanceIds.filter((id) => !held.has(id)) };
   });
 }
 
@@ -163,14 +163,15 @@ export class LightEventSink {
    * ClickHouse, then NATS, the webhook queue and the e-mail notifications, then out of the outbox. Every step is idempotent
    * for a copy of the same event, so a delivery that failed half-way is simply repeated.
    */
-  async deliver(events: LightEvent[], client: Pool | PoolClient = this.pool): Promise<void> {
+  async deliver(changes: RecordedChanges, client: Pool | PoolClient = this.pool): Promise<void> {
+    const { events } = changes;
     if (events.length === 0) return;
     await insertLightEvents(this.ch, events);
     this.publish(events);
     const red = events.filter(notifiesWebhooks);
     if (red.length && this.webhooks) await this.webhooks.enqueue(red, client);
     if (this.mail) await this.mail(events, client);
-    await deleteFromOutbox(client, events);
+    await deleteFromOutbox(client, changes.outbox);
     this.onDelivered(events);
   }
 
@@ -185,10 +186,11 @@ export class LightEventSink {
    * Resolves once they are delivered or left to the outbox (deliverOrLeave: it never rejects).
    * With nothing to deliver it resolves when what was queued before has gone.
    */
-  queue(events: LightEvent[]): Promise<void> {
-    if (events.length === 0) return this.tail;
-    this.queuedEvents += events.length;
-    this.tail = this.tail.then(() => this.deliverOrLeave(events)).finally(() => (this.queuedEvents -= events.length));
+  queue(changes: RecordedChanges): Promise<void> {
+    const n = changes.events.length;
+    if (n === 0) return this.tail;
+    this.queuedEvents += n;
+    this.tail = this.tail.then(() => this.deliverOrLeave(changes)).finally(() => (this.queuedEvents -= n));
     return this.tail;
   }
 
@@ -207,11 +209,11 @@ export class LightEventSink {
   }
 
   /** Delivers what `recordTransitions` returned; a failure leaves the events to the outbox drain. */
-  async deliverOrLeave(events: LightEvent[]): Promise<void> {
+  async deliverOrLeave(changes: RecordedChanges): Promise<void> {
     try {
-      await this.deliver(events);
+      await this.deliver(changes);
     } catch (e) {
-      this.log.warn({ err: e, events: events.length }, 'traffic-light events not delivered yet; the sweep delivers them from the outbox');
+      this.log.warn({ err: e, events: changes.events.length }, 'traffic-light events not delivered yet; the sweep delivers them from the outbox');
     }
   }
 
@@ -241,13 +243,13 @@ export class LightEventSink {
   async drainOutbox(olderThanMs: number, limit: number): Promise<number> {
     let total = 0;
     for (;;) {
-      const n = await withTx(this.pool, async (c) => {
+      const { n, more } = await withTx(this.pool, async (c) => {
         const due = await lockOutboxOlderThan(c, olderThanMs, limit);
-        if (due.length) await this.deliver(due, c);
-        return due.length;
+        if (due.events.length) await this.deliver(due, c);
+        return { n: due.events.length, more: due.more };
       });
       total += n;
-      if (n < limit) return total;
+      if (!more) return total;
     }
   }
 }
@@ -264,13 +266,13 @@ export class ReportLights {
     private readonly onEvents: (events: LightEvent[]) => void = () => {},
   ) {}
 
-  async inTransaction(c: PoolClient, instanceIds: string[]): Promise<LightEvent[]> {
+  async inTransaction(c: PoolClient, instanceIds: string[]): Promise<RecordedChanges> {
     return recordTransitions(c, instanceIds, 'report', this.params, await this.horizon.get(), false);
   }
 
-  async afterCommit(events: LightEvent[]): Promise<void> {
-    if (events.length === 0) return;
-    this.onEvents(events);
-    await this.sink.deliverOrLeave(events);
+  async afterCommit(changes: RecordedChanges): Promise<void> {
+    if (changes.events.length === 0) return;
+    this.onEvents(changes.events);
+    await this.sink.deliverOrLeave(changes);
   }
 }

@@ -15,9 +15,11 @@
 //                own so that recording a change rewrites a short row and two index entries, not
 //                the wide `instances` row and its 19 (bench/README.md "What one change of colour
 //                costs");
-//   the outbox   changes recorded and not delivered yet: read oldest first, locked, and deleted
-//                once delivered;
+//   the outbox   changes recorded and not delivered yet, one row per recording statement and
+//                customer (the changes' fields as arrays; `light_outbox_changes` shows one row per
+//                change): read oldest first, locked, and deleted once delivered;
 //   light_events every change, keyed by instance and seq (a copy delivered twice collapses).
+import { randomUUID } from 'node:crypto';
 import { ISO_TIMES, type Pool, type PoolClient } from '../infra/postgres.js';
 import { chTime, insertTsv, tsvRow, type ClickHouseClient } from '../infra/clickhouse.js';
 import { lightSql, lightReasonSql, lightAtSql, recheckSql, lightEventId, deadlineSql, lateAtSql, type LightCause, type LightColour, type LightEvent } from '../domain/traffic-light.js';
@@ -25,7 +27,7 @@ import { maintenanceFromSql, maintenanceUntilSql } from './maintenance.js';
 
 type Db = Pool | PoolClient;
 
-/** A row of `light_outbox`, as the recording statement returns it and the drain reads it. */
+/** A change, as the recording statement returns it and the drain reads it from `light_outbox`. */
 interface OutboxRow {
   instance_id: string;
   seq: number;
@@ -43,7 +45,30 @@ interface OutboxRow {
   recorded_at: Date | string;
 }
 
-const OUTBOX_COLUMNS = 'instance_id, seq, customer_id, customer, machine_id, machine, software, from_light, to_light, reason, cause, at, recorded_at';
+/**
+ * An outbox row: the changes of one customer from one recording statement. Delivered together or
+ * not at all; a delivery deletes exactly the rows it names (deleteFromOutbox).
+ */
+export interface OutboxKey {
+  recording: string;
+  customer_id: string;
+}
+
+/** Changes recorded, and the outbox rows that hold them until they are delivered. */
+export interface RecordedChanges {
+  events: LightEvent[];
+  outbox: OutboxKey[];
+}
+
+/** Nothing recorded (shared: frozen, so that nobody adds to it). */
+export const NO_CHANGES: RecordedChanges = Object.freeze({ events: Object.freeze([]), outbox: Object.freeze([]) }) as unknown as RecordedChanges;
+
+/** The outbox rows of `events`, recorded together by the statement `recording`: one per customer. */
+function keysOf(recording: string, events: readonly LightEvent[]): OutboxKey[] {
+  const customers = new Set<string>();
+  for (const e of events) customers.add(e.customer_id);
+  return [...customers].map((customer_id) => ({ recording, customer_id }));
+}
 
 function toEvent(r: OutboxRow): LightEvent {
   return {
@@ -84,7 +109,9 @@ const H = (alias: string) =>
 // sooner), and for a row entering maintenance when that began (its window's start: the change's
 // time); judged: the colour; next: its recheck time; chg: rows whose colour, reason, times or recheck time
 // change; upd: their `instance_lights` rows; times: their `instances` times, where those changed
-// (a maintenance that ended; rare).
+// (a maintenance that ended; rare); rec: the recording's time (one for all its changes); ob: the
+// changes into the outbox, one row per customer of the recording ($6), each field an array
+// (the aggregates of one group read its rows in one order, so the arrays line up).
 // The ids come in as a set to join (unnest), not as `id = ANY($1)`: the statement is named, and
 // after five runs Postgres may keep a generic plan, where the array is a parameter, not a
 // constant, so ANY is not hashed but compared element by element for every row it scans: a batch
@@ -149,11 +176,17 @@ export const TRANSITION_SQL = `
     UPDATE instances i SET maintenance_until = upd.maintenance_until, deadline = upd.deadline, late_at = upd.late_at
       FROM upd
      WHERE i.id = upd.instance_id AND upd.times_changed
+  ), rec AS MATERIALIZED (
+    SELECT clock_timestamp() AS recorded_at
+  ), ob AS (
+    INSERT INTO light_outbox (recording, customer_id, customer, cause, recorded_at, instance_ids, seqs, machine_ids, machines, softwares, from_lights, to_lights, reasons, ats)
+    SELECT $6::uuid, customer_id, min(customer), $3::text, (SELECT recorded_at FROM rec), array_agg(instance_id), array_agg(seq), array_agg(machine_id),
+           array_agg(machine), array_agg(software), array_agg(from_light), array_agg(to_light), array_agg(reason), array_agg(at)
+      FROM upd WHERE changed GROUP BY customer_id
   )
-  INSERT INTO light_outbox (${OUTBOX_COLUMNS})
-  SELECT instance_id, seq, customer_id, customer, machine_id, machine, software, from_light, to_light, reason, $3::text, at, clock_timestamp()
-    FROM upd WHERE changed
-  RETURNING ${OUTBOX_COLUMNS}`;
+  SELECT instance_id, seq, customer_id, customer, machine_id, machine, software, from_light, to_light, reason, $3::text AS cause, at,
+         (SELECT recorded_at FROM rec) AS recorded_at
+    FROM upd WHERE changed`;
 
 /**
  * How the recording statement is planned: the batch's instances read by probes of the primary key,
@@ -191,7 +224,7 @@ export async function recordLightChanges(
   horizonMs: number,
   /** How far Postgres's last heartbeat may lag the newest (s): lib/domain/traffic-light.ts recheckSql. */
   recheckSlackS = 0,
-): Promise<LightEvent[]> {
+): Promise<RecordedChanges> {
   // Named: each connection parses it once, and Postgres may keep a generic plan (planning it is a
   // good part of its cost for one instance; see TRANSITION_SQL). The expiry listener and the sweep
   // record silence over batches of thousands: planned, every time, with the setting of
@@ -199,46 +232,82 @@ export async function recordLightChanges(
   // other), and the transaction's own setting put back after it (a failed statement ends the
   // transaction, and the setting with it). A report's batch, inside the ingest transaction, is
   // planned as before.
-  const values = [instanceIds, warningWindowS, cause, horizonMs, recheckSlackS];
+  const recording = randomUUID();
+  const values = [instanceIds, warningWindowS, cause, horizonMs, recheckSlackS, recording];
   // The times as ISO text straight from Postgres's (ISO_TIMES), as the events carry them.
-  if (cause === 'report') return (await c.query<OutboxRow>({ name: 'light-transition', text: TRANSITION_SQL, values, types: ISO_TIMES })).rows.map(toEvent);
-  await c.query(TRANSITION_PLANNING.set);
-  const r = await c.query<OutboxRow>({ name: 'light-transition-silence', text: TRANSITION_SQL, values, types: ISO_TIMES });
-  await c.query(TRANSITION_PLANNING.reset);
-  return r.rows.map(toEvent);
+  let rows: OutboxRow[];
+  if (cause === 'report') rows = (await c.query<OutboxRow>({ name: 'light-transition', text: TRANSITION_SQL, values, types: ISO_TIMES })).rows;
+  else {
+    await c.query(TRANSITION_PLANNING.set);
+    rows = (await c.query<OutboxRow>({ name: 'light-transition-silence', text: TRANSITION_SQL, values, types: ISO_TIMES })).rows;
+    await c.query(TRANSITION_PLANNING.reset);
+  }
+  if (rows.length === 0) return NO_CHANGES;
+  const events = rows.map(toEvent);
+  return { events, outbox: keysOf(recording, events) };
 }
 
+/** The changes of outbox rows, one per change, in the order of their arrays (the view light_outbox_changes, from the table). */
+const OUTBOX_CHANGES = `o.recording, o.customer_id, o.customer, o.cause, o.recorded_at, e.instance_id, e.seq, e.machine_id, e.machine, e.software,
+         e.from_light, e.to_light, e.reason, e.at
+    FROM light_outbox o
+   CROSS JOIN LATERAL unnest(o.instance_ids, o.seqs, o.machine_ids, o.machines, o.softwares, o.from_lights, o.to_lights, o.reasons, o.ats)
+         AS e(instance_id, seq, machine_id, machine, software, from_light, to_light, reason, at)`;
+
 /**
- * Outbox rows recorded more than `olderThanMs` ago, oldest first, at most `limit`, locked in the
- * transaction of `c` (rows another transaction holds are skipped).
+ * The changes of the outbox rows recorded more than `olderThanMs` ago, oldest rows first, locked in
+ * the transaction of `c` (rows another transaction holds are skipped): whole rows of at most
+ * `limit` changes together, but always the oldest row, however many it holds. `more`: rows were
+ * left for the next call.
  */
-export async function lockOutboxOlderThan(c: PoolClient, olderThanMs: number, limit: number): Promise<LightEvent[]> {
-  const r = await c.query<OutboxRow>(
-    `SELECT ${OUTBOX_COLUMNS} FROM light_outbox WHERE recorded_at < now() - make_interval(secs => $1::float8)
-            ORDER BY recorded_at LIMIT $2 FOR UPDATE SKIP LOCKED`,
+export async function lockOutboxOlderThan(c: PoolClient, olderThanMs: number, limit: number): Promise<RecordedChanges & { more: boolean }> {
+  // The keys and sizes first, locked (no array read): each row holds at least one change, so
+  // `limit` rows are enough to fill `limit` changes.
+  const due = await c.query<{ recording: string; customer_id: string; n: number }>(
+    `SELECT recording, customer_id, cardinality(instance_ids) AS n FROM light_outbox
+      WHERE recorded_at < now() - make_interval(secs => $1::float8)
+      ORDER BY recorded_at LIMIT $2 FOR UPDATE SKIP LOCKED`,
     [olderThanMs / 1000, limit],
   );
-  return r.rows.map(toEvent);
+  const outbox: OutboxKey[] = [];
+  let changes = 0;
+  for (const r of due.rows) {
+    if (outbox.length > 0 && changes + r.n > limit) break;
+    outbox.push({ recording: r.recording, customer_id: r.customer_id });
+    changes += r.n;
+  }
+  if (outbox.length === 0) return { events: [], outbox, more: false };
+  const rows = await c.query<OutboxRow>({
+    text: `SELECT ${OUTBOX_CHANGES}
+      WHERE (o.recording, o.customer_id) IN (SELECT * FROM unnest($1::uuid[], $2::uuid[]))
+      ORDER BY o.recorded_at`,
+    values: [outbox.map((k) => k.recording), outbox.map((k) => k.customer_id)],
+    types: ISO_TIMES,
+  });
+  return { events: rows.rows.map(toEvent), outbox, more: outbox.length < due.rows.length || due.rows.length === limit };
 }
 
 /**
- * Outbox rows recorded more than `olderThanS` ago: the sweep delivers a row within seconds, so
- * any here means deliveries fail (ClickHouse away, a bug). They are never deleted for their age
- * (an undelivered change would be lost); the retention job reports them (workers/retention.ts).
+ * Outbox rows recorded more than `olderThanS` ago (`rows`; `changes`: the changes they hold): the
+ * sweep delivers a row within seconds, so any here means deliveries fail (ClickHouse away, a bug).
+ * They are never deleted for their age (an undelivered change would be lost); the retention job
+ * reports them (workers/retention.ts).
  */
-export async function stuckOutbox(db: Db, olderThanS: number): Promise<{ rows: number; oldest: Date | null }> {
-  const r = await db.query<{ rows: number; oldest: Date | null }>(
-    'SELECT count(*)::int AS rows, min(recorded_at) AS oldest FROM light_outbox WHERE recorded_at < now() - make_interval(secs => $1::float8)',
+export async function stuckOutbox(db: Db, olderThanS: number): Promise<{ rows: number; changes: number; oldest: Date | null }> {
+  const r = await db.query<{ rows: number; changes: number; oldest: Date | null }>(
+    `SELECT count(*)::int AS rows, COALESCE(sum(cardinality(instance_ids)), 0)::int AS changes, min(recorded_at) AS oldest
+       FROM light_outbox WHERE recorded_at < now() - make_interval(secs => $1::float8)`,
     [olderThanS],
   );
   return r.rows[0]!;
 }
 
-/** Delivered: these changes leave the outbox. */
-export async function deleteFromOutbox(db: Db, events: LightEvent[]): Promise<void> {
-  await db.query(`DELETE FROM light_outbox o USING unnest($1::uuid[], $2::bigint[]) AS d(i, s) WHERE o.instance_id = d.i AND o.seq = d.s`, [
-    events.map((e) => e.instance_id),
-    events.map((e) => e.seq),
+/** Delivered: these rows leave the outbox (each a whole recording's changes of one customer). */
+export async function deleteFromOutbox(db: Db, outbox: readonly OutboxKey[]): Promise<void> {
+  if (outbox.length === 0) return;
+  await db.query(`DELETE FROM light_outbox o USING unnest($1::uuid[], $2::uuid[]) AS d(r, c) WHERE o.recording = d.r AND o.customer_id = d.c`, [
+    outbox.map((k) => k.recording),
+    outbox.map((k) => k.customer_id),
   ]);
 }
 

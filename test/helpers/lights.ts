@@ -5,7 +5,8 @@ import type { TestStack } from './stack.js';
 import { chRows } from './stack.js';
 import { encodeBatch, encodeReport, subjects } from '../../lib/contract/messages.js';
 import { withTx, type Pool } from '../../lib/infra/postgres.js';
-import { recordLightChanges } from '../../lib/store/light-events.js';
+import { recordLightChanges, type RecordedChanges } from '../../lib/store/light-events.js';
+import { lightEventId, type LightEvent } from '../../lib/domain/traffic-light.js';
 
 export interface EventRow {
   instance_id: string;
@@ -161,6 +162,53 @@ export async function judgeAll(pool: Pool, customerId?: string, horizonMs = Date
   const ids = (await pool.query<{ id: string }>(`SELECT id FROM instances WHERE retired_at IS NULL AND ($1::uuid IS NULL OR customer_id = $1)`, [customerId ?? null])).rows.map((r) => r.id);
   let changes = 0;
   for (let i = 0; i < ids.length; i += 5000)
-    changes += (await withTx(pool, (c) => recordLightChanges(c, ids.slice(i, i + 5000), 'sweep', warningWindowS, horizonMs))).length;
+    changes += (await withTx(pool, (c) => recordLightChanges(c, ids.slice(i, i + 5000), 'sweep', warningWindowS, horizonMs))).events.length;
   return changes;
+}
+
+/**
+ * `events` into the outbox as one recording leaves them (one row per customer: lib/store/light-events.ts),
+ * for tests of delivery and of what the outbox holds; returns them with their rows' keys, as the
+ * recording statement does.
+ */
+export async function writeOutbox(pool: Pool, events: LightEvent[], recordedAt?: string): Promise<RecordedChanges> {
+  const recording = randomUUID();
+  const byCustomer = new Map<string, LightEvent[]>();
+  for (const e of events) byCustomer.set(e.customer_id, [...(byCustomer.get(e.customer_id) ?? []), e]);
+  for (const [customerId, list] of byCustomer) {
+    const col = <K extends keyof LightEvent>(k: K) => list.map((e) => e[k]);
+    await pool.query(
+      `INSERT INTO light_outbox (recording, customer_id, customer, cause, recorded_at, instance_ids, seqs, machine_ids, machines, softwares, from_lights, to_lights, reasons, ats)
+       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`,
+      [recording, customerId, list[0]!.customer, list[0]!.cause, recordedAt ?? list[0]!.recorded_at, col('instance_id'), col('seq'), col('machine_id'), col('machine'), col('software'), col('from'), col('to'), col('reason'), col('at')],
+    );
+  }
+  return { events, outbox: [...byCustomer.keys()].map((customer_id) => ({ recording, customer_id })) };
+}
+
+/**
+ * `n` changes to red of new instances of `customer` (machines `<name>-0` …), at `at`, into the
+ * outbox as one recording leaves them (writeOutbox).
+ */
+export async function outboxBatch(pool: Pool, customer: { id: string; slug: string }, name: string, n: number, at = new Date().toISOString(), seq = 2): Promise<RecordedChanges> {
+  const events: LightEvent[] = Array.from({ length: n }, (_, i) => {
+    const instanceId = randomUUID();
+    return {
+      id: lightEventId(instanceId, seq),
+      seq,
+      customer_id: customer.id,
+      customer: customer.slug,
+      instance_id: instanceId,
+      machine_id: randomUUID(),
+      machine: `${name}-${i}`,
+      software: 'agent',
+      from: 'green',
+      to: 'red',
+      reason: 'silent',
+      cause: 'expiry',
+      at,
+      recorded_at: at,
+    };
+  });
+  return writeOutbox(pool, events);
 }

@@ -112,7 +112,7 @@ t.test('status and diagnostics applied twice (a redelivery): every Postgres row 
     return {
       machines: await q(`SELECT * FROM machines WHERE customer_id = $1 ORDER BY slug`),
       instances: await q(`SELECT i.* FROM instances i JOIN machines m ON m.id = i.machine_id WHERE m.customer_id = $1 ORDER BY i.id`),
-      lights: await q(`SELECT * FROM light_outbox WHERE customer_id = $1 ORDER BY instance_id, seq`),
+      lights: await q(`SELECT * FROM light_outbox_changes WHERE customer_id = $1 ORDER BY instance_id, seq`),
       onboarding: await q(`SELECT * FROM onboarding_milestones WHERE customer_id = $1 ORDER BY step`),
     };
   };

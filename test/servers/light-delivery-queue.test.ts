@@ -6,14 +6,14 @@
 // the outbox and does not stop the ones queued after it; nothing is stored or published twice.
 import t from 'tap';
 import net from 'node:net';
-import { randomUUID } from 'node:crypto';
 import { testStack, eventually, chRows } from '../helpers/stack.js';
 import { stopMerges } from '../helpers/stored-once.js';
 import { createClickHouse } from '../../lib/infra/clickhouse.js';
 import { createLogger } from '../../lib/infra/log.js';
 import { subjects } from '../../lib/contract/messages.js';
-import { lightEventId, type LightEvent, type LightMessage } from '../../lib/domain/traffic-light.js';
+import type { LightMessage } from '../../lib/domain/traffic-light.js';
 import { LightEventSink } from '../../workers/traffic-light.js';
+import { outboxBatch } from '../helpers/lights.js';
 
 const s = await testStack(t, 'deliveryq', { gateway: false, worker: false, api: false });
 await stopMerges(s.ch, s.env.CLICKHOUSE_DB!, ['light_events']);
@@ -66,39 +66,10 @@ void (async () => {
 t.teardown(() => live.unsubscribe());
 
 /** A batch of `n` changes (machines `<name>-0` …), each also in the outbox as a recording leaves it. */
-async function batch(name: string, n: number): Promise<LightEvent[]> {
-  const now = new Date().toISOString();
-  const events: LightEvent[] = Array.from({ length: n }, (_, i) => {
-    const instanceId = randomUUID();
-    return {
-      id: lightEventId(instanceId, 2),
-      seq: 2,
-      customer_id: s.customer.id,
-      customer: s.customer.slug,
-      instance_id: instanceId,
-      machine_id: randomUUID(),
-      machine: `${name}-${i}`,
-      software: 'agent',
-      from: 'green',
-      to: 'red',
-      reason: 'silent',
-      cause: 'expiry',
-      at: now,
-      recorded_at: now,
-    };
-  });
-  for (const e of events) {
-    await s.pool.query(
-      `INSERT INTO light_outbox (instance_id, seq, customer_id, customer, machine_id, machine, software, from_light, to_light, reason, cause, at, recorded_at)
-       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
-      [e.instance_id, e.seq, e.customer_id, e.customer, e.machine_id, e.machine, e.software, e.from, e.to, e.reason, e.cause, e.at, e.recorded_at],
-    );
-  }
-  return events;
-}
+const batch = (name: string, n: number) => outboxBatch(s.pool, s.customer, name, n);
 
 const inOutbox = async (prefix: string) =>
-  (await s.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM light_outbox WHERE machine LIKE $1`, [`${prefix}-%`])).rows[0]!.n;
+  (await s.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM light_outbox_changes WHERE machine LIKE $1`, [`${prefix}-%`])).rows[0]!.n;
 
 t.test('one delivery at a time, in order; a slow ClickHouse holds back a caller that asks for a short queue', async (t) => {
   const batches = [await batch('a', 5), await batch('b', 5), await batch('c', 5)];
@@ -118,7 +89,7 @@ t.test('one delivery at a time, in order; a slow ClickHouse holds back a caller 
   await Promise.all(done);
   t.equal(sink.queued, 0, 'nothing left queued');
   await eventually(async () => published.length === 15, 5000, 'all fifteen published');
-  const expected = batches.flat().map((e) => e.machine);
+  const expected = batches.flatMap((b) => b.events).map((e) => e.machine);
   t.same(published, expected, 'published in the order queued');
   const rows = await chRows<{ machine: string; n: number }>(s.ch, `SELECT machine, toUInt32(count()) AS n FROM light_events WHERE machine LIKE '_-%' GROUP BY machine`);
   t.equal(rows.length, 15, 'every change in ClickHouse');
@@ -139,7 +110,7 @@ t.test('a delivery that fails is left in the outbox; the ones queued after it st
   t.equal(sink.queued, 0);
   t.equal(await inOutbox('g'), 0, 'the batch queued after it is delivered');
   const rows = await chRows<{ machine: string }>(s.ch, `SELECT machine FROM light_events WHERE machine LIKE 'f-%' OR machine LIKE 'g-%' ORDER BY machine`);
-  t.same(rows.map((r) => r.machine), after.map((e) => e.machine), 'only the second batch reached ClickHouse');
+  t.same(rows.map((r) => r.machine), after.events.map((e) => e.machine), 'only the second batch reached ClickHouse');
   await eventually(async () => published.length === 3, 5000, 'the second batch published');
-  t.same(published, after.map((e) => e.machine));
+  t.same(published, after.events.map((e) => e.machine));
 });

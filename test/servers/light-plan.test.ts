@@ -5,6 +5,7 @@
 // to disk at 100,000, so a change cost more the larger the fleet); and the setting is the
 // statement's alone: the transaction's is back afterwards.
 import t from 'tap';
+import { randomUUID } from 'node:crypto';
 import { testStack } from '../helpers/stack.js';
 import { recordLightChanges, TRANSITION_PLANNING, TRANSITION_SQL } from '../../lib/store/light-events.js';
 
@@ -36,7 +37,7 @@ t.test(`a batch of ${BATCH} of ${N} instances: read by probes of the primary key
   try {
     await c.query('BEGIN');
     await c.query(TRANSITION_PLANNING.set);
-    const plan = (await c.query({ text: `EXPLAIN ${TRANSITION_SQL}`, values: [ids, 900, 'sweep', Date.now(), 0] })).rows.map((r) => r['QUERY PLAN'] as string);
+    const plan = (await c.query({ text: `EXPLAIN ${TRANSITION_SQL}`, values: [ids, 900, 'sweep', Date.now(), 0, randomUUID()] })).rows.map((r) => r['QUERY PLAN'] as string);
     // `x` is the statement's read of the batch (CTE base); the UPDATEs' own joins are the
     // planner's choice by the size of the batch's changes.
     const read = plan.filter((l) => /on instances x\s/.test(l));
@@ -58,7 +59,7 @@ t.test("the statement's setting does not outlive it: the transaction's own is ba
     const before = (await c.query<{ v: string }>("SELECT current_setting('random_page_cost') AS v")).rows[0]!.v;
     t.not(before, '1.1', `the server's setting is another (${before}), so the test can tell`);
     await c.query('BEGIN');
-    const events = await recordLightChanges(c, ids.slice(0, 100), 'sweep', 900, Date.now());
+    const { events } = await recordLightChanges(c, ids.slice(0, 100), 'sweep', 900, Date.now());
     t.equal(events.length, 100, 'the batch recorded (each silent instance turns red)');
     t.equal((await c.query<{ v: string }>("SELECT current_setting('random_page_cost') AS v")).rows[0]!.v, before, 'inside the transaction, after the statement');
     await c.query('ROLLBACK');

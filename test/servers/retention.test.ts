@@ -115,8 +115,9 @@ await reset({ expires: -1 }); // kept: valid
 // Never pruned by age: an undelivered change of colour, and an acknowledged conversion (its
 // dedup key is the memory that the event happened).
 await q(
-  `INSERT INTO light_outbox (instance_id, seq, customer_id, customer, machine_id, machine, software, from_light, to_light, reason, cause, at, recorded_at)
-   VALUES ($1, 1, $2, 'c', $3, 'm1', 'agent', 'green', 'red', 'silent', 'sweep', ${ago(400)}, ${ago(400)})`,
+  `INSERT INTO light_outbox (recording, customer_id, customer, cause, recorded_at, instance_ids, seqs, machine_ids, machines, softwares, from_lights, to_lights, reasons, ats)
+   VALUES (gen_random_uuid(), $2, 'c', 'sweep', ${ago(400)}, ARRAY[$1::uuid], ARRAY[1::bigint], ARRAY[$3::uuid], ARRAY['m1'], ARRAY['agent'], ARRAY['green'],
+           ARRAY['red'], ARRAY['silent'], ARRAY[${ago(400)}])`,
   [instance, s.customer.id, machine],
 );
 await q(`UPDATE conversions SET acked_at = ${ago(1000)}, created_at = ${ago(1000)} WHERE user_id = $1`, [user]);
@@ -232,7 +233,7 @@ t.test('retention: exactly what is past its age goes, live rows and the boundary
   t.equal((await q(`SELECT count(*)::int AS n FROM webhook_deliveries WHERE state = 'retrying'`)).rows[0].n, 1, 'the delivery still being retried stays');
   t.equal((await q(`SELECT count(*)::int AS n FROM sessions WHERE revoked_at IS NULL AND expires_at > now()`)).rows[0].n, 1, 'the valid session stays');
   t.equal((await q(`SELECT count(*)::int AS n FROM password_resets WHERE used_at IS NULL AND expires_at > now()`)).rows[0].n, 1, 'the valid reset link stays');
-  t.equal((await stuckOutbox(pool, 3600)).rows, 1, 'the undelivered outbox row stays (and is reported)');
+  t.match(await stuckOutbox(pool, 3600), { rows: 1, changes: 1 }, 'the undelivered outbox row stays (and is reported)');
 
   t.same(
     await chCounts(),

@@ -122,7 +122,7 @@ t.test('retiring an instance: gone from the list and the counts, commands cancel
   const mine = await events(s, `instance_id = '${inst.id}'`);
   t.notOk(mine.some((e) => e.to_light === 'red'), 'no red event for the retired instance');
   t.match(await row(inst.id), { light: frozen.light, light_seq: frozen.light_seq }, `its stored colour never changed (${frozen.light})`);
-  t.equal((await s.pool.query(`SELECT count(*)::int AS n FROM light_outbox WHERE instance_id = $1`, [inst.id])).rows[0].n, 0);
+  t.equal((await s.pool.query(`SELECT count(*)::int AS n FROM light_outbox_changes WHERE instance_id = $1`, [inst.id])).rows[0].n, 0);
 
   // It reports again: a new instance (new id, new first seen), listed and counted.
   t.equal((await s.report('r1', 'heartbeat', {})).status, 200);
@@ -187,7 +187,7 @@ t.test('racing the expiry and the sweep: nothing is recorded for an instance aft
   for (const e of ev) t.ok(e.recorded_ms <= retired.get(e.instance_id)!, `${e.machine}: ${e.to_light} recorded ${e.recorded_ms - retired.get(e.instance_id)!} ms from its retirement (not after)`);
   const reds = ev.filter((e) => e.to_light === 'red').length;
   t.comment(`${reds} of ${insts.length} turned red before their retirement; none after`);
-  const lit = await s.pool.query(`SELECT count(*)::int AS n FROM light_outbox WHERE machine LIKE 'race-%'`);
+  const lit = await s.pool.query(`SELECT count(*)::int AS n FROM light_outbox_changes WHERE machine LIKE 'race-%'`);
   t.equal(lit.rows[0].n, 0);
 });
 

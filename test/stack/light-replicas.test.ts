@@ -35,7 +35,7 @@ t.test('two workers: one event per transition (green, red, green, red)', async (
   }, 15_000, 'the marker: the fifth change of all 50 in ClickHouse');
   t.same([...new Set(fifth.map((e) => e.seq))], [5], 'the marker is the fifth change of every instance: no change recorded twice before it');
   await eventually(
-    async () => (await s.pool.query(`SELECT count(*)::int AS n FROM light_outbox WHERE machine LIKE 'r-%' AND seq <= 4`)).rows[0].n === 0,
+    async () => (await s.pool.query(`SELECT count(*)::int AS n FROM light_outbox_changes WHERE machine LIKE 'r-%' AND seq <= 4`)).rows[0].n === 0,
     15_000,
     'changes 1 to 4 out of the outbox',
   );

@@ -108,8 +108,9 @@ t.test('a warning that ran out turns yellow into green, since the end of the win
 t.test('a change committed but never delivered (worker died) is delivered from the outbox', async (t) => {
   const st = (await stored(s, 's-1'))!;
   await s.pool.query(
-    `INSERT INTO light_outbox (instance_id, seq, customer_id, customer, machine_id, machine, software, from_light, to_light, reason, cause, at, recorded_at)
-     SELECT i.id, 99, i.customer_id, $2, i.machine_id, 's-1', i.software, 'red', 'green', 'ok', 'report', now() - interval '10 s', now() - interval '10 s'
+    `INSERT INTO light_outbox (recording, customer_id, customer, cause, recorded_at, instance_ids, seqs, machine_ids, machines, softwares, from_lights, to_lights, reasons, ats)
+     SELECT gen_random_uuid(), i.customer_id, $2, 'report', now() - interval '10 s', ARRAY[i.id], ARRAY[99::bigint], ARRAY[i.machine_id], ARRAY['s-1'],
+            ARRAY[i.software], ARRAY['red'], ARRAY['green'], ARRAY['ok'], ARRAY[now() - interval '10 s']
        FROM instances i WHERE i.id = $1`,
     [st.id, s.customer.slug],
   );
@@ -219,8 +220,8 @@ t.test('a heartbeat received in time but applied late (workers down) never turns
   const c = await s.pool.connect();
   try {
     await c.query('BEGIN');
-    t.same(await recordTransitions(c, [first.id], 'sweep', params, h, true), [], 'no change at the horizon');
-    const wall = await recordTransitions(c, [first.id], 'sweep', params, Date.now(), true);
+    t.same((await recordTransitions(c, [first.id], 'sweep', params, h, true)).events, [], 'no change at the horizon');
+    const wall = (await recordTransitions(c, [first.id], 'sweep', params, Date.now(), true)).events;
     t.equal(wall[0]?.to, 'red', 'the wall clock alone would have said red');
   } finally {
     await c.query('ROLLBACK');

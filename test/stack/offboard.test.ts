@@ -77,8 +77,9 @@ async function populate(c: { customer: { id: string; slug: string }; token: stri
   await q(`INSERT INTO command_events (command_id, state, at) VALUES ($1, 'queued', now())`, [cmd]);
   await q(`INSERT INTO help_texts (customer_id, software, code, lang, text, received_at, report_id) VALUES ($1, 'agent', 4711, 'en', 'help', now(), gen_random_uuid())`, [id]);
   await q(
-    `INSERT INTO light_outbox (instance_id, seq, customer_id, customer, machine_id, machine, software, from_light, to_light, reason, cause, at, recorded_at)
-     VALUES ($1, 999, $2, $3, $4, 'm1', 'agent', 'green', 'red', 'x', 'sweep', now(), now())`,
+    `INSERT INTO light_outbox (recording, customer_id, customer, cause, recorded_at, instance_ids, seqs, machine_ids, machines, softwares, from_lights, to_lights, reasons, ats)
+     VALUES (gen_random_uuid(), $2, $3, 'sweep', now(), ARRAY[$1::uuid], ARRAY[999::bigint], ARRAY[$4::uuid], ARRAY['m1'], ARRAY['agent'], ARRAY['green'],
+             ARRAY['red'], ARRAY['x'], ARRAY[now()])`,
     [inst.id, id, slug, inst.machine_id],
   );
   await q(`INSERT INTO customer_quotas (customer_id, webhooks) VALUES ($1, 3)`, [id]);
@@ -101,9 +102,15 @@ async function populate(c: { customer: { id: string; slug: string }; token: stri
   return { id, slug, token: c.token, chunks: 3 };
 }
 
-/** Rows of a customer per Postgres table with a customer_id column (every such table the database has). */
+/** Rows of a customer per Postgres table with a customer_id column (every such table the database has; views are not tables). */
 async function pgCounts(customerId: string): Promise<Record<string, number>> {
-  const tables = (await q(`SELECT table_name FROM information_schema.columns WHERE table_schema = 'public' AND column_name = 'customer_id' ORDER BY 1`)).rows.map((r) => r.table_name as string);
+  const tables = (
+    await q(
+      `SELECT c.table_name FROM information_schema.columns c
+         JOIN information_schema.tables tb ON tb.table_schema = c.table_schema AND tb.table_name = c.table_name AND tb.table_type = 'BASE TABLE'
+        WHERE c.table_schema = 'public' AND c.column_name = 'customer_id' ORDER BY 1`,
+    )
+  ).rows.map((r) => r.table_name as string);
   const out: Record<string, number> = {};
   for (const table of tables) out[table] = (await q(`SELECT count(*)::int AS n FROM ${table} WHERE customer_id = $1`, [customerId])).rows[0].n;
   return out;

@@ -145,7 +145,7 @@ t.test('a receiver that keeps failing: the delivery is marked failed after WEBHO
 
 /** The light events a receiver got, as `seq:from>to`, in the order they arrived. */
 const eventsOf = (r: { got: Received[] }) => r.got.map((x) => JSON.parse(x.body) as { seq: number; from: string; to: string }).map((e) => `${e.seq}:${e.from}>${e.to}`);
-const outboxRows = async (instanceId: string) => (await s.pool.query(`SELECT count(*)::int AS n FROM light_outbox WHERE instance_id = $1`, [instanceId])).rows[0].n as number;
+const outboxRows = async (instanceId: string) => (await s.pool.query(`SELECT count(*)::int AS n FROM light_outbox_changes WHERE instance_id = $1`, [instanceId])).rows[0].n as number;
 
 t.test('from red: green again is delivered too, once', async (t) => {
   const id = (await stored(s, 'm1'))!.id;
