@@ -90,8 +90,23 @@ export function cpuSeconds(pid: number, withChildren = false): number {
   }
 }
 
+/**
+ * The whole machine's CPU-seconds so far, from the first line of /proc/stat: `busy` every state but
+ * idle and iowait (steal included), `steal` the time the hypervisor gave this machine's CPUs to
+ * someone else while they had work. A run's processes' own CPU against `busy` says how much went
+ * to anything else (the bench, other programs); `steal` says the machine itself was slowed.
+ */
+export function hostCpu(): { busy: number; steal: number } {
+  const f = readFileSync('/proc/stat', 'utf8').split('\n', 1)[0]!.trim().split(/\s+/).slice(1).map(Number);
+  // user nice system idle iowait irq softirq steal (guest time is inside user already)
+  const [user = 0, nice = 0, system = 0, , , irq = 0, softirq = 0, steal = 0] = f;
+  return { busy: (user + nice + system + irq + softirq + steal) / HZ, steal: steal / HZ };
+}
+
 export interface CpuSnapshot {
   at: number;
+  /** The machine's (hostCpu). */
+  host: { busy: number; steal: number };
   seconds: Record<string, number>;
   /** Rows written so far, per table. */
   pgRows: Record<string, number>;
@@ -106,10 +121,11 @@ export async function pgRowsWritten(pool: Pool): Promise<Record<string, number>>
 
 export async function snapshot(dataDir: string, procs: Record<string, number | undefined>, pool: Pool): Promise<CpuSnapshot> {
   const servers = serverPids(dataDir);
+  const host = hostCpu();
   const seconds: Record<string, number> = {};
   for (const [name, pid] of Object.entries(procs)) if (pid) seconds[name] = cpuSeconds(pid);
   for (const [name, pid] of Object.entries(servers)) seconds[name] = cpuSeconds(pid, FORKING_SERVERS.has(name));
-  return { at: Date.now(), seconds, pgRows: await pgRowsWritten(pool) };
+  return { at: Date.now(), host, seconds, pgRows: await pgRowsWritten(pool) };
 }
 
 /** CPU-seconds per 100,000 reports of each process between two snapshots, and Postgres rows. */

@@ -68,7 +68,11 @@ function lightCpu(a: CpuSnapshot, b: CpuSnapshot, changes: number) {
   }
   us_per_change.total = Math.round((total * 1e6) / Math.max(1, changes));
   const wall_s = Math.round((b.at - a.at) / 100) / 10;
-  return { changes, wall_s, cpu_s: Math.round(total * 10) / 10, cores_busy: Math.round((total / Math.max(0.1, wall_s)) * 100) / 100, us_per_change };
+  const r1 = (x: number) => Math.round(x * 10) / 10;
+  // The machine meanwhile: its busy CPU-seconds, how many of them went to anything but the
+  // processes above (this bench, other programs), and the time stolen by the hypervisor.
+  const host = { busy_s: r1(b.host.busy - a.host.busy), others_s: r1(b.host.busy - a.host.busy - total), steal_s: r1(b.host.steal - a.host.steal) };
+  return { changes, wall_s, cpu_s: r1(total), cores_busy: Math.round((total / Math.max(0.1, wall_s)) * 100) / 100, us_per_change, host };
 }
 
 /** Whether pg_stat_statements is loaded (PG_STAT_STATEMENTS=1); if so its counts start again now. */

@@ -9,7 +9,8 @@ import t from 'tap';
 import { readFileSync, readlinkSync, readdirSync } from 'node:fs';
 import pg from 'pg';
 import { testStack } from '../helpers/stack.js';
-import { cpuSeconds, serverPids } from '../../bench/cpu.js';
+import { availableParallelism } from 'node:os';
+import { cpuSeconds, hostCpu, serverPids } from '../../bench/cpu.js';
 
 const s = await testStack(t, 'benchcpu', { gateway: false, worker: false, api: false });
 
@@ -77,4 +78,21 @@ t.test("Redis's snapshot child is not taken for Redis, and its CPU counts as Red
     }
     await s.redis.del(...Array.from({ length: 20 }, (_, i) => `${prefix}${i}`));
   }
+});
+
+t.test("the machine's account: at least this process's burn, at most what its cores could give, steal within it", async (t) => {
+  const h0 = hostCpu();
+  const own0 = cpuSeconds(process.pid);
+  const t0 = Date.now();
+  let x = 0;
+  while (Date.now() - t0 < 500) x += Math.sqrt(x + 1);
+  t.ok(x > 0);
+  const own = cpuSeconds(process.pid) - own0;
+  const wall = (Date.now() - t0) / 1000;
+  const h1 = hostCpu();
+  const busy = h1.busy - h0.busy;
+  t.ok(own >= 0.3, `this process burned ${own} s`);
+  t.ok(busy >= own - 0.03, `the machine was busy ${busy} s, at least this process's ${own} s`);
+  t.ok(busy <= wall * availableParallelism() + 0.05, `and no more than its ${availableParallelism()} cores give in ${wall} s (idle is not busy)`);
+  t.ok(h1.steal >= h0.steal && h1.steal - h0.steal <= busy + 0.01, 'steal only grows, within busy');
 });
