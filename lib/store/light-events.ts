@@ -261,8 +261,8 @@ const OUTBOX_CHANGES = `o.recording, o.customer_id, o.customer, o.cause, o.recor
  * left for the next call.
  */
 export async function lockOutboxOlderThan(c: PoolClient, olderThanMs: number, limit: number): Promise<RecordedChanges & { more: boolean }> {
-  // The keys and sizes first, locked (no array read): each row holds at least one change, so
-  // `limit` rows are enough to fill `limit` changes.
+  // The keys and sizes first, locked: each row holds at least one change, so `limit` rows are
+  // enough to fill `limit` changes.
   const due = await c.query<{ recording: string; customer_id: string; n: number }>(
     `SELECT recording, customer_id, cardinality(instance_ids) AS n FROM light_outbox
       WHERE recorded_at < now() - make_interval(secs => $1::float8)
