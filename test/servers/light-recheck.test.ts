@@ -161,7 +161,7 @@ t.test("Postgres's possible lag (the slack) delays the times a heartbeat moves w
   const c = await s.pool.connect();
   try {
     await c.query('BEGIN');
-    t.same(await recordLightChanges(c, [green, degraded, late, warned], 'sweep', WINDOW_S, T, SLACK_S), [], 'no change of colour');
+    t.same((await recordLightChanges(c, [green, degraded, late, warned], 'sweep', WINDOW_S, T, SLACK_S)).events, [], 'no change of colour');
     await c.query('COMMIT');
   } finally {
     c.release();
