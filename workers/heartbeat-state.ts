@@ -53,6 +53,7 @@ import { findInstanceIds, lockInstances, writeHeartbeats } from '../lib/store/in
 import { advanceMachinesLastSeen } from '../lib/store/machines.js';
 import type { InstanceUpdate } from './reports.js';
 import type { ReportLights } from './traffic-light.js';
+import type { LightCause } from '../lib/domain/traffic-light.js';
 import { NO_CHANGES, type RecordedChanges } from '../lib/store/light-events.js';
 
 export interface Resolved {
@@ -741,20 +742,22 @@ export class HeartbeatFlusher {
    * between the two): from then on each heartbeat of theirs reaches Postgres at once,
    * so one that arrives while they are judged, or after they turned late or red, is never skipped
    * (a key can outlive the instance's deadline when a worker's copy of its rule is stale).
+   * `cause`: who asked (`expiry`, `sweep`): the colour judged with the written heartbeat is that
+   * judge's, since a silence the write finds past its deadline is what it was asked to judge.
    */
-  async repair(instanceIds: string[]): Promise<number> {
+  async repair(instanceIds: string[], cause: LightCause): Promise<number> {
     if (!this.state.enabled || instanceIds.length === 0) return 0;
     let n = 0;
     for (let i = 0; i < instanceIds.length; i += this.batch) {
       // Their heartbeat keys go in the same call (dropKeys), before their waiting heartbeats are claimed.
       const { claimed } = await this.state.claim(this.batch, instanceIds.slice(i, i + this.batch), Date.now(), { dropKeys: true });
-      if (claimed.length) await this.write(claimed);
+      if (claimed.length) await this.write(claimed, cause);
       n += claimed.length;
     }
     return n;
   }
 
-  private async write(claimed: Claimed[]): Promise<void> {
+  private async write(claimed: Claimed[], cause: LightCause = 'report'): Promise<void> {
     const f = claimed.map((c) => c.fields);
     let changes: RecordedChanges = NO_CHANGES;
     const pgAt = await withTx(this.pool, async (c) => {
@@ -762,7 +765,7 @@ export class HeartbeatFlusher {
       // Lock order of the ingest upsert (machine, software), so the two never deadlock.
       await lockInstances(c, ids);
       const rows = await writeHeartbeats(c, ids, f);
-      if (this.lights) changes = await this.lights.inTransaction(c, ids);
+      if (this.lights) changes = await this.lights.inTransaction(c, ids, cause);
       return new Map(rows.map((x) => [x.id, Number(x.pg_ms)]));
     });
     const lightsDelivered = this.lights?.afterCommit(changes);
