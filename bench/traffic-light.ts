@@ -3,7 +3,13 @@
 // (exactly one red per instance is the requirement), and the Redis memory each instance's heartbeat
 // key costs. Prints one JSON object on stdout; progress goes to stderr.
 //
-//   node dist/bench/traffic-light.js [--instances 100000] [--workers 1] [--timeout-s 150]
+//   node dist/bench/traffic-light.js [--instances 100000] [--workers 1] [--timeout-s 150] [--waiting]
+//
+// --waiting: every instance heartbeats a second time once all are green, and that heartbeat
+// changes nothing, so it skips Postgres and waits in Redis for the flusher (PG_HEARTBEAT_INTERVAL_S)
+// as a live fleet's heartbeats do. They fall silent then; before each is judged, the expiry listener
+// or the sweep first writes its waiting heartbeat (the repair): the silence of a fleet in steady
+// state, where without --waiting every instance's one heartbeat is in Postgres already.
 //
 // Runs against the servers of the usual environment (NATS_URL, DATABASE_URL, REDIS_URL,
 // CLICKHOUSE_URL, CLICKHOUSE_DB, ...; lib/infra/config.ts). It keeps out of the way of a deployment on
@@ -34,6 +40,7 @@ const WORKERS = countArg('workers', 1);
 // 90 s: the first heartbeats of 100,000 new instances take 30-60 s to apply on this machine
 // (creating them), and every one must be applied before its deadline (below).
 const TIMEOUT_S = countArg('timeout-s', 150);
+const WAITING = process.argv.includes('--waiting');
 const PER_MESSAGE = 500;
 const log = (msg: string) => process.stderr.write(`[bench traffic-light] ${msg}\n`);
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -167,19 +174,23 @@ async function main() {
   const js = nc.jetstream();
   const subject = subjects(names.SUBJECT_PREFIX).reports;
   const tokenId = randomUUID();
-  const t0 = Date.now();
-  const deadline = t0 + TIMEOUT_S * 1000;
-  const inflight = new Set<Promise<unknown>>();
-  for (let i = 0; i < N; i += PER_MESSAGE) {
-    const reports = [];
-    for (let j = i; j < Math.min(N, i + PER_MESSAGE); j++) {
-      reports.push(encodeReport({ id: randomUUID(), kind: 'heartbeat', customerId: customer.id, customer: customer.slug, machine: `m-${j}`, software: 'agent', tokenId, receivedAt: t0 }, null));
+  /** One heartbeat of every instance, received at `at`. */
+  const heartbeatAll = async (at: number) => {
+    const inflight = new Set<Promise<unknown>>();
+    for (let i = 0; i < N; i += PER_MESSAGE) {
+      const reports = [];
+      for (let j = i; j < Math.min(N, i + PER_MESSAGE); j++) {
+        reports.push(encodeReport({ id: randomUUID(), kind: 'heartbeat', customerId: customer.id, customer: customer.slug, machine: `m-${j}`, software: 'agent', tokenId, receivedAt: at }, null));
+      }
+      const p = js.publish(subject, encodeBatch(reports), { msgID: randomUUID() }).finally(() => inflight.delete(p));
+      inflight.add(p);
+      if (inflight.size >= 16) await Promise.race(inflight);
     }
-    const p = js.publish(subject, encodeBatch(reports), { msgID: randomUUID() }).finally(() => inflight.delete(p));
-    inflight.add(p);
-    if (inflight.size >= 16) await Promise.race(inflight);
-  }
-  await Promise.all(inflight);
+    await Promise.all(inflight);
+  };
+  const t0 = Date.now();
+  let deadline = t0 + TIMEOUT_S * 1000;
+  await heartbeatAll(t0);
   const published = Date.now();
   log(`published in ${published - t0} ms`);
 
@@ -200,6 +211,25 @@ async function main() {
     keys = await countKeys(`${redisKeys(names.REDIS_PREFIX, redis).heartbeatPrefix}*`);
     if (keys >= green) break;
     await sleep(200);
+  }
+  // --waiting: the second heartbeat of each, which skips Postgres (it changes nothing); every one
+  // applied (both streams empty) well before the first one's deadline.
+  let waiting: { heartbeats: number; applied_ms: number } | null = null;
+  if (WAITING) {
+    const t1 = Date.now();
+    await heartbeatAll(t1);
+    const jsm = await nc.jetstreamManager();
+    const queued = async () => (await Promise.all([names.STREAM_NAME, heartbeatStream(names.STREAM_NAME)].map((n) => jsm.streams.info(n)))).reduce((a, i) => a + i.state.messages, 0);
+    while ((await queued()) > 0) {
+      if (Date.now() > deadline - 10_000) throw new Error(`the second heartbeats were not applied 10 s before the first ones' deadline: run again with a longer --timeout-s`);
+      await sleep(200);
+    }
+    // Waiting in Redis: Postgres still holds the first heartbeat.
+    const held = await pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM instances WHERE customer_id = $1 AND last_heartbeat_at < to_timestamp($2::float8 / 1000)`, [customerId, t1]);
+    waiting = { heartbeats: held.rows[0]!.n, applied_ms: Date.now() - t1 };
+    log(`second heartbeats applied in ${waiting.applied_ms} ms; ${waiting.heartbeats} of ${N} wait in Redis`);
+    if (waiting.heartbeats < N * 0.99) throw new Error(`only ${waiting.heartbeats} of ${N} second heartbeats skipped Postgres: the bench would not measure the repair`);
+    deadline = t1 + TIMEOUT_S * 1000;
   }
   const memAfter = await usedMemory();
   log(`${keys} heartbeat keys; used_memory ${memBefore} -> ${memAfter}`);
@@ -290,6 +320,8 @@ async function main() {
     heartbeat_timeout_s: TIMEOUT_S,
     publish_ms: published - t0,
     all_green_after_heartbeat_ms: applied - t0,
+    // --waiting: how many instances' second heartbeat waited in Redis when they fell silent.
+    waiting_heartbeats: waiting,
     red_instances: red,
     last_red_after_timeout_ms: Number(ev.last_recorded_ms) - deadline,
     red_latency_ms: { p50: Math.round(Number(ev.p50)), p99: Math.round(Number(ev.p99)) },
