@@ -53,7 +53,6 @@ import { findInstanceIds, lockInstances, writeHeartbeats } from '../lib/store/in
 import { advanceMachinesLastSeen } from '../lib/store/machines.js';
 import type { InstanceUpdate } from './reports.js';
 import type { ReportLights } from './traffic-light.js';
-import type { LightCause } from '../lib/domain/traffic-light.js';
 import { NO_CHANGES, type RecordedChanges } from '../lib/store/light-events.js';
 
 export interface Resolved {
@@ -742,22 +741,25 @@ export class HeartbeatFlusher {
    * between the two): from then on each heartbeat of theirs reaches Postgres at once,
    * so one that arrives while they are judged, or after they turned late or red, is never skipped
    * (a key can outlive the instance's deadline when a worker's copy of its rule is stale).
-   * `cause`: who asked (`expiry`, `sweep`): the colour judged with the written heartbeat is that
-   * judge's, since a silence the write finds past its deadline is what it was asked to judge.
+   * The write does not judge the colour (the flusher's own writes do): both callers judge these
+   * instances right after, with their own cause, so a judgement here was a second one, recorded
+   * as a report's when it found the silence first (docs/architecture.md "Where an instance's
+   * state lives").
    */
-  async repair(instanceIds: string[], cause: LightCause): Promise<number> {
+  async repair(instanceIds: string[]): Promise<number> {
     if (!this.state.enabled || instanceIds.length === 0) return 0;
     let n = 0;
     for (let i = 0; i < instanceIds.length; i += this.batch) {
       // Their heartbeat keys go in the same call (dropKeys), before their waiting heartbeats are claimed.
       const { claimed } = await this.state.claim(this.batch, instanceIds.slice(i, i + this.batch), Date.now(), { dropKeys: true });
-      if (claimed.length) await this.write(claimed, cause);
+      if (claimed.length) await this.write(claimed, false);
       n += claimed.length;
     }
     return n;
   }
 
-  private async write(claimed: Claimed[], cause: LightCause = 'report'): Promise<void> {
+  /** `judge`: the colour judged again in the same transaction (the flusher's ticks), or left to the caller (repair). */
+  private async write(claimed: Claimed[], judge = true): Promise<void> {
     const f = claimed.map((c) => c.fields);
     let changes: RecordedChanges = NO_CHANGES;
     const pgAt = await withTx(this.pool, async (c) => {
@@ -765,7 +767,7 @@ export class HeartbeatFlusher {
       // Lock order of the ingest upsert (machine, software), so the two never deadlock.
       await lockInstances(c, ids);
       const rows = await writeHeartbeats(c, ids, f);
-      if (this.lights) changes = await this.lights.inTransaction(c, ids, cause);
+      if (this.lights && judge) changes = await this.lights.inTransaction(c, ids);
       return new Map(rows.map((x) => [x.id, Number(x.pg_ms)]));
     });
     const lightsDelivered = this.lights?.afterCommit(changes);

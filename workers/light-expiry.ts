@@ -9,7 +9,7 @@ import { Redis } from '../lib/infra/redis.js';
 import { asCluster, createRedis, redisKeys } from '../lib/infra/redis.js';
 import type { Pool } from '../lib/infra/postgres.js';
 import type { Logger } from '../lib/infra/log.js';
-import type { LightCause, LightEvent } from '../lib/domain/traffic-light.js';
+import type { LightEvent } from '../lib/domain/traffic-light.js';
 import { notRed, silentButLit } from '../lib/store/instances.js';
 import { recordFreeTransitionsTx, type Horizon, type LightEventSink, type LightParams } from './traffic-light.js';
 import { afterJudgement, type SilenceTimes } from './light-sweep.js';
@@ -101,7 +101,7 @@ export class ExpiryListener {
     private readonly log: Logger,
     private readonly onEvents: (events: LightEvent[]) => void = () => {},
     /** Writes an instance's heartbeat still waiting for Postgres (workers/heartbeat-state.ts) before it is judged. */
-    private readonly repair: (ids: string[], cause: LightCause) => Promise<unknown> = async () => {},
+    private readonly repair: (ids: string[]) => Promise<unknown> = async () => {},
     /** Redis's silence times (workers/light-sweep.ts): what this judged is settled there, so the sweep does not judge it again. */
     private readonly silences: SilenceTimes | null = null,
   ) {
@@ -220,7 +220,7 @@ export class ExpiryListener {
     const repairOf = (taken: string[]) => {
       const t0 = Date.now();
       const done = notRed(this.pool, taken).then(async (ids) => {
-        await this.repair(ids, 'expiry');
+        await this.repair(ids);
         return { ids, repairMs: Date.now() - t0 };
       });
       done.catch(() => {}); // awaited below; never an unhandled rejection meanwhile

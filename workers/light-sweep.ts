@@ -20,7 +20,7 @@
 // A scheduled job (workers/jobs.ts) gives each run to one worker, and a Postgres advisory lock makes
 // sure that a run which outlasts the interval is never overlapped by the next one on another worker.
 import type { Pool } from '../lib/infra/postgres.js';
-import type { LightCause, LightEvent } from '../lib/domain/traffic-light.js';
+import type { LightEvent } from '../lib/domain/traffic-light.js';
 import { instancesDueForSweep, notRed, silenceTimes } from '../lib/store/instances.js';
 import { tryLightSweepLock, releaseLightSweepLock } from '../lib/store/light-events.js';
 import { recomputeCustomer, unfinishedRecomputes } from '../lib/store/timeout-rules.js';
@@ -79,7 +79,7 @@ export class LightSweep {
     private readonly opts: { batch: number },
     private readonly onEvents: (events: LightEvent[]) => void = () => {},
     /** Writes an instance's heartbeat still waiting for Postgres (workers/heartbeat-state.ts) before it is judged. */
-    private readonly repair: (ids: string[], cause: LightCause) => Promise<unknown> = async () => {},
+    private readonly repair: (ids: string[]) => Promise<unknown> = async () => {},
     /** A customer's rules were recomputed here (the workers' copies are stale: TimeoutRuleHints). */
     private readonly rulesChanged: (customerId: string) => void = () => {},
     /** Redis's silence times (none: the recheck times alone, exact only while Postgres does not lag). */
@@ -149,7 +149,7 @@ export class LightSweep {
             let turnedRed = new Set<string>();
             if (ids.length > 0) {
               // A candidate whose newest heartbeat was still waiting for Postgres is no longer one.
-              await this.repair(ids, 'sweep');
+              await this.repair(ids);
               // Candidates another transaction holds (the expiry listener recording the same silence,
               // a report) are skipped, not waited for; whatever that leaves unchanged is found by the
               // next round or run.

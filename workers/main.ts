@@ -26,7 +26,7 @@ import { MailDigests } from './mail-digest.js';
 import { Mailer } from '../lib/infra/mail.js';
 import { queueMailNotifications } from '../lib/store/mail-notifications.js';
 import { applyLightDefaults, TimeoutRuleHints } from '../lib/store/timeout-rules.js';
-import type { LightCause, LightEvent } from '../lib/domain/traffic-light.js';
+import type { LightEvent } from '../lib/domain/traffic-light.js';
 import { sweepCommands } from './command-expiry.js';
 import { CommandHints, type InstanceRef } from '../lib/store/commands.js';
 import { QUEUES, scheduledJob, removeLegacyJobs } from './jobs.js';
@@ -147,7 +147,7 @@ metrics.onScrape(() => {
 });
 const flushedTotal = metrics.counter('fleet_worker_heartbeats_flushed_total');
 const flusher = new HeartbeatFlusher(pool, heartbeats, reportLights, log, (n) => flushedTotal.inc(n));
-const repair = (ids: string[], cause: LightCause) => flusher.repair(ids, cause);
+const repair = (ids: string[]) => flusher.repair(ids);
 const ruleHints = new TimeoutRuleHints(subj.control('timeout-rules'), (e) => log.warn({ err: e }, 'timeout-rule hint not published'));
 ruleHints.attach(nc);
 const sweep = new LightSweep(pool, sink, lightParams, horizon, { batch: cfg.light.sweepBatch }, countLights, repair, (customerId) => ruleHints.publish(customerId), silences);

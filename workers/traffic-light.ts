@@ -266,13 +266,8 @@ export class ReportLights {
     private readonly onEvents: (events: LightEvent[]) => void = () => {},
   ) {}
 
-  /**
-   * `cause`: what the judgement is for. A batch of reports is `report`; the repair before the
-   * expiry listener or the sweep judges silence writes a waiting heartbeat through here too, and
-   * a red it finds is that judge's (`expiry`, `sweep`), not a report's.
-   */
-  async inTransaction(c: PoolClient, instanceIds: string[], cause: LightCause = 'report'): Promise<RecordedChanges> {
-    return recordTransitions(c, instanceIds, cause, this.params, await this.horizon.get(), false);
+  async inTransaction(c: PoolClient, instanceIds: string[]): Promise<RecordedChanges> {
+    return recordTransitions(c, instanceIds, 'report', this.params, await this.horizon.get(), false);
   }
 
   async afterCommit(changes: RecordedChanges): Promise<void> {

@@ -82,7 +82,7 @@ t.test('skip, flush and repair per group: 300 instances over every group, each h
   const t2 = Date.now();
   await applyBatch(deps, machines.slice(0, 50).map((m) => report(m, { version: '1' }, t2)), []);
   const repaired = machines.slice(0, 50).map((m) => ids.get(`${s.customer.id}|${m}|agent`)!.instanceId);
-  t.equal(await flusher.repair([...repaired, randomUUID()], 'sweep'), 50, 'repair writes the 50 waiting, whatever their group');
+  t.equal(await flusher.repair([...repaired, randomUUID()]), 50, 'repair writes the 50 waiting, whatever their group');
   for (const id of repaired) {
     t.equal(await pgHeartbeat(id), t2);
     t.equal(await s.redis.exists(keys.heartbeat(id)), 0, 'and drops their heartbeat keys');

@@ -159,9 +159,9 @@ t.test('repair writes a waiting heartbeat at once (before the sweep or the expir
   const hb = report('hs-5', 'heartbeat', {});
   await applyBatch(deps, [hb], []);
   t.not(ms((await instance('hs-5')).last_heartbeat_at), hb.receivedAt);
-  t.equal(await flusher.repair([id.instanceId, randomUUID()], 'sweep'), 1, 'one instance had something waiting');
+  t.equal(await flusher.repair([id.instanceId, randomUUID()]), 1, 'one instance had something waiting');
   t.equal(ms((await instance('hs-5')).last_heartbeat_at), hb.receivedAt);
-  t.equal(await flusher.repair([id.instanceId], 'sweep'), 0, 'nothing left');
+  t.equal(await flusher.repair([id.instanceId]), 0, 'nothing left');
 });
 
 t.test('a skipped newer heartbeat and a written older one with other fields: Postgres ends with the newest', async (t) => {
@@ -216,7 +216,7 @@ t.test('an instance Postgres no longer has: the flusher drops its keys, the next
   const id = ids.values().next().value!;
   await applyBatch(deps, [report('hs-8', 'heartbeat', {})], []);
   await s.pool.query(`DELETE FROM instances WHERE id = $1`, [id.instanceId]);
-  t.equal(await flusher.repair([id.instanceId], 'sweep'), 1);
+  t.equal(await flusher.repair([id.instanceId]), 1);
   t.equal(await s.redis.exists(`${prefix}hb:${id.instanceId}`, `${prefix}hs:${id.instanceId}`), 0, 'keys gone');
   await applyBatch(deps, [report('hs-8', 'heartbeat', {})], []);
   t.ok(await instance('hs-8'), 'the instance is back');

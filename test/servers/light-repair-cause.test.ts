@@ -1,12 +1,13 @@
 // A silence's red carries the cause of the judge that found it (lib/contract/schemas/traffic-light.ts
-// LightCause; docs/api.md "cause"), also when the repair before the judgement records it. The expiry
-// listener and the sweep first write a heartbeat still waiting in Redis (workers/heartbeat-state.ts
-// HeartbeatFlusher.repair), and that write judges the colour in its own transaction: when the
-// horizon has already passed the deadline there (the expiry event came late, the sweep came after
-// the deadline), the red is recorded there. It was recorded as `report`, so analysts counting
-// `cause` saw reports where silences were found, and the cluster test of the promoted replica's
-// expiry events (test/cluster/redis.test.ts) failed whenever the repair won. Real servers;
-// the listener, the sweep and the flusher are the workers' own classes.
+// LightCause; docs/api.md "cause") when its last heartbeat waited in Redis. The expiry listener and
+// the sweep first write such a heartbeat (workers/heartbeat-state.ts HeartbeatFlusher.repair). That
+// write used to judge the colour in its own transaction, as a report's: when the horizon had passed
+// the deadline by then (the expiry event came late, the sweep came after the deadline), the red was
+// recorded there with cause `report`, so analysts counting `cause` saw reports where silences were
+// found, and the cluster test of the promoted replica's expiry events (test/cluster/redis.test.ts)
+// failed whenever the repair won. The repair no longer judges (its caller does, right after): the
+// red is the judge's, recorded once. Real servers; the listener, the sweep and the flusher are the
+// workers' own classes.
 import t, { type Test } from 'tap';
 import { testStack, eventually, chRows } from '../helpers/stack.js';
 import { createLogger } from '../../lib/infra/log.js';
@@ -57,14 +58,12 @@ const stored = async (id: string) =>
 const inClickHouse = (id: string) =>
   chRows<{ to_light: string; cause: LightCause; at_ms: string }>(s.ch, `SELECT to_light, cause, at_ms FROM light_events FINAL WHERE instance_id = '${id}'`);
 
-/** The instance is red at its waiting heartbeat, recorded once by the repair as `cause`, in Postgres and ClickHouse. */
-async function redByRepair(t: Test, id: string, last: number, cause: LightCause): Promise<void> {
+/** The instance is red at its waiting heartbeat, recorded once as `cause` (not by the repair), in Postgres and ClickHouse. */
+async function redByJudge(t: Test, id: string, last: number, cause: LightCause): Promise<void> {
   const row = await stored(id);
   t.equal(row.light, 'red', 'red');
-  t.equal(Number(row.hb), last, 'at the heartbeat that waited in Redis');
-  const mine = fromRepair.filter((e) => e.instance_id === id);
-  t.equal(mine.length, 1, 'recorded by the repair (the horizon had passed the deadline there)');
-  t.equal(mine[0]?.cause, cause, `and recorded as the ${cause}'s`);
+  t.equal(Number(row.hb), last, 'at the heartbeat that waited in Redis (the repair wrote it)');
+  t.same(fromRepair.filter((e) => e.instance_id === id), [], 'the repair recorded no change (the horizon had passed the deadline there)');
   const rows = await eventually(async () => {
     const x = await inClickHouse(id);
     return x.length > 0 && x;
@@ -72,33 +71,33 @@ async function redByRepair(t: Test, id: string, last: number, cause: LightCause)
   t.same(rows.map((x) => [x.to_light, x.cause, Number(x.at_ms)]), [['red', cause, last + TIMEOUT_S * 1000]], `stored once, cause ${cause}, at the last heartbeat + the timeout`);
 }
 
-t.test('the sweep comes after the deadline: the repair writes the waiting heartbeat and records the red as the sweep\'s', async (t) => {
+t.test('the sweep comes after the deadline: the repair writes the waiting heartbeat, and the red is the sweep\'s', async (t) => {
   const { id, last } = await waitingHeartbeat('rc-sweep');
   await sleep(TIMEOUT_S * 1000 + 300);
-  const sweep = new LightSweep(s.pool, sink, params, horizon, { batch: 100 }, () => {}, (ids, cause) => flusher.repair(ids, cause), () => {}, state);
+  const sweep = new LightSweep(s.pool, sink, params, horizon, { batch: 100 }, () => {}, (ids) => flusher.repair(ids), () => {}, state);
   t.ok((await sweep.sweep()).ran, 'the sweep ran');
-  await redByRepair(t, id, last, 'sweep');
+  await redByJudge(t, id, last, 'sweep');
 });
 
-t.test('the expiry event is handled after the deadline: the repair records the red as the expiry\'s', async (t) => {
+t.test('the expiry event is handled after the deadline: the repair writes the waiting heartbeat, and the red is the expiry\'s', async (t) => {
   // The repair waits a moment (a busy Postgres), so the horizon has passed the deadline when it
   // writes: the judgement in the write is the one that finds the silence.
-  const listener = new ExpiryListener(s.env.REDIS_URL!, s.env.REDIS_PREFIX!, s.pool, sink, params, horizon, 100, log, () => {}, async (ids, cause) => {
+  const listener = new ExpiryListener(s.env.REDIS_URL!, s.env.REDIS_PREFIX!, s.pool, sink, params, horizon, 100, log, () => {}, async (ids) => {
     await sleep(300);
-    return flusher.repair(ids, cause);
+    return flusher.repair(ids);
   }, state);
   await listener.start();
   t.teardown(() => listener.stop());
   const { id, last } = await waitingHeartbeat('rc-expiry');
   await eventually(async () => (await stored(id)).light === 'red', 15_000, 'red by the expiry event');
-  await redByRepair(t, id, last, 'expiry');
+  await redByJudge(t, id, last, 'expiry');
 });
 
 t.test('a report still records its own changes as a report\'s', async (t) => {
   // What a report changes stays the report's: a heartbeat that brings a silent instance back.
   const { id } = await waitingHeartbeat('rc-report');
   await sleep(TIMEOUT_S * 1000 + 300);
-  const sweep = new LightSweep(s.pool, sink, params, horizon, { batch: 100 }, () => {}, (ids, cause) => flusher.repair(ids, cause), () => {}, state);
+  const sweep = new LightSweep(s.pool, sink, params, horizon, { batch: 100 }, () => {}, (ids) => flusher.repair(ids), () => {}, state);
   await sweep.sweep();
   t.equal((await stored(id)).light, 'red', 'red after the silence');
   const back = Date.now();
