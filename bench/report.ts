@@ -141,8 +141,8 @@ export function renderTable(r: R, source?: string): string {
     const ir = w.scenarios.issue_report;
     if (ir) lines.push('', `${ir.what}: ${ir.ms_p50} ms wall (p50), ${ir.ms_max} ms (max), ${ir.cpu_ms} ms CPU per report.`);
   }
-  for (const extra of ['traffic_light', 'commands']) {
-    if (r[extra]) lines.push('', `${extra.replace('_', ' ')}:`, '', '```json', JSON.stringify(r[extra], null, 2), '```');
+  for (const extra of ['traffic_light', 'traffic_light_waiting', 'commands']) {
+    if (r[extra]) lines.push('', `${extra.replace(/_/g, ' ')}:`, '', '```json', JSON.stringify(r[extra], null, 2), '```');
   }
   return lines.join('\n');
 }
