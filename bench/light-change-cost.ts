@@ -41,7 +41,8 @@ const SETTINGS = process.argv.flatMap((a, i) => (process.argv[i - 1] === '--set'
 });
 const say = (msg: string) => process.stderr.write(`[bench light-change-cost] ${msg}\n`);
 
-const NO_OUTBOX_SQL = TRANSITION_SQL.replace(/\), ob AS \(\s*INSERT INTO light_outbox[\s\S]*?GROUP BY customer_id\s*\)/, ')');
+// (The recording's id, $6, stays a parameter of it, unused, so that both forms take the same values.)
+const NO_OUTBOX_SQL = TRANSITION_SQL.replace(/\), ob AS \(\s*INSERT INTO light_outbox[\s\S]*?GROUP BY customer_id\s*\)/, '), ob AS (SELECT $6::uuid AS recording)');
 if (NO_OUTBOX_SQL === TRANSITION_SQL || /light_outbox/.test(NO_OUTBOX_SQL)) throw new Error('the recording statement changed shape: update bench/light-change-cost.ts');
 
 interface Part {
@@ -76,7 +77,7 @@ async function runVariant(c: PoolClient, ids: string[], opts: { outbox: boolean 
       const t1 = performance.now();
       const text = opts.outbox ? TRANSITION_SQL : NO_OUTBOX_SQL;
       const recording = randomUUID();
-      const r = await c.query<{ instance_id: string; customer_id: string }>({ text, values: [locked, 3600, 'sweep', Date.now(), 0, ...(opts.outbox ? [recording] : [])] });
+      const r = await c.query<{ instance_id: string; customer_id: string }>({ text, values: [locked, 3600, 'sweep', Date.now(), 0, recording, []] });
       const t2 = performance.now();
       const changed = r.rows; // both forms return the changed rows only (`WHERE changed`)
       if (opts.outbox) await deleteFromOutbox(c, [...new Set(changed.map((x) => x.customer_id))].map((customer_id) => ({ recording, customer_id })));
@@ -167,7 +168,7 @@ async function main(): Promise<void> {
         for (const q of SETTINGS) await c.query(q);
         await c.query('BEGIN');
         await c.query(TRANSITION_PLANNING.set);
-        const plan = await c.query<{ 'QUERY PLAN': string }>({ text: `EXPLAIN (ANALYZE, BUFFERS) ${TRANSITION_SQL}`, values: [ids.slice(0, BATCH), 3600, 'sweep', Date.now(), 0] });
+        const plan = await c.query<{ 'QUERY PLAN': string }>({ text: `EXPLAIN (ANALYZE, BUFFERS) ${TRANSITION_SQL}`, values: [ids.slice(0, BATCH), 3600, 'sweep', Date.now(), 0, randomUUID(), []] });
         say(`plan of one batch of ${BATCH}:\n${plan.rows.map((r) => r['QUERY PLAN']).join('\n')}`);
       } finally {
         await c.query('ROLLBACK');

@@ -35,10 +35,11 @@
 // sweep's candidate list for silence; and the stored recheck times add `postgresLagMs` to a time a heartbeat moves
 // (lib/domain/traffic-light.ts recheckSql), so a live instance is written (and judged) by the
 // flusher before its stale Postgres deadline makes it a candidate. The sweep and the expiry
-// listener drop an instance's heartbeat key and write its waiting heartbeat before they judge it
-// (repair), so the judgement sees the newest heartbeat, and no heartbeat is skipped after its
-// instance turned late or red. A worker's stale copy of a rule costs writes and a judgement,
-// never a change recorded wrongly. The api shows the stored colour and merges the hash into what
+// listener drop an instance's heartbeat key and read the receive time of its waiting heartbeat
+// before they judge it (`waiting`), and the judgement takes that heartbeat as if written, so it
+// sees the newest heartbeat, no heartbeat is skipped after its instance turned late or red, and
+// nothing is written at the moment of silence (the flusher writes it when due). A worker's stale
+// copy of a rule costs a judgement, never a change recorded wrongly. The api shows the stored colour and merges the hash into what
 // it shows (lib/store/live-heartbeats.ts): times exact to the millisecond.
 //
 // In a Redis Cluster each instance's keys carry its group's hash tag, and every group has a due set
@@ -172,32 +173,19 @@ return n
 `;
 
 /**
- * Claims instances due in Postgres. KEYS: hbdue. ARGV: now, lease until, limit, state-hash prefix,
- * heartbeat-key prefix ('' = none), then (optional) instance ids to claim whatever their due time
- * (a repair), whose heartbeat keys are deleted first when the prefix is given (one call where a
- * DEL and a claim took two: the expiry listener repairs every instance it judges).
+ * Claims instances due in Postgres. KEYS: hbdue. ARGV: now, lease until, limit, state-hash prefix.
  * Returns [id, seen, fields, machine id, fingerprint] of each claimed one; drops members with
  * nothing to write.
  */
 const CLAIM = `
-local ids
-if #ARGV > 5 then
-  ids = {}
-  local drop = ARGV[5]
-  for i = 6, #ARGV do
-    ids[#ids + 1] = ARGV[i]
-    if drop ~= '' then redis.call('DEL', drop .. ARGV[i]) end
-  end
-else
-  ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[3]))
-end
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[3]))
 local out = {}
 for _, id in ipairs(ids) do
   local st = redis.call('HMGET', ARGV[4] .. id, 'seen', 'pg', 'hb', 'mid', 'hf')
   if st[1] and st[2] and st[3] and st[4] and tonumber(st[1]) > tonumber(st[2]) then
     redis.call('ZADD', KEYS[1], ARGV[2], id)
     out[#out + 1] = { id, st[1], st[3], st[4], st[5] or '' }
-  elseif #ARGV == 5 then
+  else
     redis.call('ZREM', KEYS[1], id)
   end
 end
@@ -292,7 +280,27 @@ local left = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', h, 'LIMIT', #out, 1)
 return { out, #left > 0 and 1 or 0 }
 `;
 
+/**
+ * Before the expiry listener or the sweep judges silence. KEYS: hbdue of the group (it names the
+ * slot; unchanged). ARGV: state-hash prefix, heartbeat-key prefix, then instance ids. Drops each
+ * one's heartbeat key (so from now on every heartbeat of it reaches Postgres at once: none is
+ * skipped while it is judged, or after it turned late or red), then returns [id, receive time] of
+ * each whose newest heartbeat Postgres lacks (it waits for the flusher, which writes it when due).
+ * In one script, so a heartbeat skipped just before the drop is among those returned.
+ */
+const WAITING = `
+local out = {}
+for i = 3, #ARGV do
+  local id = ARGV[i]
+  redis.call('DEL', ARGV[2] .. id)
+  local st = redis.call('HMGET', ARGV[1] .. id, 'seen', 'pg')
+  if st[1] and st[2] and tonumber(st[1]) > tonumber(st[2]) then out[#out + 1] = { id, st[1] } end
+end
+return out
+`;
+
 const skipScript = luaCommand<number[]>('heartbeatSkip', SKIP);
+const waitingScript = luaCommand<[string, string][]>('heartbeatWaiting', WAITING);
 const dueSilencesScript = luaCommand<[string[], number]>('heartbeatDueSilences', DUE_SILENCES);
 const settledScript = luaCommand<number>('heartbeatSilenceSettled', SETTLED);
 const writtenScript = luaCommand<number>('heartbeatWritten', WRITTEN);
@@ -581,37 +589,42 @@ export class HeartbeatState {
   }
 
   /**
-   * Claims what is due (or, with `ids`, those instances now): what Postgres lacks of each, about
-   * `limit` in all (a cluster's groups are claimed side by side, each its share). `more`: some
-   * group had more due than its share.
+   * Claims what is due: what Postgres lacks of each, about `limit` in all (a cluster's groups are
+   * claimed side by side, each its share). `more`: some group had more due than its share.
    */
-  async claim(limit: number, ids: string[] = [], now = Date.now(), opts: { dropKeys?: boolean } = {}): Promise<{ claimed: Claimed[]; more: boolean }> {
+  async claim(limit: number, now = Date.now()): Promise<{ claimed: Claimed[]; more: boolean }> {
     const share = Math.max(1, Math.ceil(limit / this.keys.groups));
     const calls: Promise<[string, string, string, string, string][]>[] = [];
-    const claimIn = (g: number, some: string[]) =>
-      claimScript(
-        this.redis,
-        1,
-        this.keys.heartbeatDueOf(g),
-        now,
-        now + this.leaseMs,
-        share,
-        this.keys.heartbeatStatePrefixOf(g),
-        opts.dropKeys && some.length > 0 ? this.keys.heartbeatPrefixOf(g) : '',
-        ...some,
-      );
-    if (ids.length > 0) for (const [g, all] of byGroup(ids, this.keys.groups, (id) => id)) for (const some of chunks(all, CHUNK)) calls.push(claimIn(g, some));
-    else for (let g = 0; g < this.keys.groups; g++) calls.push(claimIn(g, []));
+    for (let g = 0; g < this.keys.groups; g++)
+      calls.push(claimScript(this.redis, 1, this.keys.heartbeatDueOf(g), now, now + this.leaseMs, share, this.keys.heartbeatStatePrefixOf(g)));
     const claimed: Claimed[] = [];
     let more = false;
     for (const rows of await Promise.all(calls)) {
-      if (ids.length === 0 && rows.length >= share) more = true;
+      if (rows.length >= share) more = true;
       for (const [id, , json, machineId, fp] of rows) {
         const f = decodeFields(json);
         if (f) claimed.push({ instanceId: id, machineId, fields: f, fp });
       }
     }
     return { claimed, more };
+  }
+
+  /**
+   * Before silence is judged (the expiry listener, the sweep): drops these instances' heartbeat
+   * keys and returns the receive time (ms) of each one's newest heartbeat that Postgres lacks
+   * (WAITING). The judgement takes those times as if written (lib/store/light-events.ts
+   * recordLightChanges `waiting`); the heartbeats themselves stay due for the flusher, at their
+   * time. Empty when heartbeats never wait (PG_HEARTBEAT_INTERVAL_S=0).
+   */
+  async waiting(instanceIds: string[]): Promise<Map<string, number>> {
+    const out = new Map<string, number>();
+    if (!this.enabled || instanceIds.length === 0) return out;
+    const calls: Promise<[string, string][]>[] = [];
+    for (const [g, all] of byGroup(instanceIds, this.keys.groups, (id) => id))
+      for (const some of chunks(all, CHUNK))
+        calls.push(waitingScript(this.redis, 1, this.keys.heartbeatDueOf(g), this.keys.heartbeatStatePrefixOf(g), this.keys.heartbeatPrefixOf(g), ...some));
+    for (const rows of await Promise.all(calls)) for (const [id, at] of rows) out.set(id, Number(at));
+    return out;
   }
 
   /** After the flusher's commit: what Postgres now holds of each (`pgAt`: its last heartbeat time). */
@@ -649,11 +662,12 @@ export class HeartbeatState {
 
   /**
    * These instances were judged at `horizonMs`: their silence entries up to it go (later ones
-   * stay), and `times` (from Postgres after the judgement: lib/store/instances.ts silenceTimes)
-   * replace what Redis holds, earlier or later (a timeout rule shortened since the heartbeat key
-   * was set: Postgres has the rule). A heartbeat written between the judgement and this (the
-   * repair dropped the key, so none is skipped) may be set back to an older time: its instance is
-   * then judged early once, unchanged, and gets the newer time. One script per group and chunk.
+   * stay), and `times` (as the judgement saw them: lib/store/instances.ts silenceTimes, with the
+   * waiting heartbeats' times) replace what Redis holds, earlier or later (a timeout rule
+   * shortened since the heartbeat key was set: Postgres has the rule). A heartbeat written between
+   * the judgement and this (its key was dropped before the judgement, so none is skipped) may be
+   * set back to an older time: its instance is then judged early once, unchanged, and gets the
+   * newer time. One script per group and chunk.
    */
   async settleSilences(ids: string[], horizonMs: number, times: { id: string; at: number }[] = []): Promise<void> {
     if (ids.length === 0 && times.length === 0) return;
@@ -734,32 +748,7 @@ export class HeartbeatFlusher {
     }
   }
 
-  /**
-   * Writes the newest heartbeat of these instances now, if Postgres lacks it: before the expiry
-   * listener and the sweep judge silence (they then see exact times even if a flush is late).
-   * First their heartbeat keys go (in the claim's own script, so no heartbeat can be skipped
-   * between the two): from then on each heartbeat of theirs reaches Postgres at once,
-   * so one that arrives while they are judged, or after they turned late or red, is never skipped
-   * (a key can outlive the instance's deadline when a worker's copy of its rule is stale).
-   * The write does not judge the colour (the flusher's own writes do): both callers judge these
-   * instances right after, with their own cause, so a judgement here was a second one, recorded
-   * as a report's when it found the silence first (docs/architecture.md "Where an instance's
-   * state lives").
-   */
-  async repair(instanceIds: string[]): Promise<number> {
-    if (!this.state.enabled || instanceIds.length === 0) return 0;
-    let n = 0;
-    for (let i = 0; i < instanceIds.length; i += this.batch) {
-      // Their heartbeat keys go in the same call (dropKeys), before their waiting heartbeats are claimed.
-      const { claimed } = await this.state.claim(this.batch, instanceIds.slice(i, i + this.batch), Date.now(), { dropKeys: true });
-      if (claimed.length) await this.write(claimed, false);
-      n += claimed.length;
-    }
-    return n;
-  }
-
-  /** `judge`: the colour judged again in the same transaction (the flusher's ticks), or left to the caller (repair). */
-  private async write(claimed: Claimed[], judge = true): Promise<void> {
+  private async write(claimed: Claimed[]): Promise<void> {
     const f = claimed.map((c) => c.fields);
     let changes: RecordedChanges = NO_CHANGES;
     const pgAt = await withTx(this.pool, async (c) => {
@@ -767,7 +756,7 @@ export class HeartbeatFlusher {
       // Lock order of the ingest upsert (machine, software), so the two never deadlock.
       await lockInstances(c, ids);
       const rows = await writeHeartbeats(c, ids, f);
-      if (this.lights && judge) changes = await this.lights.inTransaction(c, ids);
+      if (this.lights) changes = await this.lights.inTransaction(c, ids);
       return new Map(rows.map((x) => [x.id, Number(x.pg_ms)]));
     });
     const lightsDelivered = this.lights?.afterCommit(changes);

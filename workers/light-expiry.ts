@@ -11,6 +11,7 @@ import type { Pool } from '../lib/infra/postgres.js';
 import type { Logger } from '../lib/infra/log.js';
 import type { LightEvent } from '../lib/domain/traffic-light.js';
 import { notRed, silentButLit } from '../lib/store/instances.js';
+import { NO_WAITING } from '../lib/store/light-events.js';
 import { recordFreeTransitionsTx, type Horizon, type LightEventSink, type LightParams } from './traffic-light.js';
 import { afterJudgement, type SilenceTimes } from './light-sweep.js';
 
@@ -80,7 +81,7 @@ export class ExpiryListener {
   private topology: Redis | null = null;
   private nodesTimer: NodeJS.Timeout | null = null;
   private readonly pending = new Set<string>();
-  /** Ids of the batches being repaired or recorded (take()). */
+  /** Ids of the batches being looked at or recorded (take()). */
   private readonly inFlight = new Set<string>();
   /** Instance id -> when it was first deferred, and its deadline (last heartbeat + timeout, ms). */
   private readonly deferred = new Map<string, { since: number; due: number }>();
@@ -100,8 +101,12 @@ export class ExpiryListener {
     private readonly batch: number,
     private readonly log: Logger,
     private readonly onEvents: (events: LightEvent[]) => void = () => {},
-    /** Writes an instance's heartbeat still waiting for Postgres (workers/heartbeat-state.ts) before it is judged. */
-    private readonly repair: (ids: string[]) => Promise<unknown> = async () => {},
+    /**
+     * Before they are judged: drops these instances' heartbeat keys and returns the receive times
+     * of their newest heartbeats still waiting in Redis (workers/heartbeat-state.ts
+     * HeartbeatState.waiting), which the judgement takes as if written.
+     */
+    private readonly waiting: (ids: string[]) => Promise<ReadonlyMap<string, number>> = async () => NO_WAITING,
     /** Redis's silence times (workers/light-sweep.ts): what this judged is settled there, so the sweep does not judge it again. */
     private readonly silences: SilenceTimes | null = null,
   ) {
@@ -188,7 +193,7 @@ export class ExpiryListener {
 
   /**
    * Up to a batch of the pending instances, taken out of the pending set. An id that is in a batch
-   * being repaired or recorded (it came back meanwhile: deferred, or its key expired again) stays
+   * being looked at or recorded (it came back meanwhile: deferred, or its key expired again) stays
    * pending for a later batch, so no two batches under way hold the same instance.
    */
   private take(): string[] {
@@ -204,24 +209,25 @@ export class ExpiryListener {
   }
 
   private async drain(): Promise<void> {
-    // Three stages overlap, each one batch at a time and in order: the repair of the next batch
-    // (Redis, and Postgres for a waiting heartbeat) while this one is recorded (Postgres), and the
-    // delivery of the batches before (the sink's queue: ClickHouse, NATS, the outbox). A batch's
-    // repair ends before its recording begins. At most MAX_QUEUED_BATCHES batches' changes wait
+    // Three stages overlap, each one batch at a time and in order: the first look at the next
+    // batch (Postgres: which are not red yet; Redis: their heartbeat keys dropped, their waiting
+    // heartbeats' times read) while this one is recorded (Postgres), and the delivery of the
+    // batches before (the sink's queue: ClickHouse, NATS, the outbox). A batch's first look ends
+    // before its recording begins. At most MAX_QUEUED_BATCHES batches' changes wait
     // for delivery: with ClickHouse slow, recording waits for it rather than holding ever more
     // changes in memory. drain() ends only after its last delivery.
     let delivered: Promise<void> = Promise.resolve();
     let deferring: Promise<void> = Promise.resolve();
     let settling: Promise<void> = Promise.resolve();
     // A batch's first look drops the instances already red (the sweep, another worker's listener
-    // or a report recorded them first: when Redis expires keys late, the sweep's repair touching a
-    // key is what makes Redis publish its expiry): judging those again cost as much as judging
+    // or a report recorded them first: when Redis expires keys late, the sweep's dropping a key
+    // is what makes Redis publish its expiry): judging those again cost as much as judging
     // them first, for nothing (bench/README.md "The listener's second look").
-    const repairOf = (taken: string[]) => {
+    const lookAt = (taken: string[]) => {
       const t0 = Date.now();
       const done = notRed(this.pool, taken).then(async (ids) => {
-        await this.repair(ids);
-        return { ids, repairMs: Date.now() - t0 };
+        const waiting = await this.waiting(ids);
+        return { ids, waiting, lookMs: Date.now() - t0 };
       });
       done.catch(() => {}); // awaited below; never an unhandled rejection meanwhile
       return { taken, done };
@@ -229,26 +235,26 @@ export class ExpiryListener {
     const nextBatch = () => {
       if (this.pending.size === 0 || this.stopped) return null;
       const ids = this.take();
-      return ids.length > 0 ? repairOf(ids) : null;
+      return ids.length > 0 ? lookAt(ids) : null;
     };
     let next = nextBatch();
     while (next && !this.stopped) {
       const { taken, done } = next;
       next = null;
       try {
-        const { ids, repairMs } = await done;
+        const { ids, waiting, lookMs } = await done;
         if (ids.length < taken.length) {
           const lit = new Set(ids);
           for (const id of taken) if (!lit.has(id)) this.deferred.delete(id);
         }
-        // The next batch's repair runs while this one is recorded.
+        // The next batch's first look runs while this one is recorded.
         next = nextBatch();
         await this.sink.queuedAtMost(MAX_QUEUED_BATCHES * this.batch);
         const t1 = Date.now();
         // Rows the sweep (or a report) holds right now are skipped, not waited for: they are
         // among the unchanged ones below, and looked at again after DEFER_RETRY_MS.
         const horizonMs = await this.horizon.get();
-        const recorded = await recordFreeTransitionsTx(this.pool, ids, 'expiry', this.params, horizonMs);
+        const recorded = await recordFreeTransitionsTx(this.pool, ids, 'expiry', this.params, horizonMs, waiting);
         const { events, skipped } = recorded;
         const recordMs = Date.now() - t1;
         // Judged (or already red): settled, except the rows someone else held; beside the next
@@ -262,7 +268,7 @@ export class ExpiryListener {
           // Red at the first look (so not judged), or recorded red: no time to read.
           const lit = new Set(ids);
           settling = settling
-            .then(() => afterJudgement(this.pool, silences, judged, horizonMs, (id) => !lit.has(id) || changedTo.get(id) === 'red'))
+            .then(() => afterJudgement(this.pool, silences, judged, horizonMs, (id) => !lit.has(id) || changedTo.get(id) === 'red', waiting))
             .catch((e) => this.log.warn({ err: e, instances: judged.length }, "silence times not settled; the sweep looks at them again"));
         }
         this.onEvents(events);
@@ -270,12 +276,12 @@ export class ExpiryListener {
         for (const id of changed) this.deferred.delete(id);
         const unchanged = ids.filter((id) => !changed.has(id));
         const queuedAt = Date.now();
-        const waiting = this.pending.size;
+        const pendingNow = this.pending.size;
         delivered = this.sink.queue(recorded).then(() => {
-          this.log.debug({ expired: taken.length, red: taken.length - ids.length, changes: events.length, repairMs, recordMs, deliveredAfterMs: Date.now() - queuedAt, waiting }, 'expired heartbeats handled');
+          this.log.debug({ expired: taken.length, red: taken.length - ids.length, changes: events.length, lookMs, recordMs, deliveredAfterMs: Date.now() - queuedAt, waiting: pendingNow }, 'expired heartbeats handled');
         });
         deferring = deferring
-          .then(() => this.deferUnsettled(unchanged))
+          .then(() => this.deferUnsettled(unchanged, waiting))
           .catch((e) => {
             // The deferral's read failed (Postgres away): what is not red yet is the sweep's.
             this.log.warn({ err: e, instances: unchanged.length }, 'expired heartbeats not looked at again; the sweep will');
@@ -288,7 +294,7 @@ export class ExpiryListener {
       }
       next ??= nextBatch();
     }
-    // Stopped with a repair under way: it finishes (it writes only what is waiting), unjudged.
+    // Stopped with a first look under way: it finishes (it drops keys, writes nothing), unjudged.
     if (next) {
       await next.done.catch(() => {});
       for (const id of next.taken) this.inFlight.delete(id);
@@ -297,9 +303,9 @@ export class ExpiryListener {
   }
 
   /** Of these (expired, not changed), the ones silent by the wall clock: the horizon is behind. */
-  private async deferUnsettled(ids: string[]): Promise<void> {
+  private async deferUnsettled(ids: string[], waiting: ReadonlyMap<string, number>): Promise<void> {
     if (ids.length === 0) return;
-    const silent = await silentButLit(this.pool, ids);
+    const silent = await silentButLit(this.pool, ids, waiting);
     const unsettled = new Map(silent.map((x) => [x.id, Number(x.due)]));
     for (const id of ids) if (!unsettled.has(id)) this.deferred.delete(id);
     const now = Date.now();

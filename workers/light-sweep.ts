@@ -22,7 +22,7 @@
 import type { Pool } from '../lib/infra/postgres.js';
 import type { LightEvent } from '../lib/domain/traffic-light.js';
 import { instancesDueForSweep, notRed, silenceTimes } from '../lib/store/instances.js';
-import { tryLightSweepLock, releaseLightSweepLock } from '../lib/store/light-events.js';
+import { tryLightSweepLock, releaseLightSweepLock, NO_WAITING } from '../lib/store/light-events.js';
 import { recomputeCustomer, unfinishedRecomputes } from '../lib/store/timeout-rules.js';
 import { instancesEnteringMaintenance, markEntered, occurrencesToEnter } from '../lib/store/maintenance.js';
 import { recordFreeTransitionsTx, recordTransitionsTx, type Horizon, type LightEventSink, type LightParams } from './traffic-light.js';
@@ -46,12 +46,21 @@ export interface SilenceTimes {
 /**
  * After a judgement at `horizonMs` of `judged` (`red`: those known red, which have none to put
  * back: recorded red by it, or found red, or gone, by the first look and so not judged): their
- * times up to the horizon go, and those still green or yellow get their silence time
- * as Postgres now has it (the repair wrote their newest heartbeat, and dropped their heartbeat key,
- * so until their next heartbeat nothing else would put one there; without it a silence would be
- * found only at the stored recheck time, which is later by Postgres's possible lag).
+ * times up to the horizon go, and those still green or yellow get their silence time as the
+ * judgement saw it: Postgres's, with the newest heartbeat that waits in Redis (`waiting`, as the
+ * judgement took it). Their heartbeat keys were dropped before the judgement, so until their next
+ * heartbeat nothing else would put a time there; without it a silence would be found only at the
+ * stored recheck time, which is later by Postgres's possible lag; and with Postgres's time alone
+ * (older), the sweep would find them again every round until the flusher wrote the heartbeat.
  */
-export async function afterJudgement(pool: Pool, silences: SilenceTimes, judged: string[], horizonMs: number, red: (id: string) => boolean = () => false): Promise<void> {
+export async function afterJudgement(
+  pool: Pool,
+  silences: SilenceTimes,
+  judged: string[],
+  horizonMs: number,
+  red: (id: string) => boolean = () => false,
+  waiting: ReadonlyMap<string, number> = NO_WAITING,
+): Promise<void> {
   if (judged.length === 0) return;
   // Those known red have no silence time to put back: not read (when 100,000 fell silent at once,
   // the reads of those the other of sweep and listener had turned red were 0.37 s of Postgres,
@@ -60,7 +69,7 @@ export async function afterJudgement(pool: Pool, silences: SilenceTimes, judged:
   // settling leaves that. Read first, so that a failure leaves everything as it was (the sweep
   // finds them again), never settled without a time.
   const lit = judged.filter((id) => !red(id));
-  const times = lit.length > 0 ? await silenceTimes(pool, lit) : [];
+  const times = lit.length > 0 ? await silenceTimes(pool, lit, waiting) : [];
   await silences.settleSilences(judged, horizonMs, times);
 }
 
@@ -78,8 +87,12 @@ export class LightSweep {
     private readonly horizon: Horizon,
     private readonly opts: { batch: number },
     private readonly onEvents: (events: LightEvent[]) => void = () => {},
-    /** Writes an instance's heartbeat still waiting for Postgres (workers/heartbeat-state.ts) before it is judged. */
-    private readonly repair: (ids: string[]) => Promise<unknown> = async () => {},
+    /**
+     * Before they are judged: drops these instances' heartbeat keys and returns the receive times
+     * of their newest heartbeats still waiting in Redis (workers/heartbeat-state.ts
+     * HeartbeatState.waiting), which the judgement takes as if written.
+     */
+    private readonly waiting: (ids: string[]) => Promise<ReadonlyMap<string, number>> = async () => NO_WAITING,
     /** A customer's rules were recomputed here (the workers' copies are stale: TimeoutRuleHints). */
     private readonly rulesChanged: (customerId: string) => void = () => {},
     /** Redis's silence times (none: the recheck times alone, exact only while Postgres does not lag). */
@@ -119,9 +132,9 @@ export class LightSweep {
           }
           if (done) await markEntered(this.pool, o);
         }
-        // Each candidate is judged, which stores its next recheck time after the judgement (or
-        // it was just judged by someone else, or its waiting heartbeat was written), so it is not
-        // found again; the same candidates twice (rows held by others, or a recheck time that does
+        // Each candidate is judged (with the time of a heartbeat waiting in Redis), which stores
+        // its next recheck time after the judgement (or it was just judged by someone else), so it
+        // is not found again; the same candidates twice (rows held by others, or a recheck time that does
         // not follow the colour's rule) end the run, and the bound guards against anything else.
         let last = '';
         // A round's delivery (ClickHouse, NATS, the outbox) runs while the next round is judged:
@@ -147,13 +160,14 @@ export class LightSweep {
             const ids = [...new Set([...fromPostgres, ...lit])];
             let skipped: string[] = [];
             let turnedRed = new Set<string>();
+            let waiting: ReadonlyMap<string, number> = NO_WAITING;
             if (ids.length > 0) {
-              // A candidate whose newest heartbeat was still waiting for Postgres is no longer one.
-              await this.repair(ids);
+              // Judged with the newest heartbeat, which may wait in Redis (its key dropped first).
+              waiting = await this.waiting(ids);
               // Candidates another transaction holds (the expiry listener recording the same silence,
               // a report) are skipped, not waited for; whatever that leaves unchanged is found by the
               // next round or run.
-              const recorded = await recordFreeTransitionsTx(this.pool, ids, 'sweep', this.params, horizon);
+              const recorded = await recordFreeTransitionsTx(this.pool, ids, 'sweep', this.params, horizon, waiting);
               skipped = recorded.skipped;
               turnedRed = new Set(recorded.events.filter((e) => e.to === 'red').map((e) => e.instance_id));
               this.onEvents(recorded.events);
@@ -166,7 +180,7 @@ export class LightSweep {
               const judged = [...new Set([...fromRedis, ...ids])].filter((id) => !held.has(id));
               // Not judged (red or gone at the first look), or recorded red: no time to read.
               const judgedNow = new Set(ids);
-              await afterJudgement(this.pool, this.silences, judged, horizon, (id) => turnedRed.has(id) || !judgedNow.has(id));
+              await afterJudgement(this.pool, this.silences, judged, horizon, (id) => turnedRed.has(id) || !judgedNow.has(id), waiting);
             }
             const full = fromPostgres.length >= this.opts.batch || redisDue.more;
             if (!full || (ids.length > 0 && skipped.length === ids.length)) break;

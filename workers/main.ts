@@ -147,14 +147,15 @@ metrics.onScrape(() => {
 });
 const flushedTotal = metrics.counter('fleet_worker_heartbeats_flushed_total');
 const flusher = new HeartbeatFlusher(pool, heartbeats, reportLights, log, (n) => flushedTotal.inc(n));
-const repair = (ids: string[]) => flusher.repair(ids);
+// Before silence is judged: the heartbeat keys dropped, the times of heartbeats waiting in Redis read.
+const waitingHeartbeats = (ids: string[]) => heartbeats.waiting(ids);
 const ruleHints = new TimeoutRuleHints(subj.control('timeout-rules'), (e) => log.warn({ err: e }, 'timeout-rule hint not published'));
 ruleHints.attach(nc);
-const sweep = new LightSweep(pool, sink, lightParams, horizon, { batch: cfg.light.sweepBatch }, countLights, repair, (customerId) => ruleHints.publish(customerId), silences);
+const sweep = new LightSweep(pool, sink, lightParams, horizon, { batch: cfg.light.sweepBatch }, countLights, waitingHeartbeats, (customerId) => ruleHints.publish(customerId), silences);
 let expiry: ExpiryListener | null = null;
 if (cfg.light.expiryListener) {
   await retrying('Redis expiry events', () => ensureExpiryEvents(redis, log));
-  expiry = new ExpiryListener(cfg.redisUrl, cfg.redisPrefix, pool, sink, lightParams, horizon, cfg.light.sweepBatch, log, countLights, repair, silences);
+  expiry = new ExpiryListener(cfg.redisUrl, cfg.redisPrefix, pool, sink, lightParams, horizon, cfg.light.sweepBatch, log, countLights, waitingHeartbeats, silences);
   await retrying('the expiry listener (Redis)', () => expiry!.start());
 } else {
   log.info('expiry listener off (LIGHT_EXPIRY_LISTENER=0): the sweep alone turns silent instances red');

@@ -21,7 +21,7 @@ import type { Logger } from '../lib/infra/log.js';
 import { subjects } from '../lib/contract/messages.js';
 import { notifiesWebhooks, type LightCause, type LightEvent, type LightMessage } from '../lib/domain/traffic-light.js';
 import { lockFreeInstances, lockInstances } from '../lib/store/instances.js';
-import { recordLightChanges, lockOutboxOlderThan, deleteFromOutbox, insertLightEvents, NO_CHANGES, type RecordedChanges } from '../lib/store/light-events.js';
+import { recordLightChanges, lockOutboxOlderThan, deleteFromOutbox, insertLightEvents, NO_CHANGES, NO_WAITING, type RecordedChanges } from '../lib/store/light-events.js';
 
 export interface LightParams {
   warningWindowS: number;
@@ -42,10 +42,12 @@ export async function recordTransitions(
   p: LightParams,
   horizonMs: number,
   lock: boolean,
+  /** Receive times of heartbeats still waiting in Redis, judged as if written (recordLightChanges). */
+  waiting: ReadonlyMap<string, number> = NO_WAITING,
 ): Promise<RecordedChanges> {
   if (instanceIds.length === 0) return NO_CHANGES;
   if (lock) await lockInstances(c, instanceIds);
-  return recordLightChanges(c, instanceIds, cause, p.warningWindowS, horizonMs, p.recheckSlackS ?? 0);
+  return recordLightChanges(c, instanceIds, cause, p.warningWindowS, horizonMs, p.recheckSlackS ?? 0, waiting);
 }
 
 /** `recordTransitions` in a transaction of its own (expiry events, the sweep). */
@@ -65,12 +67,14 @@ export async function recordFreeTransitionsTx(
   cause: LightCause,
   p: LightParams,
   horizonMs: number,
+  /** Receive times of heartbeats still waiting in Redis (HeartbeatState.waiting), judged as if written. */
+  waiting: ReadonlyMap<string, number> = NO_WAITING,
 ): Promise<RecordedChanges & { skipped: string[] }> {
   if (instanceIds.length === 0) return { ...NO_CHANGES, skipped: [] };
   return withTx(pool, async (c) => {
     const locked = await lockFreeInstances(c, instanceIds);
     const held = new Set(locked);
-    const changes = await recordTransitions(c, locked, cause, p, horizonMs, false);
+    const changes = await recordTransitions(c, locked, cause, p, horizonMs, false, waiting);
     return { ...changes, skipped: instanceIds.filter((id) => !held.has(id)) };
   });
 }

@@ -210,7 +210,17 @@ export async function lockInstances(c: PoolClient, instanceIds: string[]): Promi
 // id is one probe (test/servers/light-plan.test.ts).
 const BATCH_IDS = '(SELECT DISTINCT u.id FROM unnest($1::uuid[]) AS u(id)) b';
 const storedLight = (id: string) => `(SELECT light FROM instance_lights WHERE instance_id = ${id} LIMIT 1)`;
-const instanceRow = (id: string) => `(SELECT * FROM instances WHERE id = ${id} LIMIT 1)`;
+/**
+ * A batch of ids ($1) with the receive time (ms, $2, lined up; NULL or absent: none) of a newer
+ * heartbeat each may have waiting in Redis, and each instance's row with that heartbeat taken as
+ * if written (its deadline and late time as the flusher's write computes them), as the recording
+ * statement judges it (lib/store/light-events.ts TRANSITION_SQL `base`).
+ */
+const BATCH_WAITING = '(SELECT DISTINCT u.id, u.waited_ms FROM unnest($1::uuid[], $2::float8[]) AS u(id, waited_ms)) b';
+const waitingRow = (b: string) => `(SELECT x.id, x.retired_at, x.timeout_s, x.late_percent, x.maintenance_until,
+    GREATEST(x.deadline, ${deadlineSql('w.at', 'x.timeout_s')}) AS deadline, GREATEST(x.late_at, ${lateAtSql('w.at', 'x.timeout_s', 'x.late_percent')}) AS late_at
+    FROM instances x CROSS JOIN LATERAL (SELECT to_timestamp(${b}.waited_ms / 1000.0) AS at) w WHERE x.id = ${b}.id LIMIT 1)`;
+const waitedOf = (ids: string[], waiting: ReadonlyMap<string, number>) => (waiting.size > 0 ? ids.map((id) => waiting.get(id) ?? null) : []);
 
 /**
  * Locks those of these instances' rows that no other transaction holds, in the transaction of
@@ -273,13 +283,13 @@ export async function notRed(db: Db, instanceIds: string[]): Promise<string[]> {
  * the sweep's exact candidate time in Redis (workers/light-sweep.ts), where the stored recheck time
  * is later by Postgres's possible lag.
  */
-export async function silenceTimes(db: Db, instanceIds: string[]): Promise<{ id: string; at: number }[]> {
+export async function silenceTimes(db: Db, instanceIds: string[], waiting: ReadonlyMap<string, number> = new Map()): Promise<{ id: string; at: number }[]> {
   if (instanceIds.length === 0) return [];
   const r = await db.query<{ id: string; at: number | null }>(
     `SELECT i.id, (extract(epoch FROM ${silenceAtSql('i')}) * 1000)::float8 AS at
-       FROM ${BATCH_IDS} CROSS JOIN LATERAL ${storedLight('b.id')} l CROSS JOIN LATERAL ${instanceRow('b.id')} i
+       FROM ${BATCH_WAITING} CROSS JOIN LATERAL ${storedLight('b.id')} l CROSS JOIN LATERAL ${waitingRow('b')} i
       WHERE l.light IN ('green', 'yellow') AND i.retired_at IS NULL`,
-    [instanceIds],
+    [instanceIds, waitedOf(instanceIds, waiting)],
   );
   return r.rows.filter((x): x is { id: string; at: number } => x.at !== null);
 }
@@ -289,12 +299,12 @@ export async function silenceTimes(db: Db, instanceIds: string[]): Promise<{ id:
  * clock (silent but not red, or overdue but green or yellow), with when that time came (`due`, ms
  * since the epoch).
  */
-export async function silentButLit(db: Db, instanceIds: string[]): Promise<{ id: string; due: number }[]> {
+export async function silentButLit(db: Db, instanceIds: string[], waiting: ReadonlyMap<string, number> = new Map()): Promise<{ id: string; due: number }[]> {
   const r = await db.query<{ id: string; due: number }>(
     `SELECT i.id, (extract(epoch FROM CASE WHEN ${silentSql('i')} THEN i.deadline ELSE i.late_at END) * 1000)::float8 AS due
-         FROM ${BATCH_IDS} CROSS JOIN LATERAL ${storedLight('b.id')} l CROSS JOIN LATERAL ${instanceRow('b.id')} i WHERE i.retired_at IS NULL
+         FROM ${BATCH_WAITING} CROSS JOIN LATERAL ${storedLight('b.id')} l CROSS JOIN LATERAL ${waitingRow('b')} i WHERE i.retired_at IS NULL
           AND ((l.light IN ('green', 'yellow', 'late') AND ${silentSql('i')}) OR (l.light IN ('green', 'yellow') AND ${overdueSql('i')}))`,
-    [instanceIds],
+    [instanceIds, waitedOf(instanceIds, waiting)],
   );
   return r.rows;
 }

@@ -60,6 +60,9 @@ export interface RecordedChanges {
   outbox: OutboxKey[];
 }
 
+/** No heartbeat waiting in Redis (recordLightChanges). */
+export const NO_WAITING: ReadonlyMap<string, number> = new Map();
+
 /** Nothing recorded (shared: frozen, so that nobody adds to it). */
 export const NO_CHANGES: RecordedChanges = Object.freeze({ events: Object.freeze([]), outbox: Object.freeze([]) }) as unknown as RecordedChanges;
 
@@ -99,7 +102,14 @@ function toEvent(r: OutboxRow): LightEvent {
 const H = (alias: string) =>
   `GREATEST(LEAST(now(), to_timestamp($4::float8 / 1000)), COALESCE(${alias}.light_judged_at, '-infinity'::timestamptz))`;
 
-// base: the rows as stored; mwc: the batch's customers with an occurrence ending after its
+// base: the rows as stored, with the receive time of a newer heartbeat still waiting in Redis
+// ($7, lined up with $1; NULL or absent: none) taken as if written: the last heartbeat, last seen,
+// deadline and late time it gives (as the flusher's write computes them: lib/store/instances.ts
+// FLUSH_SQL). The expiry listener and the sweep pass those times (workers/heartbeat-state.ts
+// HeartbeatState.waiting), so silence is judged from the newest heartbeat without writing 100,000
+// heartbeats at the moment a fleet falls silent; the flusher writes them when they come due, and a
+// judgement then finds the same times (bench/README.md "Judged from Redis's times"). The `stored_`
+// deadline and late time include it, so `times` below never writes them for it; mwc: the batch's customers with an occurrence ending after its
 // earliest judgement time, the only ones whose instances can be in a window (the chain below is a
 // recursive query per instance: run for every one, it was a tenth of the statement's time when
 // 100,000 instances without a window fell silent; bench/README.md "The maintenance chain only
@@ -127,9 +137,12 @@ const H = (alias: string) =>
 export const TRANSITION_SQL = `
   WITH base AS MATERIALIZED (
     SELECT i.id, i.customer_id, c.slug AS customer, i.machine_id, i.machine, i.software, l.light, l.light_since, l.light_reason AS stored_reason, l.recheck_at AS stored_recheck,
-           i.last_heartbeat_at, i.last_warning_at, i.last_seen_at, i.status, i.status_at, i.timeout_s, i.late_percent,
-           i.deadline AS stored_deadline, i.late_at AS stored_late_at, i.maintenance_until AS stored_mu, ${H('l')} AS judged_at
-      FROM unnest($1::uuid[]) AS k(id)
+           GREATEST(i.last_heartbeat_at, w.at) AS last_heartbeat_at, i.last_warning_at, GREATEST(i.last_seen_at, w.at) AS last_seen_at, i.status, i.status_at, i.timeout_s, i.late_percent,
+           GREATEST(i.deadline, ${deadlineSql('w.at', 'i.timeout_s')}) AS stored_deadline,
+           GREATEST(i.late_at, ${lateAtSql('w.at', 'i.timeout_s', 'i.late_percent')}) AS stored_late_at,
+           i.maintenance_until AS stored_mu, ${H('l')} AS judged_at
+      FROM unnest($1::uuid[], $7::float8[]) AS k(id, waited_ms)
+      CROSS JOIN LATERAL (SELECT to_timestamp(k.waited_ms / 1000.0) AS at) w
       CROSS JOIN LATERAL (SELECT * FROM instances x WHERE x.id = k.id AND x.retired_at IS NULL LIMIT 1) i
       CROSS JOIN LATERAL (SELECT * FROM instance_lights y WHERE y.instance_id = k.id LIMIT 1) l
       JOIN customers c ON c.id = i.customer_id
@@ -224,6 +237,11 @@ export async function recordLightChanges(
   horizonMs: number,
   /** How far Postgres's last heartbeat may lag the newest (s): lib/domain/traffic-light.ts recheckSql. */
   recheckSlackS = 0,
+  /**
+   * Instance id -> receive time (ms) of its newest heartbeat, still waiting in Redis for the
+   * flusher (workers/heartbeat-state.ts HeartbeatState.waiting): judged as if Postgres held it.
+   */
+  waiting: ReadonlyMap<string, number> = NO_WAITING,
 ): Promise<RecordedChanges> {
   // Named: each connection parses it once, and Postgres may keep a generic plan (planning it is a
   // good part of its cost for one instance; see TRANSITION_SQL). The expiry listener and the sweep
@@ -233,7 +251,8 @@ export async function recordLightChanges(
   // transaction, and the setting with it). A report's batch, inside the ingest transaction, is
   // planned as before.
   const recording = randomUUID();
-  const values = [instanceIds, warningWindowS, cause, horizonMs, recheckSlackS, recording];
+  const waited = waiting.size > 0 ? instanceIds.map((id) => waiting.get(id) ?? null) : [];
+  const values = [instanceIds, warningWindowS, cause, horizonMs, recheckSlackS, recording, waited];
   // The times as ISO text straight from Postgres's (ISO_TIMES), as the events carry them.
   let rows: OutboxRow[];
   if (cause === 'report') rows = (await c.query<OutboxRow>({ name: 'light-transition', text: TRANSITION_SQL, values, types: ISO_TIMES })).rows;

@@ -135,6 +135,9 @@ export interface InstanceTimes {
   /** The deadline and late time follow the newest heartbeat (lib/store/timeout-rules.ts). */
   deadline?: Date | string | null;
   late_at?: Date | string | null;
+  /** The instance's timeout (s) and late share (%) in force (its rule's, else the defaults): where given, the merged deadline and late time are exact. */
+  timeout_s?: number | null;
+  late_percent?: number | null;
   group_name?: string | null;
   location?: string | null;
   group_priority?: number | null;
@@ -167,10 +170,20 @@ export async function mergeLatest<R extends InstanceTimes>(redis: Redis, prefix:
     const at = new Date(f.at);
     const row = r as InstanceTimes;
     row.last_heartbeat_at = at;
-    // The times that follow the last heartbeat move with it, by the instance's own timeout.
+    // The times that follow the last heartbeat: as the Postgres write computes them (the newest
+    // heartbeat + the timeout, + its late share), never before the stored ones, which may follow
+    // the end of a maintenance window instead. (Moved by the heartbeat's shift instead, a deadline
+    // that followed a window's end was shown later than the one the light keeps.)
     const shift = stored === null ? null : f.at - stored;
-    if (shift !== null && r.deadline) row.deadline = new Date((ms(r.deadline) ?? 0) + shift);
-    if (shift !== null && r.late_at) row.late_at = new Date((ms(r.late_at) ?? 0) + shift);
+    const timeoutS = typeof r.timeout_s === 'number' ? r.timeout_s : null;
+    if (timeoutS !== null) {
+      if (r.deadline) row.deadline = new Date(Math.max(ms(r.deadline) ?? 0, f.at + timeoutS * 1000));
+      const late = r.late_percent ?? 0;
+      if (r.late_at && late > 0) row.late_at = new Date(Math.max(ms(r.late_at) ?? 0, f.at + timeoutS * late * 10));
+    } else {
+      if (shift !== null && r.deadline) row.deadline = new Date((ms(r.deadline) ?? 0) + shift);
+      if (shift !== null && r.late_at) row.late_at = new Date((ms(r.late_at) ?? 0) + shift);
+    }
     if ((ms(r.last_seen_at) ?? 0) < f.at) row.last_seen_at = at;
     if ('agent_ts' in r) row.agent_ts = f.agentTs === null ? (r.agent_ts ?? null) : new Date(f.agentTs);
     if ('clock_skew' in r) row.clock_skew = f.skew;

@@ -1,6 +1,6 @@
 // The key layout of a Redis Cluster (lib/infra/redis.ts), run on this file's own Redis: every
 // instance's keys carry its group's hash tag, each group has a due set of its own, and the worker's
-// scripts (workers/heartbeat-state.ts) are called per group: skip, write, flush, repair and drop
+// scripts (workers/heartbeat-state.ts) are called per group: skip, write, flush, the waiting times read before a judgement, and drop
 // keep working across groups, and no script call names keys of two groups (which a cluster would
 // refuse with CROSSSLOT). The cluster itself, with a primary killed, is test/cluster/redis.test.ts.
 import t from 'tap';
@@ -53,7 +53,7 @@ t.test('the names: one tag per group, the same for an instance\'s keys and its d
   t.same(byGroup([], CLUSTER_GROUPS, String), []);
 });
 
-t.test('skip, flush and repair per group: 300 instances over every group, each heartbeat written exactly as on one Redis', async (t) => {
+t.test('skip, flush and the waiting times per group: 300 instances over every group, each heartbeat written exactly as on one Redis', async (t) => {
   const { deps, state, flusher } = worker(400);
   const machines = Array.from({ length: 300 }, (_, i) => `grp-${i}`);
   const t0 = Date.now() - 2000;
@@ -78,16 +78,21 @@ t.test('skip, flush and repair per group: 300 instances over every group, each h
   await eventually(async () => (await flusher.flushDue(), (await state.dueCount()) === 0), 10_000, 'all flushed');
   for (const id of instanceIds) t.equal(await pgHeartbeat(id), t1, 'Postgres holds the newest heartbeat');
 
-  // Repair of ids in many groups at once.
+  // Before a judgement of silence: ids in many groups at once.
   const t2 = Date.now();
   await applyBatch(deps, machines.slice(0, 50).map((m) => report(m, { version: '1' }, t2)), []);
-  const repaired = machines.slice(0, 50).map((m) => ids.get(`${s.customer.id}|${m}|agent`)!.instanceId);
-  t.equal(await flusher.repair([...repaired, randomUUID()]), 50, 'repair writes the 50 waiting, whatever their group');
-  for (const id of repaired) {
-    t.equal(await pgHeartbeat(id), t2);
-    t.equal(await s.redis.exists(keys.heartbeat(id)), 0, 'and drops their heartbeat keys');
+  const judged = machines.slice(0, 50).map((m) => ids.get(`${s.customer.id}|${m}|agent`)!.instanceId);
+  const waiting = await state.waiting([...judged, randomUUID()]);
+  t.equal(waiting.size, 50, 'the 50 waiting, whatever their group');
+  for (const id of judged) {
+    t.equal(waiting.get(id), t2, 'each with its receive time');
+    t.equal(await s.redis.exists(keys.heartbeat(id)), 0, 'their heartbeat keys dropped');
+    t.equal(await pgHeartbeat(id), t1, 'nothing written to Postgres');
   }
-  t.equal(await state.dueCount(), 0);
+  t.equal(await state.dueCount(), 50, 'still due for the flusher');
+  await eventually(async () => (await flusher.flushDue(), (await state.dueCount()) === 0), 10_000, 'flushed');
+  for (const id of judged) t.equal(await pgHeartbeat(id), t2, 'which writes them when they come due');
+  t.equal((await state.waiting(judged)).size, 0, 'then nothing waits');
 });
 
 t.test('claiming: each group its share of a claim; `more` while a group has more due', async (t) => {
@@ -98,17 +103,17 @@ t.test('claiming: each group its share of a claim; `more` while a group has more
   await applyBatch(deps, machines.map((m) => report(m, { version: '1' })), []);
   t.equal(await state.dueCount(), 200);
   const later = Date.now() + 10_000;
-  const first = await state.claim(32, [], later);
+  const first = await state.claim(32, later);
   t.ok(first.claimed.length <= 32 && first.claimed.length >= CLUSTER_GROUPS, `a claim of 32 takes 2 per group (${first.claimed.length})`);
   t.ok(first.more, 'and says more is due');
   let total = first.claimed.length;
   for (let i = 0; i < 50; i++) {
-    const next = await state.claim(32, [], later);
+    const next = await state.claim(32, later);
     total += next.claimed.length;
     if (!next.more) break;
   }
   t.equal(total, 200, 'claimed once each, all of them');
-  const again = await state.claim(1000, [], later);
+  const again = await state.claim(1000, later);
   t.equal(again.claimed.length, 0, 'leased: none claimed twice');
   t.notOk(again.more);
 });

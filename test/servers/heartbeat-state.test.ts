@@ -1,6 +1,6 @@
 // Postgres writes that follow changes, not reports (workers/heartbeat-state.ts), in-process over this
-// file's own databases and Redis prefix: which heartbeats skip Postgres, that the flusher and the
-// repair write what waits, that the api's merge shows exact times, that races between a skipped
+// file's own databases and Redis prefix: which heartbeats skip Postgres, that the flusher writes
+// what waits (and what a judgement of silence reads of it), that the api's merge shows exact times, that races between a skipped
 // and a written heartbeat end with the newest fields, and the heartbeat keys' rules (created,
 // extended, never shortened, more than one script call).
 import t from 'tap';
@@ -84,6 +84,17 @@ t.test('an unchanged heartbeat skips Postgres; its time, uptime and ClickHouse r
   t.equal(ms(merged!.last_seen_at as Date), second.receivedAt);
   t.equal(merged!.uptime_seconds, 15, 'and its uptime');
   t.same(merged!.ip_addresses, ['10.0.0.1']);
+
+  // The deadline and late time the api shows: the newest heartbeat's under the instance's timeout,
+  // never before the stored ones (a window's end + the timeout may be later than both heartbeats).
+  const stored = { id: id.instanceId, last_seen_at: new Date(first.receivedAt), last_heartbeat_at: new Date(first.receivedAt), timeout_s: 300, late_percent: 50 };
+  const [moved] = await mergeLatest(s.redis, prefix, [{ ...stored, deadline: new Date(first.receivedAt + 300_000), late_at: new Date(first.receivedAt + 150_000) }]);
+  t.equal(ms(moved!.deadline as Date), second.receivedAt + 300_000, 'deadline: the newest heartbeat + the timeout');
+  t.equal(ms(moved!.late_at as Date), second.receivedAt + 150_000, 'late time: + half the timeout');
+  const windowEnd = second.receivedAt + 60_000;
+  const [kept] = await mergeLatest(s.redis, prefix, [{ ...stored, deadline: new Date(windowEnd + 300_000), late_at: new Date(windowEnd + 150_000) }]);
+  t.equal(ms(kept!.deadline as Date), windowEnd + 300_000, "a deadline after a window's end stays");
+  t.equal(ms(kept!.late_at as Date), windowEnd + 150_000, 'and its late time');
 });
 
 t.test('applying a skipped heartbeat again changes nothing (one ClickHouse row, same state)', async (t) => {
@@ -152,16 +163,25 @@ t.test('the flusher writes the newest waiting heartbeat one interval after the l
   t.equal(await flusher.flushDue(), 0, 'a second run finds nothing');
 });
 
-t.test('repair writes a waiting heartbeat at once (before the sweep or the expiry listener judges)', async (t) => {
-  const { deps, flusher } = worker();
-  const ids = await applyBatch(deps, [report('hs-5', 'heartbeat', {}, Date.now() - 1000)], []);
+t.test('before the sweep or the expiry listener judges: the heartbeat key goes, the waiting time comes back, Postgres is not written', async (t) => {
+  const { deps, state } = worker();
+  const first = report('hs-5', 'heartbeat', {}, Date.now() - 1000);
+  const ids = await applyBatch(deps, [first], []);
   const id = ids.values().next().value!;
   const hb = report('hs-5', 'heartbeat', {});
   await applyBatch(deps, [hb], []);
-  t.not(ms((await instance('hs-5')).last_heartbeat_at), hb.receivedAt);
-  t.equal(await flusher.repair([id.instanceId, randomUUID()]), 1, 'one instance had something waiting');
-  t.equal(ms((await instance('hs-5')).last_heartbeat_at), hb.receivedAt);
-  t.equal(await flusher.repair([id.instanceId]), 0, 'nothing left');
+  t.equal(await s.redis.exists(`${prefix}hb:${id.instanceId}`), 1, 'the key lives');
+  const dueBefore = await due(id.instanceId);
+  const waiting = await state.waiting([id.instanceId, randomUUID()]);
+  t.same([...waiting], [[id.instanceId, hb.receivedAt]], 'one instance had something waiting: its receive time');
+  t.equal(await s.redis.exists(`${prefix}hb:${id.instanceId}`), 0, 'its heartbeat key dropped');
+  t.equal(ms((await instance('hs-5')).last_heartbeat_at), first.receivedAt, 'Postgres not written');
+  t.equal(await due(id.instanceId), dueBefore, 'still due for the flusher, at the same time');
+  // Without its key, the next heartbeat goes to Postgres at once (none is skipped while it is judged).
+  const next = report('hs-5', 'heartbeat', {});
+  await applyBatch(deps, [next], []);
+  t.equal(ms((await instance('hs-5')).last_heartbeat_at), next.receivedAt, 'the next heartbeat written at once');
+  t.equal((await state.waiting([id.instanceId])).size, 0, 'nothing waits');
 });
 
 t.test('a skipped newer heartbeat and a written older one with other fields: Postgres ends with the newest', async (t) => {
@@ -216,7 +236,8 @@ t.test('an instance Postgres no longer has: the flusher drops its keys, the next
   const id = ids.values().next().value!;
   await applyBatch(deps, [report('hs-8', 'heartbeat', {})], []);
   await s.pool.query(`DELETE FROM instances WHERE id = $1`, [id.instanceId]);
-  t.equal(await flusher.repair([id.instanceId]), 1);
+  await s.redis.zadd(`${prefix}hbdue`, 0, id.instanceId); // due now
+  t.equal(await flusher.flushDue(), 1);
   t.equal(await s.redis.exists(`${prefix}hb:${id.instanceId}`, `${prefix}hs:${id.instanceId}`), 0, 'keys gone');
   await applyBatch(deps, [report('hs-8', 'heartbeat', {})], []);
   t.ok(await instance('hs-8'), 'the instance is back');

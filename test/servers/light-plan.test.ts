@@ -37,7 +37,7 @@ t.test(`a batch of ${BATCH} of ${N} instances: read by probes of the primary key
   try {
     await c.query('BEGIN');
     await c.query(TRANSITION_PLANNING.set);
-    const plan = (await c.query({ text: `EXPLAIN ${TRANSITION_SQL}`, values: [ids, 900, 'sweep', Date.now(), 0, randomUUID()] })).rows.map((r) => r['QUERY PLAN'] as string);
+    const plan = (await c.query({ text: `EXPLAIN ${TRANSITION_SQL}`, values: [ids, 900, 'sweep', Date.now(), 0, randomUUID(), ids.map((_, k) => (k % 2 ? Date.now() - 1000 : null))] })).rows.map((r) => r['QUERY PLAN'] as string);
     // `x` is the statement's read of the batch (CTE base); the UPDATEs' own joins are the
     // planner's choice by the size of the batch's changes.
     const read = plan.filter((l) => /on instances x\s/.test(l));
@@ -79,9 +79,9 @@ t.test(`the listener's and the sweep's reads of a batch of ${BATCH} of ${N}: pro
   await s.pool.query(`UPDATE instances SET deadline = now() - interval '1 minute' WHERE id = ANY($1::uuid[])`, [ids.slice(200, 700)]);
   const batch = [...ids, ids[3]!, '00000000-0000-4000-8000-000000000000'];
   // Each statement as the functions send it, for its plan below.
-  const captured: string[] = [];
+  const captured: { sql: string; values: unknown[] }[] = [];
   const spyOn = <D extends { query: (q: string, v: unknown[]) => Promise<unknown> }>(db: D) =>
-    ({ query: (q: string, v: unknown[]) => (captured.push(q), db.query(q, v)) }) as unknown as D;
+    ({ query: (q: string, v: unknown[]) => (captured.push({ sql: q, values: v }), db.query(q, v)) }) as unknown as D;
   const spy = spyOn(s.pool);
   const got = {
     notRed: (await notRed(spy, batch)).sort(),
@@ -122,8 +122,8 @@ t.test(`the listener's and the sweep's reads of a batch of ${BATCH} of ${N}: pro
       other.release();
     }
     t.equal(captured.length, 4, 'the four statements were sent (each planned below)');
-    for (const sql of captured) {
-      const plan = (await c.query({ text: `EXPLAIN ${sql}`, values: [batch] })).rows.map((r) => r['QUERY PLAN'] as string);
+    for (const { sql, values } of captured) {
+      const plan = (await c.query({ text: `EXPLAIN ${sql}`, values })).rows.map((r) => r['QUERY PLAN'] as string);
       const name = sql.slice(0, 60).replace(/\s+/g, ' ');
       t.same(plan.filter((l) => /Seq Scan on instance/.test(l)), [], `${name}…: no sequential scan of instances or instance_lights`);
       t.same(plan.filter((l) => /Hash Join|Merge Join/.test(l)), [], `${name}…: no join of whole tables`);

@@ -76,7 +76,7 @@ t.test('a live instance whose Postgres heartbeat is older than its timeout stays
     return e ?? null;
   }, 10_000, 'alive red');
   const newest = (await stored(s, 'alive'))!.last_heartbeat_ms!;
-  t.ok(newest >= lastPosted - 1000, 'its newest heartbeat reached Postgres before it was judged (the repair)');
+  t.ok(newest >= lastPosted - 1000, "Postgres holds its newest heartbeat (the status report's transaction wrote it)");
   t.equal(last.at_ms, newest + TIMEOUT_S * 1000, 'alive: red since the deadline of its newest heartbeat');
   t.ok(last.recorded_ms - last.at_ms < 3000, `alive: recorded ${last.recorded_ms - last.at_ms} ms after its deadline`);
   // Settled right after the judgement, whose change may be delivered first.
