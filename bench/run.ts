@@ -168,7 +168,7 @@ export async function runBench(cfg: Config, root: string, args: string[]): Promi
       results.traffic_light = runScript('traffic-light', opt.quick ? ['--instances', '10000', '--timeout-s', '10'] : [], {});
     }
     // The same silence in a fleet's steady state: each instance's last heartbeat waits in Redis
-    // (it skipped Postgres), so each is repaired before it is judged. A longer timeout: the
+    // (it skipped Postgres), so each is judged from that heartbeat's time in Redis. A longer timeout: the
     // second round must be applied before the first one's deadline.
     if (want('traffic-light-waiting')) {
       results.traffic_light_waiting = runScript('traffic-light', opt.quick ? ['--instances', '10000', '--timeout-s', '20', '--waiting'] : ['--timeout-s', '180', '--waiting'], {});

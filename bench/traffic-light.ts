@@ -7,9 +7,9 @@
 //
 // --waiting: every instance heartbeats a second time once all are green, and that heartbeat
 // changes nothing, so it skips Postgres and waits in Redis for the flusher (PG_HEARTBEAT_INTERVAL_S)
-// as a live fleet's heartbeats do. They fall silent then; before each is judged, the expiry listener
-// or the sweep first writes its waiting heartbeat (the repair): the silence of a fleet in steady
-// state, where without --waiting every instance's one heartbeat is in Postgres already.
+// as a live fleet's heartbeats do. They fall silent then, and each is judged from its waiting
+// heartbeat's time in Redis (HeartbeatState.waiting): the silence of a fleet in steady state, where
+// without --waiting every instance's one heartbeat is in Postgres already.
 //
 // Runs against the servers of the usual environment (NATS_URL, DATABASE_URL, REDIS_URL,
 // CLICKHOUSE_URL, CLICKHOUSE_DB, ...; lib/infra/config.ts). It keeps out of the way of a deployment on
@@ -228,7 +228,7 @@ async function main() {
     const held = await pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM instances WHERE customer_id = $1 AND last_heartbeat_at < to_timestamp($2::float8 / 1000)`, [customerId, t1]);
     waiting = { heartbeats: held.rows[0]!.n, applied_ms: Date.now() - t1 };
     log(`second heartbeats applied in ${waiting.applied_ms} ms; ${waiting.heartbeats} of ${N} wait in Redis`);
-    if (waiting.heartbeats < N * 0.99) throw new Error(`only ${waiting.heartbeats} of ${N} second heartbeats skipped Postgres: the bench would not measure the repair`);
+    if (waiting.heartbeats < N * 0.99) throw new Error(`only ${waiting.heartbeats} of ${N} second heartbeats skipped Postgres: the bench would not measure a steady-state silence`);
     deadline = t1 + TIMEOUT_S * 1000;
   }
   const memAfter = await usedMemory();

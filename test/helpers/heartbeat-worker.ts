@@ -1,6 +1,6 @@
 // One worker's heartbeat path, in-process over a test stack's databases and Redis prefix: its own
 // id cache (HeartbeatState), the apply-batch dependencies around it, and its flusher
-// (workers/heartbeat-state.ts). For the servers tests that drive skip, flush, repair and claim
+// (workers/heartbeat-state.ts). For the servers tests that drive skip, flush, claim and the waiting times
 // without a worker process.
 import { HeartbeatState, HeartbeatFlusher, lookupIdsIn } from '../../workers/heartbeat-state.js';
 import type { ApplyDeps } from '../../workers/apply-batch.js';
