@@ -9,9 +9,8 @@ import { Redis } from '../lib/infra/redis.js';
 import { asCluster, createRedis, redisKeys } from '../lib/infra/redis.js';
 import type { Pool } from '../lib/infra/postgres.js';
 import type { Logger } from '../lib/infra/log.js';
-import type { LightEvent } from '../lib/domain/traffic-light.js';
+import { NO_WAITING, type LightEvent, type WaitingHeartbeats } from '../lib/domain/traffic-light.js';
 import { notRed, silentButLit } from '../lib/store/instances.js';
-import { NO_WAITING } from '../lib/store/light-events.js';
 import { recordFreeTransitionsTx, type Horizon, type LightEventSink, type LightParams } from './traffic-light.js';
 import { afterJudgement, type SilenceTimes } from './light-sweep.js';
 
@@ -106,7 +105,7 @@ export class ExpiryListener {
      * of their newest heartbeats still waiting in Redis (workers/heartbeat-state.ts
      * HeartbeatState.waiting), which the judgement takes as if written.
      */
-    private readonly waiting: (ids: string[]) => Promise<ReadonlyMap<string, number>> = async () => NO_WAITING,
+    private readonly waiting: (ids: string[]) => Promise<WaitingHeartbeats> = async () => NO_WAITING,
     /** Redis's silence times (workers/light-sweep.ts): what this judged is settled there, so the sweep does not judge it again. */
     private readonly silences: SilenceTimes | null = null,
   ) {
@@ -303,7 +302,7 @@ export class ExpiryListener {
   }
 
   /** Of these (expired, not changed), the ones silent by the wall clock: the horizon is behind. */
-  private async deferUnsettled(ids: string[], waiting: ReadonlyMap<string, number>): Promise<void> {
+  private async deferUnsettled(ids: string[], waiting: WaitingHeartbeats): Promise<void> {
     if (ids.length === 0) return;
     const silent = await silentButLit(this.pool, ids, waiting);
     const unsettled = new Map(silent.map((x) => [x.id, Number(x.due)]));

@@ -20,9 +20,9 @@
 // A scheduled job (workers/jobs.ts) gives each run to one worker, and a Postgres advisory lock makes
 // sure that a run which outlasts the interval is never overlapped by the next one on another worker.
 import type { Pool } from '../lib/infra/postgres.js';
-import type { LightEvent } from '../lib/domain/traffic-light.js';
+import { NO_WAITING, type LightEvent, type WaitingHeartbeats } from '../lib/domain/traffic-light.js';
 import { instancesDueForSweep, notRed, silenceTimes } from '../lib/store/instances.js';
-import { tryLightSweepLock, releaseLightSweepLock, NO_WAITING } from '../lib/store/light-events.js';
+import { tryLightSweepLock, releaseLightSweepLock } from '../lib/store/light-events.js';
 import { recomputeCustomer, unfinishedRecomputes } from '../lib/store/timeout-rules.js';
 import { instancesEnteringMaintenance, markEntered, occurrencesToEnter } from '../lib/store/maintenance.js';
 import { recordFreeTransitionsTx, recordTransitionsTx, type Horizon, type LightEventSink, type LightParams } from './traffic-light.js';
@@ -59,7 +59,7 @@ export async function afterJudgement(
   judged: string[],
   horizonMs: number,
   red: (id: string) => boolean = () => false,
-  waiting: ReadonlyMap<string, number> = NO_WAITING,
+  waiting: WaitingHeartbeats = NO_WAITING,
 ): Promise<void> {
   if (judged.length === 0) return;
   // Those known red have no silence time to put back: not read (when 100,000 fell silent at once,
@@ -92,7 +92,7 @@ export class LightSweep {
      * of their newest heartbeats still waiting in Redis (workers/heartbeat-state.ts
      * HeartbeatState.waiting), which the judgement takes as if written.
      */
-    private readonly waiting: (ids: string[]) => Promise<ReadonlyMap<string, number>> = async () => NO_WAITING,
+    private readonly waiting: (ids: string[]) => Promise<WaitingHeartbeats> = async () => NO_WAITING,
     /** A customer's rules were recomputed here (the workers' copies are stale: TimeoutRuleHints). */
     private readonly rulesChanged: (customerId: string) => void = () => {},
     /** Redis's silence times (none: the recheck times alone, exact only while Postgres does not lag). */
@@ -160,7 +160,7 @@ export class LightSweep {
             const ids = [...new Set([...fromPostgres, ...lit])];
             let skipped: string[] = [];
             let turnedRed = new Set<string>();
-            let waiting: ReadonlyMap<string, number> = NO_WAITING;
+            let waiting: WaitingHeartbeats = NO_WAITING;
             if (ids.length > 0) {
               // Judged with the newest heartbeat, which may wait in Redis (its key dropped first).
               waiting = await this.waiting(ids);

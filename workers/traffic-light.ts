@@ -19,9 +19,9 @@ import { withTx, type Pool, type PoolClient } from '../lib/infra/postgres.js';
 import type { ClickHouseClient } from '../lib/infra/clickhouse.js';
 import type { Logger } from '../lib/infra/log.js';
 import { subjects } from '../lib/contract/messages.js';
-import { notifiesWebhooks, type LightCause, type LightEvent, type LightMessage } from '../lib/domain/traffic-light.js';
+import { notifiesWebhooks, NO_WAITING, type LightCause, type LightEvent, type LightMessage, type WaitingHeartbeats } from '../lib/domain/traffic-light.js';
 import { lockFreeInstances, lockInstances } from '../lib/store/instances.js';
-import { recordLightChanges, lockOutboxOlderThan, deleteFromOutbox, insertLightEvents, NO_CHANGES, NO_WAITING, type RecordedChanges } from '../lib/store/light-events.js';
+import { recordLightChanges, lockOutboxOlderThan, deleteFromOutbox, insertLightEvents, NO_CHANGES, type RecordedChanges } from '../lib/store/light-events.js';
 
 export interface LightParams {
   warningWindowS: number;
@@ -43,7 +43,7 @@ export async function recordTransitions(
   horizonMs: number,
   lock: boolean,
   /** Receive times of heartbeats still waiting in Redis, judged as if written (recordLightChanges). */
-  waiting: ReadonlyMap<string, number> = NO_WAITING,
+  waiting: WaitingHeartbeats = NO_WAITING,
 ): Promise<RecordedChanges> {
   if (instanceIds.length === 0) return NO_CHANGES;
   if (lock) await lockInstances(c, instanceIds);
@@ -68,7 +68,7 @@ export async function recordFreeTransitionsTx(
   p: LightParams,
   horizonMs: number,
   /** Receive times of heartbeats still waiting in Redis (HeartbeatState.waiting), judged as if written. */
-  waiting: ReadonlyMap<string, number> = NO_WAITING,
+  waiting: WaitingHeartbeats = NO_WAITING,
 ): Promise<RecordedChanges & { skipped: string[] }> {
   if (instanceIds.length === 0) return { ...NO_CHANGES, skipped: [] };
   return withTx(pool, async (c) => {

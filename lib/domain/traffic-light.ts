@@ -35,6 +35,30 @@ export function lateAtSql(hb: string, timeout: string, latePercent: string): str
 }
 
 /**
+ * A heartbeat that waits in Redis for the flusher (workers/heartbeat-state.ts HeartbeatState.waiting),
+ * taken as if written when silence is judged: instance id -> its receive time (ms).
+ */
+export type WaitingHeartbeats = ReadonlyMap<string, number>;
+export const NO_WAITING: WaitingHeartbeats = new Map();
+
+/** The statements' parameter for `waiting`: receive times lined up with `ids` (null: none); empty when none waits. */
+export function waitedParam(ids: readonly string[], waiting: WaitingHeartbeats): (number | null)[] {
+  return waiting.size > 0 ? ids.map((id) => waiting.get(id) ?? null) : [];
+}
+
+/**
+ * SQL: row `i`'s deadline and late time with a waiting heartbeat received at `at` (a timestamptz
+ * expression, NULL: none) taken as if written, as the flusher's write computes them (never earlier
+ * than the stored ones).
+ */
+export function waitingDeadlineSql(alias: string, at: string): string {
+  return `GREATEST(${alias}.deadline, ${deadlineSql(at, `${alias}.timeout_s`)})`;
+}
+export function waitingLateAtSql(alias: string, at: string): string {
+  return `GREATEST(${alias}.late_at, ${lateAtSql(at, `${alias}.timeout_s`, `${alias}.late_percent`)})`;
+}
+
+/**
  * SQL: row `i` has sent no heartbeat since its deadline at `now`, the red rule's silence; a row
  * that never sent one is not silent (grey). The deadline starts again at the end of its latest
  * maintenance (`maintenance_until`), whether or not a worker recorded that yet. Every query that

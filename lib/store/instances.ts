@@ -11,7 +11,7 @@
 // lib/store/light-events.ts).
 import { ISO_TIMES, type Pool, type PoolClient } from '../infra/postgres.js';
 import { notFound } from '../contract/errors.js';
-import { silentSql, overdueSql, silenceAtSql, deadlineSql, lateAtSql, type LightColour } from '../domain/traffic-light.js';
+import { silentSql, overdueSql, silenceAtSql, deadlineSql, lateAtSql, waitingDeadlineSql, waitingLateAtSql, waitedParam, NO_WAITING, type LightColour, type WaitingHeartbeats } from '../domain/traffic-light.js';
 import { instanceOrderBy, cursorColumns, afterSql, type OrderKey, type GroupKey } from './instance-order.js';
 import type { InstanceTimes, HeartbeatFields } from './live-heartbeats.js';
 
@@ -218,9 +218,8 @@ const storedLight = (id: string) => `(SELECT light FROM instance_lights WHERE in
  */
 const BATCH_WAITING = '(SELECT DISTINCT u.id, u.waited_ms FROM unnest($1::uuid[], $2::float8[]) AS u(id, waited_ms)) b';
 const waitingRow = (b: string) => `(SELECT x.id, x.retired_at, x.timeout_s, x.late_percent, x.maintenance_until,
-    GREATEST(x.deadline, ${deadlineSql('w.at', 'x.timeout_s')}) AS deadline, GREATEST(x.late_at, ${lateAtSql('w.at', 'x.timeout_s', 'x.late_percent')}) AS late_at
+    ${waitingDeadlineSql('x', 'w.at')} AS deadline, ${waitingLateAtSql('x', 'w.at')} AS late_at
     FROM instances x CROSS JOIN LATERAL (SELECT to_timestamp(${b}.waited_ms / 1000.0) AS at) w WHERE x.id = ${b}.id LIMIT 1)`;
-const waitedOf = (ids: string[], waiting: ReadonlyMap<string, number>) => (waiting.size > 0 ? ids.map((id) => waiting.get(id) ?? null) : []);
 
 /**
  * Locks those of these instances' rows that no other transaction holds, in the transaction of
@@ -283,13 +282,13 @@ export async function notRed(db: Db, instanceIds: string[]): Promise<string[]> {
  * the sweep's exact candidate time in Redis (workers/light-sweep.ts), where the stored recheck time
  * is later by Postgres's possible lag.
  */
-export async function silenceTimes(db: Db, instanceIds: string[], waiting: ReadonlyMap<string, number> = new Map()): Promise<{ id: string; at: number }[]> {
+export async function silenceTimes(db: Db, instanceIds: string[], waiting: WaitingHeartbeats = NO_WAITING): Promise<{ id: string; at: number }[]> {
   if (instanceIds.length === 0) return [];
   const r = await db.query<{ id: string; at: number | null }>(
     `SELECT i.id, (extract(epoch FROM ${silenceAtSql('i')}) * 1000)::float8 AS at
        FROM ${BATCH_WAITING} CROSS JOIN LATERAL ${storedLight('b.id')} l CROSS JOIN LATERAL ${waitingRow('b')} i
       WHERE l.light IN ('green', 'yellow') AND i.retired_at IS NULL`,
-    [instanceIds, waitedOf(instanceIds, waiting)],
+    [instanceIds, waitedParam(instanceIds, waiting)],
   );
   return r.rows.filter((x): x is { id: string; at: number } => x.at !== null);
 }
@@ -299,12 +298,12 @@ export async function silenceTimes(db: Db, instanceIds: string[], waiting: Reado
  * clock (silent but not red, or overdue but green or yellow), with when that time came (`due`, ms
  * since the epoch).
  */
-export async function silentButLit(db: Db, instanceIds: string[], waiting: ReadonlyMap<string, number> = new Map()): Promise<{ id: string; due: number }[]> {
+export async function silentButLit(db: Db, instanceIds: string[], waiting: WaitingHeartbeats = NO_WAITING): Promise<{ id: string; due: number }[]> {
   const r = await db.query<{ id: string; due: number }>(
     `SELECT i.id, (extract(epoch FROM CASE WHEN ${silentSql('i')} THEN i.deadline ELSE i.late_at END) * 1000)::float8 AS due
          FROM ${BATCH_WAITING} CROSS JOIN LATERAL ${storedLight('b.id')} l CROSS JOIN LATERAL ${waitingRow('b')} i WHERE i.retired_at IS NULL
           AND ((l.light IN ('green', 'yellow', 'late') AND ${silentSql('i')}) OR (l.light IN ('green', 'yellow') AND ${overdueSql('i')}))`,
-    [instanceIds, waitedOf(instanceIds, waiting)],
+    [instanceIds, waitedParam(instanceIds, waiting)],
   );
   return r.rows;
 }

@@ -22,7 +22,7 @@
 import { randomUUID } from 'node:crypto';
 import { ISO_TIMES, type Pool, type PoolClient } from '../infra/postgres.js';
 import { chTime, insertTsv, tsvRow, type ClickHouseClient } from '../infra/clickhouse.js';
-import { lightSql, lightReasonSql, lightAtSql, recheckSql, lightEventId, deadlineSql, lateAtSql, type LightCause, type LightColour, type LightEvent } from '../domain/traffic-light.js';
+import { lightSql, lightReasonSql, lightAtSql, recheckSql, lightEventId, deadlineSql, lateAtSql, waitingDeadlineSql, waitingLateAtSql, waitedParam, NO_WAITING, type LightCause, type LightColour, type LightEvent, type WaitingHeartbeats } from '../domain/traffic-light.js';
 import { maintenanceFromSql, maintenanceUntilSql } from './maintenance.js';
 
 type Db = Pool | PoolClient;
@@ -59,9 +59,6 @@ export interface RecordedChanges {
   events: LightEvent[];
   outbox: OutboxKey[];
 }
-
-/** No heartbeat waiting in Redis (recordLightChanges). */
-export const NO_WAITING: ReadonlyMap<string, number> = new Map();
 
 /** Nothing recorded (shared: frozen, so that nobody adds to it). */
 export const NO_CHANGES: RecordedChanges = Object.freeze({ events: Object.freeze([]), outbox: Object.freeze([]) }) as unknown as RecordedChanges;
@@ -138,8 +135,8 @@ export const TRANSITION_SQL = `
   WITH base AS MATERIALIZED (
     SELECT i.id, i.customer_id, c.slug AS customer, i.machine_id, i.machine, i.software, l.light, l.light_since, l.light_reason AS stored_reason, l.recheck_at AS stored_recheck,
            GREATEST(i.last_heartbeat_at, w.at) AS last_heartbeat_at, i.last_warning_at, GREATEST(i.last_seen_at, w.at) AS last_seen_at, i.status, i.status_at, i.timeout_s, i.late_percent,
-           GREATEST(i.deadline, ${deadlineSql('w.at', 'i.timeout_s')}) AS stored_deadline,
-           GREATEST(i.late_at, ${lateAtSql('w.at', 'i.timeout_s', 'i.late_percent')}) AS stored_late_at,
+           ${waitingDeadlineSql('i', 'w.at')} AS stored_deadline,
+           ${waitingLateAtSql('i', 'w.at')} AS stored_late_at,
            i.maintenance_until AS stored_mu, ${H('l')} AS judged_at
       FROM unnest($1::uuid[], $7::float8[]) AS k(id, waited_ms)
       CROSS JOIN LATERAL (SELECT to_timestamp(k.waited_ms / 1000.0) AS at) w
@@ -241,7 +238,7 @@ export async function recordLightChanges(
    * Instance id -> receive time (ms) of its newest heartbeat, still waiting in Redis for the
    * flusher (workers/heartbeat-state.ts HeartbeatState.waiting): judged as if Postgres held it.
    */
-  waiting: ReadonlyMap<string, number> = NO_WAITING,
+  waiting: WaitingHeartbeats = NO_WAITING,
 ): Promise<RecordedChanges> {
   // Named: each connection parses it once, and Postgres may keep a generic plan (planning it is a
   // good part of its cost for one instance; see TRANSITION_SQL). The expiry listener and the sweep
@@ -251,8 +248,7 @@ export async function recordLightChanges(
   // transaction, and the setting with it). A report's batch, inside the ingest transaction, is
   // planned as before.
   const recording = randomUUID();
-  const waited = waiting.size > 0 ? instanceIds.map((id) => waiting.get(id) ?? null) : [];
-  const values = [instanceIds, warningWindowS, cause, horizonMs, recheckSlackS, recording, waited];
+  const values = [instanceIds, warningWindowS, cause, horizonMs, recheckSlackS, recording, waitedParam(instanceIds, waiting)];
   // The times as ISO text straight from Postgres's (ISO_TIMES), as the events carry them.
   let rows: OutboxRow[];
   if (cause === 'report') rows = (await c.query<OutboxRow>({ name: 'light-transition', text: TRANSITION_SQL, values, types: ISO_TIMES })).rows;

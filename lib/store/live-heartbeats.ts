@@ -171,18 +171,14 @@ export async function mergeLatest<R extends InstanceTimes>(redis: Redis, prefix:
     const row = r as InstanceTimes;
     row.last_heartbeat_at = at;
     // The times that follow the last heartbeat: as the Postgres write computes them (the newest
-    // heartbeat + the timeout, + its late share), never before the stored ones, which may follow
-    // the end of a maintenance window instead. (Moved by the heartbeat's shift instead, a deadline
-    // that followed a window's end was shown later than the one the light keeps.)
-    const shift = stored === null ? null : f.at - stored;
-    const timeoutS = typeof r.timeout_s === 'number' ? r.timeout_s : null;
-    if (timeoutS !== null) {
-      if (r.deadline) row.deadline = new Date(Math.max(ms(r.deadline) ?? 0, f.at + timeoutS * 1000));
+    // heartbeat + the timeout in force, + its late share), never before the stored ones, which may
+    // follow the end of a maintenance window instead. (Moved by the heartbeat's shift instead, a
+    // deadline that followed a window's end was shown later than the one the light keeps.) A row
+    // without its timeout in force keeps the stored times.
+    if (typeof r.timeout_s === 'number') {
+      if (r.deadline) row.deadline = new Date(Math.max(ms(r.deadline) ?? 0, f.at + r.timeout_s * 1000));
       const late = r.late_percent ?? 0;
-      if (r.late_at && late > 0) row.late_at = new Date(Math.max(ms(r.late_at) ?? 0, f.at + timeoutS * late * 10));
-    } else {
-      if (shift !== null && r.deadline) row.deadline = new Date((ms(r.deadline) ?? 0) + shift);
-      if (shift !== null && r.late_at) row.late_at = new Date((ms(r.late_at) ?? 0) + shift);
+      if (r.late_at && late > 0) row.late_at = new Date(Math.max(ms(r.late_at) ?? 0, f.at + r.timeout_s * late * 10));
     }
     if ((ms(r.last_seen_at) ?? 0) < f.at) row.last_seen_at = at;
     if ('agent_ts' in r) row.agent_ts = f.agentTs === null ? (r.agent_ts ?? null) : new Date(f.agentTs);
