@@ -17,7 +17,8 @@ const log = createLogger('test', 'silent');
 if (!(await ensureExpiryEvents(s.redis, log))) throw new Error('the test Redis refuses to publish expired-key events');
 
 // Twenty instances silent for ten minutes (their timeout is the default, 300 s): ten stored red
-// already, ten still green.
+// already, ten still green. The red ones' times are then made fresh, as if a heartbeat had just
+// been written: judged, they would turn green, so a judgement of a red one shows.
 const N = 20;
 await s.pool.query(
   `INSERT INTO machines (customer_id, slug, first_seen_at, last_seen_at)
@@ -37,6 +38,11 @@ const green = rows.filter((_, k) => k % 2 === 1).map((r) => r.id);
 await s.pool.query(
   `UPDATE instance_lights SET light = CASE WHEN instance_id = ANY($1::uuid[]) THEN 'red' ELSE 'green' END, light_seq = 1,
           light_since = now() - interval '1 hour', light_judged_at = now() - interval '5 minutes'`,
+  [red],
+);
+await s.pool.query(
+  `UPDATE instances SET last_heartbeat_at = now(), last_seen_at = now(), status_at = now(),
+          deadline = light_deadline(now(), NULL), late_at = light_late_at(now(), NULL, NULL) WHERE id = ANY($1::uuid[])`,
   [red],
 );
 
@@ -65,10 +71,12 @@ t.test('keys of red and of green instances expire: only the green ones have thei
   // Expiry events of the red ones came as well; give the listener time to (not) act on them.
   await new Promise((r) => setTimeout(r, 500));
   t.same([...lookedAt].sort(), [...green].sort(), 'the green ones looked at, once each; none of the red ones');
-  t.same(recorded.map((e) => e.instance_id).sort(), [...green].sort(), 'each green one recorded red, once');
+  t.same(recorded.map((e) => e.instance_id).sort(), [...green].sort(), 'each green one recorded red, once; no red one judged (it would have turned green)');
   t.ok(recorded.every((e) => e.from === 'green' && e.to === 'red' && e.cause === 'expiry'));
   const seqs = (await s.pool.query<{ light: string; n: number }>(`SELECT light, count(*)::int AS n FROM instance_lights GROUP BY light`)).rows;
   t.same(seqs, [{ light: 'red', n: N }], 'all twenty red');
   const redSeq = (await s.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM instance_lights WHERE instance_id = ANY($1::uuid[]) AND light_seq = 1`, [red])).rows[0]!.n;
   t.equal(redSeq, red.length, 'the red ones untouched (no change recorded)');
+  const notJudged = (await s.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM instance_lights WHERE instance_id = ANY($1::uuid[]) AND light_judged_at < now() - interval '4 minutes'`, [red])).rows[0]!.n;
+  t.equal(notJudged, red.length, 'their judgement time as it was');
 });
