@@ -238,7 +238,10 @@ return n
  * Silences judged. KEYS: hbdl. ARGV: the horizon they were judged at (ms), how many ids follow,
  * the ids, then pairs of silence time and id. Drops each id's entry if it is at most the horizon
  * (a heartbeat that came after the judgement moved it later, and it stays), then sets the pairs:
- * one script, so a failure never leaves an instance settled without its new time.
+ * one script, so a failure never leaves an instance settled without its new time. (Out of memory,
+ * Redis refuses a script's first write that needs memory but lets a script that has written go
+ * on; the drops come first, so the script is applied whole or refused whole:
+ * test/servers/light-redis-refusal.test.ts.)
  */
 const SETTLED = `
 local h = tonumber(ARGV[1])
