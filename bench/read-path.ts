@@ -388,6 +388,14 @@ async function main(): Promise<void> {
     const ingestRate = Math.round(ing.window_ok! / ing.window_s!);
     say(`ingest: ${ing.ok} ok, ${ing.failed} failed; ${ingestRate} heartbeats/s during the reads`);
     const pending = (await pool.query<{ n: number }>('SELECT count(*)::int AS n FROM instances WHERE customer_id = $1', [customer.id])).rows[0]!.n;
+    // What the api logged as errors (a 500 is one), so that a run's errors can be told apart
+    // afterwards: the first few, with their error's type, code, message and first stack lines.
+    const apiErrors = api.proc.lines.filter((l) => typeof l.level === 'number' && l.level >= 50);
+    const errorSummary = apiErrors.slice(0, 5).map((l) => {
+      const err = (l.err ?? {}) as { type?: string; code?: string; message?: string; stack?: string };
+      return { time: l.time, msg: l.msg, type: err.type, code: err.code, message: err.message, stack: err.stack?.split('\n').slice(0, 6).join('\n') };
+    });
+    if (apiErrors.length) say(`the api logged ${apiErrors.length} errors; the first: ${JSON.stringify(errorSummary[0])}`);
     process.stdout.write(
       JSON.stringify({
         bench: 'read-path',
@@ -400,6 +408,8 @@ async function main(): Promise<void> {
         ingest_rate: ingestRate,
         ingest_offered_rate: INGEST_RATE,
         ingest_failed: ing.failed,
+        api_errors_logged: apiErrors.length,
+        api_errors: errorSummary,
         seconds: Math.round((Date.now() - started) / 1000),
         load_average_1m: Number(loadavg()[0]!.toFixed(2)),
         cpus: cpus().length,
