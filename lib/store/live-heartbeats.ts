@@ -176,9 +176,10 @@ export async function mergeLatest<R extends InstanceTimes>(redis: Redis, prefix:
     // deadline that followed a window's end was shown later than the one the light keeps.) A row
     // without its timeout in force keeps the stored times.
     if (typeof r.timeout_s === 'number') {
-      if (r.deadline) row.deadline = new Date(Math.max(ms(r.deadline) ?? 0, f.at + r.timeout_s * 1000));
-      const late = r.late_percent ?? 0;
-      if (r.late_at && late > 0) row.late_at = new Date(Math.max(ms(r.late_at) ?? 0, f.at + r.timeout_s * late * 10));
+      const timeoutMs = r.timeout_s * 1000;
+      const latePercent = r.late_percent ?? 0;
+      if (r.deadline) row.deadline = new Date(Math.max(ms(r.deadline)!, f.at + timeoutMs));
+      if (r.late_at && latePercent > 0) row.late_at = new Date(Math.max(ms(r.late_at)!, f.at + (timeoutMs * latePercent) / 100));
     }
     if ((ms(r.last_seen_at) ?? 0) < f.at) row.last_seen_at = at;
     if ('agent_ts' in r) row.agent_ts = f.agentTs === null ? (r.agent_ts ?? null) : new Date(f.agentTs);
