@@ -1,9 +1,11 @@
 // Who is calling the read API, and may they. Two kinds of caller:
 //   - a dashboard user: JWT in `Authorization: Bearer` or the session cookie; their role in the
-//     active customer and whether their session still holds come from Postgres on every request
-//     (a removed membership or a revoked session takes effect at once, on every replica); a system
-//     admin acts as owner in any customer;
-//   - an API token with the `read` scope (scripts, Grafana): viewer rights in its own customer.
+//     active customer and whether their session still holds come from Postgres, through a copy in
+//     memory that every change to them empties (api/principal-cache.ts: a removed membership or a
+//     revoked session takes effect at once on this replica, on the others when Postgres's notice
+//     arrives, milliseconds later); a system admin acts as owner in any customer;
+//   - an API token with the `read` scope (scripts, Grafana): viewer rights in its own customer
+//     (its row through the same copy).
 // Routes declare the level they need in lib/contract/routes.ts; api/server.ts enforces it before the handler.
 // Not authenticated: 401. Authenticated but not allowed: 403.
 import type { FastifyRequest } from 'fastify';
@@ -15,6 +17,7 @@ import { sessionPrincipal } from '../lib/store/sessions.js';
 import { findTokenByHash } from '../lib/store/tokens.js';
 import type { Auth } from '../lib/contract/routes.js';
 import { SESSION_COOKIE, type Sessions } from './session.js';
+import type { PrincipalCache } from './principal-cache.js';
 
 export interface Principal {
   kind: 'user' | 'token';
@@ -45,18 +48,20 @@ export function credentials(req: FastifyRequest): { bearer: string | null; cooki
   return { bearer, cookie };
 }
 
-export async function resolvePrincipal(req: FastifyRequest, pool: Pool, sessions: Sessions): Promise<Principal> {
+/** `cache` absent: read from Postgres (a path that must see the row as it is in its own transaction). */
+export async function resolvePrincipal(req: FastifyRequest, pool: Pool, sessions: Sessions, cache: PrincipalCache | null = null): Promise<Principal> {
   const { bearer, cookie } = credentials(req);
-  if (bearer !== null && bearer.startsWith('fk_')) return tokenPrincipal(pool, bearer);
+  if (bearer !== null && bearer.startsWith('fk_')) return tokenPrincipal(pool, bearer, cache);
   const jwt = bearer ?? cookie;
   if (!jwt) throw unauthenticated('not authenticated: log in, or send Authorization: Bearer <API token or session token>');
   const claims = await sessions.verify(jwt);
   if (!claims) throw unauthenticated('session invalid or expired: log in again');
   // One query: the user, their role in the active customer, and whether the session row still
   // holds (a primary-key lookup in the same round trip: revocation costs requests nothing extra).
-  const u = await sessionPrincipal(pool, claims.sub, claims.cid, claims.sid);
+  const load = () => sessionPrincipal(pool, claims.sub, claims.cid, claims.sid);
+  const u = cache ? await cache.get(`s ${claims.sub} ${claims.cid ?? ''} ${claims.sid}`, load, (r) => r !== null) : await load();
   if (!u) throw unauthenticated('the account of this session no longer exists');
-  if (!u.open) throw unauthenticated('session ended (logged out, password changed, or signed out): log in again');
+  if (!u.open || !u.expires_at || u.expires_at.getTime() <= Date.now()) throw unauthenticated('session ended (logged out, password changed, or signed out): log in again');
   let role = u.role;
   if (u.cust && !role && u.is_system_admin) role = 'owner';
   const member = u.cust !== null && role !== null;
@@ -72,8 +77,10 @@ export async function resolvePrincipal(req: FastifyRequest, pool: Pool, sessions
   };
 }
 
-async function tokenPrincipal(pool: Pool, token: string): Promise<Principal> {
-  const row = await findTokenByHash(pool, hashToken(token));
+async function tokenPrincipal(pool: Pool, token: string, cache: PrincipalCache | null): Promise<Principal> {
+  const hash = hashToken(token);
+  const load = () => findTokenByHash(pool, hash);
+  const row = cache ? await cache.get(`t ${hash}`, load, (r) => r !== null) : await load();
   if (!row) throw unauthenticated('invalid token');
   if (row.revoked_at) throw unauthenticated('token revoked');
   if (row.expires_at && row.expires_at.getTime() <= Date.now()) throw forbidden(`token expired at ${row.expires_at.toISOString()}`);

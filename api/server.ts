@@ -11,6 +11,8 @@ import { DependencyUnavailableError } from '../lib/infra/storage-errors.js';
 import { routesOf, colonPath, checkHandlers, allowedMethods } from '../lib/contract/routes.js';
 import { toFieldErrors } from '../lib/contract/validation.js';
 import { resolvePrincipal, authorise } from './auth.js';
+import { PrincipalCache } from './principal-cache.js';
+import { PgListener } from '../lib/infra/pg-listen.js';
 import { TokenUsage } from '../lib/store/token-usage.js';
 import { instanceHandlers } from './handlers/instances.js';
 import { authHandlers } from './handlers/auth.js';
@@ -40,10 +42,18 @@ import { notificationHandlers } from './handlers/notifications.js';
 import { timeoutRuleHandlers } from './handlers/timeout-rules.js';
 import { streamAuthStillValid } from './stream-auth.js';
 import { ping } from '../lib/infra/postgres.js';
+import { AUTH_CHANGED_CHANNEL, authNoticesInstalled } from '../lib/store/schema.js';
 import type { ApiDeps, ApiHandlers } from './types.js';
 import { routeTimer, type RouteTimer } from '../lib/infra/metrics.js';
 
 export type { ApiDeps };
+
+declare module 'fastify' {
+  interface FastifyInstance {
+    /** The api's copy of credentials' rows and its LISTEN connection (tests look at both). */
+    principals: { cache: PrincipalCache; listener: PgListener | null };
+  }
+}
 
 type Handler = (req: FastifyRequest, reply: FastifyReply) => Promise<unknown> | unknown;
 
@@ -122,6 +132,38 @@ export async function buildApi(d: ApiDeps): Promise<FastifyInstance> {
     const p = req.principal;
     if (p?.kind === 'token' && p.tokenId) tokenUsage.mark(p.tokenId, Date.now());
   });
+  // Who a credential is, from memory (api/principal-cache.ts): emptied by Postgres's notice of any
+  // change to tokens, sessions, users, memberships or customers (migration 0027), and by every
+  // request of this process that may write, before its answer goes out. Off while not listening.
+  const lookups = d.metrics.counter('fleet_api_principal_lookups_total');
+  const listening = d.metrics.gauge('fleet_api_principal_cache_listening');
+  const principals = new PrincipalCache(d.cfg.api.principalCacheMs, 50_000, {
+    hit: () => lookups.labels('hit').inc(),
+    miss: () => lookups.labels('miss').inc(),
+    off: () => lookups.labels('off').inc(),
+  });
+  if (d.cfg.api.principalCacheMs > 0) {
+    const listener = new PgListener({
+      url: d.cfg.databaseUrl,
+      channel: AUTH_CHANGED_CHANNEL,
+      applicationName: 'fleet-api-listen',
+      onNotice: () => principals.invalidate(),
+      // Without the triggers (an api started before `migrate` ran) nobody would notify: stay off.
+      ready: authNoticesInstalled,
+      onState: (up) => {
+        principals.setLive(up);
+        listening.set(up ? 1 : 0);
+        if (!up) d.log.warn('LISTEN for credential changes lost: every request reads its principal from Postgres until it is back');
+      },
+      onError: (e) => d.log.debug({ err: e }, 'LISTEN connection error'),
+    });
+    listener.start();
+    app.addHook('onClose', async () => listener.close());
+    app.decorate('principals', { cache: principals, listener });
+  } else app.decorate('principals', { cache: principals, listener: null });
+  app.addHook('onSend', async (req) => {
+    if (req.method !== 'GET' && req.method !== 'HEAD') principals.invalidate();
+  });
   // Open live streams end before the server closes, or close would wait for them.
   app.addHook('preClose', async () => d.lights.close());
   // E-mail for invitations and password resets (api/mail.ts); one transport per api process.
@@ -192,7 +234,7 @@ export async function buildApi(d: ApiDeps): Promise<FastifyInstance> {
         r.auth === 'none'
           ? undefined
           : async (req) => {
-              const p = await resolvePrincipal(req, d.pool, d.sessions);
+              const p = await resolvePrincipal(req, d.pool, d.sessions, principals);
               authorise(p, r.auth);
               req.principal = p;
             },

@@ -5,8 +5,9 @@
 // Each login is a row in Postgres `sessions` (below); the JWT names it by `sid`. The signature
 // proves the claims; the row says whether the session still holds: logout, a password change or
 // reset, the removal of a membership and a system administrator's "sign out everywhere" revoke it,
-// and the principal query of every request joins the row (api/auth.ts), so a revoked session is
-// refused by every api replica at its next request. A JWT without `sid` (issued before sessions had
+// and the principal query joins the row (api/auth.ts; its answer kept until a change notice,
+// api/principal-cache.ts), so a revoked session is refused by the api replica that revoked it at
+// its next request and by every other replica once Postgres's notice arrives (milliseconds). A JWT without `sid` (issued before sessions had
 // rows) is refused.
 import { SignJWT, jwtVerify, errors as joseErrors } from 'jose';
 import { randomBytes } from 'node:crypto';

@@ -151,6 +151,7 @@ export const Settings = Type.Object({
   SSE_MAX_CLIENTS: Pos(10_000, 'open live streams per api replica, all customers together (503 above)'),
   QUOTA_STREAM_CONNECTIONS: Nat(50, 'open live streams per customer and api replica, the default of the quota stream_connections (429 above)'),
   API_COUNT_CACHE_MS: Int(1000, 0, 60_000, 'the fleet summary and the `total` of instance lists are cached this long per customer and filter (0 = off)'),
+  API_PRINCIPAL_CACHE_MS: Int(60_000, 0, 3_600_000, "a request's API token or session row is kept in memory at most this long; every change to tokens, sessions, users, memberships or customers empties the copy at once (Postgres LISTEN) (0 = off: every request reads Postgres)"),
   API_REQUEST_TIMEOUT_MS: Pos(30_000, "a request's headers and body must arrive within this (408)"),
   API_IDLE_TIMEOUT_MS: Pos(60_000, 'a connection with a request in progress may be silent this long'),
   API_KEEPALIVE_TIMEOUT_MS: Pos(72_000, 'an idle keep-alive connection stays open this long'),
@@ -446,6 +447,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env) {
       sseMaxClients: s.SSE_MAX_CLIENTS,
       // Counts per colour (api/light-counts.ts): cached per customer and filter, single flight.
       countCacheMs: s.API_COUNT_CACHE_MS,
+      // Who a credential is (api/principal-cache.ts): rows kept at most this long, emptied by NOTIFY.
+      principalCacheMs: s.API_PRINCIPAL_CACHE_MS,
       // Slow clients (api/server.ts): a request's headers and body must arrive within
       // requestTimeoutMs (408 otherwise); a connection with a request in progress may be silent for
       // idleTimeoutMs; an idle keep-alive connection stays open keepAliveTimeoutMs (longer than a

@@ -345,6 +345,18 @@ export const METRICS = {
     services: ['api'],
     help: 'Traffic-light events written to live streams (Server-Sent Events), one per stream they went to',
   },
+  fleet_api_principal_lookups_total: {
+    type: 'counter',
+    services: ['api'],
+    labels: ['result'],
+    init: [['hit'], ['miss'], ['off']],
+    help: "Requests' credentials (API token or session) resolved, by result: hit (from the api's copy in memory), miss (read from Postgres and kept), off (read from Postgres: the copy is off, or its LISTEN connection is down; api/principal-cache.ts)",
+  },
+  fleet_api_principal_cache_listening: {
+    type: 'gauge',
+    services: ['api'],
+    help: "1 while the api's LISTEN connection for changes to tokens, sessions and memberships is up (the principal copy is used), 0 while it is down (every request reads Postgres)",
+  },
 } as const satisfies Record<string, Def>;
 
 type Catalogue = typeof METRICS;

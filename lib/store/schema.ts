@@ -40,6 +40,14 @@ export interface ChMigrationSql extends Migration {
 /** The start of every row a customer owns: its own id, and the customer (gone with it). */
 const CUSTOMER_ROW = ['id uuid PRIMARY KEY DEFAULT gen_random_uuid()', 'customer_id uuid NOT NULL REFERENCES customers(id) ON DELETE CASCADE'].join(',\n         ');
 
+/** The channel Postgres notifies when who a credential is may have changed (migration 0027, api/principal-cache.ts). */
+export const AUTH_CHANGED_CHANNEL = 'fleet_auth_changed';
+
+/** Whether migration 0027's triggers can notify (its function exists): before it, nobody would. */
+export async function authNoticesInstalled(db: { query(sql: string): Promise<{ rowCount: number | null }> }): Promise<boolean> {
+  return (await db.query(`SELECT 1 FROM pg_proc WHERE proname = 'notify_auth_changed'`)).rowCount === 1;
+}
+
 export const postgresMigrations: Migration[] = [
   {
     id: '0001-core',
@@ -503,7 +511,8 @@ export const postgresMigrations: Migration[] = [
     sql: [
       // Dashboard sessions (api/session.ts): one row per login, named by the JWT's `sid`. A session
       // is valid while revoked_at is NULL and expires_at is ahead; every request's principal query
-      // joins it (api/auth.ts), so a revocation holds on every api replica at the next request.
+      // joins it (api/auth.ts), so a revocation holds on every api replica at the next request
+      // (since 0027: once the replica has heard the change notice, api/principal-cache.ts).
       `CREATE TABLE sessions (
          id uuid PRIMARY KEY DEFAULT gen_random_uuid(),
          user_id uuid NOT NULL REFERENCES users(id) ON DELETE CASCADE,
@@ -1051,6 +1060,30 @@ export const postgresMigrations: Migration[] = [
          FROM light_outbox o
         CROSS JOIN LATERAL unnest(o.instance_ids, o.seqs, o.machine_ids, o.machines, o.softwares, o.from_lights, o.to_lights, o.reasons, o.ats)
               AS e(instance_id, seq, machine_id, machine, software, from_light, to_light, reason, at)`,
+    ],
+  },
+  {
+    id: '0027-auth-change-notices',
+    sql: [
+      // Every api replica keeps the rows that say who a credential is (an API token's, a
+      // session's with its user, role and customer) in memory, and drops them all on a notice on
+      // this channel (api/principal-cache.ts). Statement triggers: one notice per statement, and
+      // Postgres sends one per transaction for equal notices. Only what the api judges a request
+      // by: a token's use (last_used_at), a session's creation and a user's password hash are not
+      // changes of who is calling (a new token or session is not in any copy). Deletes cascaded
+      // from users and customers fire the triggers of the rows they take with them.
+      `CREATE FUNCTION notify_auth_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+       BEGIN PERFORM pg_notify('${AUTH_CHANGED_CHANNEL}', TG_TABLE_NAME); RETURN NULL; END $$`,
+      `CREATE TRIGGER api_tokens_auth_changed AFTER UPDATE OF token_hash, customer_id, scopes, revoked_at, expires_at, machine OR DELETE ON api_tokens
+         FOR EACH STATEMENT EXECUTE FUNCTION notify_auth_changed()`,
+      `CREATE TRIGGER customers_auth_changed AFTER UPDATE OF id, slug, deleting_at OR DELETE ON customers
+         FOR EACH STATEMENT EXECUTE FUNCTION notify_auth_changed()`,
+      `CREATE TRIGGER users_auth_changed AFTER UPDATE OF id, email, is_system_admin OR DELETE ON users
+         FOR EACH STATEMENT EXECUTE FUNCTION notify_auth_changed()`,
+      `CREATE TRIGGER memberships_auth_changed AFTER INSERT OR UPDATE OR DELETE ON memberships
+         FOR EACH STATEMENT EXECUTE FUNCTION notify_auth_changed()`,
+      `CREATE TRIGGER sessions_auth_changed AFTER UPDATE OF id, user_id, revoked_at, expires_at OR DELETE ON sessions
+         FOR EACH STATEMENT EXECUTE FUNCTION notify_auth_changed()`,
     ],
   },
 ];

@@ -41,18 +41,22 @@ export interface SessionPrincipal {
   role: Role | null;
   slug: string | null;
   cust: string | null;
+  /** The session row exists, belongs to the user and was not revoked (its expiry: `expires_at`). */
   open: boolean;
+  /** The session row's expiry; null when there is no such row. Judged against the clock by the caller. */
+  expires_at: Date | null;
 }
 
 /**
  * One query: the user, their role in the active customer, and whether the session row still holds
- * (a primary-key lookup in the same round trip: revocation costs requests nothing extra). Null when
- * the user no longer exists.
+ * (a primary-key lookup in the same round trip: revocation costs requests nothing extra; its
+ * expiry is returned, not judged, since api/principal-cache.ts keeps the row). Null when the user
+ * no longer exists.
  */
 export async function sessionPrincipal(pool: Pool, userId: string, customerId: string | null, sessionId: string): Promise<SessionPrincipal | null> {
   const r = await pool.query<SessionPrincipal>(
     `SELECT u.email, u.is_system_admin, m.role, c.slug, c.id AS cust,
-            (s.id IS NOT NULL AND s.revoked_at IS NULL AND s.expires_at > now()) AS open
+            (s.id IS NOT NULL AND s.revoked_at IS NULL) AS open, s.expires_at
        FROM users u
        LEFT JOIN customers c ON c.id = $2::uuid AND c.deleting_at IS NULL
        LEFT JOIN memberships m ON m.user_id = u.id AND m.customer_id = c.id
