@@ -142,6 +142,7 @@ export async function buildApi(d: ApiDeps): Promise<FastifyInstance> {
     miss: () => lookups.labels('miss').inc(),
     off: () => lookups.labels('off').inc(),
   });
+  listening.set(d.cfg.api.principalCacheMs > 0 ? 0 : -1);
   if (d.cfg.api.principalCacheMs > 0) {
     const listener = new PgListener({
       url: d.cfg.databaseUrl,

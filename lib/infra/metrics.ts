@@ -355,7 +355,7 @@ export const METRICS = {
   fleet_api_principal_cache_listening: {
     type: 'gauge',
     services: ['api'],
-    help: "1 while the api's LISTEN connection for changes to tokens, sessions and memberships is up (the principal copy is used), 0 while it is down (every request reads Postgres)",
+    help: "1 while the api's LISTEN connection for changes to tokens, sessions and memberships is up (the principal copy is used), 0 while it is down or migration 0027's triggers are missing (every request reads Postgres), -1 when the copy is off (API_PRINCIPAL_CACHE_MS=0)",
   },
 } as const satisfies Record<string, Def>;
 

@@ -23,6 +23,14 @@ async function until(what: string, ok: () => boolean | Promise<boolean>, ms = 30
 }
 const get = (url: string, bearer: string) => app.inject({ method: 'GET', url, headers: { authorization: `Bearer ${bearer}` } });
 const status = async (url: string, bearer: string) => (await get(url, bearer)).statusCode;
+/** The api's own gauge of its LISTEN connection, and its lookups by result, from /metrics. */
+async function gauges(): Promise<{ listening: number; lookups: Record<string, number> }> {
+  const text = (await app.inject({ method: 'GET', url: '/metrics' })).body;
+  const listening = Number(/^fleet_api_principal_cache_listening(?:\{[^}]*\})? (\S+)$/m.exec(text)?.[1]);
+  const lookups: Record<string, number> = {};
+  for (const m of text.matchAll(/^fleet_api_principal_lookups_total\{[^}]*result="(\w+)"[^}]*\} (\S+)$/gm)) lookups[m[1]!] = Number(m[2]);
+  return { listening, lookups };
+}
 /** A change made with the triggers switched off (this session only): no notice goes out. */
 const silently = async (sql: string, values: unknown[]) => {
   const c = await s.pool.connect();
@@ -47,7 +55,11 @@ async function login(email: string): Promise<string> {
 
 t.test('a token is read once, served from memory, and refused once a change is notified', async (t) => {
   const { token, id } = await createToken(s.pool, s.customer.id, 'reader', ['read']);
+  const m0 = (await gauges()).lookups;
   t.equal(await status('/api/instances?limit=1', token), 200);
+  t.equal(await status('/api/instances?limit=1', token), 200);
+  const m1 = (await gauges()).lookups;
+  t.same([m1.miss! - m0.miss!, m1.hit! - m0.hit!], [1, 1], 'one miss, then a hit');
   t.ok(cache.size > 0, 'the row is kept');
   // Revoked without a notice: the copy answers, so the request really did not ask Postgres.
   await silently(`UPDATE api_tokens SET revoked_at = now() WHERE id = $1`, [id]);
@@ -189,13 +201,18 @@ t.test('while the LISTEN connection is down nothing is kept, and it comes back',
   t.ok(pid, 'the listener has a backend');
   await s.pool.query('SELECT pg_terminate_backend($1)', [pid]);
   await until('the listener noticed', () => !listener!.up);
+  t.equal((await gauges()).listening, 0, 'the gauge says so');
   t.equal(cache.size, 0, 'emptied: a notice may have gone unheard');
+  const before = (await gauges()).lookups;
   t.notOk(cache.on);
   // While down, a change nobody hears is still seen at once: every request reads Postgres.
   await silently(`UPDATE api_tokens SET revoked_at = now() WHERE id = $1`, [id]);
   t.equal(await status('/api/instances?limit=1', token), 401);
   t.equal(cache.size, 0, 'nothing kept while down');
+  const after = (await gauges()).lookups;
+  t.ok(after.off! > before.off!, `counted as off (${before.off} -> ${after.off})`);
   await until('the listener is back', () => listener!.up, 5000);
+  t.equal((await gauges()).listening, 1);
   t.not(listener!.pid, pid, 'a new backend');
   const { token: fresh } = await createToken(s.pool, s.customer.id, 'back', ['read']);
   t.equal(await status('/api/instances?limit=1', fresh), 200);
@@ -214,4 +231,17 @@ t.test('without the triggers (an api before the migration) the copy stays off', 
   t.equal(cache.size, 0);
   await s.pool.query(`UPDATE api_tokens SET revoked_at = now() WHERE id = $1`, [id]);
   t.equal(await status('/api/instances?limit=1', token), 401, 'read from Postgres at once');
+});
+
+t.test('API_PRINCIPAL_CACHE_MS=0: no copy, no LISTEN connection, the gauge at -1', async (t) => {
+  const off = await injectApi(t, s, { API_PRINCIPAL_CACHE_MS: '0' });
+  t.equal(off.principals.listener, null);
+  const { token, id } = await createToken(s.pool, s.customer.id, 'off', ['read']);
+  const ask = async () => (await off.inject({ method: 'GET', url: '/api/instances?limit=1', headers: { authorization: `Bearer ${token}` } })).statusCode;
+  t.equal(await ask(), 200);
+  t.equal(off.principals.cache.size, 0);
+  await silently(`UPDATE api_tokens SET revoked_at = now() WHERE id = $1`, [id]);
+  t.equal(await ask(), 401, 'read from Postgres every time');
+  const text = (await off.inject({ method: 'GET', url: '/metrics' })).body;
+  t.match(text, /^fleet_api_principal_cache_listening(\{[^}]*\})? -1$/m);
 });
