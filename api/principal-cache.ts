@@ -9,8 +9,10 @@
 //     users, memberships and sessions (migration 0027): every api replica listens
 //     (lib/infra/pg-listen.ts) and empties its cache on each notice; whoever made the change (this
 //     api, another replica, the CLI, an operator's SQL);
-//   - a request of this process that may write (any method but GET and HEAD) empties it before its
-//     answer is sent, so what this replica's answer says was done holds for its next request;
+//   - a request of this process that may have written (any method but GET and HEAD, answered
+//     below 400) empties it before its answer is sent, so what this replica's answer says was done
+//     holds for its next request (a refused one, a failed login, does not: a flood of them would
+//     empty the copy for everyone);
 //   - while the LISTEN connection is down nothing is cached (each request queries, as without the
 //     cache), and what was cached is dropped, since a notice may have gone unheard;
 //   - a row read while a notice arrived is not kept (the generation below);

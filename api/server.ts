@@ -162,8 +162,11 @@ export async function buildApi(d: ApiDeps): Promise<FastifyInstance> {
     app.addHook('onClose', async () => listener.close());
     app.decorate('principals', { cache: principals, listener });
   } else app.decorate('principals', { cache: principals, listener: null });
-  app.addHook('onSend', async (req) => {
-    if (req.method !== 'GET' && req.method !== 'HEAD') principals.invalidate();
+  // Only a write that succeeded: a refused one (a failed login, a 403) changed nothing, and a flood
+  // of them must not empty the copy for every other customer's requests. What a failed request did
+  // commit (none should) is still announced by Postgres's notice.
+  app.addHook('onSend', async (req, reply) => {
+    if (req.method !== 'GET' && req.method !== 'HEAD' && reply.statusCode < 400) principals.invalidate();
   });
   // Open live streams end before the server closes, or close would wait for them.
   app.addHook('preClose', async () => d.lights.close());

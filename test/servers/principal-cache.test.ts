@@ -158,6 +158,25 @@ t.test("this replica's own writes hold for its next request, with no wait for th
   t.equal(await status('/api/instances?limit=1', mine), 401, 'logged out: refused at once');
 });
 
+t.test('a refused write (a failed login) leaves the copy as it is; a successful one empties it', async (t) => {
+  const { token } = await createToken(s.pool, s.customer.id, 'flood', ['read']);
+  t.equal(await status('/api/instances?limit=1', token), 200);
+  const kept = cache.size;
+  t.ok(kept > 0);
+  for (let i = 0; i < 5; i++) {
+    const r = await app.inject({ method: 'POST', url: '/auth/login', payload: { email: `nobody-${i}@example.com`, password: 'wrong password here' } });
+    t.equal(r.statusCode, 401);
+  }
+  t.equal(cache.size, kept, 'five failed logins: nothing emptied');
+  const user = await createUser(s.pool, { email: `flood-${s.id}@example.com`, password });
+  await addMembership(s.pool, user.id, s.customer.id, 'viewer');
+  await until('the notices of the new membership have arrived', () => cache.size === 0);
+  t.equal(await status('/api/instances?limit=1', token), 200);
+  t.ok(cache.size > 0);
+  await login(user.email);
+  t.equal(cache.size, 0, 'a login that succeeded empties it');
+});
+
 t.test('an expiry needs no notice: the kept row is judged against the clock', async (t) => {
   const { token } = await createToken(s.pool, s.customer.id, 'short', ['read'], { expiresAt: new Date(Date.now() + 1500) });
   t.equal(await status('/api/instances?limit=1', token), 200);
