@@ -14,9 +14,8 @@
 // Every step's decision is a pure function of gateway/admission.ts; this file runs them in order.
 // The answer comes back as an `Outcome` (an answer, or an HttpError), never written to a socket
 // here: gateway/http/edge.ts writes it, logs refusals and counts both.
-import { randomUUID } from 'node:crypto';
 import { HttpError } from '../lib/contract/errors.js';
-import { idempotentReportId } from '../lib/contract/ids.js';
+import { idempotentReportId, randomId } from '../lib/contract/ids.js';
 import { encodeReport, laneOf } from '../lib/contract/messages.js';
 import type { Validator } from '../lib/contract/validation.js';
 import type { ReportKind } from '../lib/contract/schemas/ingest.js';
@@ -130,7 +129,7 @@ export class Ingest {
    */
   prepare(kind: JsonKind, tok: TokenInfo, path: IngestPath, raw: Buffer, data: unknown, idemKey: string, commandId = ''): HttpError | PreparedReport {
     const offer = KINDS[kind].offersCommands ? this.d.commands.offer(tok.customerId, path.machine, path.software) : null;
-    const id = idemKey ? idempotentReportId(tok.customerId, kind, path.machine, path.software, idemKey) : randomUUID();
+    const id = idemKey ? idempotentReportId(tok.customerId, kind, path.machine, path.software, idemKey) : randomId();
     const report = encodeReport(
       { id, kind: kind as ReportKind, customerId: tok.customerId, customer: tok.customer, machine: path.machine, software: path.software, tokenId: tok.id, receivedAt: Date.now(), idempotencyKey: idemKey || undefined, deliveredCommands: offer?.ids, commandId: commandId || undefined },
       raw,

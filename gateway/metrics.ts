@@ -15,7 +15,6 @@
 //      copies are stored and collapse, one counts).
 // The register is written only AFTER the PubAck: an id marked before a failed publish would turn
 // the agent's retry into a "duplicate" that was never stored. Redis unreachable: 503, retry.
-import { randomUUID } from 'node:crypto';
 import type { JsonRoute } from './types.js';
 import type { Ingest } from './ingest.js';
 import { mgetAny, redisKeys } from '../lib/infra/redis.js';
@@ -25,7 +24,7 @@ import { MetricRecord, metricsBatchSchema } from '../lib/contract/schemas/metric
 import { metricTimes } from '../lib/domain/report-check.js';
 import { encodeReport } from '../lib/contract/messages.js';
 import { HttpError, unprocessable } from '../lib/contract/errors.js';
-import { uuidFromName } from '../lib/contract/ids.js';
+import { randomId, uuidFromName } from '../lib/contract/ids.js';
 import { markNew } from './metric-register.js';
 
 const RECORDS = ['items', '*'];
@@ -117,7 +116,7 @@ export function metricsRoute(core: Ingest): JsonRoute {
           todo.forEach((x, i) => parts.push(...(i > 0 ? [COMMA, bytesOf(x.index)] : [bytesOf(x.index)])));
           parts.push(ITEMS_CLOSE);
           const body = Buffer.concat(parts);
-          const report = encodeReport({ id: randomUUID(), kind: 'metrics', customerId: tok.customerId, customer: tok.customer, machine: path.machine, software: path.software, tokenId: tok.id, receivedAt: at }, body);
+          const report = encodeReport({ id: randomId(), kind: 'metrics', customerId: tok.customerId, customer: tok.customer, machine: path.machine, software: path.software, tokenId: tok.id, receivedAt: at }, body);
           if (report.length > publisher.maxReportBytes) {
             return done(new HttpError(413, `report of ${report.length} bytes is over the queue's message limit`));
           }
