@@ -87,13 +87,20 @@ export class BatchIngest {
   }
 
   /** `spans`: where each entry's body stands in `request` (it is queued as those bytes); `shapes`: its value count and depth. */
-  private run(call: Call, tok: TokenInfo, customer: string, list: unknown[], request: Buffer, { spans, shapes }: ParsedBody, done: (o: Outcome, refused: RefusedEntry[]) => void): void {
+  private run(call: Call, tok: TokenInfo, customer: string, entryList: unknown[], request: Buffer, parsed: ParsedBody, done: (o: Outcome, refused: RefusedEntry[]) => void): void {
     const { core } = this;
+    // The parsed request, read only while the entries are queued (this turn): let go of before
+    // the answers come back. Every callback below shares this function's scope, so anything they
+    // could reach stayed alive until the last PubAck, and a batch's whole parsed tree and body
+    // outlived a young-generation collection or two (copied each time: most of the gateway's GC).
+    let src: { list: unknown[]; request: Buffer; parsed: ParsedBody } | null = { list: entryList, request, parsed };
     const { d } = core;
     const { cfg } = d;
     const entries = this.entries;
-    const n = list.length;
+    const n = entryList.length;
     const results: string[] = new Array<string>(n);
+    const okIds: string[] = new Array<string>(n);
+    const okAnswers: AcceptedAnswer[] = new Array<AcceptedAnswer>(n);
     const refused: RefusedEntry[] = [];
     let accepted = 0;
     let pending = 0;
@@ -107,15 +114,18 @@ export class BatchIngest {
       byStatus.set(status, (byStatus.get(status) ?? 0) + 1);
     };
 
-    const keyed: { i: number; kind: BatchKind; p: PreparedReport; what: string; raw: Buffer; body: unknown }[] = [];
-    const refuseEntry = (index: number, err: HttpError, what = '', bodySize = 0) => {
+    const keyed: { i: number; kind: BatchKind; p: PreparedReport; head: EntryHead; raw: Buffer; body: unknown }[] = [];
+    // An entry's `kind machine/software` is written only when it is refused: built for every
+    // entry, the strings stayed in the callbacks until the answer (most of what a batch in flight
+    // held on the heap).
+    const refuseEntry = (index: number, err: HttpError, head: EntryHead | null = null, bodySize = 0) => {
       results[index] = refusedResult(err);
-      refused.push({ index, err, what, bodySize });
+      refused.push({ index, err, what: head ? `${head.kind} ${head.path.machine}/${head.path.software}` : '', bodySize });
     };
 
     // Before the rate, as on the single route: the entry's shape, its path and the token's machine
     // binding (no token spent).
-    const heads = list.map((e) => {
+    const heads = entryList.map((e) => {
       const h = entryHeadRefusal(e, customer);
       return h instanceof HttpError ? h : (machineRefusal(tok, h.path.machine) ?? h);
     });
@@ -130,14 +140,14 @@ export class BatchIngest {
         refuseEntry(i, head);
         continue;
       }
-      const what = `${head.kind} ${head.path.machine}/${head.path.software}`;
       if (budget === 0) {
-        refuseEntry(i, core.rates.overRate(), what);
+        refuseEntry(i, core.rates.overRate(), head);
         continue;
       }
       budget--;
-      queue(i, head, what);
+      queue(i, head);
     }
+    src = null;
     claimKeys();
     queued = true;
     if (pending === 0) finish();
@@ -155,14 +165,14 @@ export class BatchIngest {
         .then(
           (claims) =>
             held.forEach((e, j) => {
-              if (claims[j] === 'different') refuseEntry(e.i, keyReused(), e.what, e.raw.length);
-              else send(e.i, e.kind, e.p, e.what, e.raw.length);
+              if (claims[j] === 'different') refuseEntry(e.i, keyReused(), e.head, e.raw.length);
+              else send(e.i, e.kind, e.p, e.head, e.raw.length);
               settle();
             }),
           (err) => {
             d.log.warn({ err }, 'Idempotency-Key register (Redis) unavailable');
             held.forEach((e) => {
-              refuseEntry(e.i, keyRegisterUnavailable(), e.what, e.raw.length);
+              refuseEntry(e.i, keyRegisterUnavailable(), e.head, e.raw.length);
               settle();
             });
           },
@@ -170,34 +180,39 @@ export class BatchIngest {
         .catch(call.fail);
     }
 
-    function queue(i: number, head: EntryHead, what: string): void {
+    function queue(i: number, head: EntryHead): void {
       const { kind, path } = head;
+      const { list, request, parsed } = src!;
       const b = entryBodyRefusal(list[i] as Record<string, unknown>);
-      if (b instanceof HttpError) return refuseEntry(i, b, what);
+      if (b instanceof HttpError) return refuseEntry(i, b, head);
       // The body as it will be queued: the bytes the client sent for it (no body: `{}`), held
       // to a single request's limits, so that nothing grows on its way to the queue.
-      const span = spans.get(i);
+      const span = parsed.spans.get(i);
       const raw = span ? request.subarray(span[0], span[1]) : EMPTY;
       const refusal =
         sizeRefusal(raw.length, cfg.gateway.bodyLimit) ??
-        entryJsonRefusal(raw, cfg.gateway.json, shapes.get(i)) ??
+        entryJsonRefusal(raw, cfg.gateway.json, parsed.shapes.get(i)) ??
         core.check(kind, core.validatorOf(kind), tok, path.machine, b.body, raw.length);
-      if (refusal) return refuseEntry(i, refusal, what, raw.length);
+      if (refusal) return refuseEntry(i, refusal, head, raw.length);
       const p = core.prepare(kind, tok, path, raw, b.body, b.idemKey);
-      if (p instanceof HttpError) return refuseEntry(i, p, what, raw.length);
-      if (b.idemKey) keyed.push({ i, kind, p, what, raw, body: b.body });
-      else send(i, kind, p, what, raw.length);
+      if (p instanceof HttpError) return refuseEntry(i, p, head, raw.length);
+      if (b.idemKey) keyed.push({ i, kind, p, head, raw, body: b.body });
+      else send(i, kind, p, head, raw.length);
     }
 
-    function send(i: number, kind: BatchKind, p: PreparedReport, what: string, size: number): void {
+    function send(i: number, kind: BatchKind, p: PreparedReport, head: EntryHead, size: number): void {
       pending++;
+      // The callback holds the id and answer, not the prepared report (its buffer is the publisher's).
+      const { id, answer } = p;
       d.publisher.add(p.report, call.guard((err: HttpError | null) => {
         // Not acknowledged by JetStream: never reported accepted.
-        if (err) refuseEntry(i, err, what, size);
+        if (err) refuseEntry(i, err, head, size);
         else {
           accepted++;
-          results[i] = acceptedResult(p.answer, p.id);
-          count(kind, p.answer.status);
+          // Its result is written with the answer (one string per entry held until then was garbage the GC copied).
+          okIds[i] = id;
+          okAnswers[i] = answer;
+          count(kind, answer.status);
         }
         if (--pending === 0 && queued) finish();
       }), laneOf(kind), p.customerId, p.machine);
@@ -217,6 +232,7 @@ export class BatchIngest {
         }
       }
       const retryAfter = refused.reduce((m, r) => Math.max(m, r.err.retryAfterS ?? 0), 0);
+      for (let i = 0; i < n; i++) if (results[i] === undefined) results[i] = acceptedResult(okAnswers[i]!, okIds[i]!);
       done({ status: 200, body: `{"ok":true,"accepted":${accepted},"rejected":${n - accepted},"results":[${results.join(',')}]}`, headers: retryAfter ? { 'Retry-After': String(retryAfter) } : undefined }, refused);
     }
   }

@@ -9,7 +9,7 @@ import { testStack } from '../helpers/stack.js';
 import { loadConfig } from '../../lib/infra/config.js';
 import { createLogger } from '../../lib/infra/log.js';
 import { createMetrics } from '../../lib/infra/metrics.js';
-import { subjects, heartbeatStream, decodeBatch, toReport, type Report } from '../../lib/contract/messages.js';
+import { subjects, heartbeatStream, decodeBatch, toReport, partitionOf, type Report } from '../../lib/contract/messages.js';
 import { HttpError } from '../../lib/contract/errors.js';
 import { ArtifactStore } from '../../lib/store/artifacts.js';
 import { QuotaCache } from '../../lib/store/quotas.js';
@@ -180,4 +180,40 @@ t.test('a batch through the core: one result per entry, the refused ones returne
   t.same(refused.map((r) => [r.index, r.err.status]), [[1, 422], [2, 400]], 'the refused entries, for the rejection log');
   const mine = (await queued()).filter((r) => r.machine === 'core-b1');
   t.same(mine.map((r) => [r.kind, r.id]), [['heartbeat', answer.results[0].id]], 'the accepted entry queued under the id its result names; the refused one not');
+});
+
+// The batch route builds an entry's result, and the `kind machine/software` of its rejection-log
+// row, only once its publish is settled (gateway/batch.ts: nothing per entry is kept for the
+// answer before then). Here some entries' publish fails: a second partition whose publisher is
+// not connected, so the entries of the machines hashed to it are 503 in their results, the others
+// 200 and queued, each result in its entry's place.
+t.test('a batch whose entries are settled apart: the refused ones 503 with their names, the others queued under their ids, in order', async (t) => {
+  const tok = tokens.peek(s.token)!;
+  const down = new BatchPublisher(s.nc, js, { ...lane, subject: `${subj.reports}.down`, streamName: cfg.streamName }, { published: () => {}, failed: () => {} });
+  const split = new IngestPublisher([
+    { reports: publisher['partitions'][0]!.reports, heartbeats: publisher['partitions'][0]!.heartbeats },
+    { reports: down, heartbeats: down },
+  ]);
+  const machines = Array.from({ length: 24 }, (_, i) => `core-split-${i}`);
+  const up = machines.map((m) => partitionOf(tok.customerId, m, 2) === 0);
+  t.ok(up.includes(true) && up.includes(false), 'both partitions have machines of the batch');
+  // The core reads its publisher at each use (one Ingest per process: its schemas are compiled once).
+  deps.publisher = split;
+  t.teardown(() => {
+    deps.publisher = publisher;
+  });
+  const raw = Buffer.from(JSON.stringify({ entries: machines.map((machine) => ({ kind: 'heartbeat', machine, software: 'agent', body: { n: machine } })) }));
+  const [o, refused] = await new Promise<[Outcome, { index: number; err: HttpError; what: string }[]]>((resolve) => batch.ingest(call(), tok, s.customer.slug, raw, (o, r) => resolve([o, r])));
+  t.notOk(o instanceof HttpError);
+  const answer = JSON.parse(text(o as Answer));
+  t.same(answer.results.map((r: { status: number }) => r.status), up.map((u) => (u ? 200 : 503)), 'each result in its place: 200 where queued, 503 where not');
+  t.equal(answer.accepted, up.filter(Boolean).length);
+  t.same(
+    refused.map((r) => [r.index, r.err.status, r.what]),
+    machines.flatMap((m, i) => (up[i] ? [] : [[i, 503, `heartbeat ${m}/agent`]])),
+    'the refused entries, in order, named for the rejection log',
+  );
+  const mine = new Map((await queued()).filter((r) => r.machine.startsWith('core-split-')).map((r) => [r.machine, r]));
+  t.same([...mine.keys()].sort(), machines.filter((_, i) => up[i]).sort(), 'exactly the accepted entries queued');
+  for (const [i, m] of machines.entries()) if (up[i]) t.equal(mine.get(m)?.id, answer.results[i].id, `${m}: queued under the id its result names`);
 });
