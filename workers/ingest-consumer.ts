@@ -30,7 +30,7 @@ import type { Consumer, JetStreamClient, JsMsg } from 'nats';
 import { deadLetterOf } from '../lib/store/dead-letters.js';
 import type { Logger } from '../lib/infra/log.js';
 import type { Metrics } from '../lib/infra/metrics.js';
-import { decodeBatch, encodeBatch, reportSlices, toReport, toWire, DecodeError, type Report, type RejectionRecord } from '../lib/contract/messages.js';
+import { decodeBatch, encodeBatch, reportSlices, shareRepeated, toReport, toWire, DecodeError, type Report, type RejectionRecord } from '../lib/contract/messages.js';
 import { chTime, insertRows } from '../lib/infra/clickhouse.js';
 import { isUuid, uuidFromName } from '../lib/contract/ids.js';
 import { envelopeRefusal, type ReportChecker } from '../lib/domain/report-check.js';
@@ -235,6 +235,9 @@ export class IngestConsumer {
     puller.restart();
   }
 
+  /** The strings the reports of every batch repeat, one copy each (lib/contract/messages.ts shareRepeated). */
+  private readonly sharedStrings = new Map<string, string>();
+
   private decode(msg: JsMsg): Unit[] {
     if (msg.subject === this.opts.rejectionsSubject) {
       let rec: RejectionRecord;
@@ -247,7 +250,12 @@ export class IngestConsumer {
       return [{ msg, index: 0, total: 1, rejection: rec }];
     }
     const r = decodeBatch(msg.data).r;
-    return r.map((wire, index) => ({ msg, index, total: r.length, wire, report: isObject(wire) ? toReport(wire) : undefined }));
+    const shared = this.sharedStrings;
+    return r.map((wire, index) => {
+      if (!isObject(wire)) return { msg, index, total: r.length, wire, report: undefined };
+      shareRepeated(wire, shared);
+      return { msg, index, total: r.length, wire, report: toReport(wire) };
+    });
   }
 
   /** How long message `m` waits before its next try: doubling with each delivery, capped. */

@@ -313,6 +313,31 @@ export function decodeBatch(data: Uint8Array): ReportBatch {
   return b;
 }
 
+/**
+ * Replaces the strings a batch's reports repeat (customer id and slug, token id, kind, software)
+ * with one copy each, kept in `seen` (at most `SHARED_MAX` strings; emptied when full). A worker
+ * holds a whole batch, tens of thousands of reports, across its writes: `JSON.parse` gives every
+ * report its own copy of each string, and every copy outlived the young generation's collections
+ * (copied, then promoted). Only strings are shared; any other value is left for the envelope check.
+ */
+export function shareRepeated(w: WireReport, seen: Map<string, string>): void {
+  if (typeof w.c === 'string') w.c = share(w.c, seen);
+  if (typeof w.cs === 'string') w.cs = share(w.cs, seen);
+  if (typeof w.t === 'string') w.t = share(w.t, seen);
+  if (typeof w.k === 'string') w.k = share(w.k, seen);
+  if (typeof w.s === 'string') w.s = share(w.s, seen);
+}
+
+const SHARED_MAX = 4096;
+
+function share<T extends string>(v: T, seen: Map<string, string>): T {
+  const one = seen.get(v);
+  if (one !== undefined) return one as T;
+  if (seen.size >= SHARED_MAX) seen.clear();
+  seen.set(v, v);
+  return v;
+}
+
 const QUOTE = 0x22;
 const BACKSLASH = 0x5c;
 const isSpace = (b: number) => b === 0x20 || b === 0x0a || b === 0x0d || b === 0x09;

@@ -1,6 +1,6 @@
 // The queue's message format (lib/contract/messages.ts): reports and batches round-trip, the raw body untouched; delivered and acked command ids; the codec between the wire's short keys and the readable Report.
 import t from 'tap';
-import { encodeReport, encodeBatch, decodeBatch, reportSlices, toReport, toWire, DecodeError, type Report } from '../../lib/contract/messages.js';
+import { encodeReport, encodeBatch, decodeBatch, reportSlices, shareRepeated, toReport, toWire, DecodeError, type Report, type WireReport } from '../../lib/contract/messages.js';
 import { envelopeRefusal, reportChecker } from '../../lib/domain/report-check.js';
 import { treeErrors, TREE_MAX_DEPTH } from '../../lib/domain/storable.js';
 import { randomUUID } from 'node:crypto';
@@ -114,4 +114,29 @@ t.test('free trees: deeper than TREE_MAX_DEPTH is not storable, found without re
   const check = reportChecker(100);
   t.equal(check.check('command_ack', { result: 'success', output: nest(TREE_MAX_DEPTH) }), null);
   t.match(check.check('command_ack', { result: 'success', output: nest(20_000) })?.detail, /^output cannot be stored: \/output\/0\/0.* nested deeper than 1000 levels$/);
+});
+
+// The worker replaces the strings its reports repeat with one copy each (workers/ingest-consumer.ts
+// decode): the values must not change, whatever a bypassing publisher put there, and the copies
+// kept are bounded.
+t.test('shareRepeated: repeated strings become one copy, every value as it was, non-strings untouched, the copies bounded', async (t) => {
+  const reports = Array.from({ length: 50 }, (_, i) =>
+    encodeReport({ id: randomUUID(), kind: i % 2 ? 'heartbeat' : 'status', customerId: 'cust-1', customer: 'acme', machine: `m-${i}`, software: 'agent', tokenId: 'tok-1', receivedAt: i }, Buffer.from('{"a":1}')),
+  );
+  const wires = decodeBatch(encodeBatch(reports)).r;
+  const before = JSON.stringify(wires);
+  const seen = new Map<string, string>();
+  for (const w of wires) shareRepeated(w, seen);
+  t.equal(JSON.stringify(wires), before, 'every value as it was');
+  t.same([...seen.keys()].sort(), ['acme', 'agent', 'cust-1', 'heartbeat', 'status', 'tok-1'], 'one copy of each repeated value; ids, machines and bodies not kept');
+  t.same(wires.map(toReport).map((r) => r.customerId), Array(50).fill('cust-1'));
+  // What the envelope check must still see: values that are not strings, and absent keys.
+  const odd = { id: 'x', k: 7, c: null, cs: ['a'], t: { x: 1 }, m: 'm', at: 1, b: {} } as unknown as WireReport;
+  const copy = { ...odd };
+  shareRepeated(odd, seen);
+  t.same(odd, copy, 'non-strings untouched');
+  t.notOk('s' in odd, 'an absent key stays absent');
+  const many = new Map<string, string>();
+  for (let i = 0; i < 10_000; i++) shareRepeated({ id: 'x', k: 'heartbeat', c: `c-${i}`, cs: 'a', t: 't', m: 'm', s: 's', at: 1, b: {} }, many);
+  t.ok(many.size <= 4096, `at most 4096 copies kept (${many.size})`);
 });
