@@ -14,7 +14,7 @@
 import type { Report, RejectionRecord } from '../lib/contract/messages.js';
 import type { Pool, PoolClient } from '../lib/infra/postgres.js';
 import { withTx, pgText, pgJson } from '../lib/infra/postgres.js';
-import { chTime, type ClickHouseClient } from '../lib/infra/clickhouse.js';
+import { chTime, TsvRows, type ClickHouseClient } from '../lib/infra/clickhouse.js';
 import type { Redis } from '../lib/infra/redis.js';
 import { redisKeys } from '../lib/infra/redis.js';
 import type { Heartbeat, Diagnostics, Status } from '../lib/contract/schemas/ingest.js';
@@ -219,9 +219,10 @@ async function upsertMachinesAndInstances(c: PoolClient, updates: InstanceUpdate
 }
 
 async function writeClickHouse(d: ApplyDeps, reports: Report[], rejections: RejectionRecord[], ids: Map<string, Resolved>, suppressed: Suppression): Promise<void> {
-  const heartbeats: string[] = [];
-  const diagnostics: string[] = [];
-  const statuses: string[] = [];
+  // Rows joined as they come (lib/infra/clickhouse.ts TsvRows): a batch's rows are not held as concatenations.
+  const heartbeats = new TsvRows();
+  const diagnostics = new TsvRows();
+  const statuses = new TsvRows();
   // The reports whose rows each insert holds (for the ledger).
   const of: Record<ReportTable, string[]> = { heartbeats: [], diagnostics: [], status_history: [] };
   for (const r of reports) {
@@ -247,7 +248,7 @@ async function writeClickHouse(d: ApplyDeps, reports: Report[], rejections: Reje
   }
   const rejected = rejections.filter((x) => !d.rows?.landed('ingest_rejections', x.id));
   const rej = rejected.map((x) => rejectionRow(chTime(x.at), x));
-  const insert = async (table: ReportTable, rows: string[], reportIds: readonly string[]) => {
+  const insert = async (table: ReportTable, rows: TsvRows, reportIds: readonly string[]) => {
     if (rows.length === 0) return;
     await insertReportRows(d.ch, table, rows);
     d.rows?.inserted(table, reportIds);

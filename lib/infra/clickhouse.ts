@@ -94,12 +94,44 @@ export function tsvRow(values: TsvValue[]): string {
   return s;
 }
 
-export async function insertTsv(ch: ClickHouseClient, table: string, columns: readonly string[], rows: string[]): Promise<void> {
+/**
+ * The rows of one insert, made into one flat text every ROWS_PER_PIECE rows. A row built by
+ * tsvRow is a concatenation, a tree of about two strings per value; a worker builds the rows of a
+ * whole batch (tens of thousands) before it inserts them, and kept as they were, every tree
+ * outlived the young generation's collections (copied, then promoted). Joined in pieces as they
+ * come, each tree is garbage at once.
+ */
+export class TsvRows {
+  private readonly pieces: string[] = [];
+  private open: string[] = [];
+  /** Rows pushed. */
+  length = 0;
+
+  push(row: string): void {
+    this.open.push(row);
+    this.length++;
+    if (this.open.length >= ROWS_PER_PIECE) {
+      this.pieces.push(this.open.join('\n'));
+      this.open = [];
+    }
+  }
+
+  /** Every row, each ended by a newline (TabSeparated). */
+  text(): string {
+    const all = this.open.length > 0 ? [...this.pieces, this.open.join('\n')] : this.pieces;
+    return all.length === 0 ? '' : all.join('\n') + '\n';
+  }
+}
+
+const ROWS_PER_PIECE = 256;
+
+export async function insertTsv(ch: ClickHouseClient, table: string, columns: readonly string[], rows: readonly string[] | TsvRows): Promise<void> {
   if (rows.length === 0) return;
+  const text = rows instanceof TsvRows ? rows.text() : rows.join('\n') + '\n';
   await ch
     .insert({
       table,
-      values: Readable.from([Buffer.from(rows.join('\n') + '\n')], { objectMode: false }),
+      values: Readable.from([Buffer.from(text)], { objectMode: false }),
       format: 'TabSeparated',
       columns: columns as [string, ...string[]],
     })

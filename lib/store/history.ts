@@ -4,7 +4,7 @@
 // (lib/store/instances.ts, lib/store/machines.ts): an id of another customer is a 404.
 // At the end, the rows the workers insert into heartbeats, diagnostics and status_history
 // (workers/apply-batch.ts).
-import { queryRows, insertTsv, tsvRow, type ClickHouseClient } from '../infra/clickhouse.js';
+import { queryRows, insertTsv, tsvRow, type ClickHouseClient, type TsvRows } from '../infra/clickhouse.js';
 import { chStr, chInt } from '../infra/clickhouse-sql.js';
 import type { Report } from '../contract/messages.js';
 import type { Heartbeat, DiagnosticItem, Status } from '../contract/schemas/ingest.js';
@@ -164,6 +164,6 @@ export function statusRow(start: string, b: Status): string {
 }
 
 /** One insert of rows built above into `table`. */
-export async function insertReportRows(ch: ClickHouseClient, table: ReportTable, rows: string[]): Promise<void> {
+export async function insertReportRows(ch: ClickHouseClient, table: ReportTable, rows: readonly string[] | TsvRows): Promise<void> {
   await insertTsv(ch, table, REPORT_COLS[table], rows);
 }
