@@ -546,7 +546,7 @@ export class IngestConsumer {
         base: this.opts.deadLetterSubject,
         failure,
         failureClass,
-        source: { stream: msg.info.stream, seq: msg.seq, subject: msg.subject, deliveries: msg.info.redeliveryCount },
+        source: { stream: msg.info.stream, seq: msg.seq, subject: msg.subject, deliveries: msg.info.redeliveryCount, index: u && u.rejection === undefined ? u.index : undefined },
         // A report that is not even an object (a publisher that bypassed the gateway) names nothing.
         report: u?.report,
         rejection: u && isObject(u.rejection) ? u.rejection : undefined,

@@ -82,8 +82,12 @@ export interface DeadLetterInput {
   failure: { kind: string; reason: string };
   /** data or decode (older dead letters: unknown): the label of fleet_worker_dead_letters_total. */
   failureClass: string;
-  /** The message the report came in. */
-  source: { stream: string; seq: number; subject: string; deliveries: number };
+  /**
+   * The message the report came in; `index`: the report's place in it, which names a dead letter
+   * of a report that has no id of its own (not even an object), so that two such reports of one
+   * message are two dead letters, not one taken for a retried publish of the other.
+   */
+  source: { stream: string; seq: number; subject: string; deliveries: number; index?: number };
   report?: Report;
   rejection?: RejectionRecord;
   now?: number;
@@ -126,7 +130,7 @@ export function deadLetterOf(d: DeadLetterInput): DeadLetterPublish {
   return {
     subject: `${d.base}.${customerToken(customer)}`,
     headers: h,
-    msgID: hv(`dlq-${d.source.stream}-${d.source.seq}${id ? `-${id}` : ''}`),
+    msgID: hv(`dlq-${d.source.stream}-${d.source.seq}${id ? `-${id}` : d.source.index !== undefined ? `-#${d.source.index}` : ''}`),
   };
 }
 

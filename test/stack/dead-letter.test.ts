@@ -187,3 +187,24 @@ t.test('a command ack whose output is nested 20,000 deep, queued past the gatewa
   t.match(row.detail, /^dead-lettered after 1 delivery: not storable: output cannot be stored/);
   t.equal(await workerMetric(workerUrl, 'fleet_worker_outage'), 0, 'nothing waits for an outage');
 });
+
+// A worker holds a decoded report only as its readable copy (workers/ingest-consumer.ts `Unit`);
+// one that is not an object at all (a publisher past the gateway) is dead-lettered by what it is.
+t.test('reports that are not objects, queued past the gateway: each dead-lettered alone with its own bytes, at once; their neighbours stored once', async (t) => {
+  const before = await deadLetterCount(s);
+  const a = queued('notobj-1', 'heartbeat', '{"version":"notobj-1"}');
+  const b = queued('notobj-1', 'heartbeat', '{"version":"notobj-2"}');
+  const odd = [Buffer.from('42'), Buffer.from('null'), Buffer.from('["x"]')];
+  await js.publish(subj.reports, encodeBatch([a.bytes, odd[0]!, odd[1]!, b.bytes, odd[2]!]));
+  await eventually(async () => ((await jsm.streams.info(dlqName)).state.messages >= before + 3 ? true : null), 30_000, 'dead-lettered');
+  await drained();
+  const info = await jsm.streams.info(dlqName);
+  t.equal(info.state.messages, before + 3, 'one dead letter each');
+  const letters = [];
+  for (let seq = info.state.last_seq - 2; seq <= info.state.last_seq; seq++) letters.push(await jsm.streams.getMessage(dlqName, { seq }));
+  t.same(letters.map((m) => Buffer.from(m.data).toString()).sort(), odd.map((o) => encodeBatch([o]).toString()).sort(), 'each with its own bytes');
+  for (const m of letters) t.match(m.header.get('Fleet-Error'), /a report must be an object/);
+  const stored = await storedOnce(s.ch, 'heartbeats', 'version', ['notobj-1', 'notobj-2']);
+  t.ok(stored.once, `the neighbours stored once (${JSON.stringify(stored)})`);
+  t.equal(await workerMetric(workerUrl, 'fleet_worker_outage'), 0, 'nothing waits for an outage');
+});

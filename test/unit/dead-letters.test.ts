@@ -38,6 +38,10 @@ t.test('no customer known, or not a slug: the _none subject', async (t) => {
   t.equal(undecodable.subject, `b.${NO_CUSTOMER}`);
   t.notOk(undecodable.headers.has(HEADERS.customer));
   t.equal(undecodable.msgID, 'dlq-INGEST-42');
+  // Reports of one message that are not objects have no id: their places tell their dead letters apart.
+  const notObjects = [1, 4].map((index) => deadLetterOf({ base: 'b', failure: { kind: 'data', reason: 'x' }, failureClass: 'data', source: { ...source, index } }).msgID);
+  t.same(notObjects, ['dlq-INGEST-42-#1', 'dlq-INGEST-42-#4'], 'two reports without an id in one message: two dead letters');
+  t.equal(deadLetterOf({ base: 'b', failure: { kind: 'data', reason: 'x' }, failureClass: 'data', source: { ...source, index: 3 }, report }).msgID, `dlq-INGEST-42-${report.id}`, 'a report with an id is named by it, as before');
   const odd = deadLetterOf({ base: 'b', failure: { kind: 'unknown', reason: 'x' }, failureClass: 'unknown', source, report: { ...report, customer: 'Not.A slug>' } });
   t.equal(odd.subject, `b.${NO_CUSTOMER}`, 'a subject token cannot be made of it');
   t.equal(customerToken('acme-2'), 'acme-2');
