@@ -455,7 +455,7 @@ export class IngestConsumer {
 
   /** The bytes a dead letter of `u` carries: its report cut from the message as queued, or the whole message. */
   private rawOf(u: Unit): Uint8Array {
-    if (!u.wire) return u.msg.data; // a rejection record: one per message
+    if (u.rejection) return u.msg.data; // a rejection record: one per message
     const slices = reportSlices(u.msg.data);
     const own = slices && slices.length === u.total ? slices[u.index] : undefined;
     // A message this cannot cut up (written by something else than a gateway) is kept whole; the
