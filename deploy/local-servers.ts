@@ -5,7 +5,7 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, openSync, readFileSync, readlinkSync, rmSync, writeFileSync, chownSync, readdirSync } from 'node:fs';
-import { connect as netConnect } from 'node:net';
+import { connect as netConnect, createServer as netServer } from 'node:net';
 import { dirname, join } from 'node:path';
 import { configOrExit, type Config } from '../lib/infra/config.js';
 import { createDatabaseIfMissing } from '../lib/store/admin.js';
@@ -116,9 +116,24 @@ export class PortInUseError extends Error {
   }
 }
 
-/** Refuses a port something already listens on (checked after our own stale server is stopped). */
+/**
+ * Refuses a port something already listens on (checked after our own stale server is stopped), or
+ * that cannot be bound on loopback: a client socket of any process whose own (ephemeral) port it
+ * is holds it just as well, and answers no probe. A server started there would fail to listen
+ * (a worker would run without its /readyz), so the start says which variable to change instead.
+ */
 export async function ensurePortFree(port: number, variable: string): Promise<void> {
   if (await tcpProbe(port, null)) throw new PortInUseError(port, variable);
+  if (!(await bindable(port))) throw new PortInUseError(port, variable, "is held by another process's socket (a connection's own port, or a server)");
+}
+
+/** Whether a server could listen on 127.0.0.1:`port` now (it is bound and closed again at once). */
+export function bindable(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const srv = netServer();
+    srv.once('error', () => resolve(false));
+    srv.listen({ port, host: '127.0.0.1', exclusive: true }, () => srv.close(() => resolve(true)));
+  });
 }
 
 /** The inodes of the sockets listening on 127.0.0.1 (or any address) at `port` (/proc/net/tcp, tcp6). */

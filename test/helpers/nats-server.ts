@@ -5,6 +5,23 @@ import { createServer, connect as tcpConnect } from 'node:net';
 import { connect } from 'nats';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { bindable } from '../../deploy/local-servers.js';
+
+/**
+ * `count` consecutive ports below the kernel's ephemeral range (32768 up), free now, for a stack
+ * that is started, stopped and started again on the same ports: a port from freePort() (the
+ * ephemeral range) may meanwhile become some connection's own port, which answers no probe but
+ * refuses a listener (a worker then runs without its /readyz). Drawn at random from 10000-13999,
+ * where no fixed port of the project lies (deploy/local-servers.ts, deploy/cluster.ts).
+ */
+export async function stablePorts(count: number): Promise<number[]> {
+  for (let attempt = 0; attempt < 200; attempt++) {
+    const first = 10_000 + Math.floor(Math.random() * (4000 - count));
+    const ports = Array.from({ length: count }, (_, i) => first + i);
+    if ((await Promise.all(ports.map(bindable))).every(Boolean)) return ports;
+  }
+  throw new Error(`no ${count} consecutive free ports in 10000-13999`);
+}
 
 export async function freePort(): Promise<number> {
   return new Promise((resolve) => {

@@ -3,30 +3,25 @@
 // 200 and the instance listed green within 2 s, a clean stop on SIGTERM, and a second start, by
 // `npm start` itself with two workers, that reuses the data, gives every worker its own health
 // port, and stops entirely when npm gets SIGTERM (as from a service manager).
-import t from 'tap';
+import t, { type Test } from 'tap';
 import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, statSync, chmodSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { connect } from 'node:net';
 import { ROOT } from '../../deploy/service-process.js';
-import { freePort } from '../helpers/nats-server.js';
+import { stablePorts } from '../helpers/nats-server.js';
 import { post, get, eventually } from '../helpers/stack.js';
 
 const dataDir = mkdtempSync(join(tmpdir(), 'fleet-stack-'));
 chmodSync(dataDir, 0o755);
 t.teardown(() => rmSync(dataDir, { recursive: true, force: true }));
 
-const ports = {
-  NATS_PORT: await freePort(),
-  REDIS_PORT: await freePort(),
-  PG_PORT: await freePort(),
-  CLICKHOUSE_HTTP_PORT: await freePort(),
-  CLICKHOUSE_TCP_PORT: await freePort(),
-  GATEWAY_PORT: await freePort(),
-  API_PORT: await freePort(),
-  WORKER_HTTP_PORT: await freePort(),
-};
+// Ports below the ephemeral range, kept free for both starts (stablePorts): the ninth is the second
+// worker's (WORKER_HTTP_PORT + 1) in the second start.
+const free = await stablePorts(9);
+const names = ['NATS_PORT', 'REDIS_PORT', 'PG_PORT', 'CLICKHOUSE_HTTP_PORT', 'CLICKHOUSE_TCP_PORT', 'GATEWAY_PORT', 'API_PORT', 'WORKER_HTTP_PORT'] as const;
+const ports = Object.fromEntries(names.map((n, i) => [n, free[i]!])) as Record<(typeof names)[number], number>;
 const env: NodeJS.ProcessEnv = { ...process.env, DATA_DIR: dataDir, LOG_LEVEL: 'warn' };
 for (const k of ['NATS_URL', 'DATABASE_URL', 'REDIS_URL', 'CLICKHOUSE_URL']) delete env[k];
 for (const [k, v] of Object.entries(ports)) env[k] = String(v);
@@ -51,8 +46,22 @@ function portOpen(port: number): Promise<boolean> {
 const gw = `http://127.0.0.1:${ports.GATEWAY_PORT}`;
 const api = `http://127.0.0.1:${ports.API_PORT}`;
 
+/**
+ * A subtest that fails leaves no stack behind (it would hold the ports and cores of every later
+ * test file) and shows the stack's own output, where a slow or failed start-up step is logged.
+ */
+function stopOnFailure(t: Test, st: { child: ReturnType<typeof spawn>; exited: Promise<number | null>; output: () => string }) {
+  t.teardown(async () => {
+    if (st.child.exitCode !== null || st.child.signalCode !== null) return;
+    if (!t.passing()) t.comment(`the stack's output:\n${st.output()}`);
+    st.child.kill('SIGTERM');
+    await Promise.race([st.exited, new Promise((r) => setTimeout(r, 60_000))]);
+  });
+}
+
 t.test('first start: servers, demo seed, the README example works, clean stop', async (t) => {
   const st = startStack();
+  stopOnFailure(t, st);
   await eventually(async () => /api http:\/\/127\.0\.0\.1/.test(st.output()), 120_000, 'stack up');
   const out = st.output();
   t.match(out, /Seeded customer "demo"/);
@@ -93,11 +102,14 @@ t.test('second start, as `npm start` with two workers: reuses the data, each wor
   child.stdout.on('data', (d) => (out += d));
   child.stderr.on('data', (d) => (out += d));
   const st = { child, exited: new Promise<number | null>((r) => child.on('exit', (c) => r(c))), output: () => out };
+  stopOnFailure(t, st);
   await eventually(async () => /api http:\/\/127\.0\.0\.1/.test(st.output()), 120_000, 'stack up again');
   for (const port of [ports.WORKER_HTTP_PORT, ports.WORKER_HTTP_PORT + 1]) {
+    // A worker that is not ready says why (its /readyz detail); the failure names it.
     const r = await eventually(async () => {
-      const x = await get(`http://127.0.0.1:${port}/readyz`, null).catch(() => null);
-      return x?.status === 200 ? x : null;
+      const x = await get(`http://127.0.0.1:${port}/readyz`, null).catch((e: Error) => ({ status: 0, body: { detail: e.message } }));
+      if (x.status === 200) return x;
+      throw new Error(`last /readyz: ${x.status} ${JSON.stringify(x.body)}`);
     }, 30_000, `worker on ${port} ready`);
     t.same(r.body, { ok: true }, `worker /readyz on ${port}`);
   }
