@@ -3,7 +3,7 @@
 # One image for every fleet-ingest process; the command picks the process (docs/deploy.md):
 #   node --enable-source-maps dist/gateway/main.js                              gateway (GATEWAY_PORT, 8080)
 #   node --enable-source-maps --max-semi-space-size=64 dist/workers/main.js     worker (WORKER_HTTP_PORT, 8082)
-#   node --enable-source-maps dist/api/main.js                                  read API and dashboard (API_PORT, 8081)
+#   node --enable-source-maps --max-semi-space-size=64 dist/api/main.js         read API and dashboard (API_PORT, 8081)
 #   node bin/fleet.js migrate                                                   schema (a one-shot job)
 #
 # Node 20 on Debian 12 (bookworm, glibc 2.36), in both stages: the uWebSockets.js build the gateway

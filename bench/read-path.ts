@@ -87,17 +87,28 @@ async function ingestChild(origin: string, pathsFile: string, token: string, rat
 
 // ---- service processes ----------------------------------------------------------------------
 
+/** The api's Node flags: as shipped, or BENCH_API_FLAGS when set (kept for the results). */
+let apiNodeFlags: string[] = [];
+function apiFlags(shipped: string[]): string[] {
+  const ab = process.env.BENCH_API_FLAGS;
+  apiNodeFlags = ab === undefined ? shipped : ab.split(/\s+/).filter(Boolean);
+  return [...apiNodeFlags];
+}
+
 /**
  * Starts a gateway, worker or api from dist/ (deploy/service-process.ts), kept in `services` from
  * the start so that one that fails to start is stopped too, and waits up to 60 s for its log line
- * `ready` (whose `port` is the one it listens on). On Node's own flags, not `nodeFlags()`: this
- * bench has always run its services so, and its figures stay comparable.
+ * `ready` (whose `port` is the one it listens on). The api, whose figures these are, runs on the
+ * flags it ships with (`nodeFlags()`: its 64 MiB semi-space, [A8]), or on BENCH_API_FLAGS when set
+ * (an A/B: `BENCH_API_FLAGS=` for Node's defaults); the gateway and worker, which only feed the
+ * ingest, on Node's own flags, as this bench has always run them.
  */
 async function startService(services: Proc[], name: string, script: string, env: Record<string, string>, ready: string): Promise<{ proc: Proc; port?: number }> {
-  // BENCH_API_PROFILE=<dir>: the api writes a CPU profile there when it stops (node --cpu-prof).
-  const flags = name === 'api' && process.env.BENCH_API_PROFILE ? ['--cpu-prof', '--cpu-prof-dir', process.env.BENCH_API_PROFILE] : [];
   // Loaded here, as main() loads lib/: the ingest child (this same file) needs none of it.
-  const { Proc } = await import('../deploy/service-process.js');
+  const { Proc, nodeFlags } = await import('../deploy/service-process.js');
+  const flags = name === 'api' ? apiFlags(nodeFlags('api/main.js')) : [];
+  // BENCH_API_PROFILE=<dir>: the api writes a CPU profile there when it stops (node --cpu-prof).
+  if (name === 'api' && process.env.BENCH_API_PROFILE) flags.push('--cpu-prof', '--cpu-prof-dir', process.env.BENCH_API_PROFILE);
   const proc = new Proc(name, script, env, { flags });
   services.push(proc);
   const line = await proc.waitFor((l) => l.msg === ready, 60_000);
@@ -414,6 +425,7 @@ async function main(): Promise<void> {
         duration_s: DURATION_S,
         endpoints: results,
         api_idle_cpu_ms_per_s: round(idleMsPerS),
+        api_node_flags: apiNodeFlags.join(' '), // '' for Node's defaults (BENCH_API_FLAGS=)
         ingest_rate: ingestRate,
         ingest_offered_rate: INGEST_RATE,
         ingest_failed: ing.failed,

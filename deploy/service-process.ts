@@ -9,14 +9,16 @@ import { join } from 'node:path';
 export const ROOT = process.env.FLEET_ROOT ?? join(import.meta.dirname, '..', '..');
 
 /**
- * Node's flags for one of the service processes (by its script under dist/). Workers get a larger
- * young generation: a batch's reports live for the whole batch, and with the default 16 MiB
- * semi-space they were promoted and swept as old objects (GC took 31 % of a draining worker's
- * CPU; 64 MiB raised a 1,000,000-report drain from 49k to 61k reports/s, bench/README.md).
+ * Node's flags for one of the service processes (by its script under dist/). Workers and the api
+ * get a larger young generation. A worker's batch lives for the whole batch, and with the default
+ * 16 MiB semi-space its reports were promoted and swept as old objects (GC took 31 % of a draining
+ * worker's CPU; 64 MiB raised a 1,000,000-report drain from 49k to 61k reports/s). The api's list
+ * requests outlive scavenges the same way once they queue for Postgres: 64 MiB took a quarter off
+ * its CPU per list request at 50 readers ([A8] in bench/README.md).
  */
 export function nodeFlags(script: string): string[] {
   const flags = ['--enable-source-maps'];
-  if (script.startsWith('workers/')) flags.push('--max-semi-space-size=64');
+  if (script.startsWith('workers/') || script.startsWith('api/')) flags.push('--max-semi-space-size=64');
   // FLEET_PROFILE_DIR: every service process writes a V8 CPU profile there when it exits (how the
   // bench's misses are explained; open the .cpuprofile files in Chrome's DevTools).
   if (process.env.FLEET_PROFILE_DIR) flags.push('--cpu-prof', `--cpu-prof-dir=${process.env.FLEET_PROFILE_DIR}`);
