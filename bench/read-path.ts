@@ -408,6 +408,8 @@ async function main(): Promise<void> {
     const ingestRate = Math.round(ing.window_ok! / ing.window_s!);
     say(`ingest: ${ing.ok} ok, ${ing.failed} failed; ${ingestRate} heartbeats/s during the reads`);
     const pending = (await pool.query<{ n: number }>('SELECT count(*)::int AS n FROM instances WHERE customer_id = $1', [customer.id])).rows[0]!.n;
+    // The api's largest resident set in the run (VmHWM): what its Node flags cost in memory.
+    const apiPeakRssMb = Math.round(Number(/VmHWM:\s+(\d+) kB/.exec(readFileSync(`/proc/${api.proc.child.pid}/status`, 'utf8'))?.[1] ?? NaN) / 1024);
     // What the api logged as errors (a 500 is one), so that a run's errors can be told apart
     // afterwards: the first few, with their error's type, code, message and first stack lines.
     const apiErrors = api.proc.lines.filter((l) => typeof l.level === 'number' && l.level >= 50);
@@ -426,6 +428,7 @@ async function main(): Promise<void> {
         endpoints: results,
         api_idle_cpu_ms_per_s: round(idleMsPerS),
         api_node_flags: apiNodeFlags.join(' '), // '' for Node's defaults (BENCH_API_FLAGS=)
+        api_peak_rss_mb: apiPeakRssMb,
         ingest_rate: ingestRate,
         ingest_offered_rate: INGEST_RATE,
         ingest_failed: ing.failed,
