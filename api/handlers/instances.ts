@@ -25,7 +25,7 @@ function decodeCursor(after: string): { s: unknown; v: unknown } | null {
 // columns of lib/store/instances.ts instanceSelect (the column group_name, which the sort and group
 // SQL of lib/store/instance-order.ts use, is the field `group`); the page query's cursor columns
 // (`_c0`, …) are left out by not being named. One object literal: its properties are named, so V8
-// gives every row the same hidden class. Copied key by key in a loop (as before 2026-12-05), each
+// gives every row the same hidden class. Copied key by key in a loop (until 2026-12-04), each
 // row became a dictionary-mode object after its 16th key, which JSON.stringify walks on its slow
 // path: the copy and the page's serialisation took twice as long (bench/README.md [A9]).
 // `satisfies` holds the literal to the schema: a field missing or not in it does not compile.
